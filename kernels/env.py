@@ -1,0 +1,73 @@
+"""Facts about the machine the kernels run on. Nothing here initialises CUDA at import."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+
+import torch
+
+
+@functools.lru_cache(maxsize=1)
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def triton_version() -> str | None:
+    if not triton_available():
+        return None
+    import triton
+
+    return triton.__version__
+
+
+def interpreter_mode() -> bool:
+    """True when Triton kernels run on the CPU interpreter (TRITON_INTERPRET=1): tests only."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def capability(device: torch.device | None = None) -> tuple[int, int] | None:
+    if device is not None and device.type != "cuda":
+        return None
+    if not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_capability(device)
+
+
+def arch_name(cc: tuple[int, int] | None) -> str:
+    """The config-space family for a compute capability."""
+    if cc is None:
+        return "cpu"
+    major, minor = cc
+    if major == 8 and minor == 0:
+        return "sm80"
+    if major == 8 and minor in (6, 7):
+        return "sm86"
+    if major == 8 and minor == 9:
+        return "sm89"
+    if major == 9:
+        return "sm90"
+    if major >= 10:
+        return "sm100"
+    return f"sm{major}{minor}"
+
+
+def environment_report() -> dict:
+    """GPU name / capability, torch and triton versions (used by the panel and the benchmarks)."""
+    report = {
+        "torch": torch.__version__,
+        "triton": triton_version(),
+        "cuda_available": torch.cuda.is_available(),
+        "gpu": None,
+        "compute_capability": None,
+        "arch": "cpu",
+    }
+    if torch.cuda.is_available():
+        cc = torch.cuda.get_device_capability()
+        report.update(
+            gpu=torch.cuda.get_device_name(),
+            compute_capability=f"{cc[0]}.{cc[1]}",
+            arch=arch_name(cc),
+        )
+    return report

@@ -1,0 +1,82 @@
+"""Pure-torch twins of the Triton kernels.
+
+They define the numerics contract the kernels must meet and serve as the CPU fallback and
+the test oracle:
+
+    q[m,k]  = clamp(rint(x[m,k] / smooth[k] * (127 / amax[m])), -127, 127)     (half-to-even)
+    s[m]    = amax[m] / 127,   amax[m] = max_k |x[m,k] / smooth[k]|
+    y[m,n]  = out_dtype((float(acc[m,n]) * s[m]) * w_scale[n] + bias[n]),  acc = sum_k q[m,k] w[n,k]
+
+Edge rows: an all-zero row gives s = 0 and q = 0, so y is exactly the bias (never NaN);
+a row holding NaN/Inf gives q = 0 and s = NaN, so its output row is NaN and no other row
+is touched.
+"""
+
+from __future__ import annotations
+
+import torch
+
+QMAX = 127.0
+
+
+def quantize_per_token_ref(x: torch.Tensor, smooth: torch.Tensor | None = None):
+    """[M, K] float -> (int8 [M, K], float32 [M]); see the module docstring for the contract."""
+    xf = x.float()
+    if smooth is not None:
+        xf = xf / smooth.float()
+    amax = xf.abs().amax(dim=1)
+    finite = torch.isfinite(amax)
+    # 127 / amax is computed once per row (IEEE division), the elements are then multiplied:
+    # the Triton kernel does exactly the same two roundings.
+    inv = torch.where(finite & (amax > 0), QMAX / amax, torch.zeros_like(amax))
+    q = torch.round(xf * inv[:, None]).clamp_(-QMAX, QMAX)
+    q = torch.where(torch.isfinite(q), q, torch.zeros_like(q)).to(torch.int8)
+    scale = torch.where(finite, amax / QMAX, torch.full_like(amax, float("nan")))
+    return q, scale
+
+
+def int8_matmul_int32_ref(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Exact int32 accumulator of q [M,K] int8 times w [N,K] int8 transposed."""
+    # int64 on the CPU is exact for any K we accept; the cast back is exact because the
+    # kernels' K limit keeps |acc| < 2**31.
+    return (q.long() @ w.long().t()).to(torch.int32)
+
+
+def epilogue_ref(acc, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16):
+    """(acc * s_tok) * s_ch + bias in float32, rounded once to out_dtype."""
+    y = acc.float() * q_scale.float()[:, None]
+    y = y * w_scale.float()[None, :]
+    if bias is not None:
+        y = y + bias.float()[None, :]
+    return y.to(out_dtype)
+
+
+def int8_matmul_ref(q, w, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16):
+    return epilogue_ref(int8_matmul_int32_ref(q, w), q_scale, w_scale, bias, out_dtype)
+
+
+def dequant_linear_ref(x, w, w_scale, bias=None, smooth=None, compute_dtype=torch.bfloat16):
+    """The 'phantom INT8' path: the same quantized operands, dequantized to compute_dtype
+    and multiplied by a float matmul. Numerically a fake-quant W8A8."""
+    q, s = quantize_per_token_ref(x, smooth)
+    xd = (q.float() * s[:, None]).to(compute_dtype)
+    wd = (w.float() * w_scale.float()[:, None]).to(compute_dtype)
+    y = torch.nn.functional.linear(xd, wd)
+    if bias is not None:
+        y = (y.float() + bias.float()).to(compute_dtype)
+    return y
+
+
+def quantize_weight_ref(weight: torch.Tensor, smooth: torch.Tensor | None = None):
+    """Per-output-channel symmetric RTN (half-to-even) of a float weight [N, K].
+
+    With ``smooth`` [K] the weight is first multiplied by it (SmoothQuant: activations are
+    divided by the same vector). Returns (int8 [N, K], float32 [N]); an all-zero row gets scale 0.
+    """
+    wf = weight.float()
+    if smooth is not None:
+        wf = wf * smooth.float()[None, :]
+    amax = wf.abs().amax(dim=1)
+    inv = torch.where(amax > 0, QMAX / amax, torch.zeros_like(amax))
+    q = torch.round(wf * inv[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)
+    return q.contiguous(), (amax / QMAX).float()

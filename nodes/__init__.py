@@ -1,0 +1,1 @@
+"""Thin ComfyUI V3 nodes. The only package (with the root ``__init__``) that imports ComfyUI."""

@@ -1,0 +1,121 @@
+"""The pack installs, imports without ComfyUI, and keeps its dependency direction."""
+
+from __future__ import annotations
+
+import ast
+import json
+import pathlib
+import subprocess
+import sys
+
+import tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_import_has_no_side_effects():
+    # A fresh interpreter: importing the pack and its ComfyUI-free parts must not import comfy,
+    # initialise CUDA or open a socket.
+    code = r"""
+import socket, sys
+def _no_net(*a, **k):
+    raise AssertionError("network access at import")
+socket.socket.connect = _no_net
+socket.create_connection = _no_net
+import comfyui_ideogram4_int8 as pack
+import comfyui_ideogram4_int8.kernels, comfyui_ideogram4_int8.ideogram4
+import torch
+assert not any(m == "comfy" or m.startswith("comfy.") for m in sys.modules), "comfy imported"
+assert not torch.cuda.is_initialized(), "CUDA initialised at import"
+assert pack.WEB_DIRECTORY == "./web"
+assert callable(pack.comfy_entrypoint)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")
+
+
+def test_pyproject_metadata():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project, comfy = data["project"], data["tool"]["comfy"]
+    assert project["name"] == "comfyui-ideogram4-int8"
+    assert any(d.startswith("torch") for d in project["dependencies"])
+    # a torch pin would make pip replace the user's CUDA build
+    torch_dep = next(d for d in project["dependencies"] if d.startswith("torch"))
+    assert "==" not in torch_dep and "<" not in torch_dep
+    for key in ("PublisherId", "DisplayName", "Icon", "requires-comfyui"):
+        assert comfy.get(key), key
+    assert comfy["requires-comfyui"].startswith(">=0.33")
+    markers = data["tool"]["pytest"]["ini_options"]["markers"]
+    assert {m.split(":")[0] for m in markers} >= {"cuda", "comfyui", "slow"}
+    assert "--strict-markers" in data["tool"]["pytest"]["ini_options"]["addopts"]
+    assert project["urls"]["Repository"]
+
+
+def test_requirements_never_install_torch():
+    lines = [
+        line.split("#")[0].strip()
+        for line in (ROOT / "requirements.txt").read_text().splitlines()
+        if line.split("#")[0].strip()
+    ]
+    names = {line.split(">")[0].split("=")[0].split("<")[0].strip().lower() for line in lines}
+    assert not names & {"torch", "torchvision", "torchaudio", "torchsde"}
+    assert {"safetensors", "jsonschema", "huggingface_hub", "pillow"} <= names
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            prefix = "." * node.level
+            found.add(prefix + (node.module or ""))
+    return found
+
+
+def test_dependency_direction():
+    """nodes -> ideogram4 -> kernels; only nodes/ (and the root entry point) import ComfyUI."""
+    comfy_roots = ("comfy", "comfy_api", "comfy_extras", "folder_paths", "server", "nodes", "node_helpers")
+    for pkg, banned_rel in (("kernels", ("..ideogram4", "..nodes")), ("ideogram4", ("..nodes",))):
+        for path in (ROOT / pkg).rglob("*.py"):
+            for name in _imports(path):
+                assert not name.startswith(banned_rel), f"{path}: imports {name}"
+                if not name.startswith("."):
+                    assert name.split(".")[0] not in comfy_roots, f"{path}: imports ComfyUI module {name}"
+                    assert not name.startswith("comfyui_ideogram4_int8.nodes"), f"{path}: {name}"
+                    if pkg == "kernels":
+                        assert not name.startswith("comfyui_ideogram4_int8.ideogram4"), f"{path}: {name}"
+
+
+def test_layout_exists():
+    for folder in ("kernels", "ideogram4", "nodes", "web", "workflows", "tests", "bench"):
+        assert (ROOT / folder).is_dir(), folder
+    assert (ROOT / "LICENSE").is_file()
+
+
+def test_readme_test_command_is_what_ci_runs():
+    readme = (ROOT / "README.md").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "<!-- test-command -->" in readme
+    assert "test-command" in ci  # .ci/run extracts the command from the README, verbatim
+
+
+def test_cli_help_lists_subcommands():
+    out = subprocess.run(
+        [sys.executable, "-m", "comfyui_ideogram4_int8", "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    for sub in ("demo", "bench", "info"):
+        assert sub in out.stdout
+
+
+def test_cli_info_reports_versions():
+    out = subprocess.run(
+        [sys.executable, "-m", "comfyui_ideogram4_int8", "info"], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["torch"] and "arch" in info

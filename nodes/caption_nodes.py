@@ -1,0 +1,3 @@
+"""Placeholder: filled by its issue. Exports NODES for nodes/extension.py."""
+
+NODES: list = []

@@ -1,23 +1,55 @@
 """W8A8 INT8 kernels: activation quantization, fused INT8 GEMM, path dispatch and registry.
 
-Depends on torch and triton only. Public names (stable, see DESIGN.md §6):
-``quantize_per_token``, ``int8_matmul``, ``int8_matmul_int32``, ``w8a8_linear``.
+Depends on torch and triton only (triton is imported lazily, so the pack imports without it).
+Public names (stable, see DESIGN.md §6): ``quantize_per_token``, ``int8_matmul``,
+``int8_matmul_int32``, ``w8a8_linear``.
 """
 
+from .dispatch import (
+    ENV_PATH,
+    GemmPathUnavailable,
+    KernelInputError,
+    float_linear,
+    int8_matmul,
+    int8_matmul_int32,
+    quantize_per_token,
+    select_path,
+    triton_unavailable_reason,
+    w8a8_linear,
+)
 from .env import environment_report
 from .reference import (
     dequant_linear_ref,
+    epilogue_ref,
     int8_matmul_int32_ref,
     int8_matmul_ref,
     quantize_per_token_ref,
     quantize_weight_ref,
 )
+from .registry import PATH_BF16, PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
 
 __all__ = [
+    "quantize_per_token",
+    "int8_matmul",
+    "int8_matmul_int32",
+    "w8a8_linear",
+    "float_linear",
+    "select_path",
+    "triton_unavailable_reason",
     "environment_report",
+    "REGISTRY",
+    "PATHS",
+    "PATH_TRITON",
+    "PATH_CUBLAS",
+    "PATH_DEQUANT",
+    "PATH_BF16",
+    "ENV_PATH",
+    "KernelInputError",
+    "GemmPathUnavailable",
     "quantize_per_token_ref",
     "int8_matmul_ref",
     "int8_matmul_int32_ref",
+    "epilogue_ref",
     "dequant_linear_ref",
     "quantize_weight_ref",
 ]

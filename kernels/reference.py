@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 
 QMAX = 127.0
+# |q|, |w| <= 127 -> |acc| <= K * 127**2 must stay below 2**31.
+INT32_SAFE_MAX_K = (2**31 - 1) // (127 * 127)  # 133_144
 
 
 def quantize_per_token_ref(x: torch.Tensor, smooth: torch.Tensor | None = None):
@@ -27,11 +29,13 @@ def quantize_per_token_ref(x: torch.Tensor, smooth: torch.Tensor | None = None):
     amax = xf.abs().amax(dim=1)
     finite = torch.isfinite(amax)
     # 127 / amax is computed once per row (IEEE division), the elements are then multiplied:
-    # the Triton kernel does exactly the same two roundings.
-    inv = torch.where(finite & (amax > 0), QMAX / amax, torch.zeros_like(amax))
+    # the Triton kernel does exactly the same two roundings. Tensor / tensor on purpose: torch
+    # computes `scalar / tensor` as scalar * reciprocal(tensor), a second rounding.
+    qmax = torch.full_like(amax, QMAX)
+    inv = torch.where(finite & (amax > 0), qmax / amax, torch.zeros_like(amax))
     q = torch.round(xf * inv[:, None]).clamp_(-QMAX, QMAX)
     q = torch.where(torch.isfinite(q), q, torch.zeros_like(q)).to(torch.int8)
-    scale = torch.where(finite, amax / QMAX, torch.full_like(amax, float("nan")))
+    scale = torch.where(finite, amax / qmax, torch.full_like(amax, float("nan")))
     return q, scale
 
 
@@ -77,6 +81,7 @@ def quantize_weight_ref(weight: torch.Tensor, smooth: torch.Tensor | None = None
     if smooth is not None:
         wf = wf * smooth.float()[None, :]
     amax = wf.abs().amax(dim=1)
-    inv = torch.where(amax > 0, QMAX / amax, torch.zeros_like(amax))
+    qmax = torch.full_like(amax, QMAX)
+    inv = torch.where(amax > 0, qmax / amax, torch.zeros_like(amax))
     q = torch.round(wf * inv[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)
-    return q.contiguous(), (amax / QMAX).float()
+    return q.contiguous(), (amax / qmax).float()

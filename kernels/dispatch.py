@@ -1,0 +1,337 @@
+"""Public W8A8 entry points and GEMM path dispatch.
+
+Paths, fastest first (DESIGN.md §3):
+  triton-int8   fused Triton GEMM (int8 tensor cores, dequant + bias in the epilogue)  CUDA sm_80+
+  cublas-int8   torch._int_mm (cuBLASLt on CUDA) + epilogue                            CUDA, CPU
+  dequant-bf16  the 'phantom INT8' path: dequantize, float matmul                      anywhere
+The path is picked per call from the device, dtype and shape; it can be forced with the
+``path`` argument (strict: raises if impossible) or the IDEOGRAM4_INT8_GEMM_PATH environment
+variable (lenient: falls back, and the registry says so). Every call records its path and the
+reason a faster one was not taken in ``registry.REGISTRY``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+
+from . import reference
+from .autotune import PICKER
+from .env import capability, interpreter_mode, triton_available
+from .reference import INT32_SAFE_MAX_K
+from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_RANK, PATH_TRITON, PATHS, REGISTRY
+
+ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
+_FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_QUANT_PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)
+
+
+class KernelInputError(ValueError):
+    """Bad operands for a W8A8 kernel; the message names the argument and the fix."""
+
+
+class GemmPathUnavailable(ValueError):
+    """A path was forced through the ``path`` argument but cannot run here."""
+
+
+# -- capability checks -------------------------------------------------------------------------
+
+
+def triton_unavailable_reason(device: torch.device) -> str | None:
+    """None when the fused Triton kernel can run on ``device``; else why not (for the panel)."""
+    if not triton_available():
+        return "Triton is not installed (Linux CUDA builds of torch bring it; Windows needs triton-windows)"
+    if device.type == "cuda":
+        if interpreter_mode():
+            return "TRITON_INTERPRET=1 is set: Triton runs on the CPU interpreter only"
+        cc = capability(device)
+        if cc is not None and cc < (8, 0):
+            return f"GPU is sm_{cc[0]}{cc[1]}: Triton's int8 tensor-core dot needs sm_80+ (Ampere or newer)"
+        return None
+    if device.type == "cpu" and interpreter_mode():
+        return None
+    return f"{device.type} tensors: the fused kernel needs a CUDA GPU (sm_80+)"
+
+
+def cublas_unavailable_reason(device: torch.device, n: int, k: int) -> str | None:
+    if not hasattr(torch, "_int_mm"):
+        return "this torch has no torch._int_mm"
+    if device.type == "cuda" and (k % 8 or n % 8):
+        return f"cuBLASLt int8 needs K and N multiples of 8 (got K={k}, N={n})"
+    if device.type not in ("cuda", "cpu"):
+        return f"torch._int_mm does not run on {device.type}"
+    return None
+
+
+def _unavailable(path: str, device: torch.device, n: int, k: int) -> str | None:
+    if path == PATH_TRITON:
+        return triton_unavailable_reason(device)
+    if path == PATH_CUBLAS:
+        return cublas_unavailable_reason(device, n, k)
+    return None
+
+
+def select_path(device: torch.device, n: int, k: int, path: str | None = None) -> tuple[str, str]:
+    """(path, reason). ``reason`` says why a faster path was not taken ('' when fastest ran)."""
+    if path is not None:
+        if path not in _QUANT_PATHS:
+            raise GemmPathUnavailable(f"path={path!r}: expected one of {_QUANT_PATHS}")
+        why = _unavailable(path, device, n, k)
+        if why:
+            raise GemmPathUnavailable(f"path={path!r} cannot run here: {why}")
+        return path, _forced_reason(path, "path argument")
+    env = os.environ.get(ENV_PATH, "").strip()
+    if env:
+        if env not in _QUANT_PATHS:
+            return _auto(device, n, k, note=f"{ENV_PATH}={env!r} is not one of {_QUANT_PATHS}; ignored")
+        why = _unavailable(env, device, n, k)
+        if why is None:
+            return env, _forced_reason(env, f"{ENV_PATH}={env}")
+        return _auto(device, n, k, note=f"{ENV_PATH}={env} requested, but {why}")
+    return _auto(device, n, k)
+
+
+def _forced_reason(path: str, how: str) -> str:
+    return "" if path == PATH_TRITON else f"forced by {how}"
+
+
+def _auto(device: torch.device, n: int, k: int, note: str = "") -> tuple[str, str]:
+    reasons = [note] if note else []
+    for candidate in _QUANT_PATHS:
+        if candidate == PATH_TRITON and device.type == "cpu":
+            # The CPU interpreter is a test vehicle, never an automatic choice.
+            reasons.append("CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)")
+            continue
+        why = _unavailable(candidate, device, n, k)
+        if why is None:
+            return candidate, "; ".join(reasons)
+        reasons.append(why)
+    raise AssertionError("dequant-bf16 is always available")  # pragma: no cover
+
+
+# -- input validation --------------------------------------------------------------------------
+
+
+def _check_k(k: int, where: str) -> None:
+    if k < 1:
+        raise KernelInputError(f"{where}: K must be >= 1")
+    if k > INT32_SAFE_MAX_K:
+        raise KernelInputError(
+            f"{where}: K={k} exceeds {INT32_SAFE_MAX_K}, where an int32 accumulator of int8 products can "
+            "overflow; split the layer along K"
+        )
+
+
+def _check_int8_2d(t: torch.Tensor, name: str) -> None:
+    if not isinstance(t, torch.Tensor) or t.dtype != torch.int8 or t.dim() != 2:
+        got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise KernelInputError(f"{name} must be a 2-D int8 tensor; got {got}")
+    if t.stride(1) != 1:
+        raise KernelInputError(
+            f"{name} must be K-contiguous (row-major [rows, K], stride(1) == 1); got strides {t.stride()}. "
+            "Keep nn.Linear weights as [N, K]: a [K, N] int8 operand is ~10x slower on tensor cores"
+        )
+
+
+def _vector(t: torch.Tensor | None, length: int, name: str, device: torch.device) -> torch.Tensor | None:
+    """Validate a per-channel vector ([L] or [L, 1], any float dtype) and return float32 [L]."""
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        raise KernelInputError(f"{name} must be a floating-point tensor of {length} values")
+    if t.numel() != length or (t.dim() == 2 and t.shape[1] != 1) or t.dim() > 2:
+        raise KernelInputError(f"{name} must have shape [{length}] or [{length}, 1]; got {tuple(t.shape)}")
+    if t.device != device:
+        raise KernelInputError(f"{name} is on {t.device} but the operands are on {device}")
+    t = t.reshape(length)
+    if t.dtype != torch.float32:
+        t = t.float()
+    return t.contiguous()
+
+
+def _check_operands(q, w, q_scale=None, w_scale=None, where="int8_matmul"):
+    _check_int8_2d(q, f"{where}: q")
+    _check_int8_2d(w, f"{where}: w")
+    if q.shape[1] != w.shape[1]:
+        raise KernelInputError(f"{where}: q is [M, K={q.shape[1]}] but w is [N, K={w.shape[1]}]; K must match")
+    if q.device != w.device:
+        raise KernelInputError(f"{where}: q on {q.device}, w on {w.device}")
+    _check_k(q.shape[1], where)
+    if w.shape[0] < 1:
+        raise KernelInputError(f"{where}: w has N=0 output channels")
+
+
+# -- public kernels ----------------------------------------------------------------------------
+
+
+def quantize_per_token(x: torch.Tensor, smooth: torch.Tensor | None = None):
+    """x [..., K] float -> (q int8 [..., K], scale float32 [...]).
+
+    Divides by ``smooth`` [K] first when given; per-row absmax; round half-to-even; clamp
+    +-127. A zero row gets scale 0; a row with NaN/Inf gets q = 0 and scale NaN (its output
+    row is NaN, other rows are untouched). Runs the Triton kernel where it can, else the twin.
+    """
+    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOAT_DTYPES:
+        raise KernelInputError(f"quantize_per_token: x must be float32/float16/bfloat16; got {getattr(x, 'dtype', x)}")
+    if x.dim() < 1 or x.shape[-1] < 1:
+        raise KernelInputError(f"quantize_per_token: x must be [..., K] with K >= 1; got {tuple(x.shape)}")
+    lead, k = x.shape[:-1], x.shape[-1]
+    x2 = x.reshape(-1, k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    smooth = _vector(smooth, k, "quantize_per_token: smooth", x.device)
+    if triton_unavailable_reason(x.device) is None:
+        from .quant_triton import quantize_rows_triton
+
+        q, s = quantize_rows_triton(x2, smooth)
+        REGISTRY.count_launch("quant_triton")
+    else:
+        q, s = reference.quantize_per_token_ref(x2, smooth)
+        REGISTRY.count_launch("quant_twin")
+    return q.reshape(*lead, k), s.reshape(lead)
+
+
+def _out_buffer(out, m, n, dtype, device, where):
+    if out is None:
+        return torch.empty((m, n), dtype=dtype, device=device)
+    if out.shape != (m, n) or out.dtype != dtype or out.device != device or not out.is_contiguous():
+        raise KernelInputError(
+            f"{where}: out must be a contiguous {dtype} tensor of shape [{m}, {n}] on {device}; "
+            f"got {out.dtype} {tuple(out.shape)} on {out.device}"
+        )
+    return out
+
+
+def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None):
+    from .gemm_triton import launch_gemm
+
+    m, n = q.shape[0], w.shape[0]
+    out = _out_buffer(out, m, n, torch.int32 if raw_int32 else out_dtype, q.device, "int8_matmul")
+    if m == 0:
+        return out, None, None
+
+    def launch(cfg):
+        return launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32)
+
+    cfg, source = PICKER.pick(q, w, launch)
+    launch(cfg)
+    REGISTRY.count_launch("gemm_triton")
+    return out, cfg, source
+
+
+def _fused_guard(q: torch.Tensor, where: str) -> None:
+    why = triton_unavailable_reason(q.device)
+    if why:
+        raise GemmPathUnavailable(
+            f"{where}: the fused Triton kernel cannot run here: {why}. Use w8a8_linear for a labelled fallback"
+        )
+
+
+def int8_matmul(q, w, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, out=None):
+    """Fused kernel: out[m,n] = out_dtype((acc[m,n] * q_scale[m]) * w_scale[n] + bias[n]).
+
+    ``out`` (optional) is written in place: tests poison it to prove every element is written.
+    """
+    _check_operands(q, w, where="int8_matmul")
+    _fused_guard(q, "int8_matmul")
+    m, n = q.shape[0], w.shape[0]
+    q_scale = _vector(q_scale, m, "int8_matmul: q_scale", q.device)
+    w_scale = _vector(w_scale, n, "int8_matmul: w_scale", q.device)
+    bias = _vector(bias, n, "int8_matmul: bias", q.device)
+    if out_dtype not in _FLOAT_DTYPES:
+        raise KernelInputError(f"int8_matmul: out_dtype must be float32/float16/bfloat16; got {out_dtype}")
+    out, _, _ = _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32=False, out=out)
+    return out
+
+
+def int8_matmul_int32(q, w, out=None):
+    """The same fused kernel, returning the raw int32 accumulator [M, N] (for bit-exactness checks)."""
+    _check_operands(q, w, where="int8_matmul_int32")
+    _fused_guard(q, "int8_matmul_int32")
+    out, _, _ = _launch_fused(q, w, None, None, None, None, raw_int32=True, out=out)
+    return out
+
+
+def _int_mm_padded(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """torch._int_mm with cuBLASLt's M > 16 requirement met by zero-padding rows."""
+    m = q.shape[0]
+    if q.is_cuda and m <= 16:
+        q = torch.cat([q, q.new_zeros((17 - m, q.shape[1]))])
+    return torch._int_mm(q, w.t())[:m]
+
+
+def _cublas_linear(q, s, w, w_scale, bias, out_dtype):
+    acc = _int_mm_padded(q, w)
+    REGISTRY.count_launch("int_mm")
+    if acc.is_cuda and triton_unavailable_reason(acc.device) is None:
+        from .gemm_triton import apply_epilogue
+
+        return apply_epilogue(acc, s, w_scale, bias, out_dtype)
+    return reference.epilogue_ref(acc, s, w_scale, bias, out_dtype)
+
+
+def w8a8_linear(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    smooth: torch.Tensor | None = None,
+    path: str | None = None,
+    site: str | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """y = dequant(int8(x / smooth) . w^T) + bias for x [..., K], w int8 [N, K], w_scale [N].
+
+    ``path`` forces a path (strict); ``site`` names the call site in the registry. The output
+    dtype is x's dtype unless ``out_dtype`` is given.
+    """
+    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOAT_DTYPES:
+        raise KernelInputError(f"w8a8_linear: x must be float32/float16/bfloat16; got {getattr(x, 'dtype', x)}")
+    _check_int8_2d(w, "w8a8_linear: w")
+    n, k = w.shape
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise KernelInputError(f"w8a8_linear: x is {tuple(x.shape)} but w is [N={n}, K={k}]; x's last dim must be K")
+    if x.device != w.device:
+        raise KernelInputError(f"w8a8_linear: x on {x.device}, w on {w.device}; move the weight to the input's device")
+    _check_k(k, "w8a8_linear")
+    w_scale = _vector(w_scale, n, "w8a8_linear: w_scale", x.device)
+    bias_v = _vector(bias, n, "w8a8_linear: bias", x.device)
+    smooth = _vector(smooth, k, "w8a8_linear: smooth", x.device)
+    out_dtype = out_dtype or x.dtype
+
+    chosen, reason = select_path(x.device, n, k, path)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    cfg = source = None
+    with REGISTRY.timed(chosen, x.device):
+        if chosen == PATH_DEQUANT:
+            y = reference.dequant_linear_ref(x2, w, w_scale, bias_v, smooth, compute_dtype=x.dtype).to(out_dtype)
+        else:
+            q, s = quantize_per_token(x2, smooth)
+            if chosen == PATH_TRITON:
+                y, cfg, source = _launch_fused(q, w, s, w_scale, bias_v, out_dtype, raw_int32=False)
+            else:
+                y = _cublas_linear(q, s, w, w_scale, bias_v, out_dtype)
+    REGISTRY.record(
+        site, chosen, reason, m, n, k, dtype=x.dtype,
+        config=cfg.key() if cfg is not None else None, config_source=source,
+    )  # fmt: skip
+    return y.reshape(*lead, n)
+
+
+def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, site: str | None = None,
+                 reason: str = "unquantized layer") -> torch.Tensor:  # fmt: skip
+    """A plain float linear that still shows up in the registry as path 'bf16'."""
+    n, k = weight.shape
+    with REGISTRY.timed("bf16", x.device):
+        y = F.linear(x, weight.to(x.dtype), None if bias is None else bias.to(x.dtype))
+    REGISTRY.record(site, "bf16", reason, x.numel() // max(k, 1), n, k, dtype=x.dtype)
+    return y
+
+
+def slower_than(path: str) -> list[str]:
+    """Paths faster than ``path`` (for 'why not faster' explanations)."""
+    return [p for p in PATHS if PATH_RANK[p] < PATH_RANK[path]]

@@ -1,0 +1,215 @@
+"""Fused W8A8 GEMM in Triton: int8 x int8 -> int32 on tensor cores, dequant + bias epilogue.
+
+    out[m, n] = out_dtype((float(acc[m, n]) * s_tok[m]) * s_ch[n] + bias[n]),
+    acc[m, n] = sum_k q[m, k] * w[n, k]            (q: [M, K] int8, w: [N, K] int8, K-contiguous)
+
+Twin: ``reference.int8_matmul_ref`` / ``reference.int8_matmul_int32_ref``.
+
+Design notes (facts in research/int8-gemm-sota.md):
+* The weight stays [N, K] with K contiguous and is read as a K-major B operand: an N-major int8
+  B operand costs Hopper ~10x (8-bit MMA fragments pack K, ldmatrix.trans is 16-bit only).
+* Hopper emits int8 wgmma only for BLOCK_M % 64 == 0, num_warps % 4 == 0, BLOCK_K >= 32; other
+  configs compile to mma.sync (the Ampere instruction), which is how GPU tests cover Ampere code.
+* Grouped program order (GROUP_M) keeps a band of A rows and W columns hot in L2.
+* SPLIT_K > 1 (for the long-K, small-M ``llm_cond_proj``): each K slice adds its int32 partial
+  into a zeroed int32 buffer with atomics. Integer addition is associative, so the result is
+  bit-identical to SPLIT_K == 1 whatever order the atomics land in; a small epilogue kernel
+  then applies the scales and bias.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .reference import INT32_SAFE_MAX_K  # noqa: F401  (re-exported: the kernel's K limit)
+
+# The compiled kernel of the last launch (tests read its PTX to check wgmma vs mma.sync).
+LAST_LAUNCH: dict = {}
+
+
+@triton.jit
+def _w8a8_gemm_kernel(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_bn,
+    stride_cm,
+    K_PER_SPLIT,
+    HAS_BIAS: tl.constexpr,
+    EPILOGUE: tl.constexpr,  # 0: raw int32 store, 1: scaled store, 2: int32 atomic add (split-K)
+    EVEN_K: tl.constexpr,  # K_PER_SPLIT % BLOCK_K == 0 and K % K_PER_SPLIT == 0: no K masks
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # Rows/cols past the edge are wrapped onto valid ones instead of masked: the loads stay
+    # unmasked along M/N (cheaper), and the store mask drops the duplicates.
+    ram = rm % M
+    rbn = rn % N
+    k_start = pid_k * K_PER_SPLIT
+    rk = k_start + tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + ram[:, None].to(tl.int64) * stride_am + rk[None, :]
+    b_ptrs = b_ptr + rbn[None, :].to(tl.int64) * stride_bn + rk[:, None]
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    k_end = tl.minimum(k_start + K_PER_SPLIT, K)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:
+            k_left = k_end - k0
+            a = tl.load(a_ptrs, mask=(rk[None, :] - k_start) < k_left, other=0)
+            b = tl.load(b_ptrs, mask=(rk[:, None] - k_start) < k_left, other=0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K
+        b_ptrs += BLOCK_K
+
+    c_mask = (rm[:, None] < M) & (rn[None, :] < N)
+    c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :]
+    if EPILOGUE == 0:
+        tl.store(c_ptrs, acc, mask=c_mask)
+    elif EPILOGUE == 2:
+        tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
+    else:
+        sa = tl.load(sa_ptr + rm, mask=rm < M, other=0.0)
+        sb = tl.load(sb_ptr + rn, mask=rn < N, other=0.0)
+        y = acc.to(tl.float32) * sa[:, None]
+        y = y * sb[None, :]
+        if HAS_BIAS:
+            y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
+def _dequant_epilogue_kernel(
+    acc_ptr,
+    c_ptr,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    M,
+    N,
+    stride_acc,
+    stride_cm,
+    HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    acc = tl.load(acc_ptr + rm[:, None].to(tl.int64) * stride_acc + rn[None, :], mask=mask, other=0)
+    sa = tl.load(sa_ptr + rm, mask=rm < M, other=0.0)
+    sb = tl.load(sb_ptr + rn, mask=rn < N, other=0.0)
+    y = acc.to(tl.float32) * sa[:, None]
+    y = y * sb[None, :]
+    if HAS_BIAS:
+        y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    tl.store(c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :], y.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+def _k_split(K: int, cfg) -> tuple[int, bool]:
+    """K range per split (a multiple of BLOCK_K) and whether no K masking is needed."""
+    k_per_split = triton.cdiv(triton.cdiv(K, cfg.split_k), cfg.block_k) * cfg.block_k
+    even_k = K % k_per_split == 0 and k_per_split % cfg.block_k == 0
+    return k_per_split, even_k
+
+
+def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False):
+    """Run the kernel with config ``cfg`` (see configs.GemmConfig). Writes into and returns ``out``.
+
+    raw_int32=True returns the int32 accumulator (``out`` must be int32); otherwise ``out`` gets
+    the dequantized, biased result in its own dtype.
+    """
+    M, K = q.shape
+    N = w.shape[0]
+    k_per_split, even_k = _k_split(K, cfg)
+    split_k = triton.cdiv(K, k_per_split)
+    grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n), split_k)
+    common = dict(
+        K_PER_SPLIT=k_per_split,
+        EVEN_K=even_k,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
+    )
+    if split_k == 1:
+        LAST_LAUNCH["kernel"] = _w8a8_gemm_kernel[grid](
+            q,
+            w,
+            out,
+            q_scale if q_scale is not None else out,
+            w_scale if w_scale is not None else out,
+            bias if bias is not None else out,
+            M,
+            N,
+            K,
+            q.stride(0),
+            w.stride(0),
+            out.stride(0),
+            HAS_BIAS=bias is not None,
+            EPILOGUE=0 if raw_int32 else 1,
+            **common,
+        )
+        return out
+    # Split-K: exact int32 partial sums via atomics, then the epilogue.
+    acc = out if raw_int32 else torch.empty((M, N), dtype=torch.int32, device=q.device)
+    acc.zero_()
+    LAST_LAUNCH["kernel"] = _w8a8_gemm_kernel[grid](
+        q, w, acc, acc, acc, acc, M, N, K, q.stride(0), w.stride(0), acc.stride(0),
+        HAS_BIAS=False, EPILOGUE=2, **common,
+    )  # fmt: skip
+    if raw_int32:
+        return out
+    return apply_epilogue(acc, q_scale, w_scale, bias, out.dtype, out=out)
+
+
+def apply_epilogue(acc, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, out=None):
+    """out = out_dtype((acc * q_scale[m]) * w_scale[n] + bias[n]) for an int32 accumulator [M, N]."""
+    M, N = acc.shape
+    if out is None:
+        out = torch.empty((M, N), dtype=out_dtype, device=acc.device)
+    bm, bn = 32, 128
+    _dequant_epilogue_kernel[(triton.cdiv(M, bm), triton.cdiv(N, bn))](
+        acc,
+        out,
+        q_scale,
+        w_scale,
+        bias if bias is not None else out,
+        M,
+        N,
+        acc.stride(0),
+        out.stride(0),
+        HAS_BIAS=bias is not None,
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        num_warps=4,
+    )
+    return out

@@ -1,0 +1,211 @@
+"""Which GEMM path every quantized linear really ran, and why a faster one was not taken.
+
+The single source for the frontend panel, the logs and the benchmarks. A call site is a
+string such as ``"conditional/layers.0.attention.qkv"``: the part before the first ``/`` is
+the model label the panel groups by. Recording is a dict update per call (microseconds next to
+a GEMM of hundreds of microseconds).
+
+Optional timing (``enable_timing(True)``): CUDA events around each GEMM; ``end_run()`` then
+sums the elapsed time per path for the last run.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import threading
+import time
+
+import torch
+
+PATH_TRITON = "triton-int8"
+PATH_CUBLAS = "cublas-int8"
+PATH_DEQUANT = "dequant-bf16"
+PATH_BF16 = "bf16"
+PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT, PATH_BF16)
+# Fastest first: used to say which faster path was not taken.
+PATH_RANK = {p: i for i, p in enumerate(PATHS)}
+
+
+@dataclasses.dataclass
+class LayerRecord:
+    site: str
+    path: str
+    reason: str
+    n: int
+    k: int
+    m_last: int
+    calls: int = 0
+    dtype: str | None = None
+    config: str | None = None
+    config_source: str | None = None
+    last_used: float = 0.0
+
+    @property
+    def model(self) -> str:
+        return self.site.split("/", 1)[0] if "/" in self.site else ""
+
+    @property
+    def layer(self) -> str:
+        return self.site.split("/", 1)[1] if "/" in self.site else self.site
+
+    def as_dict(self) -> dict:
+        return {
+            "site": self.site,
+            "model": self.model,
+            "layer": self.layer,
+            "path": self.path,
+            "reason": self.reason,
+            "shape": {"N": self.n, "K": self.k, "M_last": self.m_last},
+            "calls": self.calls,
+            "dtype": self.dtype,
+            "config": self.config,
+            "config_source": self.config_source,
+        }
+
+
+class GemmRegistry:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._layers: dict[str, LayerRecord] = {}
+        self._anon = 0
+        self._timing = False
+        self._events: list[tuple[str, torch.cuda.Event, torch.cuda.Event]] = []
+        self._last_run_ms: dict[str, float] | None = None
+        self._last_run_wall_ms: float | None = None
+        self._run_started: float | None = None
+        self.launches: collections.Counter = collections.Counter()
+
+    # -- recording ------------------------------------------------------------------------
+    def record(
+        self,
+        site: str | None,
+        path: str,
+        reason: str,
+        m: int,
+        n: int,
+        k: int,
+        dtype: torch.dtype | None = None,
+        config: str | None = None,
+        config_source: str | None = None,
+    ) -> None:
+        if path not in PATHS:
+            raise ValueError(f"unknown GEMM path {path!r}; expected one of {PATHS}")
+        with self._lock:
+            if site is None:
+                site = f"unnamed/{n}x{k}"
+            rec = self._layers.get(site)
+            if rec is None:
+                rec = self._layers[site] = LayerRecord(site, path, reason, n, k, m)
+            rec.path, rec.reason, rec.n, rec.k, rec.m_last = path, reason, n, k, m
+            rec.calls += 1
+            rec.dtype = str(dtype).replace("torch.", "") if dtype is not None else rec.dtype
+            rec.config, rec.config_source = config, config_source
+            rec.last_used = time.time()
+
+    def declare(self, site: str, path: str, reason: str, n: int, k: int) -> None:
+        """Register a layer before it ever runs (e.g. at load), with zero calls."""
+        with self._lock:
+            if site not in self._layers:
+                self._layers[site] = LayerRecord(site, path, reason, n, k, 0)
+
+    def count_launch(self, kernel: str) -> None:
+        self.launches[kernel] += 1
+
+    # -- reading --------------------------------------------------------------------------
+    def layers(self, model: str | None = None) -> list[LayerRecord]:
+        with self._lock:
+            recs = list(self._layers.values())
+        if model is not None:
+            recs = [r for r in recs if r.model == model]
+        return recs
+
+    def path_of(self, site: str) -> str | None:
+        with self._lock:
+            rec = self._layers.get(site)
+            return rec.path if rec else None
+
+    def counts(self, model: str | None = None) -> dict[str, int]:
+        counts = {p: 0 for p in PATHS}
+        for rec in self.layers(model):
+            counts[rec.path] += 1
+        return counts
+
+    def models(self) -> list[str]:
+        return sorted({r.model for r in self.layers()})
+
+    def clear(self, model: str | None = None) -> None:
+        with self._lock:
+            if model is None:
+                self._layers.clear()
+            else:
+                for site in [s for s, r in self._layers.items() if r.model == model]:
+                    del self._layers[site]
+
+    # -- timing ---------------------------------------------------------------------------
+    def enable_timing(self, on: bool = True) -> None:
+        self._timing = bool(on)
+
+    @property
+    def timing_enabled(self) -> bool:
+        return self._timing
+
+    def begin_run(self) -> None:
+        with self._lock:
+            self._events.clear()
+            self._run_started = time.perf_counter()
+
+    def timed(self, path: str, device: torch.device):
+        """Context manager timing one GEMM when timing is on and the device is CUDA."""
+        return _Timed(self, path) if (self._timing and device.type == "cuda") else _NULL
+
+    def end_run(self) -> dict[str, float] | None:
+        """Synchronise and sum per-path GEMM time (ms) of the run since begin_run()."""
+        with self._lock:
+            events, self._events = self._events, []
+            started, self._run_started = self._run_started, None
+        if not events and started is None:
+            return self._last_run_ms
+        if events:
+            torch.cuda.synchronize()
+        per_path: dict[str, float] = {p: 0.0 for p in PATHS}
+        for path, start, stop in events:
+            per_path[path] += start.elapsed_time(stop)
+        self._last_run_ms = per_path if events else None
+        self._last_run_wall_ms = (time.perf_counter() - started) * 1e3 if started is not None else None
+        return self._last_run_ms
+
+    def last_run(self) -> dict | None:
+        if self._last_run_ms is None:
+            return None
+        return {"gemm_ms_per_path": dict(self._last_run_ms), "wall_ms": self._last_run_wall_ms}
+
+
+class _Timed:
+    def __init__(self, reg: GemmRegistry, path: str) -> None:
+        self.reg, self.path = reg, path
+
+    def __enter__(self):
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.stop = torch.cuda.Event(enable_timing=True)
+        self.start.record()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.record()
+        with self.reg._lock:
+            self.reg._events.append((self.path, self.start, self.stop))
+        return False
+
+
+class _Null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+_NULL = _Null()
+
+REGISTRY = GemmRegistry()

@@ -1,0 +1,313 @@
+"""Kernel correctness on the CPU: Triton kernels on the interpreter (TRITON_INTERPRET=1).
+
+Every test draws fresh random data; results are compared bit-exactly with torch._int_mm / the
+twin, or with float64 references of the same quantized operands.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from comfyui_ideogram4_int8 import kernels as K
+from comfyui_ideogram4_int8.kernels import configs as C
+from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
+from kernel_checks import activations, cosine, int8, launches, reference_f64, rel_err, weight
+
+pytestmark = pytest.mark.skipif(
+    K.triton_unavailable_reason(torch.device("cpu")) is not None,
+    reason="Triton interpreter not available (needs triton + TRITON_INTERPRET=1)",
+)
+
+POISON_I32 = -(2**31) + 7
+
+
+# -- int8 x int8 -> int32: bit-exact ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("m", [1, 17, 333])
+@pytest.mark.parametrize("n,k", [(40, 64), (200, 96), (136, 384), (72, 1000)])
+def test_int32_accumulator_bit_exact(m, n, k, gen):
+    q, w = int8((m, k), gen), int8((n, k), gen)
+    out = torch.full((m, n), POISON_I32, dtype=torch.int32)
+    before = launches("gemm_triton")
+    got = K.int8_matmul_int32(q, w, out=out)
+    assert launches("gemm_triton") == before + 1, "the Triton kernel did not run"
+    assert got.data_ptr() == out.data_ptr()
+    assert torch.equal(got, torch._int_mm(q, w.t())), f"seed {gen.initial_seed()}"
+
+
+def test_int32_extreme_values_bit_exact(gen):
+    # all +-127 / -128 stress the accumulator sign handling
+    m, n, k = 33, 48, 512
+    q = torch.where(torch.rand(m, k, generator=gen) > 0.5, 127, -127).to(torch.int8)
+    w = torch.where(torch.rand(n, k, generator=gen) > 0.5, 127, -128).to(torch.int8)
+    assert torch.equal(K.int8_matmul_int32(q, w), torch._int_mm(q, w.t()))
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        C.GemmConfig(64, 64, 32, 4, 1, 4, 2),
+        C.GemmConfig(16, 64, 64, 1, 1, 4, 2),
+        C.GemmConfig(64, 32, 64, 8, 3, 4, 2),  # split-K with a ragged last slice
+        C.GemmConfig(32, 64, 32, 2, 4, 4, 2),
+    ],
+    ids=lambda c: c.key(),
+)
+def test_every_config_family_bit_exact(cfg, gen):
+    """Tile shapes, group ordering and split-K (int32 atomics) all give the exact accumulator."""
+    m, n, k = 70, 100, 200
+    q, w = int8((m, k), gen), int8((n, k), gen)
+    out = torch.full((m, n), POISON_I32, dtype=torch.int32)
+    launch_gemm(q, w, cfg, out=out, raw_int32=True)
+    assert torch.equal(out, torch._int_mm(q, w.t())), f"{cfg.key()} seed {gen.initial_seed()}"
+
+
+@pytest.mark.parametrize("split_k", [1, 4])
+def test_fused_epilogue_split_k_matches_unsplit(split_k, gen):
+    m, n, k = 40, 72, 512
+    x = activations(m, k, gen)
+    q, s = K.quantize_per_token(x)
+    w, ws = weight(n, k, gen)
+    bias = torch.randn(n, generator=gen)
+    out = torch.full((m, n), float("nan"), dtype=torch.float32)
+    launch_gemm(q, w, C.GemmConfig(32, 32, 64, 1, split_k, 4, 2), s, ws, bias, out)
+    assert torch.equal(out, K.int8_matmul_ref(q, w, s, ws, bias, out_dtype=torch.float32))
+
+
+# -- activation quantization: identical to the twin ---------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("m,k", [(1, 64), (17, 300), (40, 4608), (3, 20000)])
+@pytest.mark.parametrize("smooth", [False, True])
+def test_quantize_identical_to_twin(dtype, m, k, smooth, gen):
+    x = activations(m, k, gen, dtype=dtype)
+    sm = (torch.rand(k, generator=gen) * 4 + 0.25) if smooth else None
+    before = launches("quant_triton")
+    q, s = K.quantize_per_token(x, sm)
+    assert launches("quant_triton") == before + 1
+    qr, sr = K.quantize_per_token_ref(x, sm)
+    assert q.dtype == torch.int8 and s.dtype == torch.float32
+    assert torch.equal(q, qr), f"seed {gen.initial_seed()}"
+    assert torch.equal(s, sr), f"seed {gen.initial_seed()}"
+    assert q.abs().max() <= 127
+
+
+def test_quantize_rounds_half_to_even():
+    # row absmax 127 -> inv = 1 exactly, so q = rint(x): halves go to the even neighbour
+    x = torch.tensor([[127.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 126.5]])
+    q, s = K.quantize_per_token(x)
+    assert q.tolist() == [[127, 0, 2, 2, 0, -2, -2, 126]]
+    assert s.item() == 1.0
+
+
+def test_quantize_zero_nan_inf_rows_stay_confined(gen):
+    x = activations(6, 256, gen)
+    x[1] = 0.0
+    x[3, 17] = float("nan")
+    x[4, 5] = float("inf")
+    q, s = K.quantize_per_token(x)
+    qr, sr = K.quantize_per_token_ref(x)
+    assert torch.equal(q, qr) and torch.equal(s.isnan(), sr.isnan())
+    assert s[1] == 0 and (q[1] == 0).all()
+    assert s[3].isnan() and s[4].isnan() and (q[3] == 0).all() and (q[4] == 0).all()
+    healthy = [0, 2, 5]
+    assert torch.isfinite(s[healthy]).all() and (s[healthy] > 0).all()
+    assert torch.equal(q[healthy], K.quantize_per_token_ref(x[healthy])[0])
+
+
+def test_quantize_keeps_leading_dims(gen):
+    x = activations(2 * 3, 64, gen).reshape(2, 3, 64)
+    q, s = K.quantize_per_token(x)
+    assert q.shape == (2, 3, 64) and s.shape == (2, 3)
+    qr, sr = K.quantize_per_token_ref(x.reshape(6, 64))
+    assert torch.equal(q.reshape(6, 64), qr) and torch.equal(s.reshape(6), sr)
+
+
+# -- whole linear vs float64 --------------------------------------------------------------------
+
+SMALL_IDEOGRAM_LIKE = {  # the real layer ratios at 1/16 width
+    "qkv": (864, 288),
+    "o": (288, 288),
+    "w1": (768, 288),
+    "w2": (288, 768),
+    "adaln": (1152, 32),
+    "llm_cond_proj": (288, 3328),
+}
+
+
+@pytest.mark.parametrize("name", list(SMALL_IDEOGRAM_LIKE))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_w8a8_linear_triton_vs_float64(name, dtype, with_bias, gen):
+    n, k = SMALL_IDEOGRAM_LIKE[name]
+    m = 37 if name != "llm_cond_proj" else 24
+    x = activations(m, k, gen, dtype=dtype)
+    w, ws = weight(n, k, gen)
+    bias = torch.randn(n, generator=gen) if with_bias else None
+    smooth = torch.rand(k, generator=gen) * 2 + 0.5
+    site = f"test/{name}"
+    y = K.w8a8_linear(x, w, ws, bias, smooth=smooth, path="triton-int8", site=site)
+    assert K.REGISTRY.path_of(site) == "triton-int8"
+    assert y.dtype == dtype and y.shape == (m, n)
+    q, s = K.quantize_per_token_ref(x, smooth)
+    ref = reference_f64(q, s, w, ws, bias)
+    tol = 1e-2 if dtype != torch.float32 else 1e-6
+    assert rel_err(y, ref) <= tol, f"seed {gen.initial_seed()}"
+    assert cosine(y, ref) >= 0.9999
+
+
+def test_w8a8_linear_zero_rows_give_exact_bias(gen):
+    n, k = 96, 128
+    x = activations(5, k, gen, dtype=torch.bfloat16)
+    x[2] = 0
+    w, ws = weight(n, k, gen)
+    bias = torch.randn(n, generator=gen).bfloat16()
+    for path in ("triton-int8", "cublas-int8", "dequant-bf16"):
+        y = K.w8a8_linear(x, w, ws, bias, path=path)
+        assert torch.equal(y[2], bias), path
+        assert torch.isfinite(y).all(), path
+
+
+def test_w8a8_linear_nan_row_confined(gen):
+    n, k = 64, 128
+    x = activations(4, k, gen)
+    x[1, 3] = float("nan")
+    w, ws = weight(n, k, gen)
+    y = K.w8a8_linear(x, w, ws, path="triton-int8")
+    assert y[1].isnan().all()
+    assert torch.isfinite(y[[0, 2, 3]]).all()
+
+
+def test_w8a8_linear_nd_input(gen):
+    x = activations(2 * 9, 64, gen).reshape(2, 9, 64)
+    w, ws = weight(32, 64, gen)
+    y = K.w8a8_linear(x, w, ws, path="triton-int8")
+    assert y.shape == (2, 9, 32)
+    y2 = K.w8a8_linear(x.reshape(18, 64), w, ws, path="triton-int8")
+    assert torch.equal(y.reshape(18, 32), y2)
+
+
+@pytest.mark.parametrize("path", ["cublas-int8", "dequant-bf16"])
+def test_fallback_paths_vs_float64(path, gen):
+    n, k, m = 200, 256, 33
+    x = activations(m, k, gen, dtype=torch.bfloat16)
+    w, ws = weight(n, k, gen)
+    bias = torch.randn(n, generator=gen)
+    smooth = torch.rand(k, generator=gen) + 0.5
+    y = K.w8a8_linear(x, w, ws, bias, smooth=smooth, path=path, site=f"test/{path}")
+    assert K.REGISTRY.path_of(f"test/{path}") == path
+    q, s = K.quantize_per_token_ref(x, smooth)
+    ref = reference_f64(q, s, w, ws, bias)
+    # dequant-bf16 rounds both operands to bf16 before the matmul: a looser, still tight, bound
+    assert rel_err(y, ref) <= (1e-2 if path == "cublas-int8" else 2e-2)
+    assert cosine(y, ref) >= 0.9999
+
+
+def test_int8_matmul_writes_every_output(gen):
+    m, n, k = 50, 70, 96
+    q, w = int8((m, k), gen), int8((n, k), gen)
+    s = torch.rand(m, generator=gen)
+    ws = torch.rand(n, generator=gen)
+    out = torch.full((m, n), float("nan"), dtype=torch.float32)
+    K.int8_matmul(q, w, s, ws, out_dtype=torch.float32, out=out)
+    assert torch.isfinite(out).all()
+    assert torch.equal(out, K.int8_matmul_ref(q, w, s, ws, out_dtype=torch.float32))
+
+
+def test_scales_accept_bf16_and_column_shape(gen):
+    m, n, k = 9, 24, 64
+    x = activations(m, k, gen)
+    w, ws = weight(n, k, gen)
+    a = K.w8a8_linear(x, w, ws.bfloat16().reshape(n, 1), path="triton-int8")
+    b = K.w8a8_linear(x, w, ws.bfloat16().float(), path="triton-int8")
+    assert torch.equal(a, b)
+
+
+# -- dispatch and registry ----------------------------------------------------------------------
+
+
+def test_auto_path_on_cpu_is_labelled_fallback(gen):
+    x = activations(4, 64, gen)
+    w, ws = weight(16, 64, gen)
+    K.w8a8_linear(x, w, ws, site="auto/cpu")
+    rec = next(r for r in K.REGISTRY.layers("auto") if r.layer == "cpu")
+    assert rec.path == "cublas-int8"
+    assert "CUDA" in rec.reason  # says why the fused path was not taken
+
+
+def test_env_var_forces_path_leniently(gen, monkeypatch):
+    x = activations(4, 64, gen)
+    w, ws = weight(16, 64, gen)
+    monkeypatch.setenv(K.ENV_PATH, "dequant-bf16")
+    K.w8a8_linear(x, w, ws, site="env/a")
+    assert K.REGISTRY.path_of("env/a") == "dequant-bf16"
+    monkeypatch.setenv(K.ENV_PATH, "no-such-path")
+    K.w8a8_linear(x, w, ws, site="env/b")
+    rec = next(r for r in K.REGISTRY.layers("env") if r.layer == "b")
+    assert rec.path == "cublas-int8" and "no-such-path" in rec.reason
+
+
+def test_forced_path_argument_is_strict(gen):
+    with pytest.raises(K.GemmPathUnavailable, match="expected one of"):
+        K.w8a8_linear(activations(2, 64, gen), *weight(16, 64, gen), path="fp8")
+
+
+def test_registry_counts_and_models(gen):
+    K.REGISTRY.clear("regtest")
+    w, ws = weight(16, 64, gen)
+    x = activations(3, 64, gen)
+    K.w8a8_linear(x, w, ws, path="triton-int8", site="regtest/a")
+    K.w8a8_linear(x, w, ws, path="dequant-bf16", site="regtest/b")
+    K.float_linear(x, torch.randn(16, 64, generator=gen), site="regtest/c", reason="protected layer")
+    counts = K.REGISTRY.counts("regtest")
+    assert counts == {"triton-int8": 1, "cublas-int8": 0, "dequant-bf16": 1, "bf16": 1}
+    assert "regtest" in K.REGISTRY.models()
+    rec = {r.layer: r for r in K.REGISTRY.layers("regtest")}
+    assert rec["a"].config is not None and rec["a"].config_source
+    assert rec["c"].reason == "protected layer"
+
+
+# -- bad input ------------------------------------------------------------------------------------
+
+
+def test_bad_inputs_name_the_argument(gen):
+    w, ws = weight(16, 64, gen)
+    x = activations(3, 64, gen)
+    with pytest.raises(K.KernelInputError, match="last dim must be K"):
+        K.w8a8_linear(activations(3, 63, gen), w, ws)
+    with pytest.raises(K.KernelInputError, match="w8a8_linear: w must be a 2-D int8"):
+        K.w8a8_linear(x, w.float(), ws)
+    with pytest.raises(K.KernelInputError, match="K-contiguous"):
+        K.w8a8_linear(x, int8((64, 16), gen).t(), ws)
+    with pytest.raises(K.KernelInputError, match=r"w_scale must have shape \[16\]"):
+        K.w8a8_linear(x, w, ws[:15])
+    with pytest.raises(K.KernelInputError, match=r"smooth must have shape \[64\]"):
+        K.w8a8_linear(x, w, ws, smooth=torch.ones(32))
+    with pytest.raises(K.KernelInputError, match="x must be float"):
+        K.w8a8_linear(x.int(), w, ws)
+    with pytest.raises(K.KernelInputError, match="K must match"):
+        K.int8_matmul_int32(int8((3, 32), gen), w)
+    with pytest.raises(K.KernelInputError, match="exceeds 133144"):
+        K.int8_matmul_int32(int8((1, 133145), gen), int8((1, 133145), gen))
+    with pytest.raises(K.KernelInputError, match="out must be"):
+        K.int8_matmul_int32(int8((3, 64), gen), w, out=torch.empty(3, 16))
+
+
+def test_config_spaces_fit_their_architectures():
+    for arch, limit in C.SMEM_LIMIT.items():
+        for m in (16, 512, 4608):
+            space = C.config_space(arch, m)
+            assert space, (arch, m)
+            assert all(c.smem_bytes() <= limit for c in space)
+    # Hopper's large-M tiles must all qualify for int8 wgmma
+    assert all(c.uses_wgmma_on_hopper() for c in C.config_space("sm90", 4608))
+    # sm86 has ~99 KB: no 3-stage 128x128x128 tile there
+    assert all(c.smem_bytes() <= 96 * 1024 for c in C.config_space("sm86", 4608))
+
+
+def test_heuristic_splits_long_k_few_tiles():
+    cfg = C.heuristic_config("sm90", 512, 4608, 53248)
+    assert cfg.split_k > 1
+    assert C.heuristic_config("sm90", 4608, 13824, 4608).split_k == 1

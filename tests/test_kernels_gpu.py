@@ -1,0 +1,124 @@
+"""Kernel correctness on a CUDA GPU at full Ideogram 4 shapes (run on an H100/H200)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from comfyui_ideogram4_int8 import kernels as K
+from comfyui_ideogram4_int8.kernels import configs as C
+from comfyui_ideogram4_int8.kernels import gemm_triton
+from kernel_checks import (
+    IDEOGRAM_SHAPES,
+    M_COND,
+    M_TEXT,
+    M_UNCOND,
+    activations,
+    cosine,
+    int8,
+    launches,
+    reference_f64,
+    rel_err,
+    weight,
+)
+
+pytestmark = pytest.mark.cuda
+
+FULL = [
+    ("qkv", M_COND),
+    ("o", M_COND),
+    ("w1", M_UNCOND),
+    ("w2", M_COND),
+    ("adaln_modulation", 1),
+    ("llm_cond_proj", M_TEXT),
+    ("input_proj", M_UNCOND),
+]
+
+
+@pytest.mark.parametrize("name,m", FULL, ids=[f[0] for f in FULL])
+def test_full_shape_int32_bit_exact(name, m, gen):
+    n, k = IDEOGRAM_SHAPES[name]
+    q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
+    out = torch.full((m, n), -(2**31) + 7, dtype=torch.int32, device="cuda")
+    before = launches("gemm_triton")
+    K.int8_matmul_int32(q, w, out=out)
+    assert launches("gemm_triton") == before + 1
+    qp = q if m > 16 else torch.cat([q, q.new_zeros(17 - m, k)])
+    assert torch.equal(out, torch._int_mm(qp, w.t())[:m]), f"seed {gen.initial_seed()}"
+
+
+@pytest.mark.parametrize("m", [1, 17, 333])
+@pytest.mark.parametrize("n,k", [(200, 4608), (1000, 12288), (4608, 53248)])
+def test_odd_m_bit_exact(m, n, k, gen):
+    q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
+    got = K.int8_matmul_int32(q, w)
+    qp = q if m > 16 else torch.cat([q, q.new_zeros(17 - m, k)])  # cuBLASLt wants M > 16
+    assert torch.equal(got, torch._int_mm(qp, w.t())[:m])
+
+
+@pytest.mark.parametrize("name,m", FULL, ids=[f[0] for f in FULL])
+def test_full_shape_w8a8_linear_vs_float64(name, m, gen):
+    n, k = IDEOGRAM_SHAPES[name]
+    x = activations(m, k, gen, dtype=torch.bfloat16, device="cuda")
+    w, ws = weight(n, k, gen, device="cuda")
+    bias = torch.randn(n, generator=gen).cuda()
+    smooth = (torch.rand(k, generator=gen) * 2 + 0.5).cuda()
+    site = f"gpu/{name}"
+    y = K.w8a8_linear(x, w, ws, bias, smooth=smooth, site=site)  # automatic path choice
+    assert K.REGISTRY.path_of(site) == "triton-int8", "the fused path must be the automatic choice on sm_80+"
+    q, s = K.quantize_per_token_ref(x, smooth)
+    ref = reference_f64(q, s, w, ws, bias)
+    assert rel_err(y, ref) <= 1e-2 and cosine(y, ref) >= 0.9999, f"seed {gen.initial_seed()}"
+    # the twin of the same quantized operands, bit for bit in float32 output
+    y32 = K.int8_matmul(q, w, s, ws, bias, out_dtype=torch.float32)
+    assert torch.equal(y32, K.int8_matmul_ref(q, w, s, ws, bias, out_dtype=torch.float32))
+
+
+@pytest.mark.parametrize("m,k", [(M_COND, 4608), (M_UNCOND, 12288), (M_TEXT, 53248), (333, 4608)])
+@pytest.mark.parametrize("smooth", [False, True])
+def test_full_shape_quantize_identical_to_twin(m, k, smooth, gen):
+    x = activations(m, k, gen, dtype=torch.bfloat16, device="cuda")
+    x[5] = 0
+    sm = (torch.rand(k, generator=gen) * 4 + 0.25).cuda() if smooth else None
+    before = launches("quant_triton")
+    q, s = K.quantize_per_token(x, sm)
+    assert launches("quant_triton") == before + 1
+    qr, sr = K.quantize_per_token_ref(x, sm)
+    assert torch.equal(q, qr) and torch.equal(s, sr), f"seed {gen.initial_seed()}"
+
+
+def test_split_k_llm_cond_proj_bit_exact(gen):
+    m, (n, k) = M_TEXT, IDEOGRAM_SHAPES["llm_cond_proj"]
+    q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
+    expect = torch._int_mm(q, w.t())
+    for split in (1, 2, 4, 8):
+        out = torch.full((m, n), 3, dtype=torch.int32, device="cuda")
+        gemm_triton.launch_gemm(q, w, C.GemmConfig(128, 128, 128, 8, split, 4, 3), out=out, raw_int32=True)
+        assert torch.equal(out, expect), f"split_k={split}"
+
+
+def test_hopper_configs_emit_wgmma_and_small_m_emits_mma_sync(gen):
+    if torch.cuda.get_device_capability() < (9, 0):
+        pytest.skip("wgmma exists on sm_90 only")
+    m, n, k = 256, 256, 512
+    q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
+    out = torch.empty(m, n, dtype=torch.int32, device="cuda")
+    gemm_triton.launch_gemm(q, w, C.GemmConfig(128, 128, 128, 8, 1, 4, 3), out=out, raw_int32=True)
+    ptx = gemm_triton.LAST_LAUNCH["kernel"].asm["ptx"]
+    assert "wgmma.mma_async" in ptx and ".s8.s8" in ptx
+    # the Ampere instruction path, which Hopper compiles for BLOCK_M < 64
+    gemm_triton.launch_gemm(q, w, C.GemmConfig(32, 128, 128, 1, 1, 4, 3), out=out, raw_int32=True)
+    ptx = gemm_triton.LAST_LAUNCH["kernel"].asm["ptx"]
+    assert "mma.sync" in ptx and "wgmma" not in ptx
+    assert torch.equal(out, torch._int_mm(q, w.t()))
+
+
+def test_fallback_paths_on_gpu(gen):
+    n, k, m = 4608, 4608, 300
+    x = activations(m, k, gen, dtype=torch.bfloat16, device="cuda")
+    w, ws = weight(n, k, gen, device="cuda")
+    q, s = K.quantize_per_token_ref(x)
+    ref = reference_f64(q, s, w, ws)
+    for path in ("cublas-int8", "dequant-bf16"):
+        y = K.w8a8_linear(x, w, ws, path=path, site=f"gpufb/{path}")
+        assert K.REGISTRY.path_of(f"gpufb/{path}") == path
+        assert rel_err(y, ref) <= 2e-2 and cosine(y, ref) >= 0.9999, path

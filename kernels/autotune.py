@@ -21,7 +21,7 @@ import threading
 import torch
 
 from .configs import GemmConfig, config_space, heuristic_config, m_bucket, shipped_config
-from .env import arch_name, capability
+from .env import arch_name, capability, gpu_name
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class ConfigPicker:
         N = w.shape[0]
         cc = capability(q.device) if q.is_cuda else None
         arch = arch_name(cc)
-        gpu = torch.cuda.get_device_name(q.device) if q.is_cuda else "cpu"
+        gpu = gpu_name(q.device)
         key = (arch, gpu, N, K, m_bucket(M))
         with self._lock:
             hit = self._picks.get(key)

@@ -28,6 +28,9 @@ class GemmConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
+    persistent: int = 0  # 1: persistent TMA kernel (split_k must be 1)
+    warp_specialize: int = 0  # persistent only: producer/consumer warp specialization
+    subtile: int = 0  # persistent only: epilogue stored as two half-width tiles
 
     def smem_bytes(self) -> int:
         """Shared memory for the pipelined int8 A and B tiles."""
@@ -37,10 +40,13 @@ class GemmConfig:
         return self.block_m % 64 == 0 and self.num_warps % 4 == 0 and self.block_k >= 32
 
     def key(self) -> str:
-        return (
+        base = (
             f"{self.block_m}x{self.block_n}x{self.block_k}"
             f"_g{self.group_m}_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}"
         )
+        if self.persistent:
+            base += "_P" + ("ws" if self.warp_specialize else "") + ("st" if self.subtile else "")
+        return base
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -64,6 +70,14 @@ _LARGE_SM90 = [
     C(64, 256, 128, 8, 1, 4, 3),
     C(128, 64, 128, 8, 1, 4, 4),
     C(64, 128, 128, 8, 1, 4, 4),
+]
+_PERSISTENT_SM90 = [
+    C(128, 128, 128, 8, 1, 4, 3, 1, 0, 0),
+    C(128, 128, 128, 8, 1, 8, 3, 1, 0, 1),
+    C(128, 256, 128, 8, 1, 8, 3, 1, 0, 1),
+    C(128, 256, 64, 8, 1, 8, 4, 1, 0, 1),
+    C(128, 128, 128, 8, 1, 4, 3, 1, 1, 0),
+    C(128, 256, 128, 8, 1, 8, 3, 1, 1, 1),
 ]
 _SPLITK_SM90 = [C(128, 128, 128, 8, s, 4, 3) for s in (2, 4, 8)] + [C(64, 128, 128, 8, s, 4, 4) for s in (2, 4)]
 
@@ -99,8 +113,8 @@ _SMALL_M = [
 ]
 
 CONFIG_SPACES: dict[str, list[GemmConfig]] = {
-    "sm90": _LARGE_SM90 + _SPLITK_SM90 + _SMALL_M,
-    "sm100": _LARGE_SM90 + _SPLITK_SM90 + _SMALL_M,
+    "sm90": _LARGE_SM90 + _PERSISTENT_SM90 + _SPLITK_SM90 + _SMALL_M,
+    "sm100": _LARGE_SM90 + _PERSISTENT_SM90 + _SPLITK_SM90 + _SMALL_M,
     "sm80": _LARGE_SM80 + _SPLITK_AMPERE + _SMALL_M,
     "sm86": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,
     "sm89": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,

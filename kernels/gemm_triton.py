@@ -105,6 +105,78 @@ def _w8a8_gemm_kernel(
 
 
 @triton.jit
+def _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M: tl.constexpr):
+    group_id = tile_id // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _w8a8_gemm_persistent_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    HAS_BIAS: tl.constexpr,
+    RAW_INT32: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    SUBTILE: tl.constexpr,
+):
+    """Persistent variant: one program per SM walks the output tiles; A/B/C move by TMA
+    descriptors (edge tiles are zero-filled on load and clipped on store, so no masks).
+    The epilogue of one tile overlaps the next tile's loads."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    num_pid_in_group = GROUP_M * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile_id in tl.range(
+        tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=True, warp_specialize=WARP_SPECIALIZE
+    ):
+        pid_m, pid_n = _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        for ki in range(k_tiles):
+            a = a_desc.load([off_m, ki * BLOCK_K])
+            b = b_desc.load([off_n, ki * BLOCK_K])
+            acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
+        if RAW_INT32:
+            c_desc.store([off_m, off_n], acc)
+        else:
+            rm = off_m + tl.arange(0, BLOCK_M)
+            rn = off_n + tl.arange(0, BLOCK_N)
+            sa = tl.load(sa_ptr + rm, mask=rm < M, other=0.0)
+            sb = tl.load(sb_ptr + rn, mask=rn < N, other=0.0)
+            y = acc.to(tl.float32) * sa[:, None]
+            y = y * sb[None, :]
+            if HAS_BIAS:
+                y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            out_ty = c_desc.dtype
+            if SUBTILE:
+                # two half-width stores: smaller epilogue staging buffer, more overlap
+                y3 = tl.permute(tl.reshape(y, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+                y0, y1 = tl.split(y3)
+                c_desc.store([off_m, off_n], y0.to(out_ty))
+                c_desc.store([off_m, off_n + BLOCK_N // 2], y1.to(out_ty))
+            else:
+                c_desc.store([off_m, off_n], y.to(out_ty))
+
+
+@triton.jit
 def _dequant_epilogue_kernel(
     acc_ptr,
     c_ptr,
@@ -147,6 +219,8 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
     """
     M, K = q.shape
     N = w.shape[0]
+    if cfg.persistent and tma_compatible(q, w, out):
+        return _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32)
     k_per_split, even_k = _k_split(K, cfg)
     split_k = triton.cdiv(K, k_per_split)
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n), split_k)
@@ -211,5 +285,59 @@ def apply_epilogue(acc, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, o
         BLOCK_M=bm,
         BLOCK_N=bn,
         num_warps=4,
+    )
+    return out
+
+
+def tma_compatible(q, w, out) -> bool:
+    """TMA descriptors need 16-byte aligned bases and row strides."""
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (q, w, out))
+
+
+_SM_COUNT: dict = {}
+
+
+def _num_sms(device) -> int:
+    if device.type != "cuda":
+        return 4  # the CPU interpreter: a few programs exercise the persistent loop
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SM_COUNT[idx]
+
+
+def _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    M, K = q.shape
+    N = w.shape[0]
+    subtile = bool(cfg.subtile) and not raw_int32
+    c_block_n = cfg.block_n // 2 if subtile else cfg.block_n
+    a_desc = TensorDescriptor.from_tensor(q, [cfg.block_m, cfg.block_k])
+    b_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
+    c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, c_block_n])
+    tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
+    programs = min(_num_sms(q.device), tiles)
+    LAST_LAUNCH["kernel"] = _w8a8_gemm_persistent_kernel[(programs,)](
+        a_desc,
+        b_desc,
+        c_desc,
+        q_scale if q_scale is not None else out,
+        w_scale if w_scale is not None else out,
+        bias if bias is not None else out,
+        M,
+        N,
+        K,
+        HAS_BIAS=bias is not None,
+        RAW_INT32=raw_int32,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m,
+        NUM_PROGRAMS=programs,
+        WARP_SPECIALIZE=bool(cfg.warp_specialize),
+        SUBTILE=subtile,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     return out

@@ -120,14 +120,16 @@ def quant_launch_params(M: int, K: int) -> dict:
     return dict(BLOCK_M=block_m, BLOCK_K=block_k, ONE_PASS=one_pass, num_warps=num_warps)
 
 
-def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None):
-    """x [M, K] (row stride arbitrary, unit column stride) -> (int8 [M, K], float32 [M])."""
+def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, params: dict | None = None):
+    """x [M, K] (row stride arbitrary, unit column stride) -> (int8 [M, K], float32 [M]).
+
+    ``params`` overrides the launch heuristic (benchmark sweeps)."""
     M, K = x.shape
     q = torch.empty((M, K), dtype=torch.int8, device=x.device)
     scale = torch.empty((M,), dtype=torch.float32, device=x.device)
     if M == 0:
         return q, scale
-    p = quant_launch_params(M, K)
+    p = params or quant_launch_params(M, K)
     grid = (triton.cdiv(M, p["BLOCK_M"]),)
     _quantize_rows_kernel[grid](
         x,

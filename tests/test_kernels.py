@@ -51,6 +51,7 @@ def test_int32_extreme_values_bit_exact(gen):
         C.GemmConfig(16, 64, 64, 1, 1, 4, 2),
         C.GemmConfig(64, 32, 64, 8, 3, 4, 2),  # split-K with a ragged last slice
         C.GemmConfig(32, 64, 32, 2, 4, 4, 2),
+        C.GemmConfig(32, 64, 32, 2, 1, 4, 2, persistent=1),  # TMA descriptors, persistent tile loop
     ],
     ids=lambda c: c.key(),
 )
@@ -63,15 +64,24 @@ def test_every_config_family_bit_exact(cfg, gen):
     assert torch.equal(out, torch._int_mm(q, w.t())), f"{cfg.key()} seed {gen.initial_seed()}"
 
 
-@pytest.mark.parametrize("split_k", [1, 4])
-def test_fused_epilogue_split_k_matches_unsplit(split_k, gen):
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        C.GemmConfig(32, 32, 64, 1, 1, 4, 2),
+        C.GemmConfig(32, 32, 64, 1, 4, 4, 2),
+        C.GemmConfig(32, 32, 64, 2, 1, 4, 2, persistent=1),
+        C.GemmConfig(32, 32, 64, 2, 1, 4, 2, persistent=1, warp_specialize=1, subtile=1),
+    ],
+    ids=lambda c: c.key(),
+)
+def test_fused_epilogue_every_variant_matches_twin(cfg, gen):
     m, n, k = 40, 72, 512
     x = activations(m, k, gen)
     q, s = K.quantize_per_token(x)
     w, ws = weight(n, k, gen)
     bias = torch.randn(n, generator=gen)
     out = torch.full((m, n), float("nan"), dtype=torch.float32)
-    launch_gemm(q, w, C.GemmConfig(32, 32, 64, 1, split_k, 4, 2), s, ws, bias, out)
+    launch_gemm(q, w, cfg, s, ws, bias, out)
     assert torch.equal(out, K.int8_matmul_ref(q, w, s, ws, bias, out_dtype=torch.float32))
 
 

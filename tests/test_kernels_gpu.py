@@ -122,3 +122,24 @@ def test_fallback_paths_on_gpu(gen):
         y = K.w8a8_linear(x, w, ws, path=path, site=f"gpufb/{path}")
         assert K.REGISTRY.path_of(f"gpufb/{path}") == path
         assert rel_err(y, ref) <= 2e-2 and cosine(y, ref) >= 0.9999, path
+
+
+def test_every_config_of_this_gpu_bit_exact(gen):
+    """Each config the autotuner may pick (incl. persistent / split-K / small-M) is exact."""
+    from comfyui_ideogram4_int8.kernels.env import arch_name
+
+    arch = arch_name(torch.cuda.get_device_capability())
+    smem = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    m, n, k = 300, 1000, 4608
+    q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
+    expect = torch._int_mm(q, w.t())
+    seen = set()
+    for mm in (16, 300):
+        for cfg in C.config_space(arch, mm, smem):
+            if cfg in seen:
+                continue
+            seen.add(cfg)
+            out = torch.full((m, n), -(2**31) + 7, dtype=torch.int32, device="cuda")
+            gemm_triton.launch_gemm(q, w, cfg, out=out, raw_int32=True)
+            assert torch.equal(out, expect), cfg.key()
+    assert len(seen) >= 10

@@ -227,12 +227,15 @@ def quant_sweep(quick, gen) -> list[dict]:
         nbytes = M * K * 3 + 4 * M
         variants = [QT.quant_launch_params(M, K)]
         p2 = triton_next_pow2(K)
-        for bm in (1, 2, 4):
-            for nw in (4, 8, 16):
-                if p2 <= 16384:
-                    variants.append(dict(BLOCK_M=bm, BLOCK_K=p2, ONE_PASS=True, num_warps=nw))
-                for bk in (1024, 2048, 4096):
-                    variants.append(dict(BLOCK_M=bm, BLOCK_K=bk, ONE_PASS=False, num_warps=nw))
+        for per_sm in (0, 4, 8, 16):
+            for ns in (1, 2, 3) if per_sm else (1,):
+                for nw in (4, 8):
+                    base = dict(BLOCK_M=1, num_warps=nw, PROGRAMS_PER_SM=per_sm, NUM_STAGES=ns)
+                    if p2 <= 16384:
+                        variants.append(dict(base, BLOCK_K=p2, ONE_PASS=True))
+                    for bk in (1024, 4096, 8192):
+                        if bk < K:
+                            variants.append(dict(base, BLOCK_K=bk, ONE_PASS=False))
         for v in variants:
             try:
                 ms = _bench(lambda v=v, x=x: QT.quantize_rows_triton(x, None, v), quick)
@@ -304,7 +307,9 @@ def run_bench(args) -> int:
         table = {}
         for name in names:
             M, N, K = SHAPES[name]
-            ranked = tune_shape(M, N, K, args.quick, gen)
+            if any(k == f"{N},{K},{m_bucket(M)}" for k in table):
+                continue
+            ranked = tune_shape(M, N, K, True, gen)  # ranking only: short repetitions
             if ranked:
                 table[f"{N},{K},{m_bucket(M)}"] = ranked[0][1].as_dict()
                 print(f"tune {name}: " + ", ".join(f"{c.key()} {ms:.3f}" for ms, c in ranked[:4]), flush=True)
@@ -321,18 +326,21 @@ def run_bench(args) -> int:
     copy_gbps = _copy_bandwidth(args.quick)
     info["copy_gbps"] = copy_gbps
     if getattr(args, "quant_sweep", False):
-        result["quant_sweep"] = quant_sweep(args.quick, gen)
-    rows = []
-    for name in names:
-        rows.append(bench_shape(name, *SHAPES[name], args.quick, ck, gen))
-        print(f"done {name}", flush=True)
-    result["rows"] = rows
+        result["quant_sweep"] = quant_sweep(True, gen)
     out = pathlib.Path(args.out) if args.out else None
     if out is None:
         slug = info["gpu"].replace(" ", "-")
         out = pathlib.Path("bench/results") / f"gemm-{slug}-{info['date']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    rows = result["rows"] = []
+    for name in names:
+        try:
+            rows.append(bench_shape(name, *SHAPES[name], args.quick, ck, gen))
+        except Exception as exc:  # keep the other shapes' numbers
+            print(f"shape {name} failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+            result.setdefault("failed", {})[name] = f"{exc.__class__.__name__}: {exc}"
+        out.write_text(json.dumps(result, indent=1))
+        torch.cuda.empty_cache()
     print(f"\nGPU {info['gpu']} (cc {info['cc']}), torch {info['torch']}, triton {info['triton']}, "
           f"comfy-kitchen {ck_note}, copy {copy_gbps:.0f} GB/s")  # fmt: skip
     print_table(rows, copy_gbps)

@@ -155,7 +155,13 @@ def _w8a8_gemm_persistent_kernel(
             b = b_desc.load([off_n, ki * BLOCK_K])
             acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
         if RAW_INT32:
-            c_desc.store([off_m, off_n], acc)
+            if SUBTILE:
+                acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+                acc0, acc1 = tl.split(acc3)
+                c_desc.store([off_m, off_n], acc0)
+                c_desc.store([off_m, off_n + BLOCK_N // 2], acc1)
+            else:
+                c_desc.store([off_m, off_n], acc)
         else:
             rm = off_m + tl.arange(0, BLOCK_M)
             rn = off_n + tl.arange(0, BLOCK_N)
@@ -311,7 +317,7 @@ def _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32):
 
     M, K = q.shape
     N = w.shape[0]
-    subtile = bool(cfg.subtile) and not raw_int32
+    subtile = bool(cfg.subtile)
     c_block_n = cfg.block_n // 2 if subtile else cfg.block_n
     a_desc = TensorDescriptor.from_tensor(q, [cfg.block_m, cfg.block_k])
     b_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])

@@ -68,9 +68,11 @@ def test_full_shape_w8a8_linear_vs_float64(name, m, gen):
     q, s = K.quantize_per_token_ref(x, smooth)
     ref = reference_f64(q, s, w, ws, bias)
     assert rel_err(y, ref) <= 1e-2 and cosine(y, ref) >= 0.9999, f"seed {gen.initial_seed()}"
-    # the twin of the same quantized operands, bit for bit in float32 output
+    # the twin of the same quantized operands in float32 output: the accumulator is exact, the
+    # epilogue may differ by an ulp (the GPU fuses scale * x + bias into one FMA)
     y32 = K.int8_matmul(q, w, s, ws, bias, out_dtype=torch.float32)
-    assert torch.equal(y32, K.int8_matmul_ref(q, w, s, ws, bias, out_dtype=torch.float32))
+    t32 = K.int8_matmul_ref(q, w, s, ws, bias, out_dtype=torch.float32)
+    assert rel_err(y32, t32) <= 1e-6
 
 
 @pytest.mark.parametrize("m,k", [(M_COND, 4608), (M_UNCOND, 12288), (M_TEXT, 53248), (333, 4608)])

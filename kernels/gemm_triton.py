@@ -30,6 +30,14 @@ LAST_LAUNCH: dict = {}
 
 
 @triton.jit
+def _swiglu_tile(y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """y [BLOCK_M, BLOCK_N] holds gate columns then up columns (weights interleaved in chunks of
+    BLOCK_N // 2): returns silu(gate) * up, [BLOCK_M, BLOCK_N // 2], in float32."""
+    g, u = tl.split(tl.permute(tl.reshape(y, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+    return g * tl.sigmoid(g) * u
+
+
+@triton.jit
 def _w8a8_gemm_kernel(
     a_ptr,
     b_ptr,
@@ -45,7 +53,7 @@ def _w8a8_gemm_kernel(
     stride_cm,
     K_PER_SPLIT,
     HAS_BIAS: tl.constexpr,
-    EPILOGUE: tl.constexpr,  # 0: raw int32 store, 1: scaled store, 2: int32 atomic add (split-K)
+    EPILOGUE: tl.constexpr,  # 0: raw int32 store, 1: scaled store, 2: int32 atomic add (split-K), 3: SwiGLU
     EVEN_K: tl.constexpr,  # K_PER_SPLIT % BLOCK_K == 0 and K % K_PER_SPLIT == 0: no K masks
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -101,7 +109,13 @@ def _w8a8_gemm_kernel(
         y = y * sb[None, :]
         if HAS_BIAS:
             y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=c_mask)
+        if EPILOGUE == 3:
+            h = _swiglu_tile(y, BLOCK_M, BLOCK_N)
+            rh = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+            h_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rh[None, :]
+            tl.store(h_ptrs, h.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rh[None, :] < N // 2))
+        else:
+            tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
 @triton.jit
@@ -127,6 +141,7 @@ def _w8a8_gemm_persistent_kernel(
     K,
     HAS_BIAS: tl.constexpr,
     RAW_INT32: tl.constexpr,
+    SWIGLU: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -172,7 +187,9 @@ def _w8a8_gemm_persistent_kernel(
             if HAS_BIAS:
                 y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
             out_ty = c_desc.dtype
-            if SUBTILE:
+            if SWIGLU:
+                c_desc.store([off_m, off_n // 2], _swiglu_tile(y, BLOCK_M, BLOCK_N).to(out_ty))
+            elif SUBTILE:
                 # two half-width stores: smaller epilogue staging buffer, more overlap
                 y3 = tl.permute(tl.reshape(y, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
                 y0, y1 = tl.split(y3)
@@ -217,16 +234,19 @@ def _k_split(K: int, cfg) -> tuple[int, bool]:
     return k_per_split, even_k
 
 
-def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False):
+def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False):
     """Run the kernel with config ``cfg`` (see configs.GemmConfig). Writes into and returns ``out``.
 
     raw_int32=True returns the int32 accumulator (``out`` must be int32); otherwise ``out`` gets
-    the dequantized, biased result in its own dtype.
+    the dequantized, biased result in its own dtype. swiglu=True: ``w`` holds gate and up rows
+    interleaved in chunks of BLOCK_N // 2 and ``out`` [M, N // 2] gets silu(gate) * up.
     """
     M, K = q.shape
     N = w.shape[0]
+    if swiglu and (raw_int32 or cfg.split_k != 1 or N % cfg.block_n):
+        raise ValueError("the SwiGLU epilogue needs split_k == 1 and N a multiple of BLOCK_N")
     if cfg.persistent and tma_compatible(q, w, out):
-        return _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32)
+        return _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu)
     k_per_split, even_k = _k_split(K, cfg)
     split_k = triton.cdiv(K, k_per_split)
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n), split_k)
@@ -255,7 +275,7 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
             w.stride(0),
             out.stride(0),
             HAS_BIAS=bias is not None,
-            EPILOGUE=0 if raw_int32 else 1,
+            EPILOGUE=0 if raw_int32 else 3 if swiglu else 1,
             **common,
         )
         return out
@@ -312,13 +332,13 @@ def _num_sms(device) -> int:
     return _SM_COUNT[idx]
 
 
-def _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32):
+def _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu=False):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     M, K = q.shape
     N = w.shape[0]
-    subtile = bool(cfg.subtile)
-    c_block_n = cfg.block_n // 2 if subtile else cfg.block_n
+    subtile = bool(cfg.subtile) and not swiglu
+    c_block_n = cfg.block_n // 2 if (subtile or swiglu) else cfg.block_n
     a_desc = TensorDescriptor.from_tensor(q, [cfg.block_m, cfg.block_k])
     b_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, c_block_n])
@@ -336,6 +356,7 @@ def _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32):
         K,
         HAS_BIAS=bias is not None,
         RAW_INT32=raw_int32,
+        SWIGLU=swiglu,
         BLOCK_M=cfg.block_m,
         BLOCK_N=cfg.block_n,
         BLOCK_K=cfg.block_k,

@@ -36,8 +36,14 @@ SHAPES = {  # name: (M, N, K)
     "uncond_w1/w3": (4096, 12288, 4608),
     "uncond_w2": (4096, 4608, 12288),
     "llm_cond_proj": (512, 4608, 53248),
+    "ffn_swiglu": (4608, 12288, 4608),  # silu(x W1^T) * (x W3^T): N is the width of each of W1, W3
+    "uncond_ffn_swiglu": (4096, 12288, 4608),
 }
-DEFAULT_SHAPES = ["qkv", "o", "w1/w3", "w2", "uncond_qkv", "uncond_w1/w3", "uncond_w2", "llm_cond_proj"]
+SWIGLU_SHAPES = ("ffn_swiglu", "uncond_ffn_swiglu")
+DEFAULT_SHAPES = [
+    "qkv", "o", "w1/w3", "w2", "uncond_qkv", "uncond_w1/w3", "uncond_w2", "llm_cond_proj", "ffn_swiglu",
+    "uncond_ffn_swiglu",
+]  # fmt: skip
 TARGETS = {"bf16": 1.6, "ck-int8": 1.4, "fp8-rowwise": 1.2}
 
 
@@ -184,6 +190,85 @@ def bench_shape(name, M, N, K, quick, ck, gen):
     return row
 
 
+def bench_swiglu(name, M, F_, K, quick, ck, gen):
+    """The FFN gate/up pair: silu(x W1^T) * (x W3^T), each peer from a bf16 x to a bf16 h."""
+    from comfyui_ideogram4_int8 import kernels as Kn
+
+    dev = "cuda"
+    row = {"shape": name, "M": M, "N": 2 * F_, "K": K, "sm_clock_mhz_before": _sm_clock_mhz()}
+    flop = 2.0 * M * 2 * F_ * K
+    sets = []
+    for _ in range(2):
+        x = (torch.randn(M, K, device=dev, generator=gen) * 0.5).bfloat16()
+        x[:, :: max(K // 37, 1)] *= 30
+        st = {"x": x}
+        for name_w in ("w1", "w3"):
+            w_f = torch.randn(F_, K, device=dev, generator=gen) * 0.02
+            st[name_w + "_f"] = w_f
+            st[name_w + "_bf"] = w_f.bfloat16()
+            st[name_w + "_q"], st[name_w + "_s"] = Kn.quantize_weight_ref(w_f)
+            if _fp8_available():
+                amax = w_f.abs().amax(1, keepdim=True)
+                st[name_w + "_8"] = (w_f / (amax / 448.0)).to(torch.float8_e4m3fn)
+                st[name_w + "_8s"] = (amax / 448.0).float().reshape(1, F_)
+        chunk = Kn.swiglu_chunk_for(F_)
+        st["chunk"] = chunk
+        st["w13"], st["s13"] = Kn.interleave_gate_up(st["w1_q"], st["w1_s"], st["w3_q"], st["w3_s"], chunk)
+        sets.append(st)
+
+    def fp8_lin(x8, xs, w8, w8s):
+        return torch._scaled_mm(x8, w8.t(), scale_a=xs, scale_b=w8s, out_dtype=torch.bfloat16)
+
+    def fp8_pair(st):
+        xf = st["x"].float()
+        xs = xf.abs().amax(1, keepdim=True).clamp_min(1e-12) / 448.0
+        x8 = (xf / xs).to(torch.float8_e4m3fn)
+        return F.silu(fp8_lin(x8, xs, st["w1_8"], st["w1_8s"])) * fp8_lin(x8, xs, st["w3_8"], st["w3_8s"])
+
+    def unfused(st, path):
+        a = Kn.w8a8_linear(st["x"], st["w1_q"], st["w1_s"], path=path)
+        return F.silu(a) * Kn.w8a8_linear(st["x"], st["w3_q"], st["w3_s"], path=path)
+
+    peers = {
+        "bf16": lambda st: F.silu(F.linear(st["x"], st["w1_bf"])) * F.linear(st["x"], st["w3_bf"]),
+        "cublas-int8": lambda st: unfused(st, "cublas-int8"),
+        "triton-int8-unfused": lambda st: unfused(st, "triton-int8"),
+        "triton-int8": lambda st: Kn.swiglu_w8a8_linear(
+            st["x"], st["w13"], st["s13"], st["chunk"], path="triton-int8", site=f"bench/{name}"
+        ),
+    }
+    if _fp8_available():
+        peers["fp8-rowwise"] = fp8_pair
+    if ck is not None:
+        for st in sets:
+            st["w1_sc"] = st["w1_s"].reshape(F_, 1).contiguous()
+            st["w3_sc"] = st["w3_s"].reshape(F_, 1).contiguous()
+        peers["ck-int8"] = lambda st: F.silu(ck.int8_linear(st["x"], st["w1_q"], st["w1_sc"], None, torch.bfloat16)) * (
+            ck.int8_linear(st["x"], st["w3_q"], st["w3_sc"], None, torch.bfloat16)
+        )
+    st0 = sets[0]
+    g = F.linear(st0["x"].float(), st0["w1_f"])
+    ref = F.silu(g) * F.linear(st0["x"].float(), st0["w3_f"])
+    del g
+    for label, fn in peers.items():
+        out = fn(st0)
+        row[f"{label}_relerr"] = ((out.float() - ref).norm() / ref.norm()).item()
+    del ref
+    for st in sets:
+        del st["w1_f"], st["w3_f"]
+    times = _interleaved({k: [lambda f=f, st=st: f(st) for st in sets] for k, f in peers.items()}, quick)
+    for label, ms in times.items():
+        row[f"{label}_ms"] = ms
+        row[f"{label}_tops"] = flop / (ms * 1e-3) / 1e12
+    rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
+    row["triton_config"], row["triton_config_source"] = rec.config, rec.config_source
+    for peer in ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused"):
+        if f"{peer}_ms" in row:
+            row[f"speedup_vs_{peer}"] = row[f"{peer}_ms"] / row["triton-int8_ms"]
+    row["sm_clock_mhz_after"] = _sm_clock_mhz()
+    return row
+
+
 def tune_shape(M, N, K, quick, gen):
     """Time every config of this GPU's space; return the sorted (ms, config) list."""
     from comfyui_ideogram4_int8 import kernels as Kn
@@ -283,7 +368,8 @@ def print_table(rows, copy_gbps):
         for peer in ("bf16", "ck-int8", "fp8-rowwise"):
             v = r.get(f"speedup_vs_{peer}")
             line += f"{v:>7.2f}x" if v else f"{'-':>8}"
-        line += f"{100 * r['quant_gbps'] / copy_gbps:>8.0f}%  {r.get('triton_config')}"
+        qbw = f"{100 * r['quant_gbps'] / copy_gbps:.0f}%" if "quant_gbps" in r else "-"
+        line += f"{qbw:>9}  {r.get('triton_config')}"
         print(line)
 
 
@@ -307,6 +393,8 @@ def run_bench(args) -> int:
         table = {}
         for name in names:
             M, N, K = SHAPES[name]
+            if name in SWIGLU_SHAPES:
+                continue  # tuned on first use (block_n pinned by the interleave chunk)
             if any(k == f"{N},{K},{m_bucket(M)}" for k in table):
                 continue
             ranked = tune_shape(M, N, K, True, gen)  # ranking only: short repetitions
@@ -335,7 +423,8 @@ def run_bench(args) -> int:
     rows = result["rows"] = []
     for name in names:
         try:
-            rows.append(bench_shape(name, *SHAPES[name], args.quick, ck, gen))
+            fn = bench_swiglu if name in SWIGLU_SHAPES else bench_shape
+            rows.append(fn(name, *SHAPES[name], args.quick, ck, gen))
         except Exception as exc:  # keep the other shapes' numbers
             print(f"shape {name} failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
             result.setdefault("failed", {})[name] = f"{exc.__class__.__name__}: {exc}"

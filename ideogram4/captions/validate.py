@@ -1,0 +1,79 @@
+"""``validate_caption`` and ``check_caption``: the official verifier's rules, stricter where input is
+clearly a mistake (non-string values, empty strings), each problem with its JSON path and a fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .problems import ERROR, WARNING, Problem, format_lines
+from .rules import bbox_problems, hint_problems, order_problems, parse_raw, surrogate_problems
+from .schema import schema_problems
+
+
+@dataclass
+class Report:
+    """Everything found in one caption: ``errors`` make it invalid, ``warnings`` are hints."""
+
+    caption: Any = None
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == ERROR]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == WARNING]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def text(self) -> str:
+        """A human-readable report for a node output."""
+        lines = ["VALID Ideogram 4 caption" if self.ok else f"INVALID Ideogram 4 caption: {len(self.errors)} error(s)"]
+        if self.errors:
+            lines.append("errors:")
+            lines += format_lines([str(p) for p in self.errors])
+        if self.warnings:
+            lines.append(f"warnings ({len(self.warnings)}):")
+            lines += format_lines([str(p) for p in self.warnings])
+        return "\n".join(lines)
+
+
+def check_caption(caption: str | dict, *, hints: bool = True) -> Report:
+    """Parse (if text) and check a caption; return all errors and, with ``hints``, soft warnings."""
+    problems: list[Problem] = []
+    raw_len = None
+    if isinstance(caption, (str, bytes, bytearray)):
+        if not isinstance(caption, str):
+            try:
+                caption = bytes(caption).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return Report(None, [Problem((), f"caption bytes are not UTF-8 ({exc.reason} at byte {exc.start})",
+                                             "save the caption as UTF-8")])
+        parsed = parse_raw(caption)
+        problems.extend(parsed.problems)
+        if not parsed.ok:
+            return Report(None, problems)
+        raw_len = len(caption)
+        value = parsed.value
+    else:
+        value = caption
+    problems.extend(schema_problems(value))
+    problems.extend(bbox_problems(value))
+    problems.extend(order_problems(value))
+    problems.extend(surrogate_problems(value))
+    if hints:
+        problems.extend(hint_problems(value, raw_len))
+    return Report(value, problems)
+
+
+def validate_caption(caption: str | dict) -> list[str]:
+    """Problems that make ``caption`` invalid, each ``"<JSON path>: <what> — fix: <how>"``; empty when valid.
+
+    ``caption`` is raw caption text (also checked for JSON syntax, duplicate keys and the official
+    ensure_ascii rule) or an already-parsed dict.
+    """
+    return [str(p) for p in check_caption(caption, hints=False).errors]

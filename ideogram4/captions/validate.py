@@ -30,16 +30,30 @@ class Report:
     def ok(self) -> bool:
         return not self.errors
 
-    def text(self) -> str:
-        """A human-readable report for a node output."""
+    def text(self, notes: list[str] | tuple[str, ...] = (), sources: list[str] | tuple[str, ...] = ()) -> str:
+        """A human-readable report for a node output.
+
+        ``notes``: changes made on the way (normalized colors, repairs); ``sources``: a label per element
+        (e.g. the node it came from), appended to problems inside that element."""
         lines = ["VALID Ideogram 4 caption" if self.ok else f"INVALID Ideogram 4 caption: {len(self.errors)} error(s)"]
         if self.errors:
             lines.append("errors:")
-            lines += format_lines([str(p) for p in self.errors])
+            lines += format_lines([_with_source(p, sources) for p in self.errors])
         if self.warnings:
             lines.append(f"warnings ({len(self.warnings)}):")
-            lines += format_lines([str(p) for p in self.warnings])
+            lines += format_lines([_with_source(p, sources) for p in self.warnings])
+        if notes:
+            lines.append(f"changes made ({len(notes)}):")
+            lines += format_lines(list(notes))
         return "\n".join(lines)
+
+
+def _with_source(problem: Problem, sources) -> str:
+    path = problem.path
+    if len(path) >= 3 and path[:2] == ("compositional_deconstruction", "elements") and isinstance(path[2], int):
+        if path[2] < len(sources) and sources[path[2]]:
+            return f"{problem} [element from {sources[path[2]]}]"
+    return str(problem)
 
 
 def check_caption(caption: str | dict, *, hints: bool = True) -> Report:

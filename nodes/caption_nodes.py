@@ -128,7 +128,7 @@ class TextElement(io.ComfyNode):
     def execute(cls, text, desc, placed, y_min, x_min, y_max, x_max, color_palette, elements=None) -> io.NodeOutput:
         src = _source(cls)
         new = b.make_element("text", desc, text, _bbox(placed, y_min, x_min, y_max, x_max), color_palette, src)
-        return io.NodeOutput(_chain(elements, f"{src} input") + new)
+        return io.NodeOutput(_chain(elements, f"'elements' input of {src}") + new)
 
 
 class ObjectElement(io.ComfyNode):
@@ -160,7 +160,7 @@ class ObjectElement(io.ComfyNode):
     def execute(cls, desc, placed, y_min, x_min, y_max, x_max, color_palette, elements=None) -> io.NodeOutput:
         src = _source(cls)
         new = b.make_element("obj", desc, None, _bbox(placed, y_min, x_min, y_max, x_max), color_palette, src)
-        return io.NodeOutput(_chain(elements, f"{src} input") + new)
+        return io.NodeOutput(_chain(elements, f"'elements' input of {src}") + new)
 
 
 class LayoutBoxes(io.ComfyNode):
@@ -196,7 +196,7 @@ class LayoutBoxes(io.ComfyNode):
     def execute(cls, width, height, boxes=None, elements=None) -> io.NodeOutput:
         src = _source(cls)
         drawn = b.elements_from_boxes(boxes if boxes is not None else [], width, height, src)
-        return io.NodeOutput(_chain(elements, f"{src} input") + drawn, width, height)
+        return io.NodeOutput(_chain(elements, f"'elements' input of {src}") + drawn, width, height)
 
 
 def _finish(caption: dict, notes, sources, on_invalid: str):
@@ -247,7 +247,7 @@ class CaptionBuilder(io.ComfyNode):
 
     @classmethod
     def execute(cls, high_level_description, background, on_invalid, style=None, elements=None) -> io.NodeOutput:
-        chain = _chain(elements, f"{_source(cls)} input")
+        chain = _chain(elements, f"'elements' input of {_source(cls)}")
         caption, notes = b.build_caption(high_level_description, background, style, chain)
         text, report, _ = _finish(caption, notes, chain.sources, on_invalid)
         return io.NodeOutput(text, report, ui=ui.PreviewText(report + "\n\n" + text))

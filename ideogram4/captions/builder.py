@@ -145,7 +145,7 @@ def elements_from_native(value: Any, source: str = "native elements") -> Element
                          f"got {type(value).__name__}")
     out = ElementList()
     for i, el in enumerate(value):
-        label = f"{source}[{i}]"
+        label = f"{source}, item {i}"
         if not isinstance(el, dict):
             raise ValueError(f"{label}: expected an element object, got {type(el).__name__}")
         el = dict(el)

@@ -196,7 +196,10 @@ class LayoutBoxes(io.ComfyNode):
     def execute(cls, width, height, boxes=None, elements=None) -> io.NodeOutput:
         src = _source(cls)
         drawn = b.elements_from_boxes(boxes if boxes is not None else [], width, height, src)
-        return io.NodeOutput(_chain(elements, f"'elements' input of {src}") + drawn, width, height)
+        upstream = _chain(elements, f"'elements' input of {src}")
+        # The editor draws the connected elements behind the boxes (read-only), labelled like the caption.
+        ui = {"ideogram4_upstream": [dict(e) for e in upstream.elements]}
+        return io.NodeOutput(upstream + drawn, width, height, ui=ui)
 
 
 def _finish(caption: dict, notes, sources, on_invalid: str):

@@ -52,6 +52,7 @@ class LayoutEditor {
     this.node = node;
     this.widget = boxesWidget;
     this.regions = [];
+    this.upstream = []; // elements connected to the 'elements' input, from the last run (read-only)
     this.selected = -1;
     this.drag = null;
     this.lastValue = undefined;
@@ -321,9 +322,33 @@ class LayoutEditor {
     g.fillStyle = "rgba(255,255,255,0.35)";
     g.font = "10px monospace";
     g.fillText(`${W}×${H}`, 4, ch - 4);
+    this.upstream.forEach((e, i) => this.drawUpstream(g, e, i, cw, ch));
     const order = this.regions.map((_, i) => i).filter((i) => i !== this.selected);
     if (this.selected >= 0) order.push(this.selected);
     for (const i of order) this.drawRegion(g, this.regions[i], i, cw, ch, i === this.selected);
+  }
+
+  drawUpstream(g, element, i, cw, ch) {
+    const b = Array.isArray(element?.bbox) && element.bbox.length === 4 ? element.bbox : null;
+    if (!b) return; // unplaced elements have nothing to draw
+    const [y0, x0, y1, x1] = b.map((v) => v / 1000);
+    const x = x0 * cw;
+    const y = y0 * ch;
+    const w = (x1 - x0) * cw;
+    const h = (y1 - y0) * ch;
+    g.save();
+    g.strokeStyle = "rgba(200,200,200,0.45)";
+    g.setLineDash([2, 3]);
+    g.strokeRect(x + 0.5, y + 0.5, Math.max(0, w - 1), Math.max(0, h - 1));
+    g.setLineDash([]);
+    g.beginPath();
+    g.rect(x, y, w, h);
+    g.clip();
+    g.font = "10px monospace";
+    g.fillStyle = "rgba(220,220,220,0.6)";
+    const what = element.type === "text" ? `“${element.text}”` : element.desc;
+    g.fillText(`in ${i + 1} ${element.type}: ${String(what ?? "").split("\n")[0]}`, x + 3, y + h - 4);
+    g.restore();
   }
 
   drawRegion(g, r, i, cw, ch, active) {
@@ -401,6 +426,7 @@ function attachLayoutEditor(node) {
   const widget = node.addDOMWidget("ideogram4_layout", "ideogram4_layout", editor.root, {
     serialize: false, hideOnZoom: false, getValue: () => undefined, setValue: () => {},
   });
+  widget.serialize = false; // keeps widgets_values [width, height, boxes] in both frontend modes
   widget.computeLayoutSize = () => ({ minHeight: editor.preferredHeight(), maxHeight: editor.preferredHeight(),
     minWidth: 380 });
   const timer = setInterval(() => editor.poll(), 250);
@@ -408,6 +434,14 @@ function attachLayoutEditor(node) {
   node.onRemoved = function () {
     clearInterval(timer);
     return onRemoved?.apply(this, arguments);
+  };
+  const onExecuted = node.onExecuted;
+  node.onExecuted = function (message) {
+    onExecuted?.apply(this, arguments);
+    if (Array.isArray(message?.ideogram4_upstream)) {
+      editor.upstream = message.ideogram4_upstream;
+      editor.draw();
+    }
   };
   node.setSize([Math.max(node.size[0], 460), Math.max(node.size[1], node.computeSize()[1])]);
   requestAnimationFrame(() => editor.refresh());
@@ -425,6 +459,7 @@ function attachReport(node) {
   const widget = node.addDOMWidget("ideogram4_report", "ideogram4_report", root, {
     serialize: false, hideOnZoom: false, getValue: () => undefined, setValue: () => {},
   });
+  widget.serialize = false;
   widget.computeLayoutSize = () => ({ minHeight: 120, maxHeight: 1e6, minWidth: 300 });
   node.__ideogram4Report = { status, area };
   const onExecuted = node.onExecuted;

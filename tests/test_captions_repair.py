@@ -107,3 +107,10 @@ def test_plain_text_is_refused_with_a_pointer_to_the_builder():
     result = repair_caption("a cat on a sofa, golden hour")
     assert not result.ok and result.caption is None
     assert "plain text" in str(result.report.errors[0])
+
+
+def test_huge_input_is_refused_not_parsed():
+    from comfyui_ideogram4_int8.ideogram4.captions.limits import MAX_CAPTION_CHARS
+
+    result = repair_caption("{" + " " * MAX_CAPTION_CHARS + "}")
+    assert not result.ok and "refusing" in str(result.report.errors[0])

@@ -186,3 +186,25 @@ def test_limits_match_the_shared_fixture():
     shared.pop("_comment")
     assert limits.as_dict() == shared
     assert (FIXTURES / "limits.json").is_file()
+
+
+def test_bbox_edges_are_inclusive_and_min_may_equal_max():
+    # The official verifier accepts 0 and 1000 and zero-width / zero-height boxes.
+    els = [{"type": "obj", "bbox": [0, 0, 1000, 1000], "desc": "frame"},
+           {"type": "obj", "bbox": [500, 500, 500, 500], "desc": "a dot"},
+           {"type": "text", "bbox": [500, 10, 500, 990], "text": "—", "desc": "a rule"}]
+    assert validate_caption({"compositional_deconstruction": {"background": "paper", "elements": els}}) == []
+    els[1]["bbox"] = [501, 500, 500, 500]
+    problems = validate_caption({"compositional_deconstruction": {"background": "paper", "elements": els}})
+    assert [p.split(":")[0] for p in problems] == ["$.compositional_deconstruction.elements[1].bbox"]
+
+
+def test_report_lists_problems_in_document_order():
+    cap = copy.deepcopy(EXAMPLES[0]["caption"])
+    els = cap["compositional_deconstruction"]["elements"]
+    els[4]["color_palette"] = ["#abcdef"]
+    els[0]["bbox"] = [430, 500, 40, 960]
+    cap["style_description"]["lighting"] = ""
+    paths = [p.split(":")[0] for p in validate_caption(cap)]
+    e = "$.compositional_deconstruction.elements"
+    assert paths == ["$.style_description.lighting", f"{e}[0].bbox", f"{e}[4].color_palette[0]"]

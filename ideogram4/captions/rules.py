@@ -19,7 +19,7 @@ from .limits import (
     STYLE_KEYS_PHOTO,
     TEXT_KEYS,
 )
-from .problems import Problem
+from .problems import WARNING, Problem
 
 # A JSON string escape, scanned left to right so that an escaped backslash is consumed as a pair.
 _ESCAPE = re.compile(r"\\(?:u([0-9A-Fa-f]{4})|.)", re.S)
@@ -129,7 +129,7 @@ def hint_problems(caption: Any, raw_len: int | None = None) -> list[Problem]:
     out: list[Problem] = []
     if not isinstance(caption, dict):
         return out
-    W = "warning"
+    W = WARNING
     hld = caption.get("high_level_description")
     if "high_level_description" not in caption:
         out.append(Problem(("high_level_description",), "missing (optional, but strongly recommended)",
@@ -175,7 +175,7 @@ def _dup_palette(path, palette) -> list[Problem]:
     seen, out = set(), []
     for j, c in enumerate(palette):
         if isinstance(c, str) and c.upper() in seen:
-            out.append(Problem(path + (j,), f"{c} repeats an earlier color", "remove the duplicate", "warning"))
+            out.append(Problem(path + (j,), f"{c} repeats an earlier color", "remove the duplicate", WARNING))
         if isinstance(c, str):
             seen.add(c.upper())
     return out

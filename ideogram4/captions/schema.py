@@ -123,7 +123,7 @@ def schema_problems(caption: Any) -> list[Problem]:
     return unique
 
 
-def _translate(err, caption) -> list[Problem]:  # noqa: C901 - one branch per JSON Schema keyword
+def _translate(err, caption) -> list[Problem]:  # one branch per JSON Schema keyword
     path = tuple(err.absolute_path)
     value = err.instance
     kind = err.validator

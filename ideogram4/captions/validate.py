@@ -81,6 +81,8 @@ def check_caption(caption: str | dict, *, hints: bool = True) -> Report:
     problems.extend(surrogate_problems(value))
     if hints:
         problems.extend(hint_problems(value, raw_len))
+    # Document order (stable: one path's problems keep their order), so a report reads top to bottom.
+    problems.sort(key=lambda p: [(isinstance(x, str), x) for x in p.path])
     return Report(value, problems)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .limits import CD_KEYS, ELEMENT_KEYS, ROOT_KEYS, STYLE_KEYS
 from .problems import ERROR, WARNING, Problem, format_lines
 from .rules import bbox_problems, hint_problems, order_problems, parse_raw, surrogate_problems
 from .schema import schema_problems
@@ -82,8 +83,20 @@ def check_caption(caption: str | dict, *, hints: bool = True) -> Report:
     if hints:
         problems.extend(hint_problems(value, raw_len))
     # Document order (stable: one path's problems keep their order), so a report reads top to bottom.
-    problems.sort(key=lambda p: [(isinstance(x, str), x) for x in p.path])
+    problems.sort(key=lambda p: [_rank(x) for x in p.path])
     return Report(value, problems)
+
+
+_KEY_RANK: dict[str, int] = {}
+for _k in ROOT_KEYS + STYLE_KEYS + CD_KEYS + ELEMENT_KEYS:
+    _KEY_RANK.setdefault(_k, len(_KEY_RANK))
+
+
+def _rank(part) -> tuple:
+    """Sort key of one path part: list indexes numerically, known keys in the official order, others last."""
+    if isinstance(part, int):
+        return (0, part, "")
+    return (1, _KEY_RANK.get(part, len(_KEY_RANK)), part)
 
 
 def validate_caption(caption: str | dict) -> list[str]:

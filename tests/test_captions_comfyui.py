@@ -122,3 +122,20 @@ def test_validate_repair_node_on_an_llm_answer(srv):
     prompt["1"]["inputs"]["mode"] = "validate"
     failed = srv.run_prompt(prompt)
     assert failed["status"]["status_str"] == "error"
+
+
+def test_caption_output_plugs_into_native_clip_text_encode(srv):
+    # No text encoder is installed, so the prompt is rejected at CLIPLoader; what matters is that ComfyUI's own
+    # link check accepts caption (STRING) -> CLIPTextEncode.text and reports no type mismatch anywhere.
+    prompt = dict(_graph())
+    prompt["7"] = {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_3_vl_8b_missing.safetensors",
+                                                          "type": "ideogram4"}}
+    prompt["8"] = {"class_type": "CLIPTextEncode", "inputs": {"text": ["5", 0], "clip": ["7", 0]}}
+    prompt["9"] = {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}}
+    # ComfyUI runs the valid outputs (the preview of the caption) and lists the invalid branch in node_errors.
+    body = srv.post_json("/prompt", {"prompt": prompt})
+    errors = json.dumps(body.get("node_errors", {}))
+    assert "return_type_mismatch" not in errors
+    assert "clip_name" in errors  # the only problem: the missing encoder file
+    assert set(body["node_errors"]) <= {"7", "8", "9"}
+    assert srv.wait_for_history(body["prompt_id"])["status"]["status_str"] == "success"

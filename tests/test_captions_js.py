@@ -40,3 +40,14 @@ def test_every_js_file_under_web_is_an_es_module_entry_and_logic_is_in_mjs():
     js = sorted(p.relative_to(ROOT / "web").as_posix() for p in (ROOT / "web").rglob("*.js"))
     assert "ideogram4_captions.js" in js
     assert (ROOT / "web" / "lib" / "bbox.mjs").is_file()
+
+
+def test_extension_entry_parses_as_an_es_module(tmp_path):
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not on PATH (CI has Node 20)")
+    for src in (ROOT / "web").rglob("*.js"):
+        copy = tmp_path / (src.stem + ".mjs")  # .mjs: parsed as a module; --check does not resolve imports
+        copy.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+        out = subprocess.run([node, "--check", str(copy)], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, f"{src}: {out.stderr}"

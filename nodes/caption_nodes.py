@@ -202,10 +202,10 @@ class LayoutBoxes(io.ComfyNode):
         return io.NodeOutput(upstream + drawn, width, height, ui=ui)
 
 
-def _finish(caption: dict, notes, sources, on_invalid: str):
+def _finish(caption: dict, notes, sources, style_source: str, on_invalid: str):
     """Serialize a built caption; on problems raise (``error``) or pass them on in the report (``warn``)."""
     report = check_caption(caption)
-    text_report = report.text(notes, sources)
+    text_report = report.text(notes, sources, style_source)
     if report.ok:
         return serialize_caption(caption), text_report, True
     if on_invalid == "error":
@@ -252,7 +252,8 @@ class CaptionBuilder(io.ComfyNode):
     def execute(cls, high_level_description, background, on_invalid, style=None, elements=None) -> io.NodeOutput:
         chain = _chain(elements, f"'elements' input of {_source(cls)}")
         caption, notes = b.build_caption(high_level_description, background, style, chain)
-        text, report, _ = _finish(caption, notes, chain.sources, on_invalid)
+        style_source = style.source if style is not None else ""
+        text, report, _ = _finish(caption, notes, chain.sources, style_source, on_invalid)
         return io.NodeOutput(text, report, ui=ui.PreviewText(report + "\n\n" + text))
 
 

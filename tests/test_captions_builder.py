@@ -133,3 +133,22 @@ def test_blank_high_level_description_is_omitted():
     cap, _ = build_caption("   ", "a field", None, None)
     assert list(cap) == ["compositional_deconstruction"]
     assert cap["compositional_deconstruction"] == {"background": "a field", "elements": []}
+
+
+def test_text_on_an_obj_box_is_noted_not_silently_dropped():
+    box = {"x": 0, "y": 0, "width": 10, "height": 10, "metadata": {"type": "obj", "text": "SALE", "desc": "a sign"}}
+    out = elements_from_boxes([box], 100, 100, source="node 3")
+    assert "text" not in out.elements[0]
+    assert any("'SALE' is not rendered" in n for n in out.notes)
+
+
+def test_report_names_where_style_and_elements_came_from():
+    from comfyui_ideogram4_int8.ideogram4.captions import check_caption
+
+    style = make_style("photo", "", "soft", "", photo="35mm", source="node 4 (style)")
+    elements = make_element("obj", "", source="node 2 (object)")
+    cap, notes = build_caption("A room.", "walls", style, elements)
+    text = check_caption(cap).text(notes, elements.sources, style.source)
+    assert "$.style_description.aesthetics: is empty" in text and "[style from node 4 (style)]" in text
+    assert "[element from node 2 (object)]" in text
+    assert "medium was empty; set to 'photograph'" in text

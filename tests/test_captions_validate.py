@@ -208,3 +208,11 @@ def test_report_lists_problems_in_document_order():
     paths = [p.split(":")[0] for p in validate_caption(cap)]
     e = "$.compositional_deconstruction.elements"
     assert paths == ["$.style_description.lighting", f"{e}[0].bbox", f"{e}[4].color_palette[0]"]
+
+
+def test_huge_dict_caption_is_an_error_and_long_ones_get_a_token_warning():
+    big = {"compositional_deconstruction": {"background": "x " * limits.MAX_CAPTION_CHARS, "elements": []}}
+    assert any(p.startswith("$: the caption is") for p in validate_caption(big))
+    long = {"compositional_deconstruction": {"background": "word " * 2000, "elements": []}}
+    report = check_caption(long)
+    assert report.ok and any("tokens" in str(w) for w in report.warnings)

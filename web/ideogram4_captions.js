@@ -460,7 +460,7 @@ function attachReport(node) {
     serialize: false, hideOnZoom: false, getValue: () => undefined, setValue: () => {},
   });
   widget.serialize = false;
-  widget.computeLayoutSize = () => ({ minHeight: 120, maxHeight: 1e6, minWidth: 300 });
+  widget.computeLayoutSize = () => ({ minHeight: 160, maxHeight: 1e6, minWidth: 300 });
   node.__ideogram4Report = { status, area };
   const onExecuted = node.onExecuted;
   node.onExecuted = function (message) {

@@ -16,10 +16,11 @@ STYLE_KINDS = ("photo", "art_style")
 
 @dataclass(frozen=True)
 class StyleBlock:
-    """A ``style_description`` dict (official key order) plus notes on normalizations."""
+    """A ``style_description`` dict (official key order) plus notes on normalizations and where it came from."""
 
     style: dict
     notes: tuple[str, ...] = ()
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def make_style(kind: str, aesthetics: str, lighting: str, medium: str, photo: st
     notes += [f"{source}: color {n}" for n in pnotes]
     if palette:
         style["color_palette"] = palette
-    return StyleBlock(style, tuple(notes))
+    return StyleBlock(style, tuple(notes), source)
 
 
 def make_element(kind: str, desc: Any, text: Any = None, bbox: Any = None, color_palette: Any = "",
@@ -82,13 +83,18 @@ def make_element(kind: str, desc: Any, text: Any = None, bbox: Any = None, color
     element: dict = {"type": kind}
     if bbox is not None:
         element["bbox"] = list(bbox)
+    notes: list[str] = []
     if kind == "text":
         element["text"] = text
+    elif isinstance(text, str) and text.strip():
+        notes.append(f"{source}: type is 'obj', so its text {text.strip()[:40]!r} is not rendered (switch the box to "
+                     "'text' to render it)")
     element["desc"] = _prose(desc)
     palette, pnotes = parse_palette(color_palette)
     if palette:
         element["color_palette"] = palette
-    return ElementList((element,), (source,), tuple(f"{source}: color {n}" for n in pnotes))
+    notes += [f"{source}: color {n}" for n in pnotes]
+    return ElementList((element,), (source,), tuple(notes))
 
 
 def _grid(value: float | int, size: float | int) -> int:

@@ -3,10 +3,11 @@ clearly a mistake (non-string values, empty strings), each problem with its JSON
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .limits import CD_KEYS, ELEMENT_KEYS, ROOT_KEYS, STYLE_KEYS
+from .limits import CD_KEYS, ELEMENT_KEYS, MAX_CAPTION_CHARS, MAX_TEXT_TOKENS, ROOT_KEYS, STYLE_KEYS
 from .problems import ERROR, WARNING, Problem, format_lines
 from .rules import bbox_problems, hint_problems, order_problems, parse_raw, surrogate_problems
 from .schema import schema_problems
@@ -31,26 +32,30 @@ class Report:
     def ok(self) -> bool:
         return not self.errors
 
-    def text(self, notes: list[str] | tuple[str, ...] = (), sources: list[str] | tuple[str, ...] = ()) -> str:
+    def text(self, notes: list[str] | tuple[str, ...] = (), sources: list[str] | tuple[str, ...] = (),
+             style_source: str = "") -> str:
         """A human-readable report for a node output.
 
         ``notes``: changes made on the way (normalized colors, repairs); ``sources``: a label per element
-        (e.g. the node it came from), appended to problems inside that element."""
+        (e.g. the node it came from), appended to problems inside that element; ``style_source`` likewise for
+        problems inside ``style_description``."""
         lines = ["VALID Ideogram 4 caption" if self.ok else f"INVALID Ideogram 4 caption: {len(self.errors)} error(s)"]
         if self.errors:
             lines.append("errors:")
-            lines += format_lines([_with_source(p, sources) for p in self.errors])
+            lines += format_lines([_with_source(p, sources, style_source) for p in self.errors])
         if self.warnings:
             lines.append(f"warnings ({len(self.warnings)}):")
-            lines += format_lines([_with_source(p, sources) for p in self.warnings])
+            lines += format_lines([_with_source(p, sources, style_source) for p in self.warnings])
         if notes:
             lines.append(f"changes made ({len(notes)}):")
             lines += format_lines(list(notes))
         return "\n".join(lines)
 
 
-def _with_source(problem: Problem, sources) -> str:
+def _with_source(problem: Problem, sources, style_source: str = "") -> str:
     path = problem.path
+    if style_source and path[:1] == ("style_description",):
+        return f"{problem} [style from {style_source}]"
     if len(path) >= 3 and path[:2] == ("compositional_deconstruction", "elements") and isinstance(path[2], int):
         if path[2] < len(sources) and sources[path[2]]:
             return f"{problem} [element from {sources[path[2]]}]"
@@ -76,6 +81,14 @@ def check_caption(caption: str | dict, *, hints: bool = True) -> Report:
         value = parsed.value
     else:
         value = caption
+        try:
+            raw_len = len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+        except (TypeError, ValueError, RecursionError):
+            raw_len = None  # non-JSON values are reported by the schema check below
+        if raw_len is not None and raw_len > MAX_CAPTION_CHARS:
+            problems.append(Problem((), f"the caption is {raw_len} characters as JSON; the model reads at most "
+                                    f"{MAX_TEXT_TOKENS} tokens (about {MAX_TEXT_TOKENS * 4} characters)",
+                                    "shorten the descriptions drastically or drop elements"))
     problems.extend(schema_problems(value))
     problems.extend(bbox_problems(value))
     problems.extend(order_problems(value))

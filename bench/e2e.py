@@ -1,0 +1,363 @@
+"""End-to-end benchmark at full size: one sampling step and a full Default-20 sample at 1024x1024.
+
+`python -m comfyui_ideogram4_int8.bench.e2e [--paths ...] [--out FILE] [--png FILE]`
+
+Both CFG branches of the full 9.3B-per-branch Ideogram 4 DiT are built on the GPU from seeded
+synthetic weights with outlier channels (``ideogram4.synthetic.RandomWeights``; no file I/O).
+The conditional pass sees 512 text tokens + 4096 image tokens, the unconditional pass the 4096
+image tokens only. Paths (each a whole model, same weights, same seed):
+
+  bf16          every linear a bf16 F.linear (cuBLAS)
+  fp8           the six block linears as FP8 e4m3 with per-tensor scales, dynamic per-tensor
+                activation scale, torch._scaled_mm — how ComfyUI runs its fp8_scaled files on
+                Hopper; other linears bf16
+  dequant-bf16  W8A8 weights, 'phantom INT8': dequantize + bf16 matmul
+  cublas-int8   W8A8 weights, torch._int_mm + epilogue
+  triton-int8   W8A8 weights, the pack's fused path (FFN gate/up as one GEMM with SwiGLU fused)
+The W8A8 models keep ``feed_forward.w2`` of every odd block in bf16 (17 protected layers, as
+in the published W8A8 file) unless --no-protected.
+
+Per path: median step time (both branches + CFG + Euler), GEMM / attention / other split from
+the torch profiler, peak VRAM (weights of both branches + activations), a full Default-20 sample
+time, and the sampled latent's cosine against bf16's. Writes JSON and a PNG plot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import pathlib
+import sys
+import time
+
+import torch
+import torch.nn as nn
+
+PATHS = ("bf16", "fp8", "dequant-bf16", "cublas-int8", "triton-int8")
+WIDTH = HEIGHT = 1024
+TEXT_TOKENS = 512
+
+
+class LazyStateDict:
+    """The minimal dict interface Ideogram4DiT(consume=True) uses, generating tensors on demand."""
+
+    def __init__(self, weights) -> None:
+        self._w = weights
+        self._keys = set(weights)
+
+    def __contains__(self, key):
+        return key in self._keys
+
+    def __getitem__(self, key):
+        if key not in self._keys:
+            raise KeyError(key)
+        return self._w[key]
+
+    def pop(self, key, *default):
+        if key not in self._keys:
+            if default:
+                return default[0]
+            raise KeyError(key)
+        self._keys.discard(key)
+        return self._w[key]
+
+    def __len__(self):
+        return len(self._keys)
+
+    def keys(self):
+        return set(self._keys)
+
+    def __iter__(self):
+        return iter(sorted(self._keys))
+
+
+class FP8Linear(nn.Module):
+    """FP8 e4m3 weight with a per-tensor scale; activation scaled per tensor at run time."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        w = weight.float()
+        scale = w.abs().amax().clamp_min(1e-12) / 448.0
+        self.register_buffer("weight", (w / scale).to(torch.float8_e4m3fn).contiguous())
+        self.register_buffer("w_scale", scale.reshape(()).float())
+        self.register_buffer("bias", None if bias is None else bias.to(torch.bfloat16))
+        self.out_features, self.in_features = weight.shape
+
+    def forward(self, x):
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        xs = (x2.abs().amax().float().clamp_min(1e-12) / 448.0).reshape(())
+        x8 = (x2 / xs.to(x2.dtype)).clamp(-448, 448).to(torch.float8_e4m3fn)
+        y = torch._scaled_mm(x8, self.weight.t(), scale_a=xs, scale_b=self.w_scale, bias=self.bias,
+                             out_dtype=torch.bfloat16)  # fmt: skip
+        return y.reshape(*lead, self.out_features)
+
+
+FP8_LAYERS = ("attention.qkv", "attention.o", "feed_forward.w1", "feed_forward.w2", "feed_forward.w3")
+
+
+def fp8_linears(dtype=torch.bfloat16):
+    from comfyui_ideogram4_int8.ideogram4.w8a8_module import float_linears
+
+    floats = float_linears(dtype=dtype)
+
+    def build(spec, entries):
+        if entries is not None and spec.name.startswith("layers.") and spec.name.endswith(FP8_LAYERS):
+            return FP8Linear(entries["weight"], entries.get("bias"))
+        return floats(spec, entries)
+
+    return build
+
+
+def build_branch(config, seed, factory, label):
+    from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT
+    from comfyui_ideogram4_int8.ideogram4.synthetic import RandomWeights
+
+    weights = RandomWeights(config, seed=seed, device="cuda", dtype=torch.float32)
+    model = Ideogram4DiT(config, factory, state_dict=LazyStateDict(weights), dtype=torch.bfloat16,
+                         device="cuda", label=label, consume=True)  # fmt: skip
+    return model.eval()
+
+
+def set_w8a8_path(models, path, fuse_gate_up):
+    from comfyui_ideogram4_int8.ideogram4.w8a8_module import W8A8Linear
+
+    for m in models:
+        for mod in m.modules():
+            if isinstance(mod, W8A8Linear):
+                mod.path = path
+        if hasattr(m, "fuse_gate_up"):
+            m.fuse_gate_up(fuse_gate_up and path == "triton-int8")
+
+
+def classify(name: str) -> str:
+    n = name.lower()
+    if "quantize_rows" in n:
+        return "act-quant"
+    if any(s in n for s in ("flash", "fmha", "attention", "sdpa", "attn")):
+        return "attention"
+    if any(s in n for s in ("gemm", "_w8a8", "xmma", "nvjet", "cutlass", "scaled_mm", "matmul", "wgmma", "sm90_")):
+        return "gemm"
+    return "other"
+
+
+def profile_step(step_fn) -> dict[str, float]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step_fn()
+        torch.cuda.synchronize()
+    split: dict[str, float] = {"gemm": 0.0, "act-quant": 0.0, "attention": 0.0, "other": 0.0}
+    for evt in prof.key_averages():
+        t = getattr(evt, "device_time_total", None)
+        if t is None:
+            t = getattr(evt, "cuda_time_total", 0.0)
+        if t and getattr(evt, "device_type", None) is not None and "CUDA" in str(evt.device_type):
+            split[classify(evt.key)] += t / 1e3
+    return split
+
+
+def time_steps(step_fn, warmup: int, reps: int) -> list[float]:
+    for _ in range(warmup):
+        step_fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step_fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return times
+
+
+def run(args) -> dict:
+    import triton
+
+    from comfyui_ideogram4_int8 import kernels
+    from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
+    from comfyui_ideogram4_int8.ideogram4.sampler import sample
+    from comfyui_ideogram4_int8.ideogram4.schedule import get_preset
+    from comfyui_ideogram4_int8.ideogram4.synthetic import default_protected
+    from comfyui_ideogram4_int8.ideogram4.w8a8_module import float_linears, w8a8_linears
+
+    config = Ideogram4Config.full()
+    if args.layers:
+        import dataclasses
+
+        config = dataclasses.replace(config, num_layers=args.layers)
+    g = torch.Generator(device="cuda").manual_seed(1234)
+    context = torch.randn(1, TEXT_TOKENS, config.llm_features_dim, device="cuda", generator=g).bfloat16()
+    preset = get_preset("Default 20")
+    sig = preset.sigmas(WIDTH, HEIGHT)
+    x0 = torch.randn(1, 128, HEIGHT // 16, WIDTH // 16, device="cuda", generator=g) * float(sig[0])
+    sigma = torch.full((1,), float(sig[3]), device="cuda")
+    protected = set() if args.no_protected else set(default_protected(config))
+
+    def step(cond, uncond, gw=7.0):
+        out = cond(x0, sigma, context=context).float()
+        out_u = uncond(x0, sigma, context=None).float()
+        v = gw * out + (1.0 - gw) * out_u
+        return x0 + (float(sig[4]) - float(sig[3])) * v
+
+    result = {
+        "info": {
+            "gpu": torch.cuda.get_device_name(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "date": datetime.date.today().isoformat(),
+            "command": "python -m comfyui_ideogram4_int8.bench.e2e " + " ".join(sys.argv[1:]),
+            "layers": config.num_layers,
+            "size": f"{WIDTH}x{HEIGHT}",
+            "text_tokens": TEXT_TOKENS,
+            "protected_bf16_layers_per_branch": len(protected),
+        },
+        "paths": {},
+    }
+    latents = {}
+    groups = []
+    wanted = [p for p in PATHS if p in args.paths]
+    if "bf16" in wanted:
+        groups.append(("bf16", lambda: float_linears(dtype=torch.bfloat16), ["bf16"]))
+    if "fp8" in wanted:
+        groups.append(("fp8", fp8_linears, ["fp8"]))
+    w8 = [p for p in wanted if p in ("dequant-bf16", "cublas-int8", "triton-int8")]
+    if w8:
+        groups.append(("w8a8", lambda: w8a8_linears(quantize=lambda n: n not in protected, dtype=torch.bfloat16), w8))
+
+    for group, make_factory, paths in groups:
+        gc.collect()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        cond = build_branch(config, 1, make_factory(), "conditional")
+        uncond = build_branch(config, 2, make_factory(), "unconditional")
+        torch.cuda.synchronize()
+        build_s = time.perf_counter() - t0
+        weights_gib = torch.cuda.memory_allocated() / 2**30
+        print(f"[{group}] built both branches in {build_s:.1f}s, {weights_gib:.2f} GiB resident", flush=True)
+        for path in paths:
+            if group == "w8a8":
+                set_w8a8_path((cond, uncond), path, not args.no_fuse_gate_up)
+            kernels.REGISTRY.clear()
+            with torch.inference_mode():
+                torch.cuda.reset_peak_memory_stats()
+                times = time_steps(lambda: step(cond, uncond), args.warmup, args.reps)
+                peak = torch.cuda.max_memory_allocated() / 2**30
+                split = profile_step(lambda: step(cond, uncond))
+                t_s = time.perf_counter()
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                a.record()
+                lat = sample(cond, uncond, context, width=WIDTH, height=HEIGHT, preset="Default 20", seed=7)
+                b.record()
+                b.synchronize()
+                sample_ms = a.elapsed_time(b)
+                host_s = time.perf_counter() - t_s
+            latents[path] = lat.float().cpu()
+            counts = {}
+            for label in ("conditional", "unconditional"):
+                counts[label] = kernels.REGISTRY.counts(label)
+            med = sorted(times)[len(times) // 2]
+            result["paths"][path] = {
+                "step_ms_median": med,
+                "step_ms_all": times,
+                "profile_ms": split,
+                "peak_gib": peak,
+                "weights_gib": weights_gib,
+                "default20_sample_ms": sample_ms,
+                "default20_host_s": host_s,
+                "layers_per_path": counts,
+            }
+            print(f"[{path}] step {med:.1f} ms, peak {peak:.2f} GiB, Default-20 {sample_ms / 1e3:.2f} s, "
+                  f"split {({k: round(v, 1) for k, v in split.items()})}", flush=True)  # fmt: skip
+        del cond, uncond
+    ref = latents.get("bf16")
+    for path, lat in latents.items():
+        entry = result["paths"][path]
+        if ref is not None:
+            entry["latent_cosine_vs_bf16"] = torch.nn.functional.cosine_similarity(
+                lat.flatten().double(), ref.flatten().double(), dim=0
+            ).item()
+        bf = result["paths"].get("bf16")
+        if bf:
+            entry["step_speedup_vs_bf16"] = bf["step_ms_median"] / entry["step_ms_median"]
+            entry["sample_speedup_vs_bf16"] = bf["default20_sample_ms"] / entry["default20_sample_ms"]
+        fp8 = result["paths"].get("fp8")
+        if fp8:
+            entry["step_speedup_vs_fp8"] = fp8["step_ms_median"] / entry["step_ms_median"]
+            entry["sample_speedup_vs_fp8"] = fp8["default20_sample_ms"] / entry["default20_sample_ms"]
+    return result
+
+
+def print_table(result):
+    print(f"\n{result['info']['gpu']}, torch {result['info']['torch']}, triton {result['info']['triton']}, "
+          f"{result['info']['layers']} blocks, {result['info']['size']}, {result['info']['text_tokens']} text tokens")
+    head = (f"{'path':<14}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'D20 s':>8}{'gemm':>8}{'quant':>7}"
+            f"{'attn':>7}{'other':>7}{'peak GiB':>10}{'cos':>8}")  # fmt: skip
+    print(head)
+    for path, e in result["paths"].items():
+        p = e["profile_ms"]
+        print(f"{path:<14}{e['step_ms_median']:>9.1f}{e.get('step_speedup_vs_bf16', 0):>7.2f}x"
+              f"{e.get('step_speedup_vs_fp8', 0):>6.2f}x{e['default20_sample_ms'] / 1e3:>8.2f}{p['gemm']:>8.1f}"
+              f"{p['act-quant']:>7.1f}{p['attention']:>7.1f}{p['other']:>7.1f}{e['peak_gib']:>10.2f}"
+              f"{e.get('latent_cosine_vs_bf16', float('nan')):>8.4f}")  # fmt: skip
+
+
+def plot(result, png: pathlib.Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    paths = list(result["paths"])
+    parts = ("gemm", "act-quant", "attention", "other")
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom = [0.0] * len(paths)
+    for part in parts:
+        vals = [result["paths"][p]["profile_ms"][part] for p in paths]
+        ax.bar(paths, vals, bottom=bottom, label=part)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    for i, p in enumerate(paths):
+        ax.text(i, bottom[i], f"{result['paths'][p]['step_ms_median']:.0f} ms", ha="center", va="bottom")
+    ax.set_ylabel("GPU time per sampling step (ms, profiler)")
+    ax.set_title(f"Ideogram 4 full size, 1024x1024, both CFG branches — {result['info']['gpu']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m comfyui_ideogram4_int8.bench.e2e")
+    ap.add_argument("--paths", default=",".join(PATHS))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--png", default=None)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=None, help="fewer blocks (smoke runs only)")
+    ap.add_argument("--no-protected", action="store_true", help="quantize every block linear")
+    ap.add_argument("--no-fuse-gate-up", action="store_true", help="run w1 and w3 as two GEMMs")
+    args = ap.parse_args(argv)
+    args.paths = args.paths.split(",")
+    if not torch.cuda.is_available():
+        print("the end-to-end benchmark needs a CUDA GPU", file=sys.stderr)
+        return 2
+    result = run(args)
+    slug = result["info"]["gpu"].replace(" ", "-")
+    out = pathlib.Path(args.out or f"bench/results/e2e-{slug}-{result['info']['date']}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1))
+    plot(result, pathlib.Path(args.png) if args.png else out.with_suffix(".png"))
+    print_table(result)
+    print(f"\nresults: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,13 +15,11 @@ os.chdir(comfy_dir)
 sys.argv = [sys.argv[0], "--cpu"]
 
 import torch  # noqa: E402
-
 from comfy.cli_args import args  # noqa: E402
 
 args.cpu = True
 import comfy.ops  # noqa: E402
 from comfy.ldm.ideogram4.model import Ideogram4Transformer2DModel  # noqa: E402
-
 from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.synthetic import RandomWeights  # noqa: E402

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import traceback
 from collections.abc import Callable, Iterable
 
 import torch
@@ -113,8 +114,9 @@ def read_branch(
         out.ignored = plan.ignored
         try:
             _load(plan, out, device, dtype, progress)
-        except BaseException:
-            out.clear()  # no half-built branch survives in a traceback
+        except BaseException as exc:
+            out.clear()  # no half-built branch survives ...
+            traceback.clear_frames(exc.__traceback__)  # ... nor a tensor held by a finished frame's locals
             raise
     return out
 
@@ -183,11 +185,13 @@ def _check_base_matches(main: Source, base: Source, config: Ideogram4Config) -> 
             )  # fmt: skip
 
 
+def _has_int8(src: Source) -> bool:
+    return any(k.endswith(".wq") or (k.endswith(".weight") and dt == torch.int8) for k, (dt, _) in src.entries.items())
+
+
 def _resolve_quantize(quantize, main: Source, config: Ideogram4Config):
     if quantize is None:
-        has_int8 = any(k.endswith(".wq") or (k.endswith(".weight") and dt == torch.int8)
-                       for k, (dt, _) in main.entries.items())  # fmt: skip
-        names = frozenset() if has_int8 else config.default_quantized()
+        names = frozenset() if _has_int8(main) else config.default_quantized()
         return names.__contains__
     if quantize is True:
         return lambda name: True
@@ -207,6 +211,7 @@ def _plan(main: Source, base: Source | None, config, quantize, strict) -> _Plan:
     if base is not None:
         _check_base_matches(main, base, config)
     should_quantize = _resolve_quantize(quantize, main, config)
+    main_has_int8 = _has_int8(main)
     linears, others, from_base, missing = [], [], [], []
     for spec in config.linears():
         plan = classify(main, spec)
@@ -220,7 +225,6 @@ def _plan(main: Source, base: Source | None, config, quantize, strict) -> _Plan:
                 from_base.append(spec.name + ".weight")
         if plan is None:
             missing.append(f"{spec.name}.weight")
-            continue
         bias_src = None
         if classify_bias(main, spec) is not None:
             bias_src = main
@@ -229,9 +233,13 @@ def _plan(main: Source, base: Source | None, config, quantize, strict) -> _Plan:
             from_base.append(spec.name + ".bias")
         elif spec.bias:
             missing.append(f"{spec.name}.bias")
+        if plan is None:
+            continue
         plan.bias_source = bias_src
         if plan.kind in ("fp8", "float"):
             plan.quantize = bool(should_quantize(spec.name))
+            if not plan.quantize and plan.source is main and main_has_int8 and spec.name.startswith("layers."):
+                plan.notes.append("protected in checkpoint (kept float)")
         linears.append(plan)
     for key, shape in config.other_shapes().items():
         src = main if main.has(key) else (base if base is not None and base.has(key) else None)

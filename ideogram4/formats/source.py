@@ -27,7 +27,7 @@ class Source:
 
     def __init__(self, label: str, entries: dict[str, tuple[torch.dtype, tuple[int, ...]]], stored: dict[str, str],
                  *, path: pathlib.Path | None = None, tensors: dict | None = None, metadata: dict | None = None,
-                 layout: str = "single", markers: dict | None = None) -> None:  # fmt: skip
+                 layout: str = "single", markers: dict | None = None, prefix: str = "") -> None:  # fmt: skip
         self.label = label
         self.entries = entries  # local key -> (dtype, shape)
         self.stored = stored  # local key -> key in the file
@@ -36,6 +36,7 @@ class Source:
         self.metadata = metadata or {}
         self.layout = layout  # "single" | "two-branch"
         self.markers = markers or {}
+        self.prefix = prefix  # what the file puts in front of official names (for messages)
         self.used: set[str] = set()
         self._handle = None
 
@@ -57,7 +58,7 @@ class Source:
         return sorted(k for k in self.entries if k not in self.used)
 
     def file_key(self, key: str) -> str:
-        return self.stored.get(key, key)
+        return self.stored.get(key, self.prefix + key)
 
     def linear_names(self) -> set[str]:
         out = set()
@@ -90,11 +91,11 @@ class Source:
         return self._handle.get_tensor(self.file_key(key))
 
 
-def _strip_model_prefix(keys: dict[str, str]) -> dict[str, str]:
+def _strip_model_prefix(keys: dict[str, str]) -> tuple[dict[str, str], str]:
     for prefix in MODEL_PREFIXES:
         if keys and all(k.startswith(prefix) for k in keys):
-            return {k[len(prefix) :]: v for k, v in keys.items()}
-    return keys
+            return {k[len(prefix) :]: v for k, v in keys.items()}, prefix
+    return keys, ""
 
 
 def split_branches(keys) -> dict[str, list[str]]:
@@ -131,6 +132,7 @@ def open_source(src: str | os.PathLike | dict, branch: str, *, role: str = "chec
                 fix=f"pass a checkpoint that contains the {branch} weights (or the {branch} file of a per-branch pair)",
             )  # fmt: skip
         chosen = {k[len(branch) + 1 :]: k for k in groups[branch]}
+        prefix = branch + "."
         stray = [k for k in groups[""] if k not in MARKER_KEYS]
         if stray:
             raise MissingBranchError(
@@ -141,10 +143,11 @@ def open_source(src: str | os.PathLike | dict, branch: str, *, role: str = "chec
     else:
         layout = "single"
         chosen = {k: k for k in groups[""]}
+        prefix = ""
     markers = {k: raw[k] for k in MARKER_KEYS if k in raw}
     for k in MARKER_KEYS:
         chosen.pop(k, None)
-    chosen = _strip_model_prefix(chosen)
+    chosen, model_prefix = _strip_model_prefix(chosen)
     entries = {local: raw[stored] for local, stored in chosen.items()}
     return Source(label, entries, chosen, path=path, tensors=tensors, metadata=metadata, layout=layout,
-                  markers=markers)  # fmt: skip
+                  markers=markers, prefix=prefix + model_prefix)  # fmt: skip

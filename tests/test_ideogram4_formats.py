@@ -234,3 +234,22 @@ def test_every_format_runs_the_w8a8_dit_close_to_float(tmp_path, gen, fmt):
         for c in (ctx, None):
             assert cosine(model(x, sigma, context=c), ref(x, sigma, context=c)) >= 0.99
     assert kernels.REGISTRY.counts(f"fmt-{fmt}")[kernels.PATH_CUBLAS] >= 2 * TINY.num_layers
+
+
+def test_comfy_fp8_file_as_base_of_a_w8a8_file(tmp_path, gen):
+    """The likely real setup: the W8A8 file plus ComfyUI's fp8 file of the same branch as base."""
+    weights = tiny_weights(gen)
+    path = write_w8a8(tmp_path / "w.safetensors", weights, TINY, include_others=False)
+    base = write_comfy_fp8(tmp_path / "fp8-cond.safetensors", weights["conditional"], TINY, quantized=True)
+    stored = raw(base)
+    sd = read_branch(path, "conditional", base=base, dtype=F32)
+    name = "t_embedding.mlp_in"  # not in the W8A8 file: fp8 in the base, dequantized, not re-quantized
+    assert name + ".weight" in sd.from_base and sd[name + ".weight"].dtype == F32
+    assert torch.equal(sd[name + ".weight"], stored[name + ".weight"].float() * stored[name + ".weight_scale"])
+    # what the W8A8 file has wins over the base
+    assert torch.equal(sd["layers.0.attention.qkv.weight"], raw(path)["conditional.layers.0.attention.qkv.wq"])
+    model = Ideogram4DiT.from_state_dict(sd, w8a8_linears())
+    ref = Ideogram4DiT(TINY, float_linears(), state_dict=weights["conditional"])
+    x, ctx, sigma = inputs(gen)
+    with torch.no_grad():
+        assert cosine(model(x, sigma, context=ctx), ref(x, sigma, context=ctx)) >= 0.99

@@ -171,6 +171,13 @@ def _linear_shapes(src: Source) -> dict[str, tuple[int, ...]]:
 
 def _check_base_matches(main: Source, base: Source, config: Ideogram4Config) -> None:
     """A base from another architecture (other depth / width) is refused before anything loads."""
+    depth = {int(k.split(".")[1]) for k in base.entries if k.startswith("layers.") and k.split(".")[1].isdigit()}
+    if depth and max(depth) + 1 != config.num_layers:
+        raise BaseMismatchError(
+            "the base checkpoint belongs to a different architecture", file=base.label, key="num_layers",
+            expected=f"num_layers = {config.num_layers} (as in {main.label})", found=f"num_layers = {max(depth) + 1}",
+            fix="pass the official Ideogram 4 checkpoint of the same branch as base",
+        )  # fmt: skip
     try:
         base_cfg = infer_config(_linear_shapes(base), config)
     except ValueError:

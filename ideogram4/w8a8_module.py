@@ -182,21 +182,12 @@ class FloatLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-def quantize_rows(weight: torch.Tensor, smooth: torch.Tensor | None = None, max_chunk_bytes: int = 1 << 28):
-    """kernels.quantize_weight_ref applied in row chunks (bounded float32 temporaries).
+def quantize_rows(weight: torch.Tensor, smooth: torch.Tensor | None = None):
+    """Per-output-channel RTN of a float / fp8 weight [N, K] in bounded row chunks (same bits as
+    ``kernels.quantize_weight_ref``)."""
+    from .formats.quantize_on_load import quantize_weight
 
-    Per-output-channel quantization is row-wise, so the chunks give the same bits as one call.
-    """
-    n, k = weight.shape
-    rows = max(1, max_chunk_bytes // max(1, 4 * k))
-    if rows >= n:
-        return kernels.quantize_weight_ref(weight, smooth)
-    q = torch.empty((n, k), dtype=torch.int8, device=weight.device)
-    s = torch.empty((n,), dtype=torch.float32, device=weight.device)
-    for start in range(0, n, rows):
-        q[start : start + rows], s[start : start + rows] = kernels.quantize_weight_ref(weight[start : start + rows],
-                                                                                      smooth)  # fmt: skip
-    return q, s
+    return quantize_weight(weight, None, smooth)
 
 
 def _vector(t, length, name, site):

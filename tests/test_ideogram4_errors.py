@@ -161,6 +161,11 @@ def test_base_that_does_not_match(tmp_path, gen):
     with pytest.raises(E.BaseMismatchError) as ei:
         read_branch(path, "conditional", base=deeper)
     assert_names(ei.value, deeper, "num_layers", "expected num_layers = 2", "found num_layers = 3")
+    deeper_norms = write_float(tmp_path / "deeper-norms.safetensors", tiny_weights(gen, other)["conditional"], other,
+                               only=is_nonlinear_or_top(other))  # fmt: skip
+    with pytest.raises(E.BaseMismatchError) as ei:  # same width, only norms: the depth still gives it away
+        read_branch(path, "conditional", base=deeper_norms)
+    assert_names(ei.value, deeper_norms, "expected num_layers = 2", "found num_layers = 3")
     good_base = write_float(tmp_path / "base.safetensors", weights["conditional"], TINY, only=is_nonlinear_or_top(TINY))
     short_norm = {"llm_cond_norm.weight": torch.ones(TINY.llm_features_dim - 1)}
     wrong_norm = tampered(good_base, tmp_path / "wrongnorm.safetensors", lambda t: t.update(short_norm))

@@ -6,8 +6,8 @@
 3. loads both branches back through ``read_branch`` into W8A8 DiTs;
 4. samples a latent with a preset through the W8A8 path (the fused Triton GEMM on a CUDA GPU;
    on the CPU the labelled cublas-int8 fallback) and the same sampling with the float models;
-5. writes a PNG preview (W8A8 | float reference), prints the GEMM-path table and the
-   W8A8-vs-float fidelity, and writes ``demo_summary.json``.
+5. writes a PNG preview (W8A8 | bf16 reference), prints the GEMM-path table and the
+   W8A8-vs-bf16 fidelity, and writes ``demo_summary.json``.
 """
 
 from __future__ import annotations
@@ -112,8 +112,8 @@ def run_demo(args) -> int:
         for branch, ctx in (("conditional", context), ("unconditional", None)):
             x0 = noise * sigma0
             r = ref[branch](x0, sigma0, context=ctx).float()
-            fidelity[f"{branch} forward: W8A8 vs float"] = _cos(w8[branch](x0, sigma0, context=ctx).float(), r)
-            fidelity[f"{branch} forward: dequant vs float"] = _cos(dq[branch](x0, sigma0, context=ctx).float(), r)
+            fidelity[f"{branch} forward: W8A8 vs bf16"] = _cos(w8[branch](x0, sigma0, context=ctx).float(), r)
+            fidelity[f"{branch} forward: dequant-bf16 vs bf16"] = _cos(dq[branch](x0, sigma0, context=ctx).float(), r)
 
         # 4. sample through the W8A8 path, then the float reference with the same noise
         t0 = time.perf_counter()
@@ -122,7 +122,7 @@ def run_demo(args) -> int:
         t_w8 = time.perf_counter() - t0
         lat_ref = sample(ref["conditional"], ref["unconditional"], context, width=DEMO_SIZE, height=DEMO_SIZE,
                          preset=preset, noise=noise)  # fmt: skip
-    fidelity["sampled latent: W8A8 vs float (cosine)"] = _cos(lat_w8, lat_ref)
+    fidelity["sampled latent: W8A8 vs bf16 (cosine)"] = _cos(lat_w8, lat_ref)
     rel_latent = _rel(lat_w8, lat_ref)
 
     # 5. outputs
@@ -143,7 +143,8 @@ def run_demo(args) -> int:
         "environment": kernels.environment_report(),
     }  # fmt: skip
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
-    print(f"\npreview: {png}  (left: W8A8, right: float reference)")
+    quant_paths = sorted({r["path"] for r in rows if r["path"] != kernels.PATH_BF16})
+    print(f"\npreview: {png}  (left: W8A8 via {'/'.join(quant_paths)}, right: bf16 reference)")
     print(f"summary: {out / 'demo_summary.json'}")
     print(f"W8A8 sampling {t_w8:.1f} s, total {summary['total_seconds']:.1f} s — "
           + ("fidelity OK" if ok else f"FIDELITY BELOW {FIDELITY_MIN}"))  # fmt: skip

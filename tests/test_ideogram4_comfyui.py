@@ -2,7 +2,8 @@
 
 Runs in ComfyUI's own Python (COMFYUI_PYTHON, default COMFYUI_DIR/.venv/bin/python): fp32, CPU,
 image-only, conditional and masked-conditional packing, three configs (incl. head_dim 256 with
-the real MRoPE sections).
+the real MRoPE sections); and a ComfyUI int8_tensorwise file (ConvRot and plain) run by ComfyUI's
+own INT8 path vs our reader + W8A8 DiT (checks the ConvRot and scale conventions).
 """
 
 from __future__ import annotations
@@ -26,11 +27,18 @@ def test_forward_matches_comfyui_native(tmp_path):
     (pack_parent / "comfyui_ideogram4_int8").symlink_to(ROOT)
     out = subprocess.run(
         [python, str(ROOT / "tests" / "comfy_parity_script.py"), str(comfy_dir), str(pack_parent),
-         str(int.from_bytes(os.urandom(2), "little"))],
+         str(int.from_bytes(os.urandom(2), "little")), str(tmp_path)],
         capture_output=True, text=True, timeout=600, cwd=tmp_path,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     results = json.loads(out.stdout.strip().splitlines()[-1])
-    assert len(results) == 9
+    assert len(results) == 15
     for case, r in results.items():
-        assert r["rel_err"] <= 1e-4, f"{case}: rel err {r['rel_err']:.2e} vs ComfyUI native"
+        if "w8a8_vs_float" in r:
+            # whole int8 model: a tiny random DiT amplifies rare one-LSB flips chaotically (seen up to 0.4x
+            # the W8A8 error over 12 seeds); a wrong rotation or scale convention is many times worse
+            assert r["rel_err"] <= r["w8a8_vs_float"], f"{case}: {r}"
+        elif case.endswith("per_linear_max"):  # rare one-LSB rounding flips; a wrong rotation or scale is ~1e-1
+            assert r["rel_err"] <= 2e-3, f"{case}: rel err {r['rel_err']:.2e} vs ComfyUI's int8_linear"
+        else:  # float models
+            assert r["rel_err"] <= 1e-4, f"{case}: rel err {r['rel_err']:.2e} vs ComfyUI native"

@@ -133,7 +133,7 @@ def test_comfy_int8_roundtrip_and_forward(tmp_path, gen, mode):
         if k != TINY.emb_dim:
             continue
         # float64 reference on the same quantized operands: rotate x, per-token int8, exact int GEMM
-        xr = convrot.rotate(x.double(), mod.convrot_groupsize).float() if mod.convrot_groupsize else x
+        xr = convrot.rotate(x, mod.convrot_groupsize) if mod.convrot_groupsize else x  # the module's own rotation
         q, s = kernels.quantize_per_token_ref(xr)
         ref = (q.double() @ mod.weight.double().T) * s.double()[:, None] * mod.weight_scale.double()[None, :]
         if mod.bias is not None:
@@ -253,3 +253,16 @@ def test_comfy_fp8_file_as_base_of_a_w8a8_file(tmp_path, gen):
     x, ctx, sigma = inputs(gen)
     with torch.no_grad():
         assert cosine(model(x, sigma, context=ctx), ref(x, sigma, context=ctx)) >= 0.99
+
+
+def test_hadamard_is_the_regular_kronecker_power(gen):
+    h4 = torch.tensor([[1, 1, 1, -1], [1, 1, -1, 1], [1, -1, 1, 1], [-1, 1, 1, 1]], dtype=torch.float64)
+    want = torch.kron(torch.kron(torch.kron(h4, h4), h4), h4) / 16.0
+    h = convrot.hadamard(256, torch.float64)
+    assert torch.equal(h, want) and torch.equal(h, h.T)
+    torch.testing.assert_close(h @ h, torch.eye(256, dtype=torch.float64), atol=1e-12, rtol=0)
+    x = torch.randn(3, 512, generator=gen, dtype=torch.float64)
+    manual = torch.cat([x[:, :256] @ want, x[:, 256:] @ want], dim=1)
+    torch.testing.assert_close(convrot.rotate(x, 256), manual, atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="power of 4"):
+        convrot.hadamard(32)

@@ -99,15 +99,16 @@ def test_load_peak_is_final_plus_one_layer(tmp_path, gen):
     base = torch.cuda.memory_allocated()
     sd = read_branch(path, "conditional", device="cuda")
     largest = max(t.numel() * t.element_size() for t in sd.values())
+    slack = 512 * (len(sd) + 8)  # the caching allocator rounds every block up to 512 bytes
     model = Ideogram4DiT.from_state_dict(sd, w8a8_linears(), dtype=torch.bfloat16, device="cuda", consume=True)
     del sd
     torch.cuda.synchronize()
     final = torch.cuda.memory_allocated() - base
     peak = torch.cuda.max_memory_allocated() - base
     model_bytes = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
-    assert final <= model_bytes * 1.01 + 65536
-    # largest tensor + its scales/bias, with the allocator's 512-byte rounding per block
-    assert peak - final <= 2 * largest + 65536, (peak, final, largest)
+    assert final <= model_bytes + slack, (final, model_bytes)
+    # at most one layer in flight on top of the final model (its weight + the small scale/bias copies)
+    assert peak - final <= 2 * largest + slack, (peak, final, largest)
 
 
 def test_gpu_sampling_deterministic(tmp_path, gen):

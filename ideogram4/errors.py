@@ -1,0 +1,98 @@
+"""Errors raised for bad checkpoints and bad model inputs.
+
+Every message names the file, the key (or field), what was expected, what was found, and how to
+fix it, so a ComfyUI user can act on it without reading the code.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be read as an Ideogram 4 branch.
+
+    Attributes:
+        file: the file (or "<state dict>") the problem is in.
+        key: the tensor key or field, or None when the problem is the file itself.
+        expected / found: short descriptions, or None.
+        fix: what the user can do about it, or None.
+    """
+
+    def __init__(
+        self,
+        problem: str,
+        *,
+        file: str | os.PathLike | None = None,
+        key: str | None = None,
+        expected: str | None = None,
+        found: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.problem = problem
+        self.file = str(file) if file is not None else None
+        self.key = key
+        self.expected = expected
+        self.found = found
+        self.fix = fix
+        super().__init__(self._format())
+
+    def _format(self) -> str:
+        parts = []
+        if self.file is not None:
+            parts.append(f"{self.file}")
+        if self.key is not None:
+            parts.append(f"key {self.key!r}")
+        head = ": ".join(parts)
+        msg = f"{head}: {self.problem}" if head else self.problem
+        if self.expected is not None or self.found is not None:
+            msg += f" (expected {self.expected if self.expected is not None else '?'}"
+            msg += f", found {self.found if self.found is not None else '?'})"
+        if self.fix:
+            msg += f". Fix: {self.fix}"
+        return msg
+
+
+class NotSafetensorsError(CheckpointError):
+    """The file is not a (complete) safetensors file."""
+
+
+class MissingBranchError(CheckpointError):
+    """A two-branch file has no tensors under the requested branch prefix."""
+
+
+class MissingKeysError(CheckpointError):
+    """Tensors the architecture needs are in neither the file nor the base checkpoint."""
+
+
+class TensorMismatchError(CheckpointError):
+    """A tensor has the wrong shape or dtype, or a quantized weight lacks its scale."""
+
+
+class BaseMismatchError(CheckpointError):
+    """The base checkpoint does not belong to the same architecture as the main file."""
+
+
+class UnsupportedFormatError(CheckpointError):
+    """A layer is stored in a quantization format this pack cannot read."""
+
+
+class HubError(CheckpointError):
+    """A Hugging Face hub download was requested and failed."""
+
+
+def describe(t) -> str:
+    """'int8 [4608, 128]' for a tensor; 'dtype [shape]' for (dtype, shape) pairs."""
+    if isinstance(t, tuple) and len(t) == 2:
+        dtype, shape = t
+    else:
+        dtype, shape = t.dtype, tuple(t.shape)
+    name = str(dtype).replace("torch.", "")
+    return f"{name} {list(shape)}"
+
+
+def few(keys, n: int = 5) -> str:
+    """The first n keys and how many more, for messages about many keys."""
+    keys = sorted(keys)
+    head = ", ".join(keys[:n])
+    return head + (f" … and {len(keys) - n} more" if len(keys) > n else "")

@@ -176,7 +176,6 @@ def time_steps(step_fn, warmup: int, reps: int) -> list[float]:
 
 def run(args) -> dict:
     import triton
-
     from comfyui_ideogram4_int8 import kernels
     from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
     from comfyui_ideogram4_int8.ideogram4.sampler import sample

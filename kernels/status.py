@@ -75,7 +75,11 @@ class StatusQueryError(ValueError):
 
 # An absolute (or home-relative) path: POSIX "/a/b", "~/a", Windows "C:\\a\\b" or "\\\\server\\share".
 # It must not start inside a word, so "N/K" or "conditional/layers.0" are left alone.
-_PATH_RE = re.compile(r"(?<![\w.\-])(?:~|[A-Za-z]:)?(?:[/\\]{1,2}[^\s/\\'\"(),;]+)+[/\\]?")
+# Inner folders may contain spaces ("/home/me/my models/x.safetensors"); the last component ends at
+# whitespace. When unsure, this cuts too much rather than too little.
+_PATH_RE = re.compile(
+    r"(?<![\w.\-])(?:~|[A-Za-z]:)?(?:[/\\]{1,2}[^/\\'\"\n;,()]*?(?=[/\\]))*[/\\]{1,2}[^\s/\\'\"(),;]+[/\\]?"
+)
 _TOKEN_RES = (
     re.compile(r"\bhf_[A-Za-z0-9]{8,}"),
     re.compile(r"(?i)\b(token|api[_-]?key|authorization|password|secret)(\s*[=:]\s*)(\S+)"),

@@ -215,6 +215,13 @@ def _natural_key(text: str):
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
+def _layer_order(layer: str):
+    # Forward order whatever order the registry saw them in: input projections and embeddings,
+    # then the blocks by index (layers.2 before layers.10), then the final layer.
+    group = 1 if layer.startswith(("layers.", "blocks.")) else 2 if layer.startswith("final") else 0
+    return (group, _natural_key(layer))
+
+
 def _model_order(label: str):
     return (ROLES.index(role_of(label)), _natural_key(label))
 
@@ -272,7 +279,7 @@ def _shapes(records, picks) -> list[dict]:
 
 
 def _model_entry(label: str, records, picks, include_layers: bool) -> dict:
-    records = sorted(records, key=lambda r: _natural_key(r.layer))
+    records = sorted(records, key=lambda r: _layer_order(r.layer))
     counts = {p: 0 for p in PATHS}
     counts_run = {p: 0 for p in PATHS}
     for rec in records:

@@ -160,9 +160,13 @@ def test_report_matches_what_ran_automatic_path(tmp_path, gen):
                 assert row["reason"] == "protected layer (stored in bf16)"
             elif auto == "cublas-int8":  # the report says why the fused kernel did not run
                 assert "CUDA GPU" in row["reason"]
-        # natural module order: layers.2 would sort before layers.10
+        # forward order: projections, blocks by index (layers.2 before layers.10), final layer
         names = [row["layer"] for row in model["layers"]]
         assert names.index("layers.0.attention.qkv") < names.index("layers.1.attention.qkv")
+        assert names[-1] == "final_layer.linear"
+        assert names[0] == "input_proj"
+        if model["role"] == "conditional":
+            assert names.index("llm_cond_proj") < names.index("layers.0.attention.qkv")
         assert sum(s["layers"] for s in model["shapes"]) == len(expect)
     assert "llm_cond_proj" in {r["layer"] for r in report["models"][0]["layers"]}
     assert "llm_cond_proj" not in {r["layer"] for r in report["models"][1]["layers"]}

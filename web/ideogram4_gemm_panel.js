@@ -73,7 +73,7 @@ function injectCss() {
   if (document.getElementById(CSS_ID)) return;
   const sev = (name) => SEVERITY_COLORS[name].bg;
   const css = `
-.ig4i8-panel{padding:10px 12px;font-size:13px;line-height:1.4;color:var(--fg-color,#ddd);overflow-y:auto;height:100%;box-sizing:border-box}
+.ig4i8-panel{padding:10px 12px;font-size:13px;line-height:1.4;color:var(--fg-color,#ddd);box-sizing:border-box}
 .ig4i8-head{display:flex;align-items:center;justify-content:space-between;gap:8px;margin-bottom:4px}
 .ig4i8-head h3{margin:0;font-size:15px}
 .ig4i8-btn{background:var(--comfy-input-bg,#333);color:var(--input-text,#ddd);border:1px solid var(--border-color,#555);border-radius:4px;padding:2px 10px;cursor:pointer}
@@ -102,6 +102,12 @@ function injectCss() {
 .ig4i8-muted{color:var(--descrip-text,#999);font-size:12px}
 .ig4i8-foot{color:var(--descrip-text,#888);font-size:11px;margin-top:10px}
 .ig4i8-filter{margin:4px 0;font-size:11px}
+.ig4i8-scroll{overflow-x:auto}
+.ig4i8-fixed{table-layout:fixed}
+.ig4i8-reason{color:var(--descrip-text,#999);font-size:10.5px;white-space:normal;margin-top:1px}
+.ig4i8-path{overflow-wrap:anywhere}
+.ig4i8-facts{color:var(--descrip-text,#999);font-size:10.5px;font-variant-numeric:tabular-nums}
+.ig4i8-table .ig4i8-mono{overflow-wrap:anywhere}
 `;
   document.head.append(h("style", { id: CSS_ID }, css));
 }
@@ -168,6 +174,12 @@ function countsBar(summary) {
   return [bar, legend];
 }
 
+// "layers.0.attention.qkv" may wrap after a dot, never inside a name.
+function breakAtDots(name) {
+  const parts = String(name).split(".");
+  return parts.flatMap((p, i) => (i < parts.length - 1 ? [p + ".", h("wbr")] : [p]));
+}
+
 function layerTable(model) {
   const key = String(model.label);
   const filter = state.filters[key] ?? "all";
@@ -186,10 +198,13 @@ function layerTable(model) {
       h("option", { value: f, selected: f === filter }, f === "all" ? "all layers" : f === "not-fused" ? "not on the fused kernel" : "dequant-bf16 only"),
     ),
   );
+  // Narrow sidebar: two columns. Under each layer name: shape, rows of the last call, calls, and
+  // why a faster path was not taken (a repeat of the row above is shown as "same as above").
   const table = h(
     "table",
-    { class: "ig4i8-table" },
-    h("thead", {}, h("tr", {}, ["layer", "N×K", "M", "path", "calls", "why not faster"].map((t) => h("th", {}, t)))),
+    { class: "ig4i8-table ig4i8-fixed" },
+    h("colgroup", {}, h("col", {}), h("col", { style: "width:84px" })),
+    h("thead", {}, h("tr", {}, h("th", {}, "layer · N×K · M · calls / why not faster"), h("th", {}, "path"))),
     h(
       "tbody",
       {},
@@ -197,17 +212,21 @@ function layerTable(model) {
         h(
           "tr",
           { class: `ig4i8-row-${r.severity}`, title: r.config ? `Triton config: ${r.config}` : null },
-          h("td", { class: "ig4i8-mono" }, r.layer),
-          h("td", { class: "num" }, r.shape),
-          h("td", { class: "num" }, r.m),
-          h("td", {}, r.pathLabel),
-          h("td", { class: "num" }, r.calls),
-          h("td", {}, r.reason),
+          h(
+            "td",
+            {},
+            h("div", { class: "ig4i8-mono" }, breakAtDots(r.layer)),
+            h("div", { class: "ig4i8-facts" }, `${r.shape} · M ${r.m} · ${r.calls === "not run" ? "not run" : `${r.calls} calls`}`),
+            r.reason && r.reason !== "—"
+              ? h("div", { class: "ig4i8-reason", title: r.reason }, r.sameReasonAsAbove ? "↑ same as above" : r.reason)
+              : null,
+          ),
+          h("td", { class: "ig4i8-path" }, r.pathLabel),
         ),
       ),
     ),
   );
-  return h("div", {}, select, h("span", { class: "ig4i8-muted" }, ` ${rows.length} shown`), table);
+  return h("div", {}, select, h("span", { class: "ig4i8-muted" }, ` ${rows.length} shown`), h("div", { class: "ig4i8-scroll" }, table));
 }
 
 function modelCard(model) {
@@ -308,9 +327,7 @@ function render() {
     const last = state.live.lastEvent ? ` · last event: ${state.live.lastEvent}` : "";
     root.append(h("div", { class: "ig4i8-foot" }, `Updated ${when}${last} · pack ${report.pack_version} · schema ${report.schema_version}`));
   }
-  const scroll = el.querySelector(".ig4i8-panel")?.scrollTop ?? 0;
-  el.replaceChildren(root);
-  root.scrollTop = scroll;
+  el.replaceChildren(root); // the frontend's sidebar container scrolls and keeps its position
 }
 
 // -- node badges ---------------------------------------------------------------------------------

@@ -148,8 +148,12 @@ test("status banner: no models yet, no CUDA, warning and bad answers", () => {
   const idle = { ...r, models: [], status: { code: "no_models_yet", message: "No Ideogram 4 INT8 model has run yet.", notes: ["n1"] } };
   assert.deepEqual(statusBanner(idle), { severity: "idle", text: "No Ideogram 4 INT8 model has run yet.", notes: ["n1"] });
 
-  const cpu = { ...r, status: { code: "no_cuda", message: "No CUDA GPU is visible", notes: [] } };
-  assert.equal(statusBanner(cpu).severity, "notice");
+  const cpu = { ...r, status: { code: "no_cuda", message: "No CUDA GPU is visible", notes: ["n2"] } };
+  assert.equal(statusBanner(cpu).severity, "warning", "a dequant fallback outranks the missing GPU");
+  assert.deepEqual(statusBanner(cpu).notes, ["No CUDA GPU is visible", "n2"]);
+  const cpuCublas = { ...cpu, models: [makeModel("conditional", repeat(3, "cublas-int8"))] };
+  assert.equal(statusBanner(cpuCublas).severity, "notice");
+  assert.match(statusBanner(cpuCublas).text, /not all of it on the fused kernel/);
 
   assert.equal(statusBanner(null).severity, "error");
   assert.match(statusBanner({ ...r, schema_version: 2 }).text, /schema 1 but the server sent 2/);
@@ -266,6 +270,16 @@ test("layer rows and filters", () => {
   assert.match(first.config, /\(autotuned \(412 us\)\)$/);
   assert.equal(layerRows({ ...cond, layers: null }), null);
   assert.throws(() => layerRows(cond, "bogus"), /unknown layer filter "bogus"/);
+});
+
+test("a reason that repeats the row above is marked, so the table prints it once", () => {
+  const m = makeModel("conditional", [
+    ["a", "cublas-int8", "CPU tensors"], ["b", "cublas-int8", "CPU tensors"], ["c", "bf16", "protected"],
+    ["d", "cublas-int8", "CPU tensors"], ["e", "triton-int8", ""], ["f", "cublas-int8", "CPU tensors"],
+  ]);
+  assert.deepEqual(layerRows(m).map((r) => r.sameReasonAsAbove), [false, true, false, false, false, false]);
+  // after filtering, rows that become neighbours compare with each other
+  assert.deepEqual(layerRows(m, "not-fused").map((r) => r.sameReasonAsAbove), [false, true, false, false, true]);
 });
 
 test("autotune rows list each pick by shape", () => {

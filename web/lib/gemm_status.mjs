@@ -210,15 +210,20 @@ export function statusBanner(report, error = null) {
   const st = report.status ?? {};
   const notes = Array.isArray(st.notes) ? st.notes.map(String) : [];
   if (st.code === "no_models_yet") return { severity: "idle", text: String(st.message), notes };
-  if (st.code === "no_cuda") return { severity: "notice", text: String(st.message), notes };
-  const { severity } = summarizeReport(report);
+  const models = summarizeReport(report).severity;
   const text =
-    severity === "warning"
+    models === "warning"
       ? "Some linears fall back to dequant-bf16 (phantom INT8): see the red model below."
-      : severity === "notice"
+      : models === "notice"
         ? "INT8 runs, but not all of it on the fused kernel."
-        : "All quantized linears ran on the fused INT8 kernel.";
-  return { severity, text, notes };
+        : models === "ok"
+          ? "All quantized linears ran on the fused INT8 kernel."
+          : "No linears recorded yet.";
+  if (st.code === "no_cuda") {
+    // no GPU is worth saying, but a dequant fallback is worse: the banner takes the worse of the two
+    return { severity: worstSeverity(["notice", models]), text, notes: [String(st.message), ...notes] };
+  }
+  return { severity: models, text, notes };
 }
 
 export function describeEnvironment(env) {
@@ -330,11 +335,14 @@ export const LAYER_FILTERS = {
   "dequant-bf16": (l) => l.path === "dequant-bf16",
 };
 
-/** Rows of a model's per-layer table (null when the report was fetched without layers). */
+/** Rows of a model's per-layer table (null when the report was fetched without layers).
+ * A row whose reason repeats the row above has `sameReasonAsAbove`, so a table of 221 rows that all
+ * say "CPU tensors: …" prints it once. */
 export function layerRows(model, filter = "all") {
   if (!Array.isArray(model?.layers)) return null;
   const keep = LAYER_FILTERS[filter];
   if (!keep) throw new Error(`unknown layer filter ${JSON.stringify(filter)}; use one of ${Object.keys(LAYER_FILTERS).join(", ")}`);
+  let previous = null;
   return model.layers.filter(keep).map((l) => ({
     layer: String(l.layer),
     shape: formatShape(l.N, l.K),
@@ -343,6 +351,12 @@ export function layerRows(model, filter = "all") {
     pathLabel: pathShort(l.path),
     calls: l.calls > 0 ? String(l.calls) : "not run",
     reason: l.reason ? String(l.reason) : l.path === "triton-int8" ? "" : "—",
+    // true when the row above (after filtering) gives the same reason: the table prints a ditto mark
+    sameReasonAsAbove: (() => {
+      const same = previous !== null && !!l.reason && l.reason === previous;
+      previous = l.reason || null;
+      return same;
+    })(),
     config: l.config ? `${l.config}${l.config_source ? ` (${l.config_source})` : ""}` : "",
     severity: l.path === "dequant-bf16" ? "warning" : l.path === "cublas-int8" ? "notice" : "ok",
   }));

@@ -64,6 +64,16 @@ def test_schema_file_ships_with_the_package():
     assert any(status.SCHEMA_PATH.match(g) for g in globs), globs
 
 
+def test_every_web_file_ships_in_the_wheel():
+    """web/lib/*.mjs are imported by the entry at run time: a wheel without them breaks the panel."""
+    import tomllib
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = {p for g in globs["comfyui_ideogram4_int8"] for p in ROOT.glob(g) if p.is_file()}
+    web = {p for p in (ROOT / "web").rglob("*") if p.is_file()}
+    assert web - shipped == set()
+
+
 def test_shared_fixture_is_schema_valid_and_consistent():
     report = json.loads(FIXTURE.read_text())
     validate(report)

@@ -131,11 +131,10 @@ def validate_status_params(query: Mapping | None) -> StatusParams:
     """
     if not query:
         return StatusParams()
-    unknown = sorted(k for k in query.keys() if k not in QUERY_PARAMS)
+    unknown = sorted(str(k) for k in query.keys() if k not in QUERY_PARAMS)
     if unknown:
-        raise StatusQueryError(
-            unknown[0], f"unknown query parameter {unknown[0]!r}; expected one of {', '.join(QUERY_PARAMS)}"
-        )
+        name = unknown[0] if len(unknown[0]) <= 40 else unknown[0][:40] + "..."
+        raise StatusQueryError(name, f"unknown query parameter {name!r}; expected one of {', '.join(QUERY_PARAMS)}")
     model = None
     include_layers = True
     if "model" in query:

@@ -133,5 +133,9 @@ def apply_timing_env() -> None:
 
 
 async def on_load() -> None:
-    register_routes()
+    """Register the routes and read the timing switch; a failure here costs the panel, not the nodes."""
+    try:
+        register_routes()
+    except Exception as exc:  # e.g. ComfyUI used as a library, without a PromptServer
+        log.warning("Ideogram4 INT8: GEMM status routes not registered (%s: %s)", type(exc).__name__, exc)
     apply_timing_env()

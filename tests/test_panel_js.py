@@ -102,3 +102,11 @@ def test_panel_logic_reads_a_real_report(real_report):
     assert js["badge"]["severity"] == "warning"
     assert js["badgeCond"]["severity"] == s_cond["severity"]
     assert js["rows"] == [cond["layers_total"], unc["layers_total"]]
+
+
+def test_web_entry_parses_as_an_es_module(tmp_path):
+    """The browser loads the entry as an ES module; a syntax error would only show in the browser."""
+    copy = tmp_path / "entry.mjs"  # .mjs: node parses it as a module without a package.json
+    copy.write_text((ROOT / "web" / "ideogram4_gemm_panel.js").read_text())
+    out = subprocess.run([NODE, "--check", str(copy)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr

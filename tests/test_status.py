@@ -344,6 +344,7 @@ def test_good_params(query, model, layers):
     ("query", "parameter", "fragment"),
     [
         ({"layer": "1"}, "layer", "unknown query parameter 'layer'"),
+        ({"x" * 5000: "1"}, "x" * 40 + "...", "unknown query parameter 'xxxx"),
         ({"layers": "maybe"}, "layers", "'layers' must be 1 or 0"),
         ({"layers": ""}, "layers", "'layers' must be 1 or 0"),
         ({"model": ""}, "model", "'model' is empty"),
@@ -507,6 +508,20 @@ def test_publish_never_raises(fake_server, monkeypatch, caplog):
 
     monkeypatch.setattr(status_nodes._status, "status_report", boom)
     assert status_nodes.publish("run") is False
+
+
+def test_on_load_survives_a_missing_server(monkeypatch, caplog):
+    import asyncio
+
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    module = types.ModuleType("server")  # a ComfyUI without PromptServer.instance
+    module.PromptServer = types.SimpleNamespace()
+    monkeypatch.setitem(sys.modules, "server", module)
+    monkeypatch.setenv(status.ENV_TIMING, "1")
+    asyncio.run(status_nodes.on_load())
+    assert "routes not registered" in caplog.text
+    assert REGISTRY.timing_enabled and status.status_report()["timing"]["switched_by"] == "env"
 
 
 def test_routes_register_once():

@@ -106,23 +106,28 @@ def run_checkpoint(
     path_override: str | None = None,
     seed: int = 0,
     dtype: torch.dtype = torch.bfloat16,
+    device: str | torch.device = "cpu",
 ) -> dict[str, dict[str, str]]:
     """Run every linear of ``branches`` ``steps`` times; returns {label: {module: expected kind}}.
 
     ``path_override`` forces a GEMM path through the ``path`` argument (strict); None leaves the
     choice to dispatch (and to IDEOGRAM4_INT8_GEMM_PATH). Labels are ``branch + label_suffix``.
+    ``device``: where the weights and activations live (``"cuda"`` on a GPU machine).
     """
     g = torch.Generator().manual_seed(seed)
     ran: dict[str, dict[str, str]] = {}
     for branch in branches:
         label = branch + label_suffix
-        linears = read_branch_linears(path, branch)
+        linears = {
+            module: {name: t.to(device) for name, t in fields.items()}
+            for module, fields in read_branch_linears(path, branch).items()
+        }
         ran[label] = {}
         for _ in range(steps):
             for module, t in linears.items():
                 k = (t["wq"] if "wq" in t else t["weight"]).shape[1]
                 m = 1 if module.endswith("adaln_modulation") else tokens
-                x = torch.randn(m, k, generator=g).to(dtype)
+                x = torch.randn(m, k, generator=g).to(device=device, dtype=dtype)
                 site = f"{label}/{module}"
                 if "wq" in t:
                     kernels.w8a8_linear(

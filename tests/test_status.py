@@ -208,9 +208,12 @@ def test_invalid_forced_path_is_reported_not_hidden(tmp_path, gen, monkeypatch):
 
 
 def test_fused_path_reports_autotune_pick_per_shape(tmp_path, gen):
-    # The path argument forces the fused kernel (Triton's CPU interpreter here, the GPU on a GPU).
+    # The path argument forces the fused kernel: Triton's CPU interpreter here, the GPU on a GPU.
     PICKER.clear()
-    ran = _load_and_run(tmp_path, gen, branches=("conditional",), steps=1, path_override="triton-int8", tokens=4)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ran = _load_and_run(
+        tmp_path, gen, branches=("conditional",), steps=1, path_override="triton-int8", tokens=4, device=device
+    )
     report = status.status_report()
     validate(report)
     (model,) = report["models"]
@@ -435,6 +438,26 @@ def test_timing_switch_and_note(tmp_path, gen):
     if not torch.cuda.is_available():  # CPU GEMMs are not timed: the report says so instead of 0 ms
         assert report["timing"]["last_run"] is None
         assert "not timed" in report["timing"]["note"]
+
+
+@pytest.mark.cuda
+def test_timing_of_a_real_gpu_run(tmp_path, gen, monkeypatch):
+    """On a GPU: CUDA-event timing between begin_run()/end_run() lands in the report per path."""
+    monkeypatch.setenv("IDEOGRAM4_INT8_AUTOTUNE", "0")  # toy shapes: the heuristic, no minutes of tuning
+    status.switch_timing(True, "api")
+    REGISTRY.begin_run()
+    _load_and_run(tmp_path, gen, steps=2, device="cuda")
+    REGISTRY.end_run()
+    report = status.status_report()
+    validate(report)
+    last = report["timing"]["last_run"]
+    assert last is not None, report["timing"]
+    ran = {p for m in report["models"] for p in PATHS if m["counts_run"][p]}
+    for p in PATHS:
+        assert (last["per_path"][p]["ms"] > 0) == (p in ran), (p, last["per_path"][p])
+    assert 0 < last["gemm_ms"] <= last["wall_ms"]
+    assert 0 < last["gemm_share"] <= 1
+    assert report["status"]["code"] == "ok" and report["environment"]["gpu"]
 
 
 @pytest.mark.parametrize(("raw", "flag"), [("1", True), ("on", True), ("0", False), ("", None), ("sometimes", None)])

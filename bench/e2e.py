@@ -244,9 +244,9 @@ def run(args) -> dict:
             kernels.REGISTRY.clear()
             with torch.inference_mode():
                 torch.cuda.reset_peak_memory_stats()
-                times = time_steps(lambda: step(cond, uncond), args.warmup, args.reps)
+                times = time_steps(lambda c=cond, u=uncond: step(c, u), args.warmup, args.reps)
                 peak = torch.cuda.max_memory_allocated() / 2**30
-                split = profile_step(lambda: step(cond, uncond))
+                split = profile_step(lambda c=cond, u=uncond: step(c, u))
                 t_s = time.perf_counter()
                 a = torch.cuda.Event(enable_timing=True)
                 b = torch.cuda.Event(enable_timing=True)

@@ -1,3 +1,141 @@
-"""Placeholder: filled by its issue. Exports NODES for nodes/extension.py."""
+"""The GEMM-path panel's server side: a read-only JSON route and a websocket push.
+
+Routes (registered once, in ``on_load``; ComfyUI also mounts them under ``/api``):
+
+* ``GET /ideogram4_int8/status[?model=<label>][&layers=0|1]`` -> the report of
+  ``kernels/status.py`` (schema: ``kernels/status.schema.json``). 400 for a bad or unknown
+  parameter, 404 for a model label that has not run; both as ``{"error", "parameter"}``.
+* ``POST /ideogram4_int8/timing`` with ``{"enabled": true|false}`` -> switches per-GEMM CUDA-event
+  timing (the panel's "time GEMMs" setting uses it). ``IDEOGRAM4_INT8_GEMM_TIMING=1`` in the
+  environment switches it on at start.
+
+Websocket event ``ideogram4_int8.status`` (see :func:`publish`) after each model load and each
+sampler run, so the panel and the node badges update live.
+
+The report itself is built ComfyUI-free in ``kernels/status.py``; this module only adapts it to
+aiohttp and ``PromptServer``. ``server`` and ``aiohttp`` are imported inside the functions, so
+the module imports (and ``publish`` is testable) without a running ComfyUI.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from ..kernels import status as _status
+
+log = logging.getLogger(__name__)
 
 NODES: list = []
+
+EVENT = _status.EVENT
+ROUTE = _status.ROUTE
+TIMING_ROUTE = _status.TIMING_ROUTE
+EVENTS = ("load", "run", "unload")
+
+_publish_failures = {"count": 0}
+
+
+def publish(event: str, models: list[str] | None = None, node_id: str | None = None) -> bool:
+    """Push the compact GEMM status to every connected browser. Never raises.
+
+    Call it from the loader node after a model is built (``event="load"``) and from the sampler
+    node after each run (``event="run"``, after ``REGISTRY.end_run()``), and with ``"unload"``
+    after clearing a model's registry entries.
+
+    Args:
+        event: ``"load"``, ``"run"`` or ``"unload"`` (another string is sent as-is, with a warning).
+        models: the model labels this event concerns (e.g. ``["conditional", "unconditional"]``);
+            None: every model in the registry. The panel uses it to tie a node's badge to its models.
+        node_id: the calling node's id (``cls.hidden.unique_id``), so that node's badge shows the
+            dominant path of exactly ``models``; None: the badge shows all models.
+
+    Sends ``PromptServer.instance.send_sync("ideogram4_int8.status", payload)`` with
+    ``payload = {"event", "models", "node_id", "report"}``, where ``report`` is
+    ``status_report(include_layers=False)`` (the per-layer table stays on the route).
+
+    Returns:
+        True when the message was queued; False when it could not be (logged as a warning; the
+        panel then catches up on its next refresh). A panel must never break sampling.
+    """
+    try:
+        if event not in EVENTS:
+            log.warning("Ideogram4 INT8: publish(event=%r) is not one of %s; sent as-is", event, EVENTS)
+        if models is not None:
+            models = [_status.scrub_text(str(m)) for m in models]
+        payload = {
+            "event": str(event),
+            "models": models,
+            "node_id": None if node_id is None else str(node_id),
+            "report": _status.status_report(include_layers=False),
+        }
+        from server import PromptServer
+
+        PromptServer.instance.send_sync(EVENT, payload)
+        return True
+    except Exception as exc:  # by contract nothing may reach the sampler
+        _publish_failures["count"] += 1
+        log.warning(
+            "Ideogram4 INT8: could not push the GEMM status (%s: %s); the panel updates on its next refresh",
+            type(exc).__name__,
+            exc,
+        )
+        return False
+
+
+async def _status_handler(request):
+    from aiohttp import web
+
+    code, body = _status.status_response(request.query)
+    return web.json_response(body, status=code, headers={"Cache-Control": "no-store"})
+
+
+async def _timing_handler(request):
+    from aiohttp import web
+
+    try:
+        body = await request.json()
+    except Exception:  # any unreadable body is the client's error
+        body = None
+    try:
+        enabled = _status.validate_timing_body(body)
+    except _status.StatusQueryError as exc:
+        return web.json_response(exc.as_dict(), status=exc.status)
+    _status.switch_timing(enabled, "setting")
+    log.info("Ideogram4 INT8: per-path GEMM timing %s (panel setting)", "on" if enabled else "off")
+    return web.json_response({"enabled": enabled, "switched_by": "setting"})
+
+
+def register_routes(routes=None) -> list[str]:
+    """Add the routes to ``PromptServer.instance.routes`` unless present; returns the ones added."""
+    if routes is None:
+        from server import PromptServer
+
+        routes = PromptServer.instance.routes
+    present = {(getattr(r, "method", None), getattr(r, "path", None)) for r in routes}
+    added = []
+    for method, path, handler in (("GET", ROUTE, _status_handler), ("POST", TIMING_ROUTE, _timing_handler)):
+        if (method, path) in present:
+            continue
+        routes.route(method, path)(handler)
+        added.append(f"{method} {path}")
+    return added
+
+
+def apply_timing_env() -> None:
+    flag = _status.timing_from_env()
+    if flag is not None:
+        _status.switch_timing(flag, "env")
+        log.info("Ideogram4 INT8: per-path GEMM timing %s (%s)", "on" if flag else "off", _status.ENV_TIMING)
+    else:
+        problem = _status.timing_env_problem()
+        if problem:
+            log.warning("Ideogram4 INT8: %s", problem)
+
+
+async def on_load() -> None:
+    """Register the routes and read the timing switch; a failure here costs the panel, not the nodes."""
+    try:
+        register_routes()
+    except Exception as exc:  # e.g. ComfyUI used as a library, without a PromptServer
+        log.warning("Ideogram4 INT8: GEMM status routes not registered (%s: %s)", type(exc).__name__, exc)
+    apply_timing_env()

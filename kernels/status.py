@@ -1,0 +1,461 @@
+"""The GEMM-path status report: which path every W8A8 linear really ran, as JSON for the panel.
+
+ComfyUI-free (torch only, through the registry); ``nodes/status_nodes.py`` serves it at
+``GET /ideogram4_int8/status`` and pushes a compact copy over the websocket after each load
+and sampler run. The report's shape is ``status.schema.json`` (shipped next to this file);
+``SCHEMA_VERSION`` changes whenever a field changes meaning or goes away.
+
+What the report never contains: file-system paths and tokens. Every free-text string taken
+from the registry (model labels, layer names, reasons, config sources) goes through
+:func:`scrub_text`, which cuts an absolute path down to its last component and masks
+token-like strings, so a loader that once writes a checkpoint path into a reason cannot leak
+the user's directory layout through the panel.
+
+Timing (off by default): when ``REGISTRY.timing_enabled`` is on, every CUDA GEMM is bracketed
+by CUDA events. The *sampler* owns the run boundary: it calls ``REGISTRY.begin_run()`` right
+before sampling and ``REGISTRY.end_run()`` right after (then ``publish("run")``); the report
+gives the per-path GEMM milliseconds of that last run and each path's share of its wall time,
+which is also each path's share of an average step. CPU GEMMs are not timed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import pathlib
+import re
+import time
+from collections.abc import Mapping
+
+from .autotune import PICKER
+from .dispatch import ENV_PATH
+from .env import environment_report, interpreter_mode
+from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
+
+_log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+SCHEMA_PATH = pathlib.Path(__file__).with_name("status.schema.json")
+
+ROUTE = "/ideogram4_int8/status"
+TIMING_ROUTE = "/ideogram4_int8/timing"
+EVENT = "ideogram4_int8.status"
+ENV_TIMING = "IDEOGRAM4_INT8_GEMM_TIMING"
+
+QUERY_PARAMS = ("model", "layers")
+MAX_LABEL_LEN = 200
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+ROLES = ("conditional", "unconditional", "other")
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+class StatusQueryError(ValueError):
+    """A bad query parameter (HTTP 400) or a model that is not loaded (HTTP 404).
+
+    ``as_dict()`` is the JSON error body: ``{"error": message, "parameter": name}``.
+    """
+
+    def __init__(self, parameter: str, message: str, status: int = 400, **extra) -> None:
+        super().__init__(message)
+        self.parameter = parameter
+        self.status = status
+        self.extra = extra
+
+    def as_dict(self) -> dict:
+        return {"error": str(self), "parameter": self.parameter, **self.extra}
+
+
+# -- scrubbing ------------------------------------------------------------------------------------
+
+# An absolute (or home-relative) path: POSIX "/a/b", "~/a", Windows "C:\\a\\b" or "\\\\server\\share".
+# It must not start inside a word, so "N/K" or "conditional/layers.0" are left alone.
+# Inner folders may contain spaces ("/home/me/my models/x.safetensors"); the last component ends at
+# whitespace. When unsure, this cuts too much rather than too little.
+_PATH_RE = re.compile(
+    r"(?<![\w.\-])(?:~|[A-Za-z]:)?(?:[/\\]{1,2}[^/\\'\"\n;,()]*?(?=[/\\]))*[/\\]{1,2}[^\s/\\'\"(),;]+[/\\]?"
+)
+_TOKEN_RES = (
+    re.compile(r"\bhf_[A-Za-z0-9]{8,}"),
+    re.compile(r"(?i)\b(token|api[_-]?key|authorization|password|secret)(\s*[=:]\s*)(\S+)"),
+    re.compile(r"(?i)\b(bearer)(\s+)(\S+)"),
+)
+
+
+def _basename(match: re.Match) -> str:
+    parts = [p for p in re.split(r"[/\\]", match.group(0)) if p and p != "~" and not re.fullmatch(r"[A-Za-z]:", p)]
+    return parts[-1] if parts else "<path>"
+
+
+def scrub_text(text: str | None) -> str | None:
+    """Cut absolute paths to their basename and mask token-like strings (``hf_…``, ``token=…``)."""
+    if text is None:
+        return None
+    text = str(text)
+    text = _TOKEN_RES[0].sub("hf_***", text)
+    text = _TOKEN_RES[1].sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+    text = _TOKEN_RES[2].sub(lambda m: f"{m.group(1)}{m.group(2)}***", text)
+    return _PATH_RE.sub(_basename, text)
+
+
+# -- query parameters -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class StatusParams:
+    model: str | None = None
+    include_layers: bool = True
+
+
+def _values(query, key) -> list[str]:
+    if hasattr(query, "getall"):  # aiohttp / multidict: repeated keys are kept
+        return [str(v) for v in query.getall(key)]
+    value = query[key]
+    if isinstance(value, (list, tuple)):
+        return [str(v) for v in value]
+    return [str(value)]
+
+
+def validate_status_params(query: Mapping | None) -> StatusParams:
+    """Parse the route's query string; raise :class:`StatusQueryError` (400) naming the parameter.
+
+    Parameters: ``model`` (a model label, e.g. ``conditional``; default: every model) and
+    ``layers`` (``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off``; default ``1``:
+    include the per-layer table). Unknown or repeated parameters are errors, so a typo never
+    silently returns the default report.
+    """
+    if not query:
+        return StatusParams()
+    unknown = sorted(str(k) for k in query.keys() if k not in QUERY_PARAMS)
+    if unknown:
+        name = unknown[0] if len(unknown[0]) <= 40 else unknown[0][:40] + "..."
+        raise StatusQueryError(name, f"unknown query parameter {name!r}; expected one of {', '.join(QUERY_PARAMS)}")
+    model = None
+    include_layers = True
+    if "model" in query:
+        vals = _values(query, "model")
+        if len(vals) != 1:
+            raise StatusQueryError("model", f"'model' given {len(vals)} times; give it once")
+        model = vals[0]
+        if not model.strip():
+            raise StatusQueryError("model", "'model' is empty; leave it out for every model")
+        if len(model) > MAX_LABEL_LEN or any(ord(c) < 32 for c in model):
+            raise StatusQueryError(
+                "model", f"'model' must be a model label of at most {MAX_LABEL_LEN} printable characters"
+            )
+    if "layers" in query:
+        vals = _values(query, "layers")
+        if len(vals) != 1:
+            raise StatusQueryError("layers", f"'layers' given {len(vals)} times; give it once")
+        raw = vals[0].strip().lower()
+        if raw in _TRUE:
+            include_layers = True
+        elif raw in _FALSE:
+            include_layers = False
+        else:
+            shown = vals[0] if len(vals[0]) <= 40 else vals[0][:40] + "..."
+            raise StatusQueryError("layers", f"'layers' must be 1 or 0 (true/false, yes/no, on/off); got {shown!r}")
+    return StatusParams(model=model, include_layers=include_layers)
+
+
+# -- timing switch --------------------------------------------------------------------------------
+
+_timing_state = {"switched_by": None, "env_problem": None}
+
+
+def switch_timing(enabled: bool, by: str) -> None:
+    """Turn per-GEMM CUDA-event timing on/off and remember who did (``env``, ``setting``, ``api``)."""
+    REGISTRY.enable_timing(bool(enabled))
+    _timing_state["switched_by"] = by
+
+
+def timing_from_env(environ: Mapping[str, str] | None = None) -> bool | None:
+    """Read IDEOGRAM4_INT8_GEMM_TIMING: True/False, or None when unset or not understood.
+
+    A value that is not understood is kept as a note in the report (and the caller logs it)."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(ENV_TIMING, "").strip().lower()
+    _timing_state["env_problem"] = None
+    if not raw:
+        return None
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    _timing_state["env_problem"] = (
+        f"{ENV_TIMING}={scrub_text(raw[:40])!r} is not understood (use 1 or 0); GEMM timing left as it was"
+    )
+    return None
+
+
+def timing_env_problem() -> str | None:
+    """The note left by :func:`timing_from_env` for a value it did not understand (else None)."""
+    return _timing_state["env_problem"]
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def role_of(label: str) -> str:
+    low = label.lower()
+    if low.startswith("unconditional"):
+        return "unconditional"
+    if low.startswith("conditional"):
+        return "conditional"
+    return "other"
+
+
+def _natural_key(text: str):
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
+
+
+def _layer_order(layer: str):
+    # Forward order whatever order the registry saw them in: input projections and embeddings,
+    # then the blocks by index (layers.2 before layers.10), then the final layer.
+    group = 1 if layer.startswith(("layers.", "blocks.")) else 2 if layer.startswith("final") else 0
+    return (group, _natural_key(layer))
+
+
+def _model_order(label: str):
+    return (ROLES.index(role_of(label)), _natural_key(label))
+
+
+def _environment() -> dict:
+    env = environment_report()
+    forced = os.environ.get(ENV_PATH, "").strip()
+    env["triton_interpreter"] = interpreter_mode()
+    env["forced_path"] = {
+        "variable": ENV_PATH,
+        "value": scrub_text(forced[:64]) if forced else None,
+        "valid": (forced in (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)) if forced else None,
+    }
+    return env
+
+
+def _layer_entry(rec) -> dict:
+    return {
+        "layer": scrub_text(rec.layer),
+        "path": rec.path,
+        "reason": scrub_text(rec.reason) or "",
+        "N": rec.n,
+        "K": rec.k,
+        "M_last": rec.m_last,
+        "calls": rec.calls,
+        "dtype": rec.dtype,
+        "config": scrub_text(rec.config),
+        "config_source": scrub_text(rec.config_source),
+    }
+
+
+def _shapes(records, picks) -> list[dict]:
+    by_shape: dict[tuple[int, int], dict] = {}
+    for rec in records:
+        entry = by_shape.setdefault(
+            (rec.n, rec.k), {"N": rec.n, "K": rec.k, "layers": 0, "paths": {p: 0 for p in PATHS}, "autotune": []}
+        )
+        entry["layers"] += 1
+        entry["paths"][rec.path] += 1
+    for pick in picks:
+        entry = by_shape.get((pick["N"], pick["K"]))
+        if entry is not None:
+            entry["autotune"].append(
+                {
+                    "m_bucket": pick["m_bucket"],
+                    "arch": pick["arch"],
+                    "gpu": pick["gpu"],
+                    "config": scrub_text(pick["config"]),
+                    "source": scrub_text(pick["source"]),
+                }
+            )
+    for entry in by_shape.values():
+        entry["autotune"].sort(key=lambda p: (p["arch"], p["gpu"], p["m_bucket"]))
+    return [by_shape[key] for key in sorted(by_shape)]
+
+
+def _model_entry(label: str, records, picks, include_layers: bool) -> dict:
+    records = sorted(records, key=lambda r: _layer_order(r.layer))
+    counts = {p: 0 for p in PATHS}
+    counts_run = {p: 0 for p in PATHS}
+    for rec in records:
+        counts[rec.path] += 1
+        if rec.calls:
+            counts_run[rec.path] += 1
+    return {
+        "label": scrub_text(label),
+        "role": role_of(label),
+        "layers_total": len(records),
+        "layers_run": sum(1 for r in records if r.calls),
+        "calls": sum(r.calls for r in records),
+        "counts": counts,
+        "counts_run": counts_run,
+        "shapes": _shapes(records, picks),
+        "layers": [_layer_entry(r) for r in records] if include_layers else None,
+    }
+
+
+def _timing(registry) -> dict:
+    last = registry.last_run()
+    note = None
+    last_run = None
+    if last is not None:
+        wall = last.get("wall_ms")
+        per_path = {}
+        for path in PATHS:
+            ms = float(last["gemm_ms_per_path"].get(path, 0.0))
+            per_path[path] = {"ms": ms, "share": (ms / wall) if wall else None}
+        gemm = sum(v["ms"] for v in per_path.values())
+        last_run = {
+            "wall_ms": wall,
+            "gemm_ms": gemm,
+            "gemm_share": (gemm / wall) if wall else None,
+            "per_path": per_path,
+        }
+    elif registry.timing_enabled:
+        note = (
+            "timing is on, but no timed run has finished yet: GEMM time is measured with CUDA events "
+            "between the sampler's begin_run() and end_run(); GEMMs on the CPU are not timed"
+        )
+    return {
+        "enabled": bool(registry.timing_enabled),
+        "switched_by": _timing_state["switched_by"],
+        "env_variable": ENV_TIMING,
+        "last_run": last_run,
+        "note": note,
+    }
+
+
+def _status(env: dict, models: list[dict], timing_problem: str | None) -> dict:
+    notes = []
+    if not env["cuda_available"]:
+        notes.append(
+            f"No CUDA GPU is visible to torch {env['torch']}: quantized linears run on cublas-int8 "
+            "(torch._int_mm on the CPU) or dequant-bf16. The fused Triton INT8 kernel needs an NVIDIA GPU "
+            "(sm_80 or newer)."
+        )
+    forced = env["forced_path"]
+    if forced["value"] is not None:
+        if forced["valid"]:
+            notes.append(f"{ENV_PATH}={forced['value']} forces that path wherever it can run.")
+        else:
+            notes.append(f"{ENV_PATH}={forced['value']!r} is not a GEMM path and is ignored.")
+    if timing_problem:
+        notes.append(timing_problem)
+    if not models:
+        code = "no_models_yet"
+        message = (
+            "No Ideogram 4 INT8 model has run yet. Load one with the pack's loader and run the sampler; "
+            "this panel then shows the GEMM path every linear really took."
+        )
+    elif not env["cuda_available"]:
+        code = "no_cuda"
+        message = notes.pop(0)
+    else:
+        code = "ok"
+        message = f"{len(models)} model(s) reported."
+    return {"code": code, "message": message, "notes": notes}
+
+
+def status_report(
+    model: str | None = None,
+    include_layers: bool = True,
+    registry=None,
+    picker=None,
+) -> dict:
+    """The panel's JSON (schema: ``status.schema.json``).
+
+    Args:
+        model: only this model label (e.g. ``"conditional"``); None for every model.
+        include_layers: include the per-layer table (the websocket push leaves it out).
+        registry, picker: the GEMM registry and autotune picker (default: the process-wide ones).
+
+    Raises:
+        StatusQueryError: ``model`` is not a loaded model (status 404; lists the known labels).
+    """
+    registry = REGISTRY if registry is None else registry
+    picker = PICKER if picker is None else picker
+    labels = sorted(registry.models(), key=_model_order)
+    if model is not None:
+        if model not in labels:
+            known = ", ".join(scrub_text(x) for x in labels) or "none yet"
+            raise StatusQueryError(
+                "model",
+                f"no model labelled {scrub_text(model)[:MAX_LABEL_LEN]!r} has run; known: {known}",
+                status=404,
+                known=[scrub_text(x) for x in labels],
+            )
+        labels = [model]
+    picks = picker.picks()
+    models = [_model_entry(label, registry.layers(label), picks, include_layers) for label in labels]
+    env = _environment()
+    from .. import __version__
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "pack_version": __version__,
+        "generated_at": time.time(),
+        "status": _status(env, models, _timing_state["env_problem"]),
+        "environment": env,
+        "paths": list(PATHS),
+        "models": models,
+        "timing": _timing(registry),
+    }
+
+
+def status_response(query: Mapping | None) -> tuple[int, dict]:
+    """(HTTP status, JSON body) for ``GET /ideogram4_int8/status?…``; never raises.
+
+    200 with the report; 400 for a bad parameter and 404 for a model that has not run, each with
+    ``{"error", "parameter"}``; 500 with a short message (no traceback) if building the report fails.
+    """
+    try:
+        params = validate_status_params(query)
+        return 200, status_report(params.model, params.include_layers)
+    except StatusQueryError as exc:
+        return exc.status, exc.as_dict()
+    except Exception as exc:  # the route must answer, never leak a traceback
+        _log.exception("Ideogram4 INT8: building the GEMM status report failed")
+        return 500, {"error": f"building the GEMM status report failed ({type(exc).__name__}); see the ComfyUI log"}
+
+
+def validate_timing_body(body) -> bool:
+    """``POST /ideogram4_int8/timing`` body ``{"enabled": true|false}`` -> the flag, or StatusQueryError (400)."""
+    if not isinstance(body, dict):
+        raise StatusQueryError("enabled", 'the body must be a JSON object {"enabled": true} or {"enabled": false}')
+    unknown = sorted(k for k in body if k != "enabled")
+    if unknown:
+        raise StatusQueryError(unknown[0], f"unknown field {str(unknown[0])[:40]!r}; the only field is 'enabled'")
+    if not isinstance(body.get("enabled"), bool):
+        raise StatusQueryError("enabled", "'enabled' must be true or false")
+    return body["enabled"]
+
+
+def load_schema() -> dict:
+    """The report's JSON Schema (draft 2020-12)."""
+    return json.loads(SCHEMA_PATH.read_text())
+
+
+__all__ = [
+    "EVENT",
+    "ENV_TIMING",
+    "ROUTE",
+    "TIMING_ROUTE",
+    "SCHEMA_VERSION",
+    "SCHEMA_PATH",
+    "StatusParams",
+    "StatusQueryError",
+    "load_schema",
+    "role_of",
+    "scrub_text",
+    "status_report",
+    "status_response",
+    "validate_timing_body",
+    "switch_timing",
+    "timing_env_problem",
+    "timing_from_env",
+    "validate_status_params",
+]

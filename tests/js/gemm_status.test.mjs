@@ -1,0 +1,310 @@
+// Pure logic of the GEMM-path panel (web/lib/gemm_status.mjs), run with `node --test tests/js/`.
+// The fixture is the same sample report the Python schema test validates.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { test } from "node:test";
+
+import {
+  PATHS,
+  SEVERITY_COLORS,
+  applyEvent,
+  autotuneRows,
+  badgeFor,
+  checkReport,
+  describeEnvironment,
+  dominantPath,
+  formatMs,
+  formatShare,
+  layerRows,
+  modelSeverity,
+  reasonGroups,
+  sortModels,
+  statusBanner,
+  summarizeModel,
+  summarizeReport,
+  timingRows,
+  wantsBadge,
+  warningText,
+} from "../../web/lib/gemm_status.mjs";
+
+const FIXTURE = new URL("../fixtures/gemm_status_sample.json", import.meta.url);
+const sample = () => JSON.parse(readFileSync(FIXTURE, "utf8"));
+const byLabel = (report, label) => report.models.find((m) => m.label === label);
+
+// A model built from a list of [layer, path] pairs, with counts derived the way the server does.
+function makeModel(label, entries, { notRun = 0 } = {}) {
+  const layers = entries.map(([layer, path, reason = ""], i) => ({
+    layer, path, reason, N: 64, K: 64, M_last: i < entries.length - notRun ? 8 : 0,
+    calls: i < entries.length - notRun ? 1 : 0, dtype: "float32", config: null, config_source: null,
+  }));
+  const counts = Object.fromEntries(PATHS.map((p) => [p, layers.filter((l) => l.path === p).length]));
+  const countsRun = Object.fromEntries(PATHS.map((p) => [p, layers.filter((l) => l.path === p && l.calls).length]));
+  return {
+    label, role: label.startsWith("unconditional") ? "unconditional" : label.startsWith("conditional") ? "conditional" : "other",
+    layers_total: layers.length, layers_run: layers.filter((l) => l.calls).length, calls: layers.length - notRun,
+    counts, counts_run: countsRun, shapes: [], layers,
+  };
+}
+
+function repeat(n, path, prefix = "layers") {
+  return Array.from({ length: n }, (_, i) => [`${prefix}.${i}.x`, path]);
+}
+
+test("the fixture is a report the panel accepts", () => {
+  assert.equal(checkReport(sample()), null);
+});
+
+test("headline reads at a glance: 204/221 on fused INT8 and 17 bf16-protected", () => {
+  const m = makeModel("conditional", [...repeat(204, "triton-int8"), ...repeat(17, "bf16", "protected")]);
+  const s = summarizeModel(m);
+  assert.equal(s.headline, "conditional: 204/221 linears on fused INT8 · 17 bf16-protected");
+  assert.equal(s.severity, "ok");
+  assert.equal(s.warning, null);
+});
+
+test("headline counts come from the report, not from a constant", () => {
+  for (let i = 0; i < 20; i++) {
+    const fused = 1 + Math.floor(Math.random() * 300);
+    const prot = Math.floor(Math.random() * 30);
+    const s = summarizeModel(makeModel("conditional", [...repeat(fused, "triton-int8"), ...repeat(prot, "bf16")]));
+    const tail = prot ? ` · ${prot} bf16-protected` : "";
+    assert.equal(s.headline, `conditional: ${fused}/${fused + prot} linears on fused INT8${tail}`);
+  }
+});
+
+test("mixed paths are listed fastest first, with what has not run yet", () => {
+  const m = makeModel(
+    "conditional",
+    [...repeat(3, "dequant-bf16"), ...repeat(5, "triton-int8"), ...repeat(2, "cublas-int8"), ...repeat(1, "bf16")],
+    { notRun: 1 },
+  );
+  const s = summarizeModel(m);
+  assert.equal(
+    s.headline,
+    "conditional: 5/11 linears on fused INT8 · 2 on cuBLAS INT8 (not fused) · 3 dequantized to bf16 (phantom INT8) · 1 bf16-protected · 1 not run yet",
+  );
+  assert.equal(s.notRun, 1);
+});
+
+test("warning rule: any dequant-bf16 layer makes the model a warning", () => {
+  const ok = makeModel("conditional", repeat(10, "triton-int8"));
+  assert.equal(modelSeverity(ok), "ok");
+  const one = makeModel("conditional", [...repeat(10, "triton-int8"), ["layers.9.y", "dequant-bf16", "forced by x"]]);
+  assert.equal(modelSeverity(one), "warning");
+  assert.match(warningText(one), /^1 linear fell back to dequant-bf16/);
+  assert.match(warningText(one), /Why: forced by x\./);
+});
+
+test("cuBLAS INT8 is a notice (real INT8, not fused), never ok and never a warning", () => {
+  const m = makeModel("conditional", [...repeat(4, "cublas-int8"), ...repeat(1, "bf16")]);
+  assert.equal(modelSeverity(m), "notice");
+  assert.equal(summarizeModel(m).headline, "conditional: 4/5 linears on cuBLAS INT8 (not fused) · 1 bf16-protected");
+  assert.match(warningText(m), /4 linears on cuBLAS INT8/);
+});
+
+test("a model with no quantized linear is a notice; an empty one is idle", () => {
+  assert.equal(modelSeverity(makeModel("other", repeat(3, "bf16"))), "notice");
+  assert.match(warningText(makeModel("other", repeat(3, "bf16"))), /entirely in bf16/);
+  const empty = makeModel("conditional", []);
+  assert.equal(modelSeverity(empty), "idle");
+  assert.equal(summarizeModel(empty).headline, "conditional: no linears recorded");
+});
+
+test("fixture: conditional is a notice (one cuBLAS layer), unconditional a warning", () => {
+  const r = sample();
+  const cond = summarizeModel(byLabel(r, "conditional"));
+  const unc = summarizeModel(byLabel(r, "unconditional"));
+  const c = byLabel(r, "conditional").counts;
+  assert.equal(cond.total, c["triton-int8"] + c["cublas-int8"] + c["dequant-bf16"] + c.bf16);
+  assert.equal(cond.severity, "notice");
+  assert.equal(unc.severity, "warning");
+  assert.match(unc.headline, /^unconditional: \d+\/\d+ linears dequantized to bf16 \(phantom INT8\)/);
+  assert.match(unc.headline, /1 not run yet$/);
+  assert.equal(summarizeReport(r).severity, "warning");
+});
+
+test("reason groups put the slowest path first and count layers", () => {
+  const groups = reasonGroups(byLabel(sample(), "unconditional"));
+  assert.equal(groups[0].path, "bf16");
+  const dq = groups.find((g) => g.path === "dequant-bf16");
+  assert.equal(dq.count, byLabel(sample(), "unconditional").counts["dequant-bf16"]);
+  assert.equal(dq.reason, "forced by IDEOGRAM4_INT8_GEMM_PATH=dequant-bf16");
+});
+
+test("models sort conditional, unconditional, then others; numbered labels in numeric order", () => {
+  const ms = ["other", "unconditional#2", "conditional#10", "unconditional", "conditional#2", "conditional"].map((l) =>
+    makeModel(l, repeat(1, "triton-int8")),
+  );
+  assert.deepEqual(sortModels(ms).map((m) => m.label), [
+    "conditional", "conditional#2", "conditional#10", "unconditional", "unconditional#2", "other",
+  ]);
+});
+
+test("status banner: no models yet, no CUDA, warning and bad answers", () => {
+  const r = sample();
+  assert.equal(statusBanner(r).severity, "warning");
+  assert.match(statusBanner(r).text, /dequant-bf16/);
+
+  const idle = { ...r, models: [], status: { code: "no_models_yet", message: "No Ideogram 4 INT8 model has run yet.", notes: ["n1"] } };
+  assert.deepEqual(statusBanner(idle), { severity: "idle", text: "No Ideogram 4 INT8 model has run yet.", notes: ["n1"] });
+
+  const cpu = { ...r, status: { code: "no_cuda", message: "No CUDA GPU is visible", notes: ["n2"] } };
+  assert.equal(statusBanner(cpu).severity, "warning", "a dequant fallback outranks the missing GPU");
+  assert.deepEqual(statusBanner(cpu).notes, ["No CUDA GPU is visible", "n2"]);
+  const cpuCublas = { ...cpu, models: [makeModel("conditional", repeat(3, "cublas-int8"))] };
+  assert.equal(statusBanner(cpuCublas).severity, "notice");
+  assert.match(statusBanner(cpuCublas).text, /not all of it on the fused kernel/);
+
+  assert.equal(statusBanner(null).severity, "error");
+  assert.match(statusBanner({ ...r, schema_version: 2 }).text, /schema 1 but the server sent 2/);
+  assert.deepEqual(statusBanner(r, "HTTP 500: boom"), { severity: "error", text: "HTTP 500: boom", notes: [] });
+
+  const fused = { ...r, models: [makeModel("conditional", repeat(3, "triton-int8"))] };
+  assert.equal(statusBanner(fused).severity, "ok");
+});
+
+test("checkReport names what is wrong", () => {
+  assert.match(checkReport([]), /not a JSON object/);
+  const r = sample();
+  delete r.timing;
+  assert.match(checkReport(r), /no "timing"/);
+  assert.match(checkReport({ ...sample(), models: {} }), /"models" is not a list/);
+});
+
+test("environment line", () => {
+  const env = sample().environment;
+  assert.equal(describeEnvironment(env), "NVIDIA H100 80GB HBM3 (sm 9.0) · torch 2.11.0+cu130 · triton 3.6.0");
+  const cpu = { ...env, cuda_available: false, gpu: null, compute_capability: null, triton: null,
+    forced_path: { variable: "IDEOGRAM4_INT8_GEMM_PATH", value: "dequant-bf16", valid: true } };
+  assert.equal(describeEnvironment(cpu), "no CUDA GPU · torch 2.11.0+cu130 · no triton · forced: dequant-bf16");
+  cpu.forced_path = { variable: "IDEOGRAM4_INT8_GEMM_PATH", value: "fast", valid: false };
+  assert.match(describeEnvironment(cpu), /IDEOGRAM4_INT8_GEMM_PATH=fast \(ignored\)$/);
+});
+
+test("dominant path counts layers that ran, and ties go to the slower path", () => {
+  const m = makeModel("conditional", [...repeat(4, "triton-int8"), ...repeat(4, "dequant-bf16")]);
+  const d = dominantPath([m]);
+  assert.equal(d.path, "dequant-bf16");
+  assert.equal(d.count, 4);
+  assert.equal(d.total, 8);
+  assert.equal(d.severity, "warning");
+  // declared-but-not-run layers do not count once anything ran
+  const m2 = makeModel("conditional", [...repeat(2, "triton-int8"), ...repeat(5, "cublas-int8")], { notRun: 5 });
+  assert.equal(dominantPath([m2]).path, "triton-int8");
+  assert.equal(dominantPath([]), null);
+});
+
+test("badge: dominant path with count, warning marker and colours", () => {
+  const r = sample();
+  const cond = badgeFor(r, ["conditional"]);
+  const c = byLabel(r, "conditional").counts_run;
+  const tot = PATHS.reduce((a, p) => a + c[p], 0);
+  assert.equal(cond.text, `fused INT8 ${c["triton-int8"]}/${tot}`);
+  assert.equal(cond.severity, "notice");
+  assert.deepEqual(cond.colors, SEVERITY_COLORS.notice);
+
+  const unc = badgeFor(r, ["unconditional"]);
+  assert.ok(unc.text.startsWith("⚠ dequant-bf16 "), unc.text);
+  assert.equal(unc.severity, "warning");
+  assert.notDeepEqual(unc.colors, SEVERITY_COLORS.ok);
+
+  const both = badgeFor(r); // no labels: every model
+  assert.equal(both.severity, "warning");
+  assert.ok(both.text.length <= 40, both.text);
+  assert.match(both.tooltip, /^conditional: .*\nunconditional: /);
+
+  // unknown labels fall back to every model rather than showing nothing
+  assert.equal(badgeFor(r, ["nope"]).text, both.text);
+  assert.equal(badgeFor({ ...r, models: [] }), null);
+  assert.equal(badgeFor(null), null);
+});
+
+test("badge marks dequant layers even when another path dominates", () => {
+  const m = makeModel("conditional", [...repeat(200, "triton-int8"), ...repeat(4, "dequant-bf16"), ...repeat(17, "bf16")]);
+  const r = { ...sample(), models: [m] };
+  assert.equal(badgeFor(r).text, "⚠ 4 dequant · fused INT8 200/221");
+});
+
+test("number formatting", () => {
+  assert.equal(formatMs(0.4234), "0.42 ms");
+  assert.equal(formatMs(12.345), "12.3 ms");
+  assert.equal(formatMs(345.6), "346 ms");
+  assert.equal(formatMs(12345), "12.3 s");
+  assert.equal(formatMs(null), "—");
+  assert.equal(formatShare(0.6625), "66.3 %");
+  assert.equal(formatShare(null), "—");
+});
+
+test("timing rows: per path with share, plus the total; clear messages when absent", () => {
+  const t = sample().timing;
+  const { rows, message, wall } = timingRows(t);
+  assert.equal(message, null);
+  assert.equal(wall, formatMs(t.last_run.wall_ms));
+  assert.deepEqual(rows.map((r) => r.path), [...PATHS.filter((p) => t.last_run.per_path[p].ms > 0), null]);
+  const tri = rows.find((r) => r.path === "triton-int8");
+  assert.equal(tri.share, formatShare(t.last_run.per_path["triton-int8"].share));
+  assert.equal(rows.at(-1).ms, formatMs(t.last_run.gemm_ms));
+
+  const off = timingRows({ ...t, enabled: false, last_run: null });
+  assert.equal(off.rows.length, 0);
+  assert.match(off.message, /timing is off.*IDEOGRAM4_INT8_GEMM_TIMING=1/);
+  const waiting = timingRows({ ...t, last_run: null, note: "no timed run yet" });
+  assert.equal(waiting.message, "no timed run yet");
+  assert.match(timingRows({ ...t, enabled: false }).message, /last timed run/);
+});
+
+test("layer rows and filters", () => {
+  const unc = byLabel(sample(), "unconditional");
+  const all = layerRows(unc);
+  assert.equal(all.length, unc.layers.length);
+  const notRun = all.filter((r) => r.calls === "not run");
+  assert.equal(notRun.length, unc.layers_total - unc.layers_run);
+  assert.equal(notRun[0].m, "—");
+  const dq = layerRows(unc, "dequant-bf16");
+  assert.equal(dq.length, unc.counts["dequant-bf16"]);
+  assert.ok(dq.every((r) => r.severity === "warning" && r.pathLabel === "dequant-bf16"));
+  const cond = byLabel(sample(), "conditional");
+  assert.equal(layerRows(cond, "not-fused").length, cond.layers_total - cond.counts["triton-int8"]);
+  const first = layerRows(cond)[0];
+  assert.equal(first.shape, `${cond.layers[0].N}×${cond.layers[0].K}`);
+  assert.match(first.config, /\(autotuned \(412 us\)\)$/);
+  assert.equal(layerRows({ ...cond, layers: null }), null);
+  assert.throws(() => layerRows(cond, "bogus"), /unknown layer filter "bogus"/);
+});
+
+test("a reason that repeats the row above is marked, so the table prints it once", () => {
+  const m = makeModel("conditional", [
+    ["a", "cublas-int8", "CPU tensors"], ["b", "cublas-int8", "CPU tensors"], ["c", "bf16", "protected"],
+    ["d", "cublas-int8", "CPU tensors"], ["e", "triton-int8", ""], ["f", "cublas-int8", "CPU tensors"],
+  ]);
+  assert.deepEqual(layerRows(m).map((r) => r.sameReasonAsAbove), [false, true, false, false, false, false]);
+  // after filtering, rows that become neighbours compare with each other
+  assert.deepEqual(layerRows(m, "not-fused").map((r) => r.sameReasonAsAbove), [false, true, false, false, true]);
+});
+
+test("autotune rows list each pick by shape", () => {
+  const rows = autotuneRows(byLabel(sample(), "conditional"));
+  assert.ok(rows.length >= 1);
+  assert.ok(rows.some((r) => r.shape === "4608×53248" && r.source === "autotuned (412 us)"));
+  assert.deepEqual(autotuneRows(byLabel(sample(), "unconditional")), []);
+});
+
+test("websocket events update the state and remember which node published which models", () => {
+  const r = sample();
+  let s = applyEvent(null, { event: "load", models: ["conditional", "unconditional"], node_id: "4", report: r });
+  assert.equal(s.report, r);
+  assert.deepEqual(s.nodeModels, { 4: ["conditional", "unconditional"] });
+  const s2 = applyEvent(s, { event: "run", models: null, node_id: "9", report: r });
+  assert.equal(s2.lastEvent, "run");
+  assert.deepEqual(s2.nodeModels, { 4: ["conditional", "unconditional"] });
+  assert.equal(applyEvent(s2, { event: "run", report: { schema_version: 99 } }), s2, "a bad report is ignored");
+  assert.equal(applyEvent(s2, null), s2);
+});
+
+test("only our loader and sampler nodes get a badge", () => {
+  assert.ok(wantsBadge("Ideogram4Int8Loader"));
+  assert.ok(wantsBadge("Ideogram4Int8Sampler"));
+  assert.ok(!wantsBadge("Ideogram4Int8CaptionBuilder"));
+  assert.ok(!wantsBadge("KSampler"));
+  assert.ok(!wantsBadge(undefined));
+});

@@ -1,0 +1,622 @@
+"""The GEMM-path status report (kernels/status.py): schema, real runs, parameters, scrubbing, publish().
+
+"Real models built from synthetic checkpoints": a toy W8A8 checkpoint in the transformerlab layout
+is written with fresh random weights and every linear runs through the real kernels
+(``tests/synthetic_model.py``); the report is then checked against what ran. When the loader and
+sampler nodes land, ``_load_and_run`` is the one place to switch to them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import types
+
+import jsonschema
+import pytest
+import synthetic_model
+import torch
+from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY, status
+from comfyui_ideogram4_int8.kernels.autotune import PICKER
+from comfyui_ideogram4_int8.kernels.dispatch import ENV_PATH
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "gemm_status_sample.json"
+
+
+@pytest.fixture(autouse=True)
+def clean_registry(monkeypatch):
+    monkeypatch.delenv(ENV_PATH, raising=False)
+    monkeypatch.delenv(status.ENV_TIMING, raising=False)
+    REGISTRY.clear()
+    REGISTRY.enable_timing(False)
+    yield
+    REGISTRY.clear()
+    REGISTRY.enable_timing(False)
+    status.switch_timing(False, None)
+
+
+def validate(report: dict) -> None:
+    jsonschema.validate(report, status.load_schema(), cls=jsonschema.Draft202012Validator)
+
+
+def _load_and_run(tmp_path, gen, **kw):
+    """Stand-in for loader + sampler: write a synthetic checkpoint, run its linears, return what ran."""
+    ckpt = synthetic_model.write_checkpoint(tmp_path / "ideogram4-toy-w8a8.safetensors", seed=gen.initial_seed())
+    return synthetic_model.run_checkpoint(ckpt, seed=gen.initial_seed(), **kw)
+
+
+# -- schema ---------------------------------------------------------------------------------------
+
+
+def test_schema_is_valid_draft_2020_12():
+    jsonschema.Draft202012Validator.check_schema(status.load_schema())
+    assert status.load_schema()["properties"]["schema_version"]["const"] == status.SCHEMA_VERSION
+
+
+def test_schema_file_ships_with_the_package():
+    import tomllib
+
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    globs = data["tool"]["setuptools"]["package-data"]["comfyui_ideogram4_int8.kernels"]
+    assert any(status.SCHEMA_PATH.match(g) for g in globs), globs
+
+
+def test_every_web_file_ships_in_the_wheel():
+    """web/lib/*.mjs are imported by the entry at run time: a wheel without them breaks the panel."""
+    import tomllib
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    shipped = {p for g in globs["comfyui_ideogram4_int8"] for p in ROOT.glob(g) if p.is_file()}
+    web = {p for p in (ROOT / "web").rglob("*") if p.is_file()}
+    assert web - shipped == set()
+
+
+def test_shared_fixture_is_schema_valid_and_consistent():
+    report = json.loads(FIXTURE.read_text())
+    validate(report)
+    for m in report["models"]:
+        layers = m["layers"]
+        assert m["layers_total"] == len(layers)
+        assert m["layers_run"] == sum(1 for layer in layers if layer["calls"])
+        assert m["counts"] == {p: sum(1 for layer in layers if layer["path"] == p) for p in PATHS}
+        assert m["counts_run"] == {
+            p: sum(1 for layer in layers if layer["path"] == p and layer["calls"]) for p in PATHS
+        }
+        assert sum(s["layers"] for s in m["shapes"]) == len(layers)
+
+
+def test_schema_rejects_what_it_should():
+    report = json.loads(FIXTURE.read_text())
+    bad = json.loads(json.dumps(report))
+    bad["models"][0]["layers"][0]["path"] = "int8-ish"
+    with pytest.raises(jsonschema.ValidationError):
+        validate(bad)
+    bad = json.loads(json.dumps(report))
+    bad["models"][0]["counts"].pop("bf16")
+    with pytest.raises(jsonschema.ValidationError):
+        validate(bad)
+    bad = json.loads(json.dumps(report))
+    bad["environment"]["checkpoint"] = "/home/me/models/x.safetensors"
+    with pytest.raises(jsonschema.ValidationError):
+        validate(bad)
+
+
+# -- reports of real runs -------------------------------------------------------------------------
+
+
+def test_no_model_yet(monkeypatch):
+    report = status.status_report()
+    validate(report)
+    assert report["models"] == []
+    assert report["status"]["code"] == "no_models_yet"
+    assert "No Ideogram 4 INT8 model has run yet" in report["status"]["message"]
+
+
+def test_no_cuda_is_said_clearly(monkeypatch, tmp_path, gen):
+    env = {"torch": torch.__version__, "triton": None, "cuda_available": False, "gpu": None,
+           "compute_capability": None, "arch": "cpu"}  # fmt: skip
+    monkeypatch.setattr(status, "environment_report", lambda: dict(env))
+    idle = status.status_report()
+    assert idle["status"]["code"] == "no_models_yet"
+    assert any("No CUDA GPU" in n for n in idle["status"]["notes"])
+    _load_and_run(tmp_path, gen, branches=("conditional",), steps=1)
+    ran = status.status_report()
+    validate(ran)
+    assert ran["status"]["code"] == "no_cuda"
+    assert "No CUDA GPU" in ran["status"]["message"]
+
+
+def test_gpu_present_status_ok(monkeypatch, tmp_path, gen):
+    env = {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda_available": True, "gpu": "NVIDIA H100 80GB HBM3",
+           "compute_capability": "9.0", "arch": "sm90"}  # fmt: skip
+    monkeypatch.setattr(status, "environment_report", lambda: dict(env))
+    _load_and_run(tmp_path, gen, branches=("conditional",), steps=1)
+    report = status.status_report()
+    validate(report)
+    assert report["status"]["code"] == "ok"
+    assert report["environment"]["gpu"] == "NVIDIA H100 80GB HBM3"
+    assert report["environment"]["compute_capability"] == "9.0"
+
+
+def test_report_matches_what_ran_automatic_path(tmp_path, gen):
+    steps = 1 + gen.initial_seed() % 3
+    ran = _load_and_run(tmp_path, gen, steps=steps)
+    report = status.status_report()
+    validate(report)
+    assert [m["label"] for m in report["models"]] == ["conditional", "unconditional"]
+    auto = REGISTRY.path_of("conditional/layers.0.attention.qkv")  # what dispatch chose on this machine
+    assert auto in ("triton-int8", "cublas-int8")
+    for model in report["models"]:
+        expect = ran[model["label"]]
+        n_prot = sum(1 for kind in expect.values() if kind == "protected")
+        n_quant = len(expect) - n_prot
+        assert model["layers_total"] == len(expect) == model["layers_run"]
+        assert model["counts"]["bf16"] == n_prot
+        assert model["counts"][auto] == n_quant
+        assert model["calls"] == steps * len(expect)
+        assert sum(model["counts"].values()) == len(expect)
+        by_layer = {row["layer"]: row for row in model["layers"]}
+        assert set(by_layer) == set(expect)
+        for name, kind in expect.items():
+            row = by_layer[name]
+            n, k = synthetic_model.linear_shapes(model["role"])[name]
+            assert (row["N"], row["K"], row["calls"]) == (n, k, steps)
+            assert row["M_last"] == (1 if name.endswith("adaln_modulation") else 8)
+            assert row["path"] == ("bf16" if kind == "protected" else auto)
+            if kind == "protected":
+                assert row["reason"] == "protected layer (stored in bf16)"
+            elif auto == "cublas-int8":  # the report says why the fused kernel did not run
+                assert "CUDA GPU" in row["reason"]
+        # forward order: projections, blocks by index (layers.2 before layers.10), final layer
+        names = [row["layer"] for row in model["layers"]]
+        assert names.index("layers.0.attention.qkv") < names.index("layers.1.attention.qkv")
+        assert names[-1] == "final_layer.linear"
+        assert names[0] == "input_proj"
+        if model["role"] == "conditional":
+            assert names.index("llm_cond_proj") < names.index("layers.0.attention.qkv")
+        assert sum(s["layers"] for s in model["shapes"]) == len(expect)
+    assert "llm_cond_proj" in {r["layer"] for r in report["models"][0]["layers"]}
+    assert "llm_cond_proj" not in {r["layer"] for r in report["models"][1]["layers"]}
+
+
+def test_forced_dequant_by_env_shows_in_report(tmp_path, gen, monkeypatch):
+    monkeypatch.setenv(ENV_PATH, "dequant-bf16")
+    ran = _load_and_run(tmp_path, gen, branches=("unconditional",), steps=1)
+    report = status.status_report(model="unconditional")
+    validate(report)
+    (model,) = report["models"]
+    n_quant = sum(1 for kind in ran["unconditional"].values() if kind == "quantized")
+    assert model["counts"]["dequant-bf16"] == n_quant > 0
+    assert model["counts"]["triton-int8"] == model["counts"]["cublas-int8"] == 0
+    dq = [r for r in model["layers"] if r["path"] == "dequant-bf16"]
+    assert all(r["reason"] == f"forced by {ENV_PATH}=dequant-bf16" for r in dq)
+    assert report["environment"]["forced_path"] == {"variable": ENV_PATH, "value": "dequant-bf16", "valid": True}
+    assert any(ENV_PATH in n for n in report["status"]["notes"])
+
+
+def test_invalid_forced_path_is_reported_not_hidden(tmp_path, gen, monkeypatch):
+    monkeypatch.setenv(ENV_PATH, "fastest-please")
+    _load_and_run(tmp_path, gen, branches=("conditional",), steps=1)
+    report = status.status_report()
+    assert report["environment"]["forced_path"]["valid"] is False
+    assert any("is not a GEMM path and is ignored" in n for n in report["status"]["notes"])
+    row = next(r for r in report["models"][0]["layers"] if r["layer"] == "input_proj")
+    assert "is not one of" in row["reason"]
+
+
+def test_fused_path_reports_autotune_pick_per_shape(tmp_path, gen):
+    # The path argument forces the fused kernel: Triton's CPU interpreter here, the GPU on a GPU.
+    PICKER.clear()
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    ran = _load_and_run(
+        tmp_path, gen, branches=("conditional",), steps=1, path_override="triton-int8", tokens=4, device=device
+    )
+    report = status.status_report()
+    validate(report)
+    (model,) = report["models"]
+    n_quant = sum(1 for kind in ran["conditional"].values() if kind == "quantized")
+    assert model["counts"]["triton-int8"] == n_quant
+    fused_rows = [r for r in model["layers"] if r["path"] == "triton-int8"]
+    assert all(r["config"] and r["config_source"] for r in fused_rows)
+    assert all(r["reason"] == "" for r in fused_rows)  # the fastest path ran: nothing to explain
+    for shape in model["shapes"]:
+        if shape["paths"]["triton-int8"]:
+            assert shape["autotune"], shape
+            picked = {p["config"] for p in shape["autotune"]}
+            used = {r["config"] for r in fused_rows if (r["N"], r["K"]) == (shape["N"], shape["K"])}
+            assert used <= picked
+        else:
+            assert shape["autotune"] == []
+
+
+def test_model_filter_and_layers_flag(tmp_path, gen):
+    _load_and_run(tmp_path, gen, steps=1)
+    only = status.status_report(model="unconditional", include_layers=False)
+    validate(only)
+    assert [m["label"] for m in only["models"]] == ["unconditional"]
+    assert only["models"][0]["layers"] is None
+    assert only["models"][0]["layers_total"] > 0
+    with pytest.raises(status.StatusQueryError) as err:
+        status.status_report(model="conditional#2")
+    assert err.value.status == 404 and err.value.parameter == "model"
+    assert err.value.as_dict()["known"] == ["conditional", "unconditional"]
+
+
+def test_models_are_grouped_by_label_and_ordered(tmp_path, gen):
+    ckpt = synthetic_model.write_checkpoint(tmp_path / "c.safetensors", seed=1)
+    synthetic_model.run_checkpoint(ckpt, label_suffix="#2", steps=1)
+    synthetic_model.run_checkpoint(ckpt, steps=1)
+    labels = [m["label"] for m in status.status_report(include_layers=False)["models"]]
+    assert labels == ["conditional", "conditional#2", "unconditional", "unconditional#2"]
+
+
+def test_layers_declared_at_load_count_as_not_run(tmp_path, gen):
+    REGISTRY.declare("conditional/layers.0.attention.qkv", "triton-int8", "", 192, 64)
+    report = status.status_report()
+    validate(report)
+    (model,) = report["models"]
+    assert (model["layers_total"], model["layers_run"], model["calls"]) == (1, 0, 0)
+    assert model["counts"]["triton-int8"] == 1 and model["counts_run"]["triton-int8"] == 0
+
+
+# -- no paths, no tokens --------------------------------------------------------------------------
+
+
+def test_report_leaks_no_paths_or_tokens(tmp_path, gen, monkeypatch):
+    secret = "hf_" + "aB3dE6gH9jK2mN5pQ8sT1vW4"
+    home = os.path.expanduser("~")
+    ckpt_dir = tmp_path / "private models"
+    ckpt_dir.mkdir()
+    _load_and_run(ckpt_dir, gen, branches=("conditional",), steps=1)
+    # a careless loader could put a file path and a token into a reason or a label
+    REGISTRY.record(f"{home}/x/conditional/leak", "bf16", f"read {ckpt_dir}/ideogram4.safetensors with token={secret}",
+                    1, 8, 8)  # fmt: skip
+    REGISTRY.record("conditional/win", "bf16", rf"C:\Users\me\ComfyUI\models\unet\ig4.safetensors Bearer {secret}",
+                    1, 8, 8)  # fmt: skip
+    monkeypatch.setenv(ENV_PATH, f"{home}/weird")
+    text = json.dumps(status.status_report())
+    for needle in (secret, home, str(tmp_path), str(ROOT), os.getcwd(), "C:\\\\Users", "private models"):
+        assert needle not in text, needle
+    assert "ideogram4.safetensors" in text and "ig4.safetensors" in text  # basenames survive
+    assert "token=***" in text and "Bearer ***" in text
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("forced by IDEOGRAM4_INT8_GEMM_PATH=dequant-bf16", "forced by IDEOGRAM4_INT8_GEMM_PATH=dequant-bf16"),
+        (
+            "cuBLASLt int8 needs K and N multiples of 8 (got K=3, N=5)",
+            "cuBLASLt int8 needs K and N multiples of 8 (got K=3, N=5)",
+        ),
+        ("N/K split", "N/K split"),
+        ("conditional/layers.0.attention.qkv", "conditional/layers.0.attention.qkv"),
+        ("loaded /home/u/m/ig4.safetensors ok", "loaded ig4.safetensors ok"),
+        ("see ~/.cache/comfyui_ideogram4_int8/autotune.json", "see autotune.json"),
+        (r"D:\models\unet\a.safetensors", "a.safetensors"),
+        ("key hf_abcdefgh12345678 here", "key hf_*** here"),
+        ("api_key: xyz123", "api_key: ***"),
+    ],
+)
+def test_scrub_text(raw, expected):
+    assert status.scrub_text(raw) == expected
+
+
+# -- query parameters and responses ---------------------------------------------------------------
+
+
+class MultiDict:
+    """The part of aiohttp's MultiDictProxy the validator uses (repeated keys kept)."""
+
+    def __init__(self, pairs):
+        self.pairs = list(pairs)
+
+    def keys(self):
+        return [k for k, _ in self.pairs]
+
+    def __contains__(self, key):
+        return key in self.keys()
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def getall(self, key):
+        return [v for k, v in self.pairs if k == key]
+
+
+@pytest.mark.parametrize(
+    ("query", "model", "layers"),
+    [
+        ({}, None, True),
+        (None, None, True),
+        ({"layers": "0"}, None, False),
+        ({"layers": "False"}, None, False),
+        ({"layers": " on "}, None, True),
+        ({"model": "conditional", "layers": "yes"}, "conditional", True),
+        (MultiDict([("model", "unconditional#2")]), "unconditional#2", True),
+    ],
+)
+def test_good_params(query, model, layers):
+    assert status.validate_status_params(query) == status.StatusParams(model=model, include_layers=layers)
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter", "fragment"),
+    [
+        ({"layer": "1"}, "layer", "unknown query parameter 'layer'"),
+        ({"x" * 5000: "1"}, "x" * 40 + "...", "unknown query parameter 'xxxx"),
+        ({"layers": "maybe"}, "layers", "'layers' must be 1 or 0"),
+        ({"layers": ""}, "layers", "'layers' must be 1 or 0"),
+        ({"model": ""}, "model", "'model' is empty"),
+        ({"model": "x" * 500}, "model", "at most 200"),
+        ({"model": "a\nb"}, "model", "printable"),
+        (MultiDict([("model", "a"), ("model", "b")]), "model", "given 2 times"),
+        (MultiDict([("layers", "1"), ("layers", "0")]), "layers", "given 2 times"),
+    ],
+)
+def test_bad_params_name_the_parameter(query, parameter, fragment):
+    with pytest.raises(status.StatusQueryError) as err:
+        status.validate_status_params(query)
+    assert err.value.status == 400
+    assert err.value.parameter == parameter
+    assert fragment in str(err.value)
+    body = err.value.as_dict()
+    assert body["parameter"] == parameter and fragment in body["error"]
+
+
+def test_status_response_codes(tmp_path, gen, monkeypatch):
+    code, body = status.status_response({"layers": "perhaps"})
+    assert code == 400 and body["parameter"] == "layers"
+    code, body = status.status_response({"model": "conditional"})
+    assert code == 404 and body["parameter"] == "model" and body["known"] == []
+    _load_and_run(tmp_path, gen, branches=("conditional",), steps=1)
+    code, body = status.status_response({"model": "conditional", "layers": "0"})
+    assert code == 200
+    validate(body)
+
+    def boom(*a, **k):
+        raise RuntimeError("secret internals at /home/x")
+
+    monkeypatch.setattr(status, "status_report", boom)
+    code, body = status.status_response({})
+    assert code == 500
+    assert "Traceback" not in json.dumps(body) and "/home/x" not in json.dumps(body)
+    assert "RuntimeError" in body["error"]
+
+
+# -- timing ---------------------------------------------------------------------------------------
+
+
+class StubRegistry:
+    """Registry with a finished timed run (CUDA events are not available on a CPU test machine)."""
+
+    def __init__(self, per_path, wall_ms, enabled=True):
+        self._last = {"gemm_ms_per_path": per_path, "wall_ms": wall_ms}
+        self.timing_enabled = enabled
+
+    def models(self):
+        return []
+
+    def layers(self, model=None):
+        return []
+
+    def last_run(self):
+        return self._last
+
+
+def test_timing_shares_of_the_run(gen):
+    g = torch.Generator().manual_seed(gen.initial_seed())
+    ms = {p: float(torch.rand(1, generator=g)) * 100 for p in PATHS}
+    wall = sum(ms.values()) * 2.5
+    report = status.status_report(registry=StubRegistry(ms, wall))
+    validate(report)
+    last = report["timing"]["last_run"]
+    for p in PATHS:
+        assert last["per_path"][p]["ms"] == pytest.approx(ms[p])
+        assert last["per_path"][p]["share"] == pytest.approx(ms[p] / wall)
+    assert last["gemm_ms"] == pytest.approx(sum(ms.values()))
+    assert last["gemm_share"] == pytest.approx(0.4)
+    # no wall time (end_run without begin_run): shares are unknown, not invented
+    no_wall = status.status_report(registry=StubRegistry(ms, None))
+    validate(no_wall)
+    assert no_wall["timing"]["last_run"]["gemm_share"] is None
+
+
+def test_timing_switch_and_note(tmp_path, gen):
+    report = status.status_report()
+    assert report["timing"]["enabled"] is False and report["timing"]["last_run"] is None
+    status.switch_timing(True, "api")
+    REGISTRY.begin_run()
+    _load_and_run(tmp_path, gen, branches=("conditional",), steps=1)
+    REGISTRY.end_run()
+    report = status.status_report()
+    validate(report)
+    assert report["timing"]["enabled"] is True and report["timing"]["switched_by"] == "api"
+    if not torch.cuda.is_available():  # CPU GEMMs are not timed: the report says so instead of 0 ms
+        assert report["timing"]["last_run"] is None
+        assert "not timed" in report["timing"]["note"]
+
+
+@pytest.mark.cuda
+def test_timing_of_a_real_gpu_run(tmp_path, gen, monkeypatch):
+    """On a GPU: CUDA-event timing between begin_run()/end_run() lands in the report per path."""
+    monkeypatch.setenv("IDEOGRAM4_INT8_AUTOTUNE", "0")  # toy shapes: the heuristic, no minutes of tuning
+    status.switch_timing(True, "api")
+    REGISTRY.begin_run()
+    _load_and_run(tmp_path, gen, steps=2, device="cuda")
+    REGISTRY.end_run()
+    report = status.status_report()
+    validate(report)
+    last = report["timing"]["last_run"]
+    assert last is not None, report["timing"]
+    ran = {p for m in report["models"] for p in PATHS if m["counts_run"][p]}
+    for p in PATHS:
+        assert (last["per_path"][p]["ms"] > 0) == (p in ran), (p, last["per_path"][p])
+    assert 0 < last["gemm_ms"] <= last["wall_ms"]
+    assert 0 < last["gemm_share"] <= 1
+    assert report["status"]["code"] == "ok" and report["environment"]["gpu"]
+
+
+@pytest.mark.parametrize(("raw", "flag"), [("1", True), ("on", True), ("0", False), ("", None), ("sometimes", None)])
+def test_timing_from_env(raw, flag):
+    assert status.timing_from_env({status.ENV_TIMING: raw}) is flag
+    problem = status.timing_env_problem()
+    assert (problem is not None) == (raw == "sometimes")
+    status.timing_from_env({})
+
+
+def test_timing_body_validation():
+    assert status.validate_timing_body({"enabled": True}) is True
+    assert status.validate_timing_body({"enabled": False}) is False
+    bad_bodies = [(None, "enabled"), ([], "enabled"), ({"enabled": "yes"}, "enabled"), ({"enabled": 1}, "enabled")]
+    bad_bodies.append(({"enabled": True, "x": 1}, "x"))
+    for body, param in bad_bodies:
+        with pytest.raises(status.StatusQueryError) as err:
+            status.validate_timing_body(body)
+        assert err.value.parameter == param and err.value.status == 400
+
+
+# -- publish() and route registration (nodes/status_nodes.py, with a stand-in PromptServer) ------
+
+
+class FakeServer:
+    def __init__(self, fail=False):
+        self.sent = []
+        self.fail = fail
+        self.routes = None
+
+    def send_sync(self, event, data, sid=None):
+        if self.fail:
+            raise RuntimeError("loop closed")
+        self.sent.append((event, json.loads(json.dumps(data))))
+
+
+@pytest.fixture
+def fake_server(monkeypatch):
+    server = FakeServer()
+    module = types.ModuleType("server")
+    module.PromptServer = types.SimpleNamespace(instance=server)
+    monkeypatch.setitem(sys.modules, "server", module)
+    return server
+
+
+def test_publish_sends_schema_valid_compact_report(fake_server, tmp_path, gen):
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    _load_and_run(tmp_path, gen, steps=1)
+    assert status_nodes.publish("run", ["conditional", "unconditional"], node_id=7) is True
+    ((event, payload),) = fake_server.sent
+    assert event == "ideogram4_int8.status"
+    assert payload["event"] == "run" and payload["node_id"] == "7"
+    assert payload["models"] == ["conditional", "unconditional"]
+    validate(payload["report"])
+    assert all(m["layers"] is None for m in payload["report"]["models"])
+    assert [m["label"] for m in payload["report"]["models"]] == ["conditional", "unconditional"]
+
+
+def test_publish_never_raises(fake_server, monkeypatch, caplog):
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    fake_server.fail = True
+    assert status_nodes.publish("load") is False
+    assert "could not push the GEMM status" in caplog.text
+    monkeypatch.setitem(sys.modules, "server", None)  # no ComfyUI at all
+    assert status_nodes.publish("run") is False
+
+    def boom(**kw):
+        raise MemoryError("report")
+
+    monkeypatch.setattr(status_nodes._status, "status_report", boom)
+    assert status_nodes.publish("run") is False
+
+
+def test_on_load_survives_a_missing_server(monkeypatch, caplog):
+    import asyncio
+
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    module = types.ModuleType("server")  # a ComfyUI without PromptServer.instance
+    module.PromptServer = types.SimpleNamespace()
+    monkeypatch.setitem(sys.modules, "server", module)
+    monkeypatch.setenv(status.ENV_TIMING, "1")
+    asyncio.run(status_nodes.on_load())
+    assert "routes not registered" in caplog.text
+    assert REGISTRY.timing_enabled and status.status_report()["timing"]["switched_by"] == "env"
+
+
+def test_routes_register_once():
+    aiohttp_web = pytest.importorskip("aiohttp.web")
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    routes = aiohttp_web.RouteTableDef()
+    assert status_nodes.register_routes(routes) == ["GET /ideogram4_int8/status", "POST /ideogram4_int8/timing"]
+    assert status_nodes.register_routes(routes) == []
+    assert len(list(routes)) == 2
+
+
+class FakeRoutes:
+    """The two things register_routes uses of aiohttp's RouteTableDef: iteration and .route()."""
+
+    def __init__(self):
+        self.defs = []
+
+    def __iter__(self):
+        return iter(self.defs)
+
+    def route(self, method, path):
+        def deco(handler):
+            self.defs.append(types.SimpleNamespace(method=method, path=path, handler=handler))
+            return handler
+
+        return deco
+
+
+def test_routes_register_once_without_aiohttp():
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    routes = FakeRoutes()
+    routes.route("GET", "/other")(lambda r: None)
+    assert status_nodes.register_routes(routes) == ["GET /ideogram4_int8/status", "POST /ideogram4_int8/timing"]
+    assert status_nodes.register_routes(routes) == []
+    assert [(d.method, d.path) for d in routes] == [
+        ("GET", "/other"), ("GET", "/ideogram4_int8/status"), ("POST", "/ideogram4_int8/timing"),
+    ]  # fmt: skip
+
+
+def test_route_handlers_answer_json_over_http(tmp_path, gen):
+    """The aiohttp handlers end to end (skipped where aiohttp is not installed, e.g. CI)."""
+    pytest.importorskip("aiohttp")
+    import asyncio
+
+    from aiohttp import web
+    from aiohttp.test_utils import TestClient, TestServer
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    _load_and_run(tmp_path, gen, branches=("conditional",), steps=1)
+
+    async def scenario():
+        routes = web.RouteTableDef()
+        status_nodes.register_routes(routes)
+        app = web.Application()
+        app.add_routes(routes)
+        async with TestClient(TestServer(app)) as client:
+            ok = await client.get("/ideogram4_int8/status?layers=1")
+            body = await ok.json()
+            bad = await client.get("/ideogram4_int8/status?layers=maybe")
+            missing = await client.get("/ideogram4_int8/status?model=nope")
+            timing_bad = await client.post("/ideogram4_int8/timing", data="not json")
+            timing_on = await client.post("/ideogram4_int8/timing", json={"enabled": True})
+            after = await (await client.get("/ideogram4_int8/status?layers=0")).json()
+            return ok.status, body, bad.status, await bad.json(), missing.status, timing_bad.status, \
+                timing_on.status, after  # fmt: skip
+
+    ok, body, bad, bad_body, missing, timing_bad, timing_on, after = asyncio.run(scenario())
+    assert ok == 200
+    validate(body)
+    assert body["models"][0]["label"] == "conditional"
+    assert bad == 400 and bad_body["parameter"] == "layers" and "Traceback" not in json.dumps(bad_body)
+    assert missing == 404 and timing_bad == 400 and timing_on == 200
+    assert after["timing"]["enabled"] is True and after["timing"]["switched_by"] == "setting"

@@ -1,0 +1,391 @@
+// Pure logic of the GEMM-path panel: summaries, formatting, warning rules, node badges.
+// No DOM, no ComfyUI imports: tested with `node --test tests/js/` against the shared fixture.
+// Input: the JSON of GET /ideogram4_int8/status (kernels/status.schema.json, schema_version 1).
+
+export const SCHEMA_VERSION = 1;
+export const EVENT = "ideogram4_int8.status";
+export const ROUTE = "/ideogram4_int8/status";
+export const TIMING_ROUTE = "/ideogram4_int8/timing";
+
+// Fastest first, as in kernels/registry.py PATHS.
+export const PATHS = ["triton-int8", "cublas-int8", "dequant-bf16", "bf16"];
+
+export const PATH_INFO = {
+  "triton-int8": {
+    short: "fused INT8",
+    label: "fused Triton INT8",
+    help: "int8 x int8 on the INT8 tensor cores, dequant and bias fused in the epilogue",
+  },
+  "cublas-int8": {
+    short: "cuBLAS INT8",
+    label: "cuBLAS INT8 (not fused)",
+    help: "real INT8 GEMM through torch._int_mm, epilogue as a second pass; slower than the fused kernel",
+  },
+  "dequant-bf16": {
+    short: "dequant-bf16",
+    label: "dequant → bf16 (phantom INT8)",
+    help: "weights dequantized and multiplied in bf16: no INT8 tensor cores run",
+  },
+  bf16: {
+    short: "bf16",
+    label: "bf16 (protected)",
+    help: "kept in bf16 on purpose (protected or unquantized layer)",
+  },
+};
+
+export const SEVERITIES = ["ok", "idle", "notice", "warning", "error"];
+
+// Badge colours on the LiteGraph canvas (text is white on all of them).
+export const SEVERITY_COLORS = {
+  ok: { bg: "#1d6b3a", fg: "#ffffff" },
+  idle: { bg: "#4a4a4a", fg: "#ffffff" },
+  notice: { bg: "#8a5a00", fg: "#ffffff" },
+  warning: { bg: "#b3261e", fg: "#ffffff" },
+  error: { bg: "#b3261e", fg: "#ffffff" },
+};
+
+const ROLE_ORDER = { conditional: 0, unconditional: 1, other: 2 };
+const BADGE_MAX = 40; // keep badges short on the title bar; the warning part comes first
+
+export function pathLabel(path) {
+  return PATH_INFO[path]?.label ?? String(path);
+}
+
+export function pathShort(path) {
+  return PATH_INFO[path]?.short ?? String(path);
+}
+
+export function worstSeverity(list) {
+  let worst = null;
+  for (const s of list) {
+    if (s == null) continue;
+    if (worst === null || SEVERITIES.indexOf(s) > SEVERITIES.indexOf(worst)) worst = s;
+  }
+  return worst ?? "idle";
+}
+
+/** null when `report` looks like our schema; otherwise a sentence saying what is wrong. */
+export function checkReport(report) {
+  if (report === null || typeof report !== "object" || Array.isArray(report)) {
+    return "the server's answer is not a JSON object";
+  }
+  if (report.schema_version !== SCHEMA_VERSION) {
+    return `the panel reads schema ${SCHEMA_VERSION} but the server sent ${JSON.stringify(report.schema_version)}; reload the page after updating the pack`;
+  }
+  for (const key of ["status", "environment", "models", "timing"]) {
+    if (!(key in report)) return `the server's report has no "${key}"`;
+  }
+  if (!Array.isArray(report.models)) return `"models" is not a list`;
+  return null;
+}
+
+function countsOf(model, which = "counts") {
+  const src = model?.[which] ?? {};
+  const out = {};
+  for (const p of PATHS) out[p] = Number(src[p] ?? 0);
+  return out;
+}
+
+function total(counts) {
+  return PATHS.reduce((acc, p) => acc + counts[p], 0);
+}
+
+/** The warning rule. dequant-bf16 anywhere -> "warning"; cuBLAS INT8 (real INT8, not fused) or a model
+ * with no quantized linear at all -> "notice"; all quantized linears on the fused kernel -> "ok";
+ * nothing recorded -> "idle". */
+export function modelSeverity(model) {
+  const c = countsOf(model);
+  if (total(c) === 0) return "idle";
+  if (c["dequant-bf16"] > 0) return "warning";
+  if (c["cublas-int8"] > 0) return "notice";
+  if (c["triton-int8"] === 0) return "notice";
+  return "ok";
+}
+
+const PART_TEXT = {
+  "triton-int8": (n) => `${n} on fused INT8`,
+  "cublas-int8": (n) => `${n} on cuBLAS INT8 (not fused)`,
+  "dequant-bf16": (n) => `${n} dequantized to bf16 (phantom INT8)`,
+  bf16: (n) => `${n} bf16-protected`,
+};
+
+const FIRST_PART_TEXT = {
+  "triton-int8": (n, t) => `${n}/${t} linears on fused INT8`,
+  "cublas-int8": (n, t) => `${n}/${t} linears on cuBLAS INT8 (not fused)`,
+  "dequant-bf16": (n, t) => `${n}/${t} linears dequantized to bf16 (phantom INT8)`,
+  bf16: (n, t) => `${n}/${t} linears bf16 (no INT8 layer)`,
+};
+
+export function modelName(model) {
+  return model?.label ? String(model.label) : "(unlabelled)";
+}
+
+/**
+ * One model at a glance, e.g. "conditional: 204/221 linears on fused INT8 · 17 bf16-protected".
+ * Returns {label, role, severity, headline, parts, counts, total, notRun, warning}.
+ */
+export function summarizeModel(model) {
+  const counts = countsOf(model);
+  const all = total(counts);
+  const label = modelName(model);
+  const parts = [];
+  for (const p of PATHS) {
+    if (counts[p] === 0) continue;
+    parts.push(parts.length === 0 ? FIRST_PART_TEXT[p](counts[p], all) : PART_TEXT[p](counts[p]));
+  }
+  const notRun = Math.max(0, Number(model?.layers_total ?? all) - Number(model?.layers_run ?? all));
+  if (notRun > 0) parts.push(`${notRun} not run yet`);
+  const severity = modelSeverity(model);
+  const headline = all === 0 ? `${label}: no linears recorded` : `${label}: ${parts.join(" · ")}`;
+  return {
+    label,
+    role: model?.role ?? "other",
+    severity,
+    headline,
+    parts,
+    counts,
+    total: all,
+    notRun,
+    warning: warningText(model),
+  };
+}
+
+/** The sentence under a model's headline when it is not all fused; null when there is nothing to say. */
+export function warningText(model) {
+  const c = countsOf(model);
+  const n = c["dequant-bf16"];
+  if (n > 0) {
+    const reasons = reasonGroups(model).filter((g) => g.path === "dequant-bf16" && g.reason);
+    const why = reasons.length ? ` Why: ${reasons.slice(0, 3).map((g) => g.reason).join("; ")}.` : "";
+    return (
+      `${n} linear${n === 1 ? "" : "s"} fell back to dequant-bf16: the weights are INT8 but the matmul runs ` +
+      `in bf16, without INT8 tensor cores.${why}`
+    );
+  }
+  if (c["cublas-int8"] > 0) {
+    const reasons = reasonGroups(model).filter((g) => g.path === "cublas-int8" && g.reason);
+    const why = reasons.length ? ` Why: ${reasons.slice(0, 3).map((g) => g.reason).join("; ")}.` : "";
+    return `${c["cublas-int8"]} linear${c["cublas-int8"] === 1 ? "" : "s"} on cuBLAS INT8: real INT8, but not the fused kernel.${why}`;
+  }
+  if (total(c) > 0 && c["triton-int8"] === 0) {
+    return "No quantized linear in this model: it runs entirely in bf16.";
+  }
+  return null;
+}
+
+/** Layers grouped by (path, reason), slowest path first, biggest group first (needs the layer table). */
+export function reasonGroups(model) {
+  const layers = Array.isArray(model?.layers) ? model.layers : [];
+  const groups = new Map();
+  for (const l of layers) {
+    const key = `${l.path}\u0000${l.reason ?? ""}`;
+    const g = groups.get(key) ?? { path: l.path, reason: l.reason ?? "", count: 0 };
+    g.count += 1;
+    groups.set(key, g);
+  }
+  return [...groups.values()].sort(
+    (a, b) => PATHS.indexOf(b.path) - PATHS.indexOf(a.path) || b.count - a.count || a.reason.localeCompare(b.reason),
+  );
+}
+
+export function sortModels(models) {
+  return [...(models ?? [])].sort(
+    (a, b) =>
+      (ROLE_ORDER[a.role] ?? 2) - (ROLE_ORDER[b.role] ?? 2) ||
+      modelName(a).localeCompare(modelName(b), undefined, { numeric: true }),
+  );
+}
+
+/** Per-model summaries plus the overall severity. */
+export function summarizeReport(report) {
+  const models = sortModels(report?.models).map(summarizeModel);
+  return { models, severity: models.length ? worstSeverity(models.map((m) => m.severity)) : "idle" };
+}
+
+/** The banner over the model cards: {severity, text, notes}. */
+export function statusBanner(report, error = null) {
+  if (error) return { severity: "error", text: String(error), notes: [] };
+  const problem = checkReport(report);
+  if (problem) return { severity: "error", text: `Cannot show the GEMM status: ${problem}.`, notes: [] };
+  const st = report.status ?? {};
+  const notes = Array.isArray(st.notes) ? st.notes.map(String) : [];
+  if (st.code === "no_models_yet") return { severity: "idle", text: String(st.message), notes };
+  const models = summarizeReport(report).severity;
+  const text =
+    models === "warning"
+      ? "Some linears fall back to dequant-bf16 (phantom INT8): see the red model below."
+      : models === "notice"
+        ? "INT8 runs, but not all of it on the fused kernel."
+        : models === "ok"
+          ? "All quantized linears ran on the fused INT8 kernel."
+          : "No linears recorded yet.";
+  if (st.code === "no_cuda") {
+    // no GPU is worth saying, but a dequant fallback is worse: the banner takes the worse of the two
+    return { severity: worstSeverity(["notice", models]), text, notes: [String(st.message), ...notes] };
+  }
+  return { severity: models, text, notes };
+}
+
+export function describeEnvironment(env) {
+  if (!env) return "";
+  const parts = [];
+  if (env.cuda_available && env.gpu) {
+    parts.push(env.compute_capability ? `${env.gpu} (sm ${env.compute_capability})` : String(env.gpu));
+  } else {
+    parts.push("no CUDA GPU");
+  }
+  parts.push(`torch ${env.torch}`);
+  parts.push(env.triton ? `triton ${env.triton}` : "no triton");
+  if (env.triton_interpreter) parts.push("TRITON_INTERPRET=1");
+  const forced = env.forced_path;
+  if (forced?.value) {
+    parts.push(forced.valid ? `forced: ${forced.value}` : `${forced.variable}=${forced.value} (ignored)`);
+  }
+  return parts.join(" · ");
+}
+
+/**
+ * The path that most layers of `models` took, for a node badge: {path, count, total, severity} or null.
+ * Counts layers that really ran when any did (counts_run), else the declared ones (counts).
+ * Ties go to the slower path, so a badge never flatters.
+ */
+export function dominantPath(models) {
+  const list = (models ?? []).filter(Boolean);
+  if (!list.length) return null;
+  const anyRun = list.some((m) => Number(m.layers_run ?? 0) > 0);
+  const sum = Object.fromEntries(PATHS.map((p) => [p, 0]));
+  for (const m of list) {
+    const c = countsOf(m, anyRun ? "counts_run" : "counts");
+    for (const p of PATHS) sum[p] += c[p];
+  }
+  const all = total(sum);
+  if (all === 0) return null;
+  let best = PATHS[0];
+  for (const p of PATHS) if (sum[p] >= sum[best]) best = p;
+  const severity = worstSeverity(list.map(modelSeverity));
+  return { path: best, count: sum[best], total: all, severity, counts: sum };
+}
+
+/**
+ * Badge for one of our nodes: {text, severity, colors, tooltip} or null (nothing ran yet).
+ * `labels`: the model labels this node published (null: every model).
+ */
+export function badgeFor(report, labels = null) {
+  if (checkReport(report)) return null;
+  let models = report.models;
+  if (Array.isArray(labels) && labels.length) {
+    const wanted = new Set(labels.map(String));
+    const picked = models.filter((m) => wanted.has(String(m.label)));
+    if (picked.length) models = picked;
+  }
+  const dom = dominantPath(models);
+  if (!dom) return null;
+  let text = `${pathShort(dom.path)} ${dom.count}/${dom.total}`;
+  const dq = dom.counts["dequant-bf16"];
+  if (dom.severity === "warning") {
+    text = dom.path === "dequant-bf16" ? `⚠ ${text}` : `⚠ ${dq} dequant · ${text}`;
+  }
+  if (text.length > BADGE_MAX) text = text.slice(0, BADGE_MAX - 1) + "…";
+  const tooltip = models.map((m) => summarizeModel(m).headline).join("\n");
+  return { text, severity: dom.severity, colors: SEVERITY_COLORS[dom.severity], tooltip };
+}
+
+export function formatShape(n, k) {
+  return `${n}×${k}`;
+}
+
+export function formatMs(ms) {
+  if (ms == null || !Number.isFinite(Number(ms))) return "—";
+  const v = Number(ms);
+  if (v >= 10000) return `${(v / 1000).toFixed(1)} s`;
+  if (v >= 100) return `${Math.round(v)} ms`;
+  if (v >= 1) return `${v.toFixed(1)} ms`;
+  return `${v.toFixed(2)} ms`;
+}
+
+export function formatShare(share) {
+  if (share == null || !Number.isFinite(Number(share))) return "—";
+  return `${(Number(share) * 100).toFixed(1)} %`;
+}
+
+/** Rows of the timing table, or {rows: [], message} when there is no timed run. */
+export function timingRows(timing) {
+  if (!timing) return { rows: [], message: "No timing information." };
+  const last = timing.last_run;
+  if (!last) {
+    const message = timing.enabled
+      ? (timing.note ?? "Timing is on; no timed run has finished yet.")
+      : `GEMM timing is off. Switch it on in Settings (Ideogram 4 INT8) or start ComfyUI with ${timing.env_variable ?? "IDEOGRAM4_INT8_GEMM_TIMING"}=1.`;
+    return { rows: [], message };
+  }
+  const rows = [];
+  for (const p of PATHS) {
+    const v = last.per_path?.[p];
+    if (!v || !(Number(v.ms) > 0)) continue;
+    rows.push({ path: p, label: pathLabel(p), ms: formatMs(v.ms), share: formatShare(v.share) });
+  }
+  rows.push({ path: null, label: "all GEMMs", ms: formatMs(last.gemm_ms), share: formatShare(last.gemm_share) });
+  const message = timing.enabled ? null : "Timing is off now; these numbers are from the last timed run.";
+  return { rows, message, wall: formatMs(last.wall_ms) };
+}
+
+export const LAYER_FILTERS = {
+  all: () => true,
+  "not-fused": (l) => l.path !== "triton-int8",
+  "dequant-bf16": (l) => l.path === "dequant-bf16",
+};
+
+/** Rows of a model's per-layer table (null when the report was fetched without layers).
+ * A row whose reason repeats the row above has `sameReasonAsAbove`, so a table of 221 rows that all
+ * say "CPU tensors: …" prints it once. */
+export function layerRows(model, filter = "all") {
+  if (!Array.isArray(model?.layers)) return null;
+  const keep = LAYER_FILTERS[filter];
+  if (!keep) throw new Error(`unknown layer filter ${JSON.stringify(filter)}; use one of ${Object.keys(LAYER_FILTERS).join(", ")}`);
+  let previous = null;
+  return model.layers.filter(keep).map((l) => ({
+    layer: String(l.layer),
+    shape: formatShape(l.N, l.K),
+    m: l.calls > 0 ? String(l.M_last) : "—",
+    path: l.path,
+    pathLabel: pathShort(l.path),
+    calls: l.calls > 0 ? String(l.calls) : "not run",
+    reason: l.reason ? String(l.reason) : l.path === "triton-int8" ? "" : "—",
+    // true when the row above (after filtering) gives the same reason: the table prints a ditto mark
+    sameReasonAsAbove: (() => {
+      const same = previous !== null && !!l.reason && l.reason === previous;
+      previous = l.reason || null;
+      return same;
+    })(),
+    config: l.config ? `${l.config}${l.config_source ? ` (${l.config_source})` : ""}` : "",
+    severity: l.path === "dequant-bf16" ? "warning" : l.path === "cublas-int8" ? "notice" : "ok",
+  }));
+}
+
+/** Autotune picks of a model, one row per (shape, M bucket); shapes the fused kernel never ran are left out. */
+export function autotuneRows(model) {
+  const rows = [];
+  for (const s of model?.shapes ?? []) {
+    for (const a of s.autotune ?? []) {
+      rows.push({ shape: formatShape(s.N, s.K), mBucket: String(a.m_bucket), config: a.config, source: a.source });
+    }
+  }
+  return rows;
+}
+
+/**
+ * Fold a websocket event ({event, models, node_id, report}) into the panel state
+ * {report, nodeModels: {nodeId: [labels]}, lastEvent}; returns a new state, never mutates.
+ */
+export function applyEvent(state, detail) {
+  const prev = state ?? { report: null, nodeModels: {}, lastEvent: null };
+  if (!detail || typeof detail !== "object" || checkReport(detail.report)) return prev;
+  const nodeModels = { ...prev.nodeModels };
+  if (detail.node_id != null && Array.isArray(detail.models)) nodeModels[String(detail.node_id)] = [...detail.models];
+  return { report: detail.report, nodeModels, lastEvent: String(detail.event ?? "") };
+}
+
+/** Our loader / sampler nodes get a badge: ids start with Ideogram4Int8 and name a loader or sampler. */
+export function wantsBadge(nodeType) {
+  return typeof nodeType === "string" && nodeType.startsWith("Ideogram4Int8") && /Loader|Sampler/.test(nodeType);
+}

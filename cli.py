@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--shapes", default=None, help="comma list of shape names (default: all)")
     p_bench.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
     p_bench.add_argument("--tune", action="store_true", help="first time every tile config per shape (table source)")
+    p_bench.add_argument("--quant-sweep", action="store_true", help="also time the quantizer's launch variants")
     p_bench.set_defaults(func=_cmd_bench)
     return parser
 

@@ -36,8 +36,14 @@ SHAPES = {  # name: (M, N, K)
     "uncond_w1/w3": (4096, 12288, 4608),
     "uncond_w2": (4096, 4608, 12288),
     "llm_cond_proj": (512, 4608, 53248),
+    "ffn_swiglu": (4608, 12288, 4608),  # silu(x W1^T) * (x W3^T): N is the width of each of W1, W3
+    "uncond_ffn_swiglu": (4096, 12288, 4608),
 }
-DEFAULT_SHAPES = ["qkv", "o", "w1/w3", "w2", "uncond_qkv", "uncond_w1/w3", "uncond_w2", "llm_cond_proj"]
+SWIGLU_SHAPES = ("ffn_swiglu", "uncond_ffn_swiglu")
+DEFAULT_SHAPES = [
+    "qkv", "o", "w1/w3", "w2", "uncond_qkv", "uncond_w1/w3", "uncond_w2", "llm_cond_proj", "ffn_swiglu",
+    "uncond_ffn_swiglu",
+]  # fmt: skip
 TARGETS = {"bf16": 1.6, "ck-int8": 1.4, "fp8-rowwise": 1.2}
 
 
@@ -45,6 +51,38 @@ def _bench(fn, quick: bool) -> float:
     from triton.testing import do_bench
 
     return do_bench(fn, warmup=10 if quick else 25, rep=40 if quick else 200, return_mode="median")
+
+
+def _interleaved(fns: dict, quick: bool, calls: int = 12) -> dict[str, float]:
+    """Median ms per call of each peer, measured in interleaved rounds.
+
+    Each sample is ``calls`` back-to-back calls between two CUDA events (host overhead hides
+    behind the GPU as it does inside a model; every operand set is larger than L2, and the
+    calls rotate over two sets). Rounds alternate the peers so clock drift hits all alike.
+    """
+    rounds = 3 if quick else 7
+    for variants in fns.values():
+        for f in variants:
+            f()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {k: [] for k in fns}
+    for _ in range(rounds):
+        for label, variants in fns.items():
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for i in range(calls):
+                variants[i % len(variants)]()
+            stop.record()
+            stop.synchronize()
+            samples[label].append(start.elapsed_time(stop) / calls)
+    return {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+
+
+def _sm_clock_mhz() -> int | None:
+    try:
+        return int(torch.cuda.clock_rate())
+    except Exception:
+        return None
 
 
 def _copy_bandwidth(quick: bool) -> float:
@@ -79,63 +117,155 @@ def bench_shape(name, M, N, K, quick, ck, gen):
     from comfyui_ideogram4_int8.kernels.dispatch import _launch_fused
 
     dev = "cuda"
-    x = (torch.randn(M, K, device=dev, generator=gen) * 0.5).bfloat16()
-    x[:, :: max(K // 37, 1)] *= 30  # outlier channels
-    w_f = torch.randn(N, K, device=dev, generator=gen) * 0.02
-    w_bf = w_f.bfloat16()
-    w_q, w_s = Kn.quantize_weight_ref(w_f)
-    bias = torch.randn(N, device=dev, generator=gen).bfloat16()
-    ref = F.linear(x.float(), w_f, bias.float())
-
-    row = {"shape": name, "M": M, "N": N, "K": K}
+    row = {"shape": name, "M": M, "N": N, "K": K, "sm_clock_mhz_before": _sm_clock_mhz()}
     flop = 2.0 * M * N * K
+    sets = []
+    for _ in range(2):  # two operand sets, each larger than L2, to rotate over
+        x = (torch.randn(M, K, device=dev, generator=gen) * 0.5).bfloat16()
+        x[:, :: max(K // 37, 1)] *= 30  # outlier channels
+        w_f = torch.randn(N, K, device=dev, generator=gen) * 0.02
+        w_q, w_s = Kn.quantize_weight_ref(w_f)
+        st = {"x": x, "w_f": w_f, "w_bf": w_f.bfloat16(), "w_q": w_q, "w_s": w_s}
+        st["bias"] = torch.randn(N, device=dev, generator=gen).bfloat16()
+        if _fp8_available():
+            amax = w_f.abs().amax(1, keepdim=True)
+            st["w8"] = (w_f / (amax / 448.0)).to(torch.float8_e4m3fn)
+            st["w8_s"] = (amax / 448.0).float().reshape(1, N)
+        st["q"], st["s"] = Kn.quantize_per_token(x)
+        sets.append(st)
 
-    def record(label, fn):
-        out = fn()
-        ms = _bench(fn, quick)
-        err = ((out.float() - ref).norm() / ref.norm()).item()
+    def fp8_linear(st):
+        xf = st["x"].float()
+        xs = xf.abs().amax(1, keepdim=True).clamp_min(1e-12) / 448.0
+        x8 = (xf / xs).to(torch.float8_e4m3fn)
+        return torch._scaled_mm(
+            x8, st["w8"].t(), scale_a=xs, scale_b=st["w8_s"], bias=st["bias"], out_dtype=torch.bfloat16
+        )
+
+    peers = {
+        "bf16": lambda st: F.linear(st["x"], st["w_bf"], st["bias"]),
+        "dequant-bf16": lambda st: Kn.w8a8_linear(st["x"], st["w_q"], st["w_s"], st["bias"], path="dequant-bf16"),
+        "cublas-int8": lambda st: Kn.w8a8_linear(st["x"], st["w_q"], st["w_s"], st["bias"], path="cublas-int8"),
+        "triton-int8": lambda st: Kn.w8a8_linear(
+            st["x"], st["w_q"], st["w_s"], st["bias"], path="triton-int8", site=f"bench/{name}"
+        ),
+        "quant-only": lambda st: Kn.quantize_per_token(st["x"]),
+        "triton-gemm-only": lambda st: _launch_fused(
+            st["q"], st["w_q"], st["s"], st["w_s"], st["bias"].float(), torch.bfloat16, False
+        ),
+    }
+    if _fp8_available():
+        peers["fp8-rowwise"] = fp8_linear
+    if ck is not None:
+        for st in sets:
+            st["w_s_col"] = st["w_s"].reshape(N, 1).contiguous()
+        peers["ck-int8"] = lambda st: ck.int8_linear(st["x"], st["w_q"], st["w_s_col"], st["bias"], torch.bfloat16)
+
+    # accuracy of each whole-linear peer against the float32 linear of the unquantized weight
+    st0 = sets[0]
+    ref = F.linear(st0["x"].float(), st0["w_f"], st0["bias"].float())
+    for label, fn in peers.items():
+        if label in ("quant-only", "triton-gemm-only"):
+            continue
+        out = fn(st0)
+        row[f"{label}_relerr"] = ((out.float() - ref).norm() / ref.norm()).item()
+    del ref
+    for st in sets:
+        del st["w_f"]
+    times = _interleaved({k: [lambda f=f, st=st: f(st) for st in sets] for k, f in peers.items()}, quick)
+    for label, ms in times.items():
         row[f"{label}_ms"] = ms
-        row[f"{label}_relerr"] = err
         row[f"{label}_tops"] = flop / (ms * 1e-3) / 1e12
-
-    record("bf16", lambda: F.linear(x, w_bf, bias))
-    record("dequant-bf16", lambda: Kn.w8a8_linear(x, w_q, w_s, bias, path="dequant-bf16"))
-    record("cublas-int8", lambda: Kn.w8a8_linear(x, w_q, w_s, bias, path="cublas-int8"))
-    record("triton-int8", lambda: Kn.w8a8_linear(x, w_q, w_s, bias, path="triton-int8", site=f"bench/{name}"))
     rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
     row["triton_config"], row["triton_config_source"] = rec.config, rec.config_source
-
-    if _fp8_available():
-        w8 = (w_f / (w_f.abs().amax(1, keepdim=True) / 448.0)).to(torch.float8_e4m3fn)
-        w8_s = (w_f.abs().amax(1) / 448.0).float().reshape(1, N)
-
-        def fp8_linear():
-            xf = x.float()
-            xs = xf.abs().amax(1, keepdim=True).clamp_min(1e-12) / 448.0
-            x8 = (xf / xs).to(torch.float8_e4m3fn)
-            return torch._scaled_mm(x8, w8.t(), scale_a=xs, scale_b=w8_s, bias=bias, out_dtype=torch.bfloat16)
-
-        record("fp8-rowwise", fp8_linear)
-    if ck is not None:
-        w_s_col = w_s.reshape(N, 1).contiguous()
-        record("ck-int8", lambda: ck.int8_linear(x, w_q, w_s_col, bias, torch.bfloat16))
-
-    # parts of ours
-    q, s = Kn.quantize_per_token(x)
-    row["quant_only_ms"] = _bench(lambda: Kn.quantize_per_token(x), quick)
-    row["quant_gbps"] = (M * K * 2 + M * K + 4 * M) / (row["quant_only_ms"] * 1e-3) / 1e9
-    w_s32 = w_s.float()
-    row["triton_gemm_only_ms"] = _bench(
-        lambda: _launch_fused(q, w_q, s, w_s32, bias.float(), torch.bfloat16, False), quick
-    )
-    row["triton_gemm_only_tops"] = flop / (row["triton_gemm_only_ms"] * 1e-3) / 1e12
+    row["quant_gbps"] = (M * K * 2 + M * K + 4 * M) / (row["quant-only_ms"] * 1e-3) / 1e9
 
     # bit-exactness of the accumulator on this very data
-    acc = Kn.int8_matmul_int32(q, w_q)
-    row["int32_bit_exact_vs_int_mm"] = bool(torch.equal(acc, Kn.dispatch._int_mm_padded(q, w_q)))
+    acc = Kn.int8_matmul_int32(st0["q"], st0["w_q"])
+    row["int32_bit_exact_vs_int_mm"] = bool(torch.equal(acc, Kn.dispatch._int_mm_padded(st0["q"], st0["w_q"])))
     for peer in ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "dequant-bf16"):
         if f"{peer}_ms" in row:
             row[f"speedup_vs_{peer}"] = row[f"{peer}_ms"] / row["triton-int8_ms"]
+    row["sm_clock_mhz_after"] = _sm_clock_mhz()
+    return row
+
+
+def bench_swiglu(name, M, F_, K, quick, ck, gen):
+    """The FFN gate/up pair: silu(x W1^T) * (x W3^T), each peer from a bf16 x to a bf16 h."""
+    from comfyui_ideogram4_int8 import kernels as Kn
+
+    dev = "cuda"
+    row = {"shape": name, "M": M, "N": 2 * F_, "K": K, "sm_clock_mhz_before": _sm_clock_mhz()}
+    flop = 2.0 * M * 2 * F_ * K
+    sets = []
+    for _ in range(2):
+        x = (torch.randn(M, K, device=dev, generator=gen) * 0.5).bfloat16()
+        x[:, :: max(K // 37, 1)] *= 30
+        st = {"x": x}
+        for name_w in ("w1", "w3"):
+            w_f = torch.randn(F_, K, device=dev, generator=gen) * 0.02
+            st[name_w + "_f"] = w_f
+            st[name_w + "_bf"] = w_f.bfloat16()
+            st[name_w + "_q"], st[name_w + "_s"] = Kn.quantize_weight_ref(w_f)
+            if _fp8_available():
+                amax = w_f.abs().amax(1, keepdim=True)
+                st[name_w + "_8"] = (w_f / (amax / 448.0)).to(torch.float8_e4m3fn)
+                st[name_w + "_8s"] = (amax / 448.0).float().reshape(1, F_)
+        chunk = Kn.swiglu_chunk_for(F_)
+        st["chunk"] = chunk
+        st["w13"], st["s13"] = Kn.interleave_gate_up(st["w1_q"], st["w1_s"], st["w3_q"], st["w3_s"], chunk)
+        sets.append(st)
+
+    def fp8_lin(x8, xs, w8, w8s):
+        return torch._scaled_mm(x8, w8.t(), scale_a=xs, scale_b=w8s, out_dtype=torch.bfloat16)
+
+    def fp8_pair(st):
+        xf = st["x"].float()
+        xs = xf.abs().amax(1, keepdim=True).clamp_min(1e-12) / 448.0
+        x8 = (xf / xs).to(torch.float8_e4m3fn)
+        return F.silu(fp8_lin(x8, xs, st["w1_8"], st["w1_8s"])) * fp8_lin(x8, xs, st["w3_8"], st["w3_8s"])
+
+    def unfused(st, path):
+        a = Kn.w8a8_linear(st["x"], st["w1_q"], st["w1_s"], path=path)
+        return F.silu(a) * Kn.w8a8_linear(st["x"], st["w3_q"], st["w3_s"], path=path)
+
+    peers = {
+        "bf16": lambda st: F.silu(F.linear(st["x"], st["w1_bf"])) * F.linear(st["x"], st["w3_bf"]),
+        "cublas-int8": lambda st: unfused(st, "cublas-int8"),
+        "triton-int8-unfused": lambda st: unfused(st, "triton-int8"),
+        "triton-int8": lambda st: Kn.swiglu_w8a8_linear(
+            st["x"], st["w13"], st["s13"], st["chunk"], path="triton-int8", site=f"bench/{name}"
+        ),
+    }
+    if _fp8_available():
+        peers["fp8-rowwise"] = fp8_pair
+    if ck is not None:
+        for st in sets:
+            st["w1_sc"] = st["w1_s"].reshape(F_, 1).contiguous()
+            st["w3_sc"] = st["w3_s"].reshape(F_, 1).contiguous()
+        peers["ck-int8"] = lambda st: F.silu(ck.int8_linear(st["x"], st["w1_q"], st["w1_sc"], None, torch.bfloat16)) * (
+            ck.int8_linear(st["x"], st["w3_q"], st["w3_sc"], None, torch.bfloat16)
+        )
+    st0 = sets[0]
+    g = F.linear(st0["x"].float(), st0["w1_f"])
+    ref = F.silu(g) * F.linear(st0["x"].float(), st0["w3_f"])
+    del g
+    for label, fn in peers.items():
+        out = fn(st0)
+        row[f"{label}_relerr"] = ((out.float() - ref).norm() / ref.norm()).item()
+    del ref
+    for st in sets:
+        del st["w1_f"], st["w3_f"]
+    times = _interleaved({k: [lambda f=f, st=st: f(st) for st in sets] for k, f in peers.items()}, quick)
+    for label, ms in times.items():
+        row[f"{label}_ms"] = ms
+        row[f"{label}_tops"] = flop / (ms * 1e-3) / 1e12
+    rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
+    row["triton_config"], row["triton_config_source"] = rec.config, rec.config_source
+    for peer in ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused"):
+        if f"{peer}_ms" in row:
+            row[f"speedup_vs_{peer}"] = row[f"{peer}_ms"] / row["triton-int8_ms"]
+    row["sm_clock_mhz_after"] = _sm_clock_mhz()
     return row
 
 
@@ -172,6 +302,45 @@ def tune_shape(M, N, K, quick, gen):
     return results
 
 
+def quant_sweep(quick, gen) -> list[dict]:
+    """Time the activation quantizer's launch variants at the Ideogram 4 activation shapes."""
+    from comfyui_ideogram4_int8.kernels import quant_triton as QT
+
+    rows = []
+    for M, K in ((4608, 4608), (4608, 12288), (512, 53248), (4096, 4608)):
+        x = (torch.randn(M, K, device="cuda", generator=gen)).bfloat16()
+        nbytes = M * K * 3 + 4 * M
+        variants = [QT.quant_launch_params(M, K)]
+        p2 = triton_next_pow2(K)
+        for per_sm in (0, 4, 8, 16):
+            for ns in (1, 2, 3) if per_sm else (1,):
+                for nw in (4, 8):
+                    base = dict(BLOCK_M=1, num_warps=nw, PROGRAMS_PER_SM=per_sm, NUM_STAGES=ns)
+                    if p2 <= 16384:
+                        variants.append(dict(base, BLOCK_K=p2, ONE_PASS=True))
+                    for bk in (1024, 4096, 8192):
+                        if bk < K:
+                            variants.append(dict(base, BLOCK_K=bk, ONE_PASS=False))
+        for v in variants:
+            try:
+                ms = _bench(lambda v=v, x=x: QT.quantize_rows_triton(x, None, v), quick)
+            except Exception as exc:
+                print(f"  quant {v}: failed {exc.__class__.__name__}", file=sys.stderr)
+                continue
+            rows.append({"M": M, "K": K, **v, "ms": ms, "gbps": nbytes / (ms * 1e-3) / 1e9})
+        best = min((r for r in rows if r["M"] == M and r["K"] == K), key=lambda r: r["ms"])
+        default = next(r for r in rows if r["M"] == M and r["K"] == K)
+        print(f"quant {M}x{K}: default {default['gbps']:.0f} GB/s, best {best['gbps']:.0f} GB/s {best}", flush=True)
+    return rows
+
+
+def triton_next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
 def environment(ck_note: str) -> dict:
     import triton
 
@@ -199,7 +368,8 @@ def print_table(rows, copy_gbps):
         for peer in ("bf16", "ck-int8", "fp8-rowwise"):
             v = r.get(f"speedup_vs_{peer}")
             line += f"{v:>7.2f}x" if v else f"{'-':>8}"
-        line += f"{100 * r['quant_gbps'] / copy_gbps:>8.0f}%  {r.get('triton_config')}"
+        qbw = f"{100 * r['quant_gbps'] / copy_gbps:.0f}%" if "quant_gbps" in r else "-"
+        line += f"{qbw:>9}  {r.get('triton_config')}"
         print(line)
 
 
@@ -223,7 +393,11 @@ def run_bench(args) -> int:
         table = {}
         for name in names:
             M, N, K = SHAPES[name]
-            ranked = tune_shape(M, N, K, args.quick, gen)
+            if name in SWIGLU_SHAPES:
+                continue  # tuned on first use (block_n pinned by the interleave chunk)
+            if any(k == f"{N},{K},{m_bucket(M)}" for k in table):
+                continue
+            ranked = tune_shape(M, N, K, True, gen)  # ranking only: short repetitions
             if ranked:
                 table[f"{N},{K},{m_bucket(M)}"] = ranked[0][1].as_dict()
                 print(f"tune {name}: " + ", ".join(f"{c.key()} {ms:.3f}" for ms, c in ranked[:4]), flush=True)
@@ -239,17 +413,23 @@ def run_bench(args) -> int:
         autotune.PICKER.clear()
     copy_gbps = _copy_bandwidth(args.quick)
     info["copy_gbps"] = copy_gbps
-    rows = []
-    for name in names:
-        rows.append(bench_shape(name, *SHAPES[name], args.quick, ck, gen))
-        print(f"done {name}", flush=True)
-    result["rows"] = rows
+    if getattr(args, "quant_sweep", False):
+        result["quant_sweep"] = quant_sweep(True, gen)
     out = pathlib.Path(args.out) if args.out else None
     if out is None:
         slug = info["gpu"].replace(" ", "-")
         out = pathlib.Path("bench/results") / f"gemm-{slug}-{info['date']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1))
+    rows = result["rows"] = []
+    for name in names:
+        try:
+            fn = bench_swiglu if name in SWIGLU_SHAPES else bench_shape
+            rows.append(fn(name, *SHAPES[name], args.quick, ck, gen))
+        except Exception as exc:  # keep the other shapes' numbers
+            print(f"shape {name} failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+            result.setdefault("failed", {})[name] = f"{exc.__class__.__name__}: {exc}"
+        out.write_text(json.dumps(result, indent=1))
+        torch.cuda.empty_cache()
     print(f"\nGPU {info['gpu']} (cc {info['cc']}), torch {info['torch']}, triton {info['triton']}, "
           f"comfy-kitchen {ck_note}, copy {copy_gbps:.0f} GB/s")  # fmt: skip
     print_table(rows, copy_gbps)

@@ -10,6 +10,8 @@ _LAZY = {
     "Ideogram4Config": ".config", "Ideogram4DiT": ".dit", "sample": ".sampler", "make_noise": ".sampler",
     "sigmas": ".schedule", "PRESETS": ".schedule", "Preset": ".schedule", "W8A8Linear": ".w8a8_module",
     "w8a8_linears": ".w8a8_module", "float_linears": ".w8a8_module", "dequant_linears": ".w8a8_module",
+    # captions (issue 6): jsonschema loads on first validation
+    "validate_caption": ".captions", "serialize_caption": ".captions",
 }  # fmt: skip
 
 

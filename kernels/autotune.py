@@ -12,6 +12,7 @@ Every pick is kept with its source for the registry / panel.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ import threading
 import torch
 
 from .configs import GemmConfig, config_space, heuristic_config, m_bucket, shipped_config
-from .env import arch_name, capability
+from .env import arch_name, capability, gpu_name
 
 log = logging.getLogger(__name__)
 
@@ -43,23 +44,32 @@ class ConfigPicker:
         self._disk: dict | None = None
 
     # -- public ---------------------------------------------------------------------------
-    def pick(self, q: torch.Tensor, w: torch.Tensor, launch=None) -> tuple[GemmConfig, str]:
-        """Config and its source for q [M,K] x w [N,K]. ``launch(cfg)`` runs one trial (autotune)."""
+    def pick(self, q: torch.Tensor, w: torch.Tensor, launch=None, block_n: int | None = None) -> tuple[GemmConfig, str]:
+        """Config and its source for q [M,K] x w [N,K]. ``launch(cfg)`` runs one trial (autotune).
+
+        ``block_n`` pins the tile width (the SwiGLU epilogue needs BLOCK_N == 2 x its chunk)."""
         M, K = q.shape
         N = w.shape[0]
         cc = capability(q.device) if q.is_cuda else None
         arch = arch_name(cc)
-        gpu = torch.cuda.get_device_name(q.device) if q.is_cuda else "cpu"
-        key = (arch, gpu, N, K, m_bucket(M))
+        gpu = gpu_name(q.device)
+        key = (arch, gpu, N if block_n is None else f"{N}|bn{block_n}", K, m_bucket(M))
         with self._lock:
             hit = self._picks.get(key)
         if hit is not None:
             return hit
-        found = self._from_disk(key) or shipped_config(arch, gpu, M, N, K)
+        found = self._from_disk(key)
+        if found is None and block_n is None:
+            found = shipped_config(arch, gpu, M, N, K)
+        elif found is None:
+            found = shipped_config(arch, gpu, M, f"{N}|bn{block_n}", K)
         if found is None and q.is_cuda and launch is not None and os.environ.get(ENV_AUTOTUNE, "1") != "0":
-            found = self._autotune(key, arch, M, N, K, q.device, launch)
+            found = self._autotune(key, arch, M, N, K, q.device, launch, block_n)
         if found is None:
-            found = (heuristic_config(arch, M, N, K), "heuristic")
+            cfg = heuristic_config(arch, M, N, K)
+            if block_n is not None:
+                cfg = dataclasses.replace(cfg, block_n=block_n, split_k=1)
+            found = (cfg, "heuristic")
         with self._lock:
             self._picks[key] = found
         return found
@@ -92,12 +102,14 @@ class ConfigPicker:
         except (KeyError, TypeError, ValueError):
             return None
 
-    def _autotune(self, key, arch, M, N, K, device, launch) -> tuple[GemmConfig, str] | None:
+    def _autotune(self, key, arch, M, N, K, device, launch, block_n=None) -> tuple[GemmConfig, str] | None:
         from triton.testing import do_bench
 
         props = torch.cuda.get_device_properties(device)
         smem = getattr(props, "shared_memory_per_block_optin", None)
         candidates = config_space(arch, M, smem)
+        if block_n is not None:
+            candidates = [c for c in candidates if c.block_n == block_n and c.split_k == 1]
         log.warning(
             "Ideogram4 INT8: autotuning GEMM N=%d K=%d M~%d over %d configs (one-time; cached in %s)",
             N, K, M, len(candidates), _cache_file(),

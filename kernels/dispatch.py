@@ -204,18 +204,19 @@ def _out_buffer(out, m, n, dtype, device, where):
     return out
 
 
-def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None):
+def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, swiglu_chunk=None):
     from .gemm_triton import launch_gemm
 
     m, n = q.shape[0], w.shape[0]
-    out = _out_buffer(out, m, n, torch.int32 if raw_int32 else out_dtype, q.device, "int8_matmul")
+    n_out = n // 2 if swiglu_chunk else n
+    out = _out_buffer(out, m, n_out, torch.int32 if raw_int32 else out_dtype, q.device, "int8_matmul")
     if m == 0:
         return out, None, None
 
     def launch(cfg):
-        return launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32)
+        return launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu=bool(swiglu_chunk))
 
-    cfg, source = PICKER.pick(q, w, launch)
+    cfg, source = PICKER.pick(q, w, launch, block_n=2 * swiglu_chunk if swiglu_chunk else None)
     launch(cfg)
     REGISTRY.count_launch("gemm_triton")
     return out, cfg, source
@@ -305,21 +306,24 @@ def w8a8_linear(
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    cfg = source = None
     with REGISTRY.timed(chosen, x.device):
-        if chosen == PATH_DEQUANT:
-            y = reference.dequant_linear_ref(x2, w, w_scale, bias_v, smooth, compute_dtype=x.dtype).to(out_dtype)
-        else:
-            q, s = quantize_per_token(x2, smooth)
-            if chosen == PATH_TRITON:
-                y, cfg, source = _launch_fused(q, w, s, w_scale, bias_v, out_dtype, raw_int32=False)
-            else:
-                y = _cublas_linear(q, s, w, w_scale, bias_v, out_dtype)
+        y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype)
     REGISTRY.record(
         site, chosen, reason, m, n, k, dtype=x.dtype,
         config=cfg.key() if cfg is not None else None, config_source=source,
     )  # fmt: skip
     return y.reshape(*lead, n)
+
+
+def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype):
+    """The linear on an already chosen path (no validation, no recording): (y, config, source)."""
+    if chosen == PATH_DEQUANT:
+        y = reference.dequant_linear_ref(x2, w, w_scale, bias, smooth, compute_dtype=x2.dtype)
+        return y.to(out_dtype), None, None
+    q, s = quantize_per_token(x2, smooth)
+    if chosen == PATH_TRITON:
+        return _launch_fused(q, w, s, w_scale, bias, out_dtype, raw_int32=False)
+    return _cublas_linear(q, s, w, w_scale, bias, out_dtype), None, None
 
 
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, site: str | None = None,
@@ -335,3 +339,63 @@ def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
 def slower_than(path: str) -> list[str]:
     """Paths faster than ``path`` (for 'why not faster' explanations)."""
     return [p for p in PATHS if PATH_RANK[p] < PATH_RANK[path]]
+
+
+# -- fused gate/up projection with SwiGLU (Ideogram 4's feed_forward.w1 / w3) ----------------------
+
+
+def swiglu_chunk_for(f: int) -> int | None:
+    """Interleave chunk for a gate/up pair of width f: the largest of 128/64/32/16 dividing f."""
+    return next((c for c in (128, 64, 32, 16) if f % c == 0), None)
+
+
+def interleave_gate_up(w1, s1, w3, s3, chunk: int):
+    """Stack gate (w1) and up (w3) int8 rows as [g0 | u0 | g1 | u1 | ...] in chunks of ``chunk``
+    rows, so one BLOCK_N = 2 x chunk output tile holds matching gate and up columns."""
+    f, k = w1.shape
+    if w3.shape != (f, k) or f % chunk:
+        raise KernelInputError(f"interleave_gate_up: w1 {tuple(w1.shape)} / w3 {tuple(w3.shape)} with chunk {chunk}")
+    w13 = torch.stack([w1.reshape(f // chunk, chunk, k), w3.reshape(f // chunk, chunk, k)], dim=1)
+    s13 = torch.stack([s1.reshape(f // chunk, chunk), s3.reshape(f // chunk, chunk)], dim=1)
+    return w13.reshape(2 * f, k).contiguous(), s13.reshape(2 * f).float().contiguous()
+
+
+def deinterleave_gate_up(y13: torch.Tensor, chunk: int):
+    """Inverse of the interleaving on the output's last dim: (gate, up)."""
+    lead, n2 = y13.shape[:-1], y13.shape[-1]
+    y = y13.reshape(*lead, n2 // (2 * chunk), 2, chunk)
+    return y[..., 0, :].reshape(*lead, n2 // 2), y[..., 1, :].reshape(*lead, n2 // 2)
+
+
+def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, out_dtype=None):
+    """h = silu(x W1^T) * (x W3^T) with W1|W3 interleaved (``interleave_gate_up``) as one W8A8 GEMM.
+
+    On the fused path the SwiGLU runs in the GEMM epilogue in float32 and h is written once;
+    other paths compute both projections and apply SwiGLU in float32 afterwards.
+    """
+    _check_int8_2d(w13, "swiglu_w8a8_linear: w13")
+    n2, k = w13.shape
+    if not chunk or n2 % (2 * chunk):
+        raise KernelInputError(f"swiglu_w8a8_linear: w13 has {n2} rows, not a multiple of 2 x chunk={chunk}")
+    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOAT_DTYPES or x.shape[-1] != k:
+        raise KernelInputError(f"swiglu_w8a8_linear: x must be float [..., {k}]; got {getattr(x, 'shape', x)}")
+    out_dtype = out_dtype or x.dtype
+    s13 = _vector(s13, n2, "swiglu_w8a8_linear: s13", x.device)
+    smooth = _vector(smooth, k, "swiglu_w8a8_linear: smooth", x.device)
+    chosen, reason = select_path(x.device, n2, k, path)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    cfg = source = None
+    with REGISTRY.timed(chosen, x.device):
+        if chosen == PATH_TRITON:
+            q, s = quantize_per_token(x2, smooth)
+            h, cfg, source = _launch_fused(q, w13, s, s13, None, out_dtype, False, swiglu_chunk=chunk)
+        else:
+            y, _, _ = _w8a8_compute(x2, w13, s13, None, smooth, chosen, torch.float32)
+            g, u = deinterleave_gate_up(y, chunk)
+            h = (F.silu(g) * u).to(out_dtype)
+    REGISTRY.record(
+        site, chosen, reason, x2.shape[0], n2, k, dtype=x.dtype,
+        config=cfg.key() if cfg is not None else None, config_source=source,
+    )  # fmt: skip
+    return h.reshape(*lead, n2 // 2)

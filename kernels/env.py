@@ -32,7 +32,25 @@ def capability(device: torch.device | None = None) -> tuple[int, int] | None:
         return None
     if not torch.cuda.is_available():
         return None
-    return torch.cuda.get_device_capability(device)
+    return _cuda_facts(_index(device))[0]
+
+
+def gpu_name(device: torch.device | None = None) -> str:
+    if device is not None and device.type != "cuda":
+        return device.type
+    return _cuda_facts(_index(device))[1]
+
+
+def _index(device: torch.device | None) -> int:
+    if device is None or device.index is None:
+        return torch.cuda.current_device()
+    return device.index
+
+
+@functools.cache
+def _cuda_facts(index: int) -> tuple[tuple[int, int], str]:
+    # cached: these are asked on every GEMM call, and the answer never changes
+    return torch.cuda.get_device_capability(index), torch.cuda.get_device_name(index)
 
 
 def arch_name(cc: tuple[int, int] | None) -> str:

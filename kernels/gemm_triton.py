@@ -30,6 +30,14 @@ LAST_LAUNCH: dict = {}
 
 
 @triton.jit
+def _swiglu_tile(y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """y [BLOCK_M, BLOCK_N] holds gate columns then up columns (weights interleaved in chunks of
+    BLOCK_N // 2): returns silu(gate) * up, [BLOCK_M, BLOCK_N // 2], in float32."""
+    g, u = tl.split(tl.permute(tl.reshape(y, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+    return g * tl.sigmoid(g) * u
+
+
+@triton.jit
 def _w8a8_gemm_kernel(
     a_ptr,
     b_ptr,
@@ -45,7 +53,7 @@ def _w8a8_gemm_kernel(
     stride_cm,
     K_PER_SPLIT,
     HAS_BIAS: tl.constexpr,
-    EPILOGUE: tl.constexpr,  # 0: raw int32 store, 1: scaled store, 2: int32 atomic add (split-K)
+    EPILOGUE: tl.constexpr,  # 0: raw int32 store, 1: scaled store, 2: int32 atomic add (split-K), 3: SwiGLU
     EVEN_K: tl.constexpr,  # K_PER_SPLIT % BLOCK_K == 0 and K % K_PER_SPLIT == 0: no K masks
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -101,7 +109,94 @@ def _w8a8_gemm_kernel(
         y = y * sb[None, :]
         if HAS_BIAS:
             y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=c_mask)
+        if EPILOGUE == 3:
+            h = _swiglu_tile(y, BLOCK_M, BLOCK_N)
+            rh = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+            h_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rh[None, :]
+            tl.store(h_ptrs, h.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rh[None, :] < N // 2))
+        else:
+            tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=c_mask)
+
+
+@triton.jit
+def _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M: tl.constexpr):
+    group_id = tile_id // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + (tile_id % group_size_m)
+    pid_n = (tile_id % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
+def _w8a8_gemm_persistent_kernel(
+    a_desc,
+    b_desc,
+    c_desc,
+    sa_ptr,
+    sb_ptr,
+    bias_ptr,
+    M,
+    N,
+    K,
+    HAS_BIAS: tl.constexpr,
+    RAW_INT32: tl.constexpr,
+    SWIGLU: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,
+    WARP_SPECIALIZE: tl.constexpr,
+    SUBTILE: tl.constexpr,
+):
+    """Persistent variant: one program per SM walks the output tiles; A/B/C move by TMA
+    descriptors (edge tiles are zero-filled on load and clipped on store, so no masks).
+    The epilogue of one tile overlaps the next tile's loads."""
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    num_pid_in_group = GROUP_M * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile_id in tl.range(
+        tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=True, warp_specialize=WARP_SPECIALIZE
+    ):
+        pid_m, pid_n = _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        for ki in range(k_tiles):
+            a = a_desc.load([off_m, ki * BLOCK_K])
+            b = b_desc.load([off_n, ki * BLOCK_K])
+            acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
+        if RAW_INT32:
+            if SUBTILE:
+                acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+                acc0, acc1 = tl.split(acc3)
+                c_desc.store([off_m, off_n], acc0)
+                c_desc.store([off_m, off_n + BLOCK_N // 2], acc1)
+            else:
+                c_desc.store([off_m, off_n], acc)
+        else:
+            rm = off_m + tl.arange(0, BLOCK_M)
+            rn = off_n + tl.arange(0, BLOCK_N)
+            sa = tl.load(sa_ptr + rm, mask=rm < M, other=0.0)
+            sb = tl.load(sb_ptr + rn, mask=rn < N, other=0.0)
+            y = acc.to(tl.float32) * sa[:, None]
+            y = y * sb[None, :]
+            if HAS_BIAS:
+                y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            out_ty = c_desc.dtype
+            if SWIGLU:
+                c_desc.store([off_m, off_n // 2], _swiglu_tile(y, BLOCK_M, BLOCK_N).to(out_ty))
+            elif SUBTILE:
+                # two half-width stores: smaller epilogue staging buffer, more overlap
+                y3 = tl.permute(tl.reshape(y, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
+                y0, y1 = tl.split(y3)
+                c_desc.store([off_m, off_n], y0.to(out_ty))
+                c_desc.store([off_m, off_n + BLOCK_N // 2], y1.to(out_ty))
+            else:
+                c_desc.store([off_m, off_n], y.to(out_ty))
 
 
 @triton.jit
@@ -139,14 +234,19 @@ def _k_split(K: int, cfg) -> tuple[int, bool]:
     return k_per_split, even_k
 
 
-def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False):
+def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False):
     """Run the kernel with config ``cfg`` (see configs.GemmConfig). Writes into and returns ``out``.
 
     raw_int32=True returns the int32 accumulator (``out`` must be int32); otherwise ``out`` gets
-    the dequantized, biased result in its own dtype.
+    the dequantized, biased result in its own dtype. swiglu=True: ``w`` holds gate and up rows
+    interleaved in chunks of BLOCK_N // 2 and ``out`` [M, N // 2] gets silu(gate) * up.
     """
     M, K = q.shape
     N = w.shape[0]
+    if swiglu and (raw_int32 or cfg.split_k != 1 or N % cfg.block_n):
+        raise ValueError("the SwiGLU epilogue needs split_k == 1 and N a multiple of BLOCK_N")
+    if cfg.persistent and tma_compatible(q, w, out):
+        return _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu)
     k_per_split, even_k = _k_split(K, cfg)
     split_k = triton.cdiv(K, k_per_split)
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n), split_k)
@@ -175,7 +275,7 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
             w.stride(0),
             out.stride(0),
             HAS_BIAS=bias is not None,
-            EPILOGUE=0 if raw_int32 else 1,
+            EPILOGUE=0 if raw_int32 else 3 if swiglu else 1,
             **common,
         )
         return out
@@ -211,5 +311,60 @@ def apply_epilogue(acc, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, o
         BLOCK_M=bm,
         BLOCK_N=bn,
         num_warps=4,
+    )
+    return out
+
+
+def tma_compatible(q, w, out) -> bool:
+    """TMA descriptors need 16-byte aligned bases and row strides."""
+    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (q, w, out))
+
+
+_SM_COUNT: dict = {}
+
+
+def _num_sms(device) -> int:
+    if device.type != "cuda":
+        return 4  # the CPU interpreter: a few programs exercise the persistent loop
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SM_COUNT[idx]
+
+
+def _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu=False):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    M, K = q.shape
+    N = w.shape[0]
+    subtile = bool(cfg.subtile) and not swiglu
+    c_block_n = cfg.block_n // 2 if (subtile or swiglu) else cfg.block_n
+    a_desc = TensorDescriptor.from_tensor(q, [cfg.block_m, cfg.block_k])
+    b_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
+    c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, c_block_n])
+    tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
+    programs = min(_num_sms(q.device), tiles)
+    LAST_LAUNCH["kernel"] = _w8a8_gemm_persistent_kernel[(programs,)](
+        a_desc,
+        b_desc,
+        c_desc,
+        q_scale if q_scale is not None else out,
+        w_scale if w_scale is not None else out,
+        bias if bias is not None else out,
+        M,
+        N,
+        K,
+        HAS_BIAS=bias is not None,
+        RAW_INT32=raw_int32,
+        SWIGLU=swiglu,
+        BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k,
+        GROUP_M=cfg.group_m,
+        NUM_PROGRAMS=programs,
+        WARP_SPECIALIZE=bool(cfg.warp_specialize),
+        SUBTILE=subtile,
+        num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages,
     )
     return out

@@ -57,9 +57,33 @@ def _quantize_rows_kernel(
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     ONE_PASS: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    # Persistent when launched with fewer programs than row blocks: each program strides over
+    # row blocks (no partial last wave; the next block's loads can be pipelined).
+    for blk in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=NUM_STAGES):
+        _quantize_block(
+            x_ptr, smooth_ptr, q_ptr, scale_ptr, blk, M, K, stride_xm, stride_qm, HAS_SMOOTH, BLOCK_M, BLOCK_K, ONE_PASS
+        )
+
+
+@triton.jit
+def _quantize_block(
+    x_ptr,
+    smooth_ptr,
+    q_ptr,
+    scale_ptr,
+    blk,
+    M,
+    K,
+    stride_xm,
+    stride_qm,
+    HAS_SMOOTH: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    ONE_PASS: tl.constexpr,
+):
+    rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
     cols0 = tl.arange(0, BLOCK_K)
     INF: tl.constexpr = float("inf")
 
@@ -103,32 +127,44 @@ def _quantize_rows_kernel(
             tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_qm + cols[None, :], v.to(tl.int8), mask=mask)
 
 
-# Tile heuristics: whole rows up to 16 K elements; beyond, 8 K-wide chunks in two passes.
-_ONE_PASS_MAX_K = 16384
-_CHUNK_K = 8192
-
-
 def quant_launch_params(M: int, K: int) -> dict:
-    block_k = triton.next_power_of_2(K)
-    if block_k <= _ONE_PASS_MAX_K:
-        one_pass = True
-    else:
-        block_k, one_pass = _CHUNK_K, False
-    # Keep ~8-16 K elements per program: small K rows are packed several to a program.
-    block_m = max(1, min(16, 8192 // block_k))
-    num_warps = 8 if block_m * block_k >= 8192 else 4
-    return dict(BLOCK_M=block_m, BLOCK_K=block_k, ONE_PASS=one_pass, num_warps=num_warps)
+    """Launch heuristic, from the H100 sweep (bench --quant-sweep): rows of up to 16 K elements in
+    1-4 K chunks read twice (the second pass hits L2), long rows in 8 K chunks."""
+    if K <= 1024:
+        block_k = triton.next_power_of_2(K)
+        return dict(BLOCK_M=max(1, min(16, 4096 // block_k)), BLOCK_K=block_k, ONE_PASS=True, num_warps=4,
+                    PROGRAMS_PER_SM=0, NUM_STAGES=1)  # fmt: skip
+    if K <= 8192:
+        return dict(BLOCK_M=1, BLOCK_K=1024, ONE_PASS=False, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1)
+    if K <= 16384:
+        return dict(BLOCK_M=1, BLOCK_K=4096, ONE_PASS=False, num_warps=8, PROGRAMS_PER_SM=0, NUM_STAGES=1)
+    return dict(BLOCK_M=1, BLOCK_K=8192, ONE_PASS=False, num_warps=8, PROGRAMS_PER_SM=0, NUM_STAGES=1)
 
 
-def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None):
-    """x [M, K] (row stride arbitrary, unit column stride) -> (int8 [M, K], float32 [M])."""
+_SMS: dict = {}
+
+
+def _programs(M: int, block_m: int, per_sm: int, device) -> int:
+    blocks = triton.cdiv(M, block_m)
+    if per_sm <= 0 or device.type != "cuda":
+        return blocks
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SMS:
+        _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return min(blocks, _SMS[idx] * per_sm)
+
+
+def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, params: dict | None = None):
+    """x [M, K] (row stride arbitrary, unit column stride) -> (int8 [M, K], float32 [M]).
+
+    ``params`` overrides the launch heuristic (benchmark sweeps)."""
     M, K = x.shape
     q = torch.empty((M, K), dtype=torch.int8, device=x.device)
     scale = torch.empty((M,), dtype=torch.float32, device=x.device)
     if M == 0:
         return q, scale
-    p = quant_launch_params(M, K)
-    grid = (triton.cdiv(M, p["BLOCK_M"]),)
+    p = {**quant_launch_params(M, K), **(params or {})}
+    grid = (_programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], x.device),)
     _quantize_rows_kernel[grid](
         x,
         smooth if smooth is not None else x,
@@ -142,6 +178,7 @@ def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None):
         BLOCK_M=p["BLOCK_M"],
         BLOCK_K=p["BLOCK_K"],
         ONE_PASS=p["ONE_PASS"],
+        NUM_STAGES=p["NUM_STAGES"],
         num_warps=p["num_warps"],
     )
     return q, scale

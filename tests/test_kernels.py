@@ -51,6 +51,7 @@ def test_int32_extreme_values_bit_exact(gen):
         C.GemmConfig(16, 64, 64, 1, 1, 4, 2),
         C.GemmConfig(64, 32, 64, 8, 3, 4, 2),  # split-K with a ragged last slice
         C.GemmConfig(32, 64, 32, 2, 4, 4, 2),
+        C.GemmConfig(32, 64, 32, 2, 1, 4, 2, persistent=1),  # TMA descriptors, persistent tile loop
     ],
     ids=lambda c: c.key(),
 )
@@ -63,15 +64,24 @@ def test_every_config_family_bit_exact(cfg, gen):
     assert torch.equal(out, torch._int_mm(q, w.t())), f"{cfg.key()} seed {gen.initial_seed()}"
 
 
-@pytest.mark.parametrize("split_k", [1, 4])
-def test_fused_epilogue_split_k_matches_unsplit(split_k, gen):
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        C.GemmConfig(32, 32, 64, 1, 1, 4, 2),
+        C.GemmConfig(32, 32, 64, 1, 4, 4, 2),
+        C.GemmConfig(32, 32, 64, 2, 1, 4, 2, persistent=1),
+        C.GemmConfig(32, 32, 64, 2, 1, 4, 2, persistent=1, warp_specialize=1, subtile=1),
+    ],
+    ids=lambda c: c.key(),
+)
+def test_fused_epilogue_every_variant_matches_twin(cfg, gen):
     m, n, k = 40, 72, 512
     x = activations(m, k, gen)
     q, s = K.quantize_per_token(x)
     w, ws = weight(n, k, gen)
     bias = torch.randn(n, generator=gen)
     out = torch.full((m, n), float("nan"), dtype=torch.float32)
-    launch_gemm(q, w, C.GemmConfig(32, 32, 64, 1, split_k, 4, 2), s, ws, bias, out)
+    launch_gemm(q, w, cfg, s, ws, bias, out)
     assert torch.equal(out, K.int8_matmul_ref(q, w, s, ws, bias, out_dtype=torch.float32))
 
 
@@ -311,3 +321,42 @@ def test_heuristic_splits_long_k_few_tiles():
     cfg = C.heuristic_config("sm90", 512, 4608, 53248)
     assert cfg.split_k > 1
     assert C.heuristic_config("sm90", 4608, 13824, 4608).split_k == 1
+
+
+# -- fused gate/up + SwiGLU -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("persistent", [0, 1])
+def test_swiglu_fused_vs_float64(persistent, gen):
+    m, f, k = 37, 96, 160
+    x = activations(m, k, gen, dtype=torch.bfloat16)
+    w1, s1 = weight(f, k, gen)
+    w3, s3 = weight(f, k, gen)
+    chunk = K.swiglu_chunk_for(f)
+    assert chunk == 32
+    w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, chunk)
+    q, s = K.quantize_per_token_ref(x)
+    g = reference_f64(q, s, w1, s1)
+    u = reference_f64(q, s, w3, s3)
+    ref = g * torch.sigmoid(g) * u
+    out = torch.full((m, f), float("nan"), dtype=torch.bfloat16)
+    cfg = C.GemmConfig(32, 2 * chunk, 32, 2, 1, 4, 2, persistent=persistent)
+    launch_gemm(q, w13, cfg, s, s13, None, out, swiglu=True)
+    assert torch.isfinite(out).all()
+    assert rel_err(out, ref) <= 1e-2 and cosine(out, ref) >= 0.9999
+    # through the public entry point, fused and fallback paths agree with the reference
+    for path in ("triton-int8", "cublas-int8", "dequant-bf16"):
+        h = K.swiglu_w8a8_linear(x.reshape(1, m, k), w13, s13, chunk, path=path, site=f"swiglu/{path}")
+        assert h.shape == (1, m, f)
+        assert K.REGISTRY.path_of(f"swiglu/{path}") == path
+        assert rel_err(h[0], ref) <= (1e-2 if path != "dequant-bf16" else 2e-2), path
+
+
+def test_interleave_roundtrip(gen):
+    w1, s1 = weight(64, 32, gen)
+    w3, s3 = weight(64, 32, gen)
+    w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, 16)
+    g, u = K.deinterleave_gate_up(w13.t(), 16)
+    assert torch.equal(g.t(), w1) and torch.equal(u.t(), w3)
+    gs, us = K.deinterleave_gate_up(s13, 16)
+    assert torch.equal(gs, s1.float()) and torch.equal(us, s3.float())

@@ -1,0 +1,52 @@
+"""Diagnostic: does the long-K text projection GEMM's speed depend on the data or on how it is timed?
+
+Times launch_gemm at 512 x 4608 x 53248 with uniform random int8 operands and with operands
+quantized from Gaussian data with outlier channels, each with do_bench (L2 flushed) and with
+12 back-to-back calls. Prints a 2 x 2 table (ms)."""
+
+from __future__ import annotations
+
+import torch
+from comfyui_ideogram4_int8 import kernels as Kn
+from comfyui_ideogram4_int8.kernels.configs import GemmConfig
+from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
+from triton.testing import do_bench
+
+
+def back_to_back(fn, calls=12):
+    fn()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(calls):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / calls
+
+
+def main():
+    g = torch.Generator(device="cuda").manual_seed(0)
+    M, N, K = 512, 4608, 53248
+    cfgs = [GemmConfig(128, 128, 128, 8, 1, 8, 3), GemmConfig(128, 128, 128, 8, 4, 4, 3)]
+    uni = (torch.randint(-127, 128, (M, K), device="cuda", dtype=torch.int8, generator=g),
+           torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8, generator=g))
+    x = (torch.randn(M, K, device="cuda", generator=g) * 0.5).bfloat16()
+    x[:, ::1439] *= 30
+    q, s = Kn.quantize_per_token(x)
+    wq, ws = Kn.quantize_weight_ref(torch.randn(N, K, device="cuda", generator=g) * 0.02)
+    real = (q, wq)
+    sa = torch.rand(M, device="cuda")
+    sb = torch.rand(N, device="cuda")
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    print(f"{'config':<32}{'data':<10}{'do_bench':>10}{'b2b':>10}  zeros(q)")
+    for cfg in cfgs:
+        for label, (a, w) in (("uniform", uni), ("realistic", real)):
+            fn = lambda a=a, w=w, cfg=cfg: launch_gemm(a, w, cfg, sa, sb, None, out)  # noqa: E731
+            t1 = do_bench(fn, warmup=25, rep=200, return_mode="median")
+            t2 = back_to_back(fn)
+            print(f"{cfg.key():<32}{label:<10}{t1:>10.3f}{t2:>10.3f}  {(a == 0).float().mean().item():.2f}")
+
+
+if __name__ == "__main__":
+    main()

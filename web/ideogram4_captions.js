@@ -1,0 +1,498 @@
+// Ideogram 4 caption nodes in the ComfyUI frontend.
+//
+// * Layout Boxes: in Nodes 2.0 (Vue) mode the frontend's own bounding-box widget edits the `boxes` input. The
+//   classic canvas cannot show that widget ("Node 2.0 only"), so there this file adds an editor that reads and
+//   writes the very same widget value (pixel boxes with type/text/desc/palette metadata): draw, move, resize,
+//   label, reorder, delete; the canvas has the target aspect ratio (the node's width/height widgets) and shows the
+//   0..1000 bbox the Python side will emit (web/lib/bbox.mjs mirrors it; tests/js checks the mirror).
+// * Caption Builder / Validate: show the validation report on the node after a run.
+import { api } from "../../scripts/api.js";
+import { app } from "../../scripts/app.js";
+import {
+  applyDrag, boxFromRegion, boxProblems, elementFromBox, hitTest, normalizeColor, parsePaletteText, regionFromBox,
+} from "./lib/bbox.mjs";
+import { MAX_ELEMENT_COLORS } from "./lib/caption_limits.mjs";
+
+const LAYOUT_NODE = "Ideogram4Int8LayoutBoxes";
+const REPORT_NODES = new Set(["Ideogram4Int8CaptionBuilder", "Ideogram4Int8CaptionValidate"]);
+const STAGE_HEIGHT = 300;
+const HANDLE_PX = 7;
+const MIN_BOX = 0.01; // a box smaller than 1% of the canvas on either axis is a click, not a box
+
+function vueNodesEnabled() {
+  try {
+    return Boolean(app.extensionManager?.setting?.get("Comfy.VueNodes.Enabled"));
+  } catch {
+    return false;
+  }
+}
+
+function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  const { style, ...rest } = props;
+  Object.assign(node, rest);
+  if (style) Object.assign(node.style, style);
+  for (const c of children) node.append(c);
+  return node;
+}
+
+const FIELD_STYLE = {
+  width: "100%", boxSizing: "border-box", background: "var(--comfy-input-bg, #222)",
+  color: "var(--input-text, #ddd)", border: "1px solid var(--border-color, #444)", borderRadius: "4px",
+  font: "12px monospace", padding: "3px 5px",
+};
+const BUTTON_STYLE = {
+  background: "var(--comfy-input-bg, #222)", color: "var(--input-text, #ddd)",
+  border: "1px solid var(--border-color, #444)", borderRadius: "4px", font: "12px sans-serif",
+  padding: "2px 7px", cursor: "pointer",
+};
+
+class LayoutEditor {
+  constructor(node, boxesWidget) {
+    this.node = node;
+    this.widget = boxesWidget;
+    this.regions = [];
+    this.upstream = []; // elements connected to the 'elements' input, from the last run (read-only)
+    this.selected = -1;
+    this.drag = null;
+    this.lastValue = undefined;
+    this.lastDims = "";
+    this.build();
+    this.reload();
+  }
+
+  dims() {
+    const get = (name) => {
+      const v = this.node.widgets?.find((w) => w.name === name)?.value;
+      return typeof v === "number" && v > 0 ? v : 1024;
+    };
+    return { W: get("width"), H: get("height") };
+  }
+
+  // ---- model <-> widget value --------------------------------------------------------------------------------
+  reload() {
+    const { W, H } = this.dims();
+    const value = Array.isArray(this.widget.value) ? this.widget.value : [];
+    this.regions = value.filter((b) => b && typeof b === "object").map((b) => regionFromBox(b, W, H));
+    this.lastValue = this.widget.value;
+    this.lastDims = `${W}x${H}`;
+    if (this.selected >= this.regions.length) this.selected = this.regions.length - 1;
+    this.refresh();
+  }
+
+  commit() {
+    const { W, H } = this.dims();
+    const value = this.regions.map((r) => boxFromRegion(r, W, H));
+    this.widget.value = value;
+    this.lastValue = value;
+    this.lastDims = `${W}x${H}`;
+    this.widget.callback?.(value);
+    this.node.setDirtyCanvas?.(true, true);
+    app.graph?.change?.();
+    this.refresh();
+  }
+
+  /** Pick up outside changes: a loaded workflow, undo, or new width/height (boxes keep their place). */
+  poll() {
+    const { W, H } = this.dims();
+    if (this.widget.value !== this.lastValue) this.reload();
+    else if (`${W}x${H}` !== this.lastDims) this.commit();
+    else this.draw();
+  }
+
+  // ---- DOM -----------------------------------------------------------------------------------------------------
+  build() {
+    const btn = (label, title, onclick) => el("button", { textContent: label, title, onclick, style: BUTTON_STYLE });
+    this.typeBtn = btn("obj", "Element type of the selected box (click to switch obj / text)", () => {
+      const r = this.regions[this.selected];
+      if (!r) return;
+      r.type = r.type === "text" ? "obj" : "text";
+      this.commit();
+    });
+    const toolbar = el("div", { style: { display: "flex", gap: "4px", alignItems: "center", flexWrap: "wrap" } },
+      el("span", { textContent: "Drag: draw (Shift: over a box) · drag a box: move · edges: resize",
+        style: { font: "11px sans-serif", opacity: "0.7", marginRight: "auto" } }),
+      this.typeBtn,
+      btn("back", "Move the selected box one step back (earlier in the list)", () => this.reorder(-1)),
+      btn("front", "Move the selected box one step to the front (later in the list)", () => this.reorder(1)),
+      btn("delete", "Delete the selected box (or press Delete on the canvas)", () => this.remove()),
+      btn("clear", "Remove all boxes", () => {
+        if (this.regions.length && confirm("Remove all boxes?")) {
+          this.regions = [];
+          this.selected = -1;
+          this.commit();
+        }
+      }));
+    this.canvas = el("canvas", { tabIndex: 0, style: { display: "block", outline: "none", cursor: "crosshair" } });
+    this.stage = el("div", { style: {
+      height: `${STAGE_HEIGHT}px`, display: "flex", alignItems: "center", justifyContent: "center",
+      background: "#0d0d0d", borderRadius: "4px",
+    } }, this.canvas);
+    this.text = el("textarea", { rows: 2, placeholder: "text: the exact characters to render (Enter = line break)",
+      title: "Verbatim text of a text element", style: { ...FIELD_STYLE, resize: "vertical" } });
+    this.desc = el("textarea", { rows: 2, placeholder: "desc: what it is and looks like",
+      title: "Description of the element", style: { ...FIELD_STYLE, resize: "vertical" } });
+    this.colors = el("input", { placeholder: `colors: up to ${MAX_ELEMENT_COLORS} #RRGGBB, e.g. #D4AF37 #1A1A1A`,
+      title: "Element colors, separated by spaces or commas", style: FIELD_STYLE });
+    this.swatches = el("div", { style: { display: "flex", gap: "2px", minHeight: "10px" } });
+    this.info = el("div", { style: { font: "11px monospace", minHeight: "28px", whiteSpace: "pre-wrap" } });
+    this.fields = el("div", { style: { display: "flex", flexDirection: "column", gap: "3px" } },
+      this.text, this.desc, this.colors, this.swatches);
+    this.root = el("div", { style: {
+      display: "flex", flexDirection: "column", gap: "4px", width: "100%", height: "100%", boxSizing: "border-box",
+      color: "var(--input-text, #ddd)",
+    } }, toolbar, this.stage, this.fields, this.info);
+    this.root.dataset.testid = "ideogram4-layout-editor";
+
+    const edit = (field, key, transform = (v) => v) => field.addEventListener("input", () => {
+      const r = this.regions[this.selected];
+      if (!r) return;
+      r[key] = transform(field.value);
+      this.commit();
+    });
+    edit(this.text, "text");
+    edit(this.desc, "desc");
+    edit(this.colors, "palette", (v) => parsePaletteText(v).map((c) => normalizeColor(c)[0]));
+    this.colors.addEventListener("change", () => this.refresh(true));
+    for (const f of [this.text, this.desc, this.colors]) {
+      f.addEventListener("keydown", (e) => e.stopPropagation()); // typing must not trigger graph shortcuts
+    }
+    this.root.addEventListener("pointerdown", (e) => e.stopPropagation());
+    this.canvas.addEventListener("pointerdown", (e) => this.onDown(e));
+    this.canvas.addEventListener("pointermove", (e) => this.onMove(e));
+    this.canvas.addEventListener("pointerup", (e) => this.onUp(e));
+    this.canvas.addEventListener("pointercancel", (e) => this.onUp(e));
+    this.canvas.addEventListener("dblclick", () => this.desc.focus());
+    this.canvas.addEventListener("keydown", (e) => {
+      if ((e.key === "Delete" || e.key === "Backspace") && this.selected >= 0) {
+        e.preventDefault();
+        e.stopPropagation();
+        this.remove();
+      }
+    });
+  }
+
+  preferredHeight() {
+    return 56 + STAGE_HEIGHT + 110 + 34;
+  }
+
+  // ---- editing -------------------------------------------------------------------------------------------------
+  reorder(step) {
+    const i = this.selected;
+    const j = i + step;
+    if (i < 0 || j < 0 || j >= this.regions.length) return;
+    [this.regions[i], this.regions[j]] = [this.regions[j], this.regions[i]];
+    this.selected = j;
+    this.commit();
+  }
+
+  remove() {
+    if (this.selected < 0) return;
+    this.regions.splice(this.selected, 1);
+    this.selected = Math.min(this.selected, this.regions.length - 1);
+    this.commit();
+  }
+
+  pointer(e) {
+    const rect = this.canvas.getBoundingClientRect();
+    return {
+      x: Math.max(0, Math.min(1, (e.clientX - rect.left) / rect.width)),
+      y: Math.max(0, Math.min(1, (e.clientY - rect.top) / rect.height)),
+      tolX: HANDLE_PX / rect.width,
+      tolY: HANDLE_PX / rect.height,
+    };
+  }
+
+  onDown(e) {
+    if (e.button !== 0) return;
+    e.stopPropagation();
+    this.canvas.focus();
+    const p = this.pointer(e);
+    // Shift or Ctrl draws a new box even over existing ones (e.g. lettering inside a sign).
+    const hit = e.shiftKey || e.ctrlKey ? null : hitTest(this.regions, p.x, p.y, p.tolX, p.tolY, this.selected);
+    if (hit) {
+      this.selected = hit.index;
+      this.drag = { mode: hit.mode, start: { ...this.regions[hit.index] }, x: p.x, y: p.y };
+    } else {
+      const r = { x: p.x, y: p.y, w: 0, h: 0, type: "obj", text: "", desc: "", palette: [] };
+      this.regions.push(r);
+      this.selected = this.regions.length - 1;
+      this.drag = { mode: "draw", start: { ...r }, x: p.x, y: p.y };
+    }
+    this.canvas.setPointerCapture(e.pointerId);
+    this.refresh(true);
+  }
+
+  onMove(e) {
+    const p = this.pointer(e);
+    if (!this.drag) {
+      const hit = hitTest(this.regions, p.x, p.y, p.tolX, p.tolY, this.selected);
+      const cursors = { move: "move", "resize-t": "ns-resize", "resize-b": "ns-resize", "resize-l": "ew-resize",
+        "resize-r": "ew-resize", "resize-tl": "nwse-resize", "resize-br": "nwse-resize", "resize-tr": "nesw-resize",
+        "resize-bl": "nesw-resize" };
+      this.canvas.style.cursor = hit ? cursors[hit.mode] : "crosshair";
+      return;
+    }
+    e.stopPropagation();
+    this.regions[this.selected] = applyDrag(this.drag.mode, this.drag.start, p.x - this.drag.x, p.y - this.drag.y);
+    this.draw();
+    this.showInfo();
+  }
+
+  onUp(e) {
+    if (!this.drag) return;
+    this.canvas.releasePointerCapture?.(e.pointerId);
+    const r = this.regions[this.selected];
+    const drew = this.drag.mode === "draw";
+    if (drew && r && (r.w < MIN_BOX || r.h < MIN_BOX)) {
+      this.regions.splice(this.selected, 1);
+      this.selected = this.regions.length ? Math.min(this.selected, this.regions.length - 1) : -1;
+    }
+    this.drag = null;
+    this.commit();
+    if (drew && this.regions[this.selected]) this.desc.focus(); // a new box: describe it next
+  }
+
+  // ---- view ----------------------------------------------------------------------------------------------------
+  refresh(fieldsToo = true) {
+    const r = this.regions[this.selected];
+    if (fieldsToo) {
+      const active = document.activeElement;
+      this.fields.style.opacity = r ? "1" : "0.45";
+      for (const f of [this.text, this.desc, this.colors]) f.disabled = !r;
+      this.text.style.display = r && r.type === "text" ? "" : "none";
+      if (active !== this.text) this.text.value = r ? r.text : "";
+      if (active !== this.desc) this.desc.value = r ? r.desc : "";
+      if (active !== this.colors) this.colors.value = r ? r.palette.join(" ") : "";
+      this.typeBtn.textContent = r ? `type: ${r.type}` : "type";
+      this.swatches.replaceChildren(...(r ? r.palette : []).map((c) => el("span", { title: c, style: {
+        width: "16px", height: "10px", background: c, border: "1px solid #555" } })));
+    }
+    this.draw();
+    this.showInfo();
+  }
+
+  showInfo() {
+    const { W, H } = this.dims();
+    const r = this.regions[this.selected];
+    if (!r) {
+      this.info.textContent = `${this.regions.length} box(es) on ${W}x${H}; the first is furthest back. ` +
+        "Click a box to edit it.";
+      this.info.style.color = "";
+      return;
+    }
+    const box = boxFromRegion(r, W, H);
+    const element = elementFromBox(box, W, H);
+    const problems = boxProblems(box);
+    this.info.textContent = `box ${this.selected + 1}/${this.regions.length} · ${element.type} · bbox ` +
+      `[${element.bbox.join(", ")}] (ymin, xmin, ymax, xmax on 0..1000)` +
+      (problems.length ? `\n⚠ ${problems.join("; ")}` : "");
+    this.info.style.color = problems.length ? "#f0a040" : "";
+  }
+
+  draw() {
+    const { W, H } = this.dims();
+    const sw = Math.max(50, this.stage.clientWidth - 8);
+    const sh = STAGE_HEIGHT - 8;
+    const scale = Math.min(sw / W, sh / H);
+    const cw = Math.max(10, Math.round(W * scale));
+    const ch = Math.max(10, Math.round(H * scale));
+    const dpr = window.devicePixelRatio || 1;
+    if (this.canvas.width !== Math.round(cw * dpr) || this.canvas.height !== Math.round(ch * dpr)) {
+      this.canvas.width = Math.round(cw * dpr);
+      this.canvas.height = Math.round(ch * dpr);
+      this.canvas.style.width = `${cw}px`;
+      this.canvas.style.height = `${ch}px`;
+    }
+    const g = this.canvas.getContext("2d");
+    if (!g) return;
+    g.setTransform(dpr, 0, 0, dpr, 0, 0);
+    g.fillStyle = "#2a2a2a";
+    g.fillRect(0, 0, cw, ch);
+    g.strokeStyle = "rgba(255,255,255,0.07)";
+    g.lineWidth = 1;
+    for (let k = 1; k < 3; k++) { // rule-of-thirds guides
+      g.beginPath();
+      g.moveTo(Math.round((cw * k) / 3) + 0.5, 0);
+      g.lineTo(Math.round((cw * k) / 3) + 0.5, ch);
+      g.moveTo(0, Math.round((ch * k) / 3) + 0.5);
+      g.lineTo(cw, Math.round((ch * k) / 3) + 0.5);
+      g.stroke();
+    }
+    g.fillStyle = "rgba(255,255,255,0.35)";
+    g.font = "10px monospace";
+    g.fillText(`${W}×${H}`, 4, ch - 4);
+    this.upstream.forEach((e, i) => this.drawUpstream(g, e, i, cw, ch));
+    const order = this.regions.map((_, i) => i).filter((i) => i !== this.selected);
+    if (this.selected >= 0) order.push(this.selected);
+    for (const i of order) this.drawRegion(g, this.regions[i], i, cw, ch, i === this.selected);
+  }
+
+  drawUpstream(g, element, i, cw, ch) {
+    const b = Array.isArray(element?.bbox) && element.bbox.length === 4 ? element.bbox : null;
+    if (!b) return; // unplaced elements have nothing to draw
+    const [y0, x0, y1, x1] = b.map((v) => v / 1000);
+    const x = x0 * cw;
+    const y = y0 * ch;
+    const w = (x1 - x0) * cw;
+    const h = (y1 - y0) * ch;
+    g.save();
+    g.strokeStyle = "rgba(200,200,200,0.45)";
+    g.setLineDash([2, 3]);
+    g.strokeRect(x + 0.5, y + 0.5, Math.max(0, w - 1), Math.max(0, h - 1));
+    g.setLineDash([]);
+    g.beginPath();
+    g.rect(x, y, w, h);
+    g.clip();
+    g.font = "10px monospace";
+    g.fillStyle = "rgba(220,220,220,0.6)";
+    const what = element.type === "text" ? `“${element.text}”` : element.desc;
+    g.fillText(`in ${i + 1} ${element.type}: ${String(what ?? "").split("\n")[0]}`, x + 3, y + h - 4);
+    g.restore();
+  }
+
+  drawRegion(g, r, i, cw, ch, active) {
+    const color = r.palette.find((c) => /^#[0-9A-Fa-f]{6}$/.test(c)) || (r.type === "text" ? "#46b4e6" : "#9a9a9a");
+    const x = r.x * cw;
+    const y = r.y * ch;
+    const w = r.w * cw;
+    const h = r.h * ch;
+    g.fillStyle = color + (active ? "40" : "22");
+    g.fillRect(x, y, w, h);
+    g.strokeStyle = color;
+    g.lineWidth = active ? 2 : 1;
+    g.setLineDash(r.type === "text" ? [] : [5, 3]);
+    g.strokeRect(x + 0.5, y + 0.5, Math.max(0, w - 1), Math.max(0, h - 1));
+    g.setLineDash([]);
+    g.save();
+    g.beginPath();
+    g.rect(x, y, w, h);
+    g.clip();
+    const tag = `${String(i + 1).padStart(2, "0")} ${r.type}`;
+    g.font = "bold 11px monospace";
+    const tw = g.measureText(tag).width + 8;
+    g.fillStyle = color;
+    g.fillRect(x, y, tw, 15);
+    g.fillStyle = luminance(color) > 140 ? "#000" : "#fff";
+    g.fillText(tag, x + 4, y + 11);
+    let label = r.desc || "";
+    if (r.type === "text") label = `“${r.text}”${label ? " — " + label : ""}`;
+    g.font = "11px sans-serif";
+    g.fillStyle = "#eee";
+    let ty = y + 28;
+    for (const line of wrap(g, label, w - 8)) {
+      if (ty > y + h - 2) break;
+      g.fillText(line, x + 4, ty);
+      ty += 13;
+    }
+    g.restore();
+    if (active) {
+      g.fillStyle = "#fff";
+      for (const [hx, hy] of [[0, 0], [0.5, 0], [1, 0], [0, 0.5], [1, 0.5], [0, 1], [0.5, 1], [1, 1]]) {
+        g.fillRect(x + hx * w - 3, y + hy * h - 3, 6, 6);
+      }
+    }
+  }
+}
+
+function luminance(hex) {
+  const n = parseInt(hex.slice(1, 7), 16);
+  return 0.299 * ((n >> 16) & 255) + 0.587 * ((n >> 8) & 255) + 0.114 * (n & 255);
+}
+
+function wrap(g, text, maxWidth) {
+  const lines = [];
+  for (const para of String(text).split("\n")) {
+    let line = "";
+    for (const word of para.split(/\s+/)) {
+      if (!word) continue;
+      const next = line ? `${line} ${word}` : word;
+      if (line && g.measureText(next).width > maxWidth) {
+        lines.push(line);
+        line = word;
+      } else line = next;
+    }
+    lines.push(line);
+  }
+  return lines;
+}
+
+function attachLayoutEditor(node) {
+  const boxes = node.widgets?.find((w) => w.name === "boxes");
+  if (!boxes || node.__ideogram4Layout) return;
+  boxes.hidden = true; // the classic canvas only draws "Node 2.0 only" for the frontend's own widget
+  const editor = new LayoutEditor(node, boxes);
+  node.__ideogram4Layout = editor;
+  const widget = node.addDOMWidget("ideogram4_layout", "ideogram4_layout", editor.root, {
+    serialize: false, hideOnZoom: false, getValue: () => undefined, setValue: () => {},
+  });
+  widget.serialize = false; // keeps widgets_values [width, height, boxes] in both frontend modes
+  widget.computeLayoutSize = () => ({ minHeight: editor.preferredHeight(), maxHeight: editor.preferredHeight(),
+    minWidth: 380 });
+  const timer = setInterval(() => editor.poll(), 250);
+  const onRemoved = node.onRemoved;
+  node.onRemoved = function () {
+    clearInterval(timer);
+    return onRemoved?.apply(this, arguments);
+  };
+  const onExecuted = node.onExecuted;
+  node.onExecuted = function (message) {
+    onExecuted?.apply(this, arguments);
+    if (Array.isArray(message?.ideogram4_upstream)) {
+      editor.upstream = message.ideogram4_upstream;
+      editor.draw();
+    }
+  };
+  node.setSize([Math.max(node.size[0], 460), Math.max(node.size[1], node.computeSize()[1])]);
+  requestAnimationFrame(() => editor.refresh());
+}
+
+function attachReport(node) {
+  if (node.__ideogram4Report) return;
+  const status = el("div", { textContent: "report: run the graph to validate",
+    style: { font: "bold 12px sans-serif", opacity: "0.7" } });
+  const area = el("textarea", { readOnly: true, rows: 6, style: { ...FIELD_STYLE, flex: "1", resize: "none" } });
+  area.addEventListener("keydown", (e) => e.stopPropagation());
+  const root = el("div", { style: { display: "flex", flexDirection: "column", gap: "3px", width: "100%",
+    height: "100%", boxSizing: "border-box" } }, status, area);
+  root.dataset.testid = "ideogram4-report";
+  const widget = node.addDOMWidget("ideogram4_report", "ideogram4_report", root, {
+    serialize: false, hideOnZoom: false, getValue: () => undefined, setValue: () => {},
+  });
+  widget.serialize = false;
+  widget.computeLayoutSize = () => ({ minHeight: 160, maxHeight: 1e6, minWidth: 300 });
+  node.__ideogram4Report = { status, area };
+  const onExecuted = node.onExecuted;
+  node.onExecuted = function (message) {
+    onExecuted?.apply(this, arguments);
+    const text = Array.isArray(message?.text) ? message.text.join("\n") : "";
+    if (!text) return;
+    const valid = text.startsWith("VALID");
+    status.textContent = valid ? "✓ valid Ideogram 4 caption" : "✗ invalid caption (see the report)";
+    status.style.color = valid ? "#5c5" : "#e66";
+    status.style.opacity = "1";
+    area.value = text;
+  };
+  node.setSize([Math.max(node.size[0], 420), Math.max(node.size[1], node.computeSize()[1])]);
+}
+
+// A failed run never reaches onExecuted: show the error (every problem with its JSON path) in the report too.
+api.addEventListener("execution_error", (event) => {
+  const detail = event.detail || {};
+  const node = app.graph?.getNodeById?.(Number(detail.node_id)) ?? app.graph?.getNodeById?.(detail.node_id);
+  const report = node?.__ideogram4Report;
+  if (!report) return;
+  report.status.textContent = "✗ run stopped: invalid caption (see below)";
+  report.status.style.color = "#e66";
+  report.status.style.opacity = "1";
+  report.area.value = String(detail.exception_message || "").trim();
+});
+
+app.registerExtension({
+  name: "comfyui_ideogram4_int8.captions",
+  async nodeCreated(node) {
+    const cls = node.comfyClass || node.type;
+    if (cls === LAYOUT_NODE && !vueNodesEnabled()) attachLayoutEditor(node);
+    if (REPORT_NODES.has(cls)) attachReport(node);
+  },
+});

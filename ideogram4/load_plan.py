@@ -134,6 +134,7 @@ class BranchReport:
     protected: list[str] = dataclasses.field(default_factory=list)
     top_float: list[str] = dataclasses.field(default_factory=list)
     quantized_on_load: list[str] = dataclasses.field(default_factory=list)
+    int8_stored: int = 0
     from_base: list[str] = dataclasses.field(default_factory=list)
     smooth: int = 0
     convrot: int = 0
@@ -167,6 +168,8 @@ def format_summary(reports: Iterable[BranchReport], extra: Iterable[str] = ()) -
             lines.append(f"  bf16-protected layers ({len(r.protected)}): {_names(r.protected)}")
         if r.top_float:
             lines.append(f"  float top-level layers ({len(r.top_float)}): {_names(r.top_float)}")
+        if r.int8_stored:
+            lines.append(f"  int8 layers used as stored: {r.int8_stored}")
         if r.quantized_on_load:
             lines.append(f"  quantized to W8A8 on load: {len(r.quantized_on_load)} layers")
         if r.smooth or r.convrot:
@@ -199,6 +202,8 @@ def branch_report(label: str, source: str, compute_dtype: str, paths: Mapping[st
         rep.convrot += info.convrot is not None
         if "quantized on load" in layers.get(info.name, ""):
             rep.quantized_on_load.append(info.name)
+        elif info.int8:
+            rep.int8_stored += 1
     rep.from_base = list(getattr(state, "from_base", []) or [])
     return rep
 

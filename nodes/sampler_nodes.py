@@ -54,7 +54,10 @@ def check_conditioning(positive, features: int) -> None:
         if not isinstance(cond, torch.Tensor):
             raise sa.SamplingArgumentError(f"{NODE_NAME}: 'positive' entry {i} holds no text features "
                                            f"(a zeroed-out or empty conditioning?): {sa.FIX_CONDITIONING}")  # fmt: skip
-        sa.check_text_features(cond.shape, features)
+        try:
+            sa.check_text_features(cond.shape, features)
+        except sa.SamplingArgumentError as exc:
+            raise sa.SamplingArgumentError(f"{NODE_NAME}: {exc}") from None
 
 
 def sample(model, model_negative, positive, plan: sa.SamplingPlan, width: int, height: int, seed: int,

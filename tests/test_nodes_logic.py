@@ -327,3 +327,20 @@ def test_only_nodes_import_comfyui():
                     root = n.split(".")[0]
                     assert root not in ("comfy", "comfy_api", "comfy_extras", "folder_paths", "server",
                                         "latent_preview", "nodes"), f"{path}: imports {n}"  # fmt: skip
+
+
+# -- the benchmark's in-memory branch ------------------------------------------------------------------------------
+
+
+def test_in_memory_w8a8_state_equals_the_file_read_back(tmp_path, gen):
+    from comfyui_ideogram4_int8.ideogram4.synthetic import w8a8_state
+
+    weights = tiny_weights(gen)
+    path = write_w8a8(tmp_path / "w.safetensors", weights, TINY)
+    for branch in ("conditional", "unconditional"):
+        want = read_branch(path, branch, dtype=torch.bfloat16)
+        got = w8a8_state(weights[branch], TINY, branch=branch)
+        assert set(got) == set(want) and got.config == TINY
+        for k, v in want.items():
+            assert got[k].dtype == v.dtype and torch.equal(got[k], v), (branch, k)
+        assert got.quantized_layers() == want.quantized_layers()

@@ -157,7 +157,10 @@ class Ideogram4Int8Loader(io.ComfyNode):
                 raise ValueError(f"{NODE_NAME}: 'weights' is '{HF_CHOICE}' but hf_repo_id / hf_filename is empty: "
                                  "enter e.g. transformerlab/ideogram-4-int8-w8a8 and the file name, or pick a local "
                                  "file")  # fmt: skip
-            main = str(hub.resolve(f"{hub.SCHEME}{repo}/{name}"))
+            try:
+                main = str(hub.resolve(f"{hub.SCHEME}{repo}/{name}"))
+            except CheckpointError as exc:
+                raise ValueError(f"{NODE_NAME}: {exc}") from None
         else:
             main = _full_path(weights, "weights")
         forced = None if gemm_path == "auto" else gemm_path

@@ -15,6 +15,8 @@ sys.path.insert(0, pack_parent)
 sys.path.insert(0, comfy_dir)
 os.chdir(comfy_dir)
 sys.argv = [sys.argv[0], "--cpu"]
+os.environ["HF_HUB_OFFLINE"] = "1"  # no network in tests: a hub request must be answered from the (empty) cache
+os.environ["HF_HOME"] = os.path.join(work, "hf_home")
 
 import torch  # noqa: E402
 from comfy.cli_args import args  # noqa: E402
@@ -490,6 +492,10 @@ def check_bad_inputs():
         synthetic.write_float(os.path.join(MODELS, f"i4_base_{b}.safetensors"), nobase[b], CFG,
                               only=synthetic.is_nonlinear_or_top(CFG))
     expect("hf_empty", lambda: load(loader_nodes.HF_CHOICE))
+    expect("hf_offline_missing", lambda: loader_nodes.Ideogram4Int8Loader.execute(
+        weights=loader_nodes.HF_CHOICE, unconditional_weights=loader_nodes.SAME_FILE, base="none",
+        unconditional_base="none", compute_dtype="fp32", gemm_path="auto", hf_repo_id="someone/ideogram-4-int8",
+        hf_filename="w8a8.safetensors"))
     expect("forced_triton_on_cpu", lambda: load("i4_w8a8.safetensors", path=kernels.PATH_TRITON))
     cond, uncond, _ = load("i4_w8a8.safetensors")
     other_cfg = comfy.supported_models.SD15({"disable_unet_model_creation": True, "in_channels": 4})
@@ -517,8 +523,41 @@ def check_bad_inputs():
     return errors
 
 
+def check_hooks():
+    """Progress bar while loading and sampling; the panel's publish() is called and may fail without harm."""
+    write_all()
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    updates, events = [], []
+    comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, node_id=None: updates.append((value,
+                                                                                                         total)))
+    status_nodes.publish = lambda event, models=None: events.append((event, models))
+    try:
+        cond, uncond, _ = load("i4_w8a8.safetensors")
+        load_updates = list(updates)
+        updates.clear()
+        ctx = torch.randn(1, 4, CFG.llm_features_dim, generator=G)
+        _latent_node(cond, uncond, ctx, 3, preset="custom", steps=3)
+        sample_updates = list(updates)
+
+        def broken(event, models=None):
+            raise RuntimeError("panel is down")
+
+        status_nodes.publish = broken
+        _latent_node(cond, uncond, ctx, 4, preset="custom", steps=2)
+        load("i4_w8a8.safetensors", dtype="bf16")
+        survived = True
+    finally:
+        comfy.utils.set_progress_bar_global_hook(None)
+        del status_nodes.publish
+    return {"load_updates": len(load_updates), "load_last": load_updates[-1] if load_updates else None,
+            "load_monotonic": all(a[0] <= b[0] for a, b in zip(load_updates, load_updates[1:], strict=False)),
+            "sample_updates": sample_updates, "events": events, "survived_broken_publish": survived,
+            "registry_last_run": kernels.REGISTRY.last_run()}
+
+
 CHECKS = {"parity": check_parity, "sampler": check_sampler, "interrupt": check_interrupt, "lora": check_lora,
-          "offload": check_offload, "patch": check_patch, "bad_inputs": check_bad_inputs}
+          "offload": check_offload, "patch": check_patch, "bad_inputs": check_bad_inputs, "hooks": check_hooks}
 
 try:
     result = CHECKS[check]()

@@ -161,6 +161,7 @@ def test_bad_inputs_give_errors_that_say_what_to_do(run_check):
     assert "'unconditional_weights'" in r["single_branch_no_uncond"]
     assert "missing" in r["missing_base"] and "base" in r["missing_base"]
     assert "hf_repo_id" in r["hf_empty"]
+    assert "HF_HUB_OFFLINE is set" in r["hf_offline_missing"] and "someone/ideogram-4-int8" in r["hf_offline_missing"]
     assert "triton-int8" in r["forced_triton_on_cpu"] and "auto" in r["forced_triton_on_cpu"]
     for key in ("patch_non_ideogram", "sampler_non_ideogram", "sampler_non_ideogram_negative"):
         assert "not an Ideogram 4 diffusion model" in r[key] and "Ideogram 4 INT8 Loader" in r[key], key
@@ -174,6 +175,15 @@ def test_bad_inputs_give_errors_that_say_what_to_do(run_check):
     assert "polish_steps=6" in r["custom_polish_too_many"]
     assert r["with_base_ok"] is None
     assert "multiple of 16" in r["validate_inputs"] and r["validate_inputs_ok"] is True
+
+
+def test_progress_and_panel_hooks(run_check):
+    r = run_check("hooks")
+    assert r["load_updates"] >= 2 and r["load_monotonic"] is True
+    assert r["load_last"][0] == r["load_last"][1] > 0  # the bar ends full
+    assert r["sample_updates"][-1] == [3, 3]
+    assert r["events"] == [["loaded", ["conditional", "unconditional"]], ["run", ["conditional", "unconditional"]]]
+    assert r["survived_broken_publish"] is True
 
 
 # -- a real server ---------------------------------------------------------------------------------------------

@@ -344,3 +344,31 @@ def test_in_memory_w8a8_state_equals_the_file_read_back(tmp_path, gen):
         for k, v in want.items():
             assert got[k].dtype == v.dtype and torch.equal(got[k], v), (branch, k)
         assert got.quantized_layers() == want.quantized_layers()
+
+
+# -- the example workflow ----------------------------------------------------------------------------------------
+
+WORKFLOW = ROOT / "workflows" / "ideogram4_int8_text_to_image_api.json"
+CORE = {"CLIPLoader", "CLIPTextEncode", "VAELoader", "VAEDecode", "SaveImage", "PreviewAny"}
+
+
+def _declared(name: str) -> tuple[str, set[str]]:
+    tree = ast.parse((ROOT / "nodes" / name).read_text())
+    node_id = next(k.value.value for c in _calls(tree, "Schema") for k in c.keywords if k.arg == "node_id")
+    inputs = {c.args[0].value for c in _calls(tree, "Input") if c.args and isinstance(c.args[0], ast.Constant)}
+    return node_id, inputs
+
+
+def test_example_workflow_uses_the_nodes_as_declared():
+    import json
+
+    declared = dict(_declared(n) for n in NODE_FILES)
+    graph = json.loads(WORKFLOW.read_text())
+    for key, node in graph.items():
+        cls = node["class_type"]
+        assert cls in declared or cls in CORE, (key, cls)
+        if cls in declared:
+            assert set(node["inputs"]) == declared[cls], (cls, set(node["inputs"]) ^ declared[cls])
+    sampler = graph["4"]["inputs"]
+    assert sampler["positive"] == ["3", 0] and sampler["model_negative"] == ["1", 1]
+    assert graph["2"]["inputs"]["type"] == "ideogram4"

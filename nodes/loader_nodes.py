@@ -173,20 +173,27 @@ class Ideogram4Int8Loader(io.ComfyNode):
             raise ValueError(f"{NODE_NAME}: {exc}") from None
         progress = _LoadProgress(len(sources))
         models, reports = [], []
-        for i, src in enumerate(sources):
-            progress.index = i
-            try:
-                patcher, state, paths, dtype = load_branch(str(src.path), src.branch,
-                                                           str(src.base) if src.base else None, compute_dtype, forced,
-                                                           progress.callback)  # fmt: skip
-            except CheckpointError as exc:
-                where = "base" if src.branch == "conditional" else "unconditional_base"
-                raise ValueError(f"{NODE_NAME}, {src.branch} branch: {exc} (node inputs: weights / "
-                                 f"unconditional_weights / {where})") from None  # fmt: skip
-            reports.append(branch_report(src.branch, src.describe(), str(dtype).replace("torch.", ""), paths, state,
-                                         state.config))  # fmt: skip
-            state.clear()
-            models.append(patcher)
+        try:
+            for i, src in enumerate(sources):
+                progress.index = i
+                try:
+                    patcher, state, paths, dtype = load_branch(str(src.path), src.branch,
+                                                               str(src.base) if src.base else None, compute_dtype,
+                                                               forced, progress.callback)  # fmt: skip
+                except CheckpointError as exc:
+                    where = "base" if src.branch == "conditional" else "unconditional_base"
+                    raise ValueError(f"{NODE_NAME}, {src.branch} branch: {exc} (node inputs: weights / "
+                                     f"unconditional_weights / {where})") from None  # fmt: skip
+                models.append(patcher)
+                reports.append(branch_report(src.branch, src.describe(), str(dtype).replace("torch.", ""), paths,
+                                             state, state.config))  # fmt: skip
+                state.clear()
+        except BaseException:
+            # no half-built pair: drop the branch already built and its panel records
+            for src in sources[: len(models)]:
+                kernels.REGISTRY.clear(model=src.branch)
+            models.clear()
+            raise
         notes = ["model management: legacy ModelPatcher (DynamicVRAM off for these MODELs); LoRA merged in full-load "
                  "mode stays INT8 (requantized), in lowvram mode it runs as a float GEMM (labelled in the panel)"]
         summary = format_summary(reports, notes)

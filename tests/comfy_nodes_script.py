@@ -491,6 +491,16 @@ def check_bad_inputs():
     for b in nobase:
         synthetic.write_float(os.path.join(MODELS, f"i4_base_{b}.safetensors"), nobase[b], CFG,
                               only=synthetic.is_nonlinear_or_top(CFG))
+    # the second branch fails while loading (a NaN scale): the first one must not survive, nor its panel records
+    from safetensors.torch import load_file, save_file
+
+    bad = load_file(os.path.join(MODELS, "i4_unconditional_int8_convrot.safetensors"))
+    bad["layers.2.attention.o.weight_scale"][5] = float("nan")
+    save_file(bad, os.path.join(MODELS, "i4_unconditional_bad.safetensors"),
+              metadata={"ideogram4_config": CFG.to_json()})
+    kernels.REGISTRY.clear()
+    expect("second_branch_fails", lambda: load("i4_int8_convrot.safetensors", "i4_unconditional_bad.safetensors"))
+    errors["registry_after_failed_load"] = kernels.REGISTRY.models()
     expect("hf_empty", lambda: load(loader_nodes.HF_CHOICE))
     expect("hf_offline_missing", lambda: loader_nodes.Ideogram4Int8Loader.execute(
         weights=loader_nodes.HF_CHOICE, unconditional_weights=loader_nodes.SAME_FILE, base="none",

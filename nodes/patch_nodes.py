@@ -41,6 +41,8 @@ def patch_model(source, label: str, gemm_path: str | None, progress=None):
     """(new ModelPatcher, report lines) for a native Ideogram 4 ModelPatcher ``source``."""
     config = config_of(source)
     dtype = _compute_dtype(source)
+    # a MODEL that ran before may still hold merged LoRA weights / object patches: read the pristine weights
+    comfy.model_management.unload_model_and_clones(source)
     sd = source.model.diffusion_model.state_dict()
     try:
         state = read_branch(sd, "conditional", config=config, dtype=dtype, device="cpu", strict=False,
@@ -70,12 +72,20 @@ def patch_model(source, label: str, gemm_path: str | None, progress=None):
                            str(dtype).replace("torch.", ""), paths, state, config)  # fmt: skip
     report.notes.extend(notes)
     state.clear()
-    patcher.cached_patcher_init = (repatch, (source, label, gemm_path))
+    init = getattr(source, "cached_patcher_init", None)
+    patcher.cached_patcher_init = (repatch, (init, label, gemm_path)) if init is not None else None
     return patcher, report
 
 
-def repatch(source, label, gemm_path, disable_dynamic=False):
-    """``cached_patcher_init`` factory: convert the source MODEL again."""
+def repatch(source_init, label, gemm_path, disable_dynamic=False):
+    """``cached_patcher_init`` factory: load the source MODEL again with its own factory, convert it again.
+
+    (ComfyUI's clone() takes only the model from here and re-applies the patches of the patcher it clones.)
+    """
+    fn, args = source_init[0], source_init[1]
+    source = fn(*args, disable_dynamic=True)
+    if len(source_init) > 2:
+        source = source[source_init[2]]
     return patch_model(source, label, gemm_path)[0]
 
 

@@ -5,6 +5,7 @@ Prints one JSON line with the measurements of CHECK; tests/test_nodes_comfyui.py
 Every check writes fresh synthetic weights (seeded by SEED) into WORK_DIR/models/diffusion_models.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -99,18 +100,26 @@ def forward_cases(fn, x, ctx, sigma, mask):
                 "conditional_masked": fn(x, sigma, context=ctx, attention_mask=mask)}
 
 
-def native_unet(path, dtype=None):
-    """ComfyUI's own UNETLoader path (load_diffusion_model) with Ideogram4's sizes set to the demo config."""
+@contextlib.contextmanager
+def demo_sizes():
+    """ComfyUI's Ideogram4 model config with the demo architecture's sizes (detection reads only in_channels and
+    the block count from the weights; the rest is the class's unet_extra_config)."""
     cls = comfy.supported_models.Ideogram4
     saved = cls.unet_extra_config
     cls.unet_extra_config = dict(saved, num_attention_heads=CFG.num_heads, attention_head_dim=CFG.head_dim,
                                  intermediate_size=CFG.intermediate_size, adaln_dim=CFG.adaln_dim,
                                  llm_features_dim=CFG.llm_features_dim, mrope_section=list(CFG.mrope_section))
     try:
-        opts = {"dtype": dtype} if dtype is not None else {}
-        return comfy.sd.load_diffusion_model(path, model_options=opts)
+        yield
     finally:
         cls.unet_extra_config = saved
+
+
+def native_unet(path, dtype=None):
+    """ComfyUI's own UNETLoader path (load_diffusion_model) for a demo-sized file."""
+    with demo_sizes():
+        opts = {"dtype": dtype} if dtype is not None else {}
+        return comfy.sd.load_diffusion_model(path, model_options=opts)
 
 
 # -- checks ---------------------------------------------------------------------------------------------------
@@ -457,13 +466,28 @@ def check_patch():
                                         for m in int8_ops.int8_linears(patched.model.diffusion_model).values())
         again = patch_nodes.Ideogram4Int8Patch.execute(model=patched, label="conditional", gemm_path="auto").result
         res[f"{fmt}/repatch_same_object"] = again[0] is patched
+        fn, fargs = patched.cached_patcher_init[:2]
+        with demo_sizes():
+            rebuilt = fn(*fargs, disable_dynamic=True)
+        with torch.no_grad():
+            res[f"{fmt}/reinit_max_abs"] = (rebuilt.model.diffusion_model(x, sigma, context=ctx)
+                                            - patched.model.diffusion_model(x, sigma, context=ctx)).abs().max().item()
     # a LoRA patch on the source MODEL carries over
     native = native_unet(os.path.join(MODELS, "i4_int8_convrot.safetensors"))
     lora = native.clone()
     w = native.model.diffusion_model.layers[1].attention.o.weight
     lora.add_patches({"diffusion_model.layers.1.attention.o.weight": (0.3 * torch.randn(w.shape, generator=G),)})
+    # the LoRA model ran before (weights merged in place on load): the patch node must read the pristine weights
+    comfy.model_management.load_models_gpu([lora])
+    with torch.no_grad():
+        want_lora = lora.model.diffusion_model(x, sigma, context=ctx).float()
     patched = patch_nodes.Ideogram4Int8Patch.execute(model=lora, label="conditional", gemm_path="auto").result[0]
     res["lora_patches_kept"] = len(patched.patches)
+    comfy.model_management.load_models_gpu([patched])
+    with torch.no_grad():
+        res["lora_patched_vs_native_lora"] = rel(patched.model.diffusion_model(x, sigma, context=ctx), want_lora)
+        res["lora_native_vs_plain"] = rel(native.model.diffusion_model(x, sigma, context=ctx).float(), want_lora)
+    comfy.model_management.unload_all_models()
     return res
 
 

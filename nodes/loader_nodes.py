@@ -65,7 +65,10 @@ class _LoadProgress:
 
 def load_branch(path: str, branch: str, base: str | None, compute_dtype: str, gemm_path: str | None,
                 progress=None):  # fmt: skip
-    """(ModelPatcher, read_branch state) of one branch; the state's tensors now belong to the model."""
+    """(ModelPatcher, read_branch state, {linear: (GEMM path, reason)}, compute dtype) of one branch.
+
+    The state's tensors now belong to the model (the caller reports from it, then clears it).
+    """
     load_device = comfy.model_management.get_torch_device()
     dtype = resolve_compute_dtype(compute_dtype, load_device, FULL_PARAMETERS)
     state = read_branch(path, branch, base, device="cpu", dtype=dtype, progress=progress)

@@ -20,6 +20,13 @@ What the Linear adds (comfyui-integration.md §3.4):
   ComfyUI dequantizes for a float GEMM (lowvram LoRA, forced cast) the division is put in front
   of its weight functions — LoRA deltas are always applied to the real W.
 * ``run_every_op()`` (interruption) is called by the inherited ``forward``.
+
+Not used here: ``kernels.swiglu_w8a8_linear`` (w1|w3 as one GEMM with the SwiGLU in the epilogue). It needs the
+gate and up rows interleaved in ONE int8 tensor [2F, K]; a native MODEL keeps ``feed_forward.w1`` / ``w3`` as
+separate [F, K] parameters (LoRA keys, state_dict, per-module offload moves each on its own), and an interleaved
+copy next to them would add ~3.6 GiB per branch (breaking the 24 GB budget), while views of one buffer cannot be
+[F, K] matrices (the rows alternate in chunks). Using it needs a kernel variant that reads the gate and up tiles
+from two weight pointers.
 """
 
 from __future__ import annotations

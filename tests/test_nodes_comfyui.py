@@ -26,6 +26,11 @@ pytestmark = pytest.mark.comfyui
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NODE_IDS = ("Ideogram4Int8Loader", "Ideogram4Int8Patch", "Ideogram4Int8Sampler")
+# Whole-model comparisons on the int8 path: two implementations that differ by float rounding (1e-7) upstream of a
+# linear can flip one activation's int8 rounding (1 LSB); random tiny weights amplify that to 1e-4..7e-3 (seen over
+# many seeds). Exactness is checked layer by layer (identical outputs) and on the float path (<= 1e-6); this bound
+# only has to catch real mistakes (wrong smoothing, scale or packing: relative errors of 1e-1 and more).
+INT8_WHOLE_MODEL = 5e-2
 
 
 # -- in-process checks -----------------------------------------------------------------------------------------
@@ -66,7 +71,7 @@ def test_native_model_with_our_ops_matches_the_reference_dit(run_check):
             for case in ("image_only", "conditional", "conditional_masked"):
                 # whole model on the int8 path: float-rounding differences upstream may flip an activation's int8
                 # rounding (1 LSB), which random tiny weights amplify to ~1e-3; anything wrong is ~1e-1 or worse
-                assert r[f"{fmt}/{branch}/whole/{case}"] <= 2e-2, (seed, fmt, branch, case)
+                assert r[f"{fmt}/{branch}/whole/{case}"] <= INT8_WHOLE_MODEL, (seed, fmt, branch, case)
         assert r[f"{fmt}/int8_weights"] >= 23, seed
     summary = r["w8a8/summary"]
     assert "conditional: i4_w8a8.safetensors" in summary and "unconditional: i4_w8a8.safetensors" in summary
@@ -79,7 +84,7 @@ def test_native_model_with_our_ops_matches_the_reference_dit(run_check):
         # fp32, no activation quantization: ComfyUI's stock ops are bit-identical, the reference DiT within 1e-3
         assert r[f"float/vs_stock/{case}"] <= 1e-6, (seed, case)
         assert r[f"float/vs_reference/{case}"] <= 1e-3, (seed, case)
-        assert r[f"dequant/whole/{case}"] <= 2e-2, (seed, case)
+        assert r[f"dequant/whole/{case}"] <= INT8_WHOLE_MODEL, (seed, case)
     assert r["float_paths"]["bf16"] == 31
 
 
@@ -87,8 +92,8 @@ def test_sampler_node_equals_reference_sampler_and_native_graph(run_check):
     r = run_check("sampler")
     seed = r["__seed__"]
     assert r["float/vs_sample"] <= 1e-5, seed  # the loop itself: ideogram4.sample, same models, same seed
-    assert r["int8/vs_sample"] <= 2e-2, seed  # W8A8 path: activation-rounding flips only (see parity test)
-    assert r["int8/vs_reference_dit"] <= 2e-2, seed
+    assert r["int8/vs_sample"] <= INT8_WHOLE_MODEL, seed  # W8A8 path: activation-rounding flips only
+    assert r["int8/vs_reference_dit"] <= INT8_WHOLE_MODEL, seed
     assert r["int8/shape"] == [1, 128, 16, 16]
     assert r["int8/other_seed_diff"] > 0.1, seed
     # DualModelGuider (negative unconnected) + Ideogram4Scheduler + SamplerCustomAdvanced, constant guidance
@@ -145,7 +150,7 @@ def test_patch_node_converts_native_models(run_check):
         assert r[f"{fmt}/int8_layers"] == 25, fmt
         assert r[f"{fmt}/repatch_same_object"] is True
         for case in ("image_only", "conditional", "conditional_masked"):
-            assert r[f"{fmt}/{case}/vs_reference"] <= 2e-2, (seed, fmt, case)  # same int8 operands
+            assert r[f"{fmt}/{case}/vs_reference"] <= INT8_WHOLE_MODEL, (seed, fmt, case)  # same int8 operands
             # against the source MODEL as ComfyUI runs it (its own int8 kernel / fp8 / float): quantization error
             assert r[f"{fmt}/{case}/vs_native"] <= 0.1, (seed, fmt, case)
     assert "int8 layers used as stored: 25" in r["int8_convrot/report"]
@@ -344,7 +349,7 @@ def test_native_dual_model_guider_graph_runs_with_our_models(srv):
     assert (native - ours).abs().max().item() == 0.0  # same guider, sampler, sigmas and noise inside ComfyUI
     ref = _reference_latent(srv, seed, "custom", polish_steps=0)
     rel = ((native.double() - ref.double()).norm() / ref.double().norm()).item()
-    assert rel <= 2e-2, rel  # other torch build in this process: activation-rounding flips only
+    assert rel <= INT8_WHOLE_MODEL, rel  # other torch build in this process: activation-rounding flips only
 
 
 def test_sampler_node_latent_matches_the_reference_sampler(srv):
@@ -356,7 +361,7 @@ def test_sampler_node_latent_matches_the_reference_sampler(srv):
     got = _saved_latent(srv, entry)
     ref = _reference_latent(srv, seed, "Turbo 12")
     rel = ((got.double() - ref.double()).norm() / ref.double().norm()).item()
-    assert rel <= 2e-2, rel
+    assert rel <= INT8_WHOLE_MODEL, rel
     other = _reference_latent(srv, seed + 1, "Turbo 12")
     assert ((got - other).norm() / other.norm()).item() > 0.1
 
@@ -394,7 +399,7 @@ def test_interrupt_mid_run_then_the_models_still_work(srv):
     _ok(again)
     got = _saved_latent(srv, again)
     ref = _reference_latent(srv, seed + 2, "custom", steps=3)
-    assert ((got.double() - ref.double()).norm() / ref.double().norm()).item() <= 2e-2
+    assert ((got.double() - ref.double()).norm() / ref.double().norm()).item() <= INT8_WHOLE_MODEL
     assert not torch.equal(got, _saved_latent(srv, first))
 
 

@@ -59,7 +59,7 @@ class BranchStateDict(dict):
 
 
 def read_branch(
-    path: str | os.PathLike,
+    path: str | os.PathLike | dict,
     branch: str,
     base: str | os.PathLike | dict | None = None,
     *,
@@ -76,7 +76,9 @@ def read_branch(
 
     Args:
         path: a .safetensors file, or ``hf://<owner>/<repo>/<file>`` to download it from the
-            Hugging Face hub (token from HF_TOKEN or ``hf auth login``; HF_HUB_OFFLINE respected).
+            Hugging Face hub (token from HF_TOKEN or ``hf auth login``; HF_HUB_OFFLINE respected),
+            or a dict of tensors in any of the accepted layouts (e.g. a native ComfyUI model's
+            ``state_dict()``; its tensors are used as they are where no conversion is needed).
         branch: which CFG branch. Two-branch files must contain it; single-branch files are
             taken as that branch.
         base: checkpoint (path, hf:// URL or dict) for tensors ``path`` lacks: norms, the
@@ -97,7 +99,8 @@ def read_branch(
     """
     from .hub import resolve
 
-    path = resolve(path, revision=revision, cache_dir=cache_dir)
+    if not isinstance(path, dict):
+        path = resolve(path, revision=revision, cache_dir=cache_dir)
     if base is not None and not isinstance(base, dict):
         base = resolve(base, revision=revision, cache_dir=cache_dir)
     device = torch.device(device)
@@ -108,7 +111,7 @@ def read_branch(
     with main.opened(device), (base_src.opened(device) if base_src else _null()):
         plan = _plan(main, base_src, config, quantize, strict)
         out = BranchStateDict()
-        out.config, out.file, out.branch = plan.config, str(path), branch
+        out.config, out.file, out.branch = plan.config, main.label if isinstance(path, dict) else str(path), branch
         out.layers = {p.name: p.describe() for p in plan.linears}
         out.from_base = plan.from_base
         out.ignored = plan.ignored

@@ -238,6 +238,58 @@ def write_w8a8(
     return write_safetensors(path, specs, produce, _metadata(config, "transformerlab-w8a8"), progress)
 
 
+def w8a8_state(
+    weights: Mapping[str, torch.Tensor],
+    config: Ideogram4Config,
+    *,
+    branch: str = "conditional",
+    smooth: str | Mapping[str, torch.Tensor] | None = "auto",
+    protected: Iterable[str] | None = None,
+    quantized: Iterable[str] | bool | None = None,
+    float_dtype: torch.dtype = torch.bfloat16,
+    dtype: torch.dtype = torch.bfloat16,
+    device: torch.device | str = "cpu",
+):
+    """In memory, what ``read_branch(write_w8a8({branch: weights}, ...), branch, dtype=dtype)`` returns.
+
+    For benchmarks that need a full-size branch without writing a 20 GB file: each layer is computed
+    where ``weights`` lives (e.g. ``RandomWeights(..., device="cuda")``), then moved to ``device``.
+    Float tensors go through ``float_dtype`` (the file's storage) before ``dtype``, scales and
+    smoothing vectors are float32, as in the file. Returns a ``BranchStateDict``.
+    """
+    from .checkpoint import BranchStateDict
+
+    protected = frozenset(default_protected(config) if protected is None else protected)
+    qnames = _names(quantized, config) - protected
+    smooths = smooth_vectors(weights, config) if smooth == "auto" else dict(smooth or {})
+    device = torch.device(device)
+    out = BranchStateDict()
+    out.config, out.file, out.branch = config, "<synthetic w8a8_state>", branch
+    out.layers, out.from_base, out.ignored = {}, [], []
+
+    def stored_float(t: torch.Tensor) -> torch.Tensor:
+        return t.to(float_dtype).to(device=device, dtype=dtype)
+
+    for spec in config.linears():
+        m = spec.name
+        w = weights[m + ".weight"]
+        if m in qnames:
+            q, scale = kernels.quantize_weight_ref(w, smooths.get(m))
+            out[m + ".weight"], out[m + ".weight_scale"] = q.to(device), scale.to(device)
+            if m in smooths:
+                out[m + ".input_smooth"] = smooths[m].float().to(device)
+            out.layers[m] = "W8A8 (synthetic, in memory)"
+        else:
+            out[m + ".weight"] = stored_float(w)
+            out.layers[m] = "float (synthetic, in memory)"
+        del w
+        if spec.bias:
+            out[m + ".bias"] = stored_float(weights[m + ".bias"])
+    for key in config.other_shapes():
+        out[key] = stored_float(weights[key])
+    return out
+
+
 def _single_branch_specs(config, keep_key):
     return {k: s for k, s in config.float_shapes().items() if keep_key(k)}
 
@@ -388,6 +440,7 @@ __all__ = [
     "smoothquant_vector",
     "default_protected",
     "write_w8a8",
+    "w8a8_state",
     "write_comfy_int8",
     "write_comfy_fp8",
     "write_float",

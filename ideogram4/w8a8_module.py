@@ -111,15 +111,8 @@ class W8A8Linear(_KeepFloat32):
         return cls(q, s, bias, smooth, site=site, path=path)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.convrot_groupsize is not None:
-            if self.input_smooth is not None:
-                x = x / self.input_smooth.to(x.dtype)
-            x = convrot.rotate(x, self.convrot_groupsize)
-            y = kernels.w8a8_linear(x, self.weight, self.weight_scale, self.bias, None, path=self.path, site=self.site)
-            _annotate(self.site, "ConvRot weight: activation rotated by a separate torch op (not fused yet)")
-            return y
-        return kernels.w8a8_linear(x, self.weight, self.weight_scale, self.bias, self.input_smooth,
-                                   path=self.path, site=self.site)  # fmt: skip
+        return w8a8_forward(x, self.weight, self.weight_scale, self.bias, self.input_smooth, self.convrot_groupsize,
+                            path=self.path, site=self.site)  # fmt: skip
 
     def dequantized_weight(self, dtype=torch.float32) -> torch.Tensor:
         return dequantize_entries(self._entries(), dtype)
@@ -180,6 +173,27 @@ class FloatLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+CONVROT_NOTE = "ConvRot weight: activation rotated by a separate torch op (not fused yet)"
+
+
+def w8a8_forward(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
+                 input_smooth: torch.Tensor | None = None, convrot_groupsize: int | None = None, *,
+                 path: str | None = None, site: str | None = None) -> torch.Tensor:  # fmt: skip
+    """The W8A8 linear of the in-memory form as a function (``W8A8Linear.forward`` and the ComfyUI ops use it).
+
+    y = ((x / input_smooth) [rotated]) @ (weight * weight_scale[:, None])^T + bias, through
+    ``kernels.w8a8_linear`` (fused where it can run; path recorded under ``site``).
+    """
+    if convrot_groupsize is not None:
+        if input_smooth is not None:
+            x = x / input_smooth.to(x.dtype)
+        x = convrot.rotate(x, convrot_groupsize)
+        y = kernels.w8a8_linear(x, weight, weight_scale, bias, None, path=path, site=site)
+        _annotate(site, CONVROT_NOTE)
+        return y
+    return kernels.w8a8_linear(x, weight, weight_scale, bias, input_smooth, path=path, site=site)
 
 
 def quantize_rows(weight: torch.Tensor, smooth: torch.Tensor | None = None):

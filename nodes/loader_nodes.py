@@ -1,3 +1,208 @@
-"""Placeholder: filled by its issue. Exports NODES for nodes/extension.py."""
+"""Ideogram 4 INT8 Loader: a W8A8 checkpoint -> two native ComfyUI MODELs (conditional, unconditional).
 
-NODES: list = []
+Thin V3 node: which files to read is decided by ``ideogram4.load_plan``, the reading by
+``ideogram4.read_branch``, the model by ``native_model.build_native_model``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import comfy.model_management
+import comfy.utils
+import folder_paths
+from comfy_api.latest import io, ui
+
+from .. import kernels
+from ..ideogram4 import hub
+from ..ideogram4.checkpoint import read_branch
+from ..ideogram4.config import Ideogram4Config
+from ..ideogram4.errors import CheckpointError
+from ..ideogram4.load_plan import branch_report, format_summary, plan_branches
+from .native_model import COMPUTE_DTYPES, build_native_model, publish, resolve_compute_dtype
+
+log = logging.getLogger("comfyui_ideogram4_int8")
+
+CATEGORY = "Ideogram 4 INT8/loaders"
+FOLDER = "diffusion_models"
+HF_CHOICE = "(Hugging Face repo below)"
+SAME_FILE = "(second branch of the weights file)"
+NO_BASE = "none"
+GEMM_CHOICES = ("auto", kernels.PATH_TRITON, kernels.PATH_CUBLAS, kernels.PATH_DEQUANT)
+DEFAULT_HF_FILE = "ideogram4-int8-w8a8.safetensors"
+NODE_NAME = "Ideogram 4 INT8 Loader"
+FULL_PARAMETERS = Ideogram4Config.full().linear_parameter_count()
+
+
+def _files() -> list[str]:
+    return [f for f in folder_paths.get_filename_list(FOLDER) if f.lower().endswith(".safetensors")]
+
+
+def _full_path(name: str, input_name: str) -> str:
+    path = folder_paths.get_full_path(FOLDER, name)
+    if path is None:
+        raise ValueError(f"{NODE_NAME}: '{input_name}' = {name!r} is not in ComfyUI's {FOLDER} folder; pick a file "
+                         "from the list (refresh the page after copying files)")  # fmt: skip
+    return path
+
+
+def _optional(name: str, sentinel: str, input_name: str) -> str | None:
+    return None if not name or name == sentinel else _full_path(name, input_name)
+
+
+class _LoadProgress:
+    """One ComfyUI progress bar across both branches, driven by read_branch's progress callback."""
+
+    def __init__(self, branches: int) -> None:
+        self.branches = branches
+        self.index = 0
+        self.pbar = comfy.utils.ProgressBar(1)
+
+    def callback(self, done: int, total: int, name: str) -> None:
+        comfy.model_management.throw_exception_if_processing_interrupted()
+        self.pbar.update_absolute(self.index * total + done, total * self.branches)
+
+
+def load_branch(path: str, branch: str, base: str | None, compute_dtype: str, gemm_path: str | None,
+                progress=None):  # fmt: skip
+    """(ModelPatcher, read_branch state, {linear: (GEMM path, reason)}, compute dtype) of one branch.
+
+    The state's tensors now belong to the model (the caller reports from it, then clears it).
+    """
+    load_device = comfy.model_management.get_torch_device()
+    dtype = resolve_compute_dtype(compute_dtype, load_device, FULL_PARAMETERS)
+    state = read_branch(path, branch, base, device="cpu", dtype=dtype, progress=progress)
+    try:
+        patcher, paths = build_native_model(state, state.config, label=branch, compute_dtype=dtype,
+                                            gemm_path=gemm_path, load_device=load_device)  # fmt: skip
+    except BaseException:
+        state.clear()
+        raise
+    patcher.cached_patcher_init = (reload_branch, (path, branch, base, compute_dtype, gemm_path))
+    return patcher, state, paths, dtype
+
+
+def reload_branch(path, branch, base, compute_dtype, gemm_path, disable_dynamic=False):
+    """``cached_patcher_init`` factory: the same branch built again from its file (always non-dynamic)."""
+    patcher, state, _, _ = load_branch(path, branch, base, compute_dtype, gemm_path)
+    state.clear()
+    return patcher
+
+
+def _check_forced_path(gemm_path: str | None) -> None:
+    if gemm_path is None:
+        return
+    device = comfy.model_management.get_torch_device()
+    try:
+        kernels.select_path(device, 4608, 4608, gemm_path)
+    except ValueError as exc:
+        raise ValueError(f"{NODE_NAME}: gemm_path={gemm_path!r} cannot run on {device}: {exc}. Use 'auto'") from None
+
+
+class Ideogram4Int8Loader(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        files = _files()
+        return io.Schema(
+            node_id="Ideogram4Int8Loader",
+            display_name=NODE_NAME,
+            category=CATEGORY,
+            description="Loads Ideogram 4's two CFG branches from a W8A8 checkpoint (or ComfyUI's int8 / fp8 / bf16 "
+                        "files, quantized to W8A8 on load) as native ComfyUI MODELs whose linears run the fused "
+                        "INT8 GEMM. Use them with 'Ideogram 4 Sampler', or DualModelGuider (negative unconnected).",
+            search_aliases=["ideogram4 int8", "w8a8 loader", "ideogram loader"],
+            inputs=[
+                io.Combo.Input("weights", options=[*files, HF_CHOICE],
+                               tooltip="Checkpoint from models/diffusion_models: the two-branch W8A8 file "
+                                       "(ideogram4-int8-w8a8.safetensors) gives both MODELs; a single-branch file "
+                                       "(ideogram4_fp8_scaled, ideogram4_int8_convrot, bf16) is the conditional "
+                                       f"branch. Pick '{HF_CHOICE}' to use the repo id below."),
+                io.Combo.Input("unconditional_weights", options=[SAME_FILE, *files], default=SAME_FILE,
+                               tooltip="The unconditional branch's own file (e.g. ideogram4_unconditional_fp8_scaled"
+                                       ".safetensors). Needed when 'weights' holds one branch; overrides the second "
+                                       "branch of a two-branch file."),
+                io.Combo.Input("base", options=[NO_BASE, *files], default=NO_BASE,
+                               tooltip="Optional official checkpoint of the conditional branch (any format) that "
+                                       "supplies tensors the weights file lacks (norms, embeddings, unquantized "
+                                       "layers). A two-branch base serves both branches. Never overrides the "
+                                       "weights file."),
+                io.Combo.Input("unconditional_base", options=[NO_BASE, *files], default=NO_BASE,
+                               tooltip="Optional base checkpoint for the unconditional branch (see 'base')."),
+                io.String.Input("hf_repo_id", default="", optional=True,
+                                tooltip=f"Only used when 'weights' is '{HF_CHOICE}': a Hugging Face repo id such as "
+                                        "transformerlab/ideogram-4-int8-w8a8. The file is downloaded into the "
+                                        "Hugging Face cache once (token from HF_TOKEN or `hf auth login`; never "
+                                        "stored in the workflow); HF_HUB_OFFLINE=1 uses the cache only."),
+                io.String.Input("hf_filename", default=DEFAULT_HF_FILE, optional=True,
+                                tooltip="File in that Hugging Face repo (append @revision to pin one)."),
+                io.Combo.Input("compute_dtype", options=list(COMPUTE_DTYPES), default="auto",
+                               tooltip="Activation / float-layer dtype. auto: bf16 on a GPU that supports it, else "
+                                       "fp32. fp32 is for exact comparisons (slower)."),
+                io.Combo.Input("gemm_path", options=list(GEMM_CHOICES), default="auto", advanced=True,
+                               tooltip="auto: the fused Triton INT8 GEMM where it runs (CUDA sm_80+), else "
+                                       "cublas-int8, else dequant-bf16. Force one to compare; the panel shows which "
+                                       "path each layer ran and why."),
+            ],
+            outputs=[
+                io.Model.Output(display_name="conditional"),
+                io.Model.Output(display_name="unconditional"),
+                io.String.Output(display_name="summary"),
+            ],
+        )
+
+    @classmethod
+    def execute(cls, weights, unconditional_weights, base, unconditional_base, compute_dtype, gemm_path,
+                hf_repo_id="", hf_filename=DEFAULT_HF_FILE) -> io.NodeOutput:  # fmt: skip
+        if weights == HF_CHOICE:
+            repo = (hf_repo_id or "").strip()
+            name = (hf_filename or "").strip()
+            if not repo or not name:
+                raise ValueError(f"{NODE_NAME}: 'weights' is '{HF_CHOICE}' but hf_repo_id / hf_filename is empty: "
+                                 "enter e.g. transformerlab/ideogram-4-int8-w8a8 and the file name, or pick a local "
+                                 "file")  # fmt: skip
+            try:
+                main = str(hub.resolve(f"{hub.SCHEME}{repo}/{name}"))
+            except CheckpointError as exc:
+                raise ValueError(f"{NODE_NAME}: {exc}") from None
+        else:
+            main = _full_path(weights, "weights")
+        forced = None if gemm_path == "auto" else gemm_path
+        _check_forced_path(forced)
+        try:
+            sources = plan_branches(main, _optional(unconditional_weights, SAME_FILE, "unconditional_weights"),
+                                    _optional(base, NO_BASE, "base"),
+                                    _optional(unconditional_base, NO_BASE, "unconditional_base"))  # fmt: skip
+        except CheckpointError as exc:
+            raise ValueError(f"{NODE_NAME}: {exc}") from None
+        progress = _LoadProgress(len(sources))
+        models, reports = [], []
+        try:
+            for i, src in enumerate(sources):
+                progress.index = i
+                try:
+                    patcher, state, paths, dtype = load_branch(str(src.path), src.branch,
+                                                               str(src.base) if src.base else None, compute_dtype,
+                                                               forced, progress.callback)  # fmt: skip
+                except CheckpointError as exc:
+                    where = "base" if src.branch == "conditional" else "unconditional_base"
+                    raise ValueError(f"{NODE_NAME}, {src.branch} branch: {exc} (node inputs: weights / "
+                                     f"unconditional_weights / {where})") from None  # fmt: skip
+                models.append(patcher)
+                reports.append(branch_report(src.branch, src.describe(), str(dtype).replace("torch.", ""), paths,
+                                             state, state.config))  # fmt: skip
+                state.clear()
+        except BaseException:
+            # no half-built pair: drop the branch already built and its panel records
+            for src in sources[: len(models)]:
+                kernels.REGISTRY.clear(model=src.branch)
+            models.clear()
+            raise
+        notes = ["model management: legacy ModelPatcher (DynamicVRAM off for these MODELs); LoRA merged in full-load "
+                 "mode stays INT8 (requantized), in lowvram mode it runs as a float GEMM (labelled in the panel)"]
+        summary = format_summary(reports, notes)
+        log.info("%s\n%s", NODE_NAME, summary)
+        publish("loaded", [s.branch for s in sources])
+        return io.NodeOutput(models[0], models[1], summary, ui=ui.PreviewText(summary))
+
+
+NODES = [Ideogram4Int8Loader]

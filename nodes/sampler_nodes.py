@@ -1,3 +1,171 @@
-"""Placeholder: filled by its issue. Exports NODES for nodes/extension.py."""
+"""Ideogram 4 Sampler: the official asymmetric-CFG Euler loop, run through ComfyUI's sampling machinery.
 
-NODES: list = []
+Reproduces ``ideogram4.sample`` exactly — preset sigmas (``ideogram4.sigmas`` = the native
+Ideogram4Scheduler), per-step guidance with the low-guidance polish steps last, the
+unconditional branch image-only (negative ``[[None, {}]]`` → ``context=None``, not zero text
+features), ComfyUI's noise (``comfy.sample.prepare_noise``) — while ComfyUI's guider / KSAMPLER
+("euler") / model management do the work, so progress, latent previews and interruption behave
+like any sampler node. Argument checking lives in ``ideogram4.sampling_args``.
+"""
+
+from __future__ import annotations
+
+import comfy.model_management
+import comfy.sample
+import comfy.samplers
+import comfy.utils
+import latent_preview
+import torch
+from comfy_api.latest import io
+from comfy_extras.nodes_custom_sampler import Guider_DualModel
+
+from .. import kernels
+from ..ideogram4 import sampling_args as sa
+from ..ideogram4.schedule import DEFAULT_PRESET, PRESETS
+from .native_model import publish, require_ideogram4, text_features
+
+CATEGORY = "Ideogram 4 INT8/sampling"
+NODE_NAME = "Ideogram 4 Sampler"
+UNCOND_IMAGE_ONLY = [[None, {}]]  # no cross_attn -> the model's image-only (unconditional) sequence
+
+
+class PerStepGuidanceGuider(Guider_DualModel):
+    """ComfyUI's dual-model CFG guider with one guidance value per step (looked up by sigma)."""
+
+    def __init__(self, model, model_negative, sigmas: torch.Tensor, guidance: tuple[float, ...]) -> None:
+        super().__init__(model, model_negative)
+        self.plan_sigmas = [float(s) for s in sigmas]
+        self.guidance = tuple(float(g) for g in guidance)
+        # outer_sample prepares the unconditional model only when cfg != 1: any step with guidance
+        self.set_cfg(next((g for g in self.guidance if g != 1.0), 1.0))
+
+    def predict_noise(self, x, timestep, model_options={}, seed=None):  # noqa: B006 - ComfyUI's signature
+        sigma = float(timestep.reshape(-1)[0])
+        self.cfg = self.guidance[sa.step_index(self.plan_sigmas, sigma)]
+        return super().predict_noise(x, timestep, model_options, seed)
+
+
+def check_conditioning(positive, features: int) -> None:
+    if not isinstance(positive, list) or not positive:
+        raise sa.SamplingArgumentError(f"{NODE_NAME}: 'positive' is empty or not a CONDITIONING: "
+                                       f"{sa.FIX_CONDITIONING}")  # fmt: skip
+    for i, item in enumerate(positive):
+        cond = item[0] if isinstance(item, (list, tuple)) and item else None
+        if not isinstance(cond, torch.Tensor):
+            raise sa.SamplingArgumentError(f"{NODE_NAME}: 'positive' entry {i} holds no text features "
+                                           f"(a zeroed-out or empty conditioning?): {sa.FIX_CONDITIONING}")  # fmt: skip
+        try:
+            sa.check_text_features(cond.shape, features)
+        except sa.SamplingArgumentError as exc:
+            raise sa.SamplingArgumentError(f"{NODE_NAME}: {exc}") from None
+
+
+def sample(model, model_negative, positive, plan: sa.SamplingPlan, width: int, height: int, seed: int,
+           batch_size: int = 1) -> torch.Tensor:  # fmt: skip
+    """The latent [B, C, H/16, W/16] (float32, intermediate device) of one run."""
+    channels = model.model.latent_format.latent_channels
+    in_ch = int(model.model.model_config.unet_config.get("in_channels", channels))
+    latent = torch.zeros([batch_size, in_ch, height // 16, width // 16],
+                         device=comfy.model_management.intermediate_device())  # fmt: skip
+    noise = comfy.sample.prepare_noise(latent, seed)
+    guider = PerStepGuidanceGuider(model, model_negative, plan.sigmas, plan.guidance)
+    guider.set_conds(positive, UNCOND_IMAGE_ONLY)
+    sampler = comfy.samplers.sampler_object("euler")
+    callback = latent_preview.prepare_callback(model, plan.steps, {})
+    kernels.REGISTRY.begin_run()
+    try:
+        samples = guider.sample(noise, latent, sampler, plan.sigmas, callback=callback,
+                                disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED, seed=seed)  # fmt: skip
+    finally:
+        kernels.REGISTRY.end_run()
+        publish("run", ["conditional", "unconditional"])
+    return samples.to(comfy.model_management.intermediate_device())
+
+
+class Ideogram4Int8Sampler(io.ComfyNode):
+    @classmethod
+    def define_schema(cls):
+        presets = list(sa.PRESET_CHOICES)
+        base = PRESETS[DEFAULT_PRESET]
+        return io.Schema(
+            node_id="Ideogram4Int8Sampler",
+            display_name=NODE_NAME,
+            category=CATEGORY,
+            description="Samples Ideogram 4 exactly like the official pipeline: asymmetric CFG with the "
+                        "unconditional branch image-only, per-step guidance with the polish steps last, the preset's "
+                        "schedule, ComfyUI's seeded noise. Output LATENT goes to VAE Decode with flux2-vae.",
+            search_aliases=["ideogram4 sampler", "ideogram ksampler", "asymmetric cfg"],
+            inputs=[
+                io.Model.Input("model", tooltip="Conditional Ideogram 4 MODEL (the 'conditional' output of "
+                                                "Ideogram 4 INT8 Loader, or any native Ideogram 4 model)."),
+                io.Model.Input("model_negative", tooltip="Unconditional Ideogram 4 MODEL (the separate "
+                                                         "unconditional weights; it sees image tokens only)."),
+                io.Conditioning.Input("positive", tooltip="Ideogram 4 text features: CLIPTextEncode with a "
+                                                          "CLIPLoader of type ideogram4 (Qwen3-VL 8B). A JSON "
+                                                          "caption from the caption builder works best."),
+                io.Int.Input("seed", default=0, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
+                             tooltip="Noise seed: the same seed gives the same noise as RandomNoise + "
+                                     "SamplerCustomAdvanced in a native graph."),
+                io.Combo.Input("preset", options=presets, default=DEFAULT_PRESET,
+                               tooltip="Official presets: Quality 48 (45x7 then 3x3, mu 0, std 1.5), Default 20 "
+                                       "(18x7 then 2x3, mu 0, std 1.75), Turbo 12 (11x7 then 1x3, mu 0.5, std "
+                                       "1.75). 'custom' uses the inputs below."),
+                io.Int.Input("width", default=sa.DEFAULT_SIZE, min=sa.MIN_SIZE, max=sa.MAX_SIZE,
+                             step=sa.SIZE_MULTIPLE, tooltip=f"Image width in pixels: a multiple of {sa.SIZE_MULTIPLE}"
+                             f", {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at most {sa.MAX_ASPECT:g}:1."),
+                io.Int.Input("height", default=sa.DEFAULT_SIZE, min=sa.MIN_SIZE, max=sa.MAX_SIZE,
+                             step=sa.SIZE_MULTIPLE, tooltip=f"Image height in pixels: a multiple of "
+                             f"{sa.SIZE_MULTIPLE}, {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at most "
+                             f"{sa.MAX_ASPECT:g}:1."),
+                io.Int.Input("batch_size", default=1, min=1, max=16, advanced=True,
+                             tooltip="Images per run (one noise tensor for the batch, as ComfyUI draws it)."),
+                io.Int.Input("steps", default=base.steps, min=1, max=sa.MAX_STEPS, advanced=True,
+                             tooltip="custom preset only: number of Euler steps."),
+                io.Float.Input("guidance", default=base.guidance[0], min=0.0, max=30.0, step=0.1, advanced=True,
+                               tooltip="custom preset only: guidance of the main steps (official: 7)."),
+                io.Int.Input("polish_steps", default=base.guidance.count(base.guidance[-1]), min=0,
+                             max=sa.MAX_STEPS, advanced=True,
+                             tooltip="custom preset only: how many final steps use the polish guidance "
+                                     "(official: 3 / 2 / 1 for Quality / Default / Turbo)."),
+                io.Float.Input("polish_guidance", default=base.guidance[-1], min=0.0, max=30.0, step=0.1,
+                               advanced=True, tooltip="custom preset only: guidance of the polish steps "
+                                                      "(official: 3)."),
+                io.Float.Input("mu", default=base.mu, min=-5.0, max=5.0, step=0.05, advanced=True,
+                               tooltip="custom preset only: logSNR shift of the logit-normal schedule."),
+                io.Float.Input("std", default=base.std, min=0.05, max=5.0, step=0.05, advanced=True,
+                               tooltip="custom preset only: spread of the logit-normal schedule."),
+            ],
+            outputs=[io.Latent.Output(display_name="LATENT")],
+        )
+
+    @classmethod
+    def validate_inputs(cls, width=None, height=None, **kwargs):
+        if isinstance(width, int) and isinstance(height, int):
+            try:
+                sa.check_size(width, height)
+            except sa.SamplingArgumentError as exc:
+                return f"{NODE_NAME}: {exc}"
+        return True
+
+    @classmethod
+    def execute(cls, model, model_negative, positive, seed, preset, width, height, batch_size=1,
+                steps=None, guidance=None, polish_steps=None, polish_guidance=None, mu=None,
+                std=None) -> io.NodeOutput:  # fmt: skip
+        require_ideogram4(model, "model", NODE_NAME)
+        require_ideogram4(model_negative, "model_negative", NODE_NAME)
+        features = text_features(model)
+        check_conditioning(positive, features)
+        if text_features(model_negative) != features or model_negative.model.model_config.unet_config.get(
+                "in_channels") != model.model.model_config.unet_config.get("in_channels"):
+            raise sa.SamplingArgumentError(f"{NODE_NAME}: 'model' and 'model_negative' are different Ideogram 4 "
+                                           "architectures; connect the two branches of the same checkpoint")
+        try:
+            plan = sa.plan_sampling(preset, width, height, steps=steps, guidance=guidance, polish_steps=polish_steps,
+                                    polish_guidance=polish_guidance, mu=mu, std=std)  # fmt: skip
+        except sa.SamplingArgumentError as exc:
+            raise sa.SamplingArgumentError(f"{NODE_NAME}: {exc}") from None
+        samples = sample(model, model_negative, positive, plan, width, height, seed, batch_size)
+        return io.NodeOutput({"samples": samples})
+
+
+NODES = [Ideogram4Int8Sampler]

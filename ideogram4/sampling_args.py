@@ -1,0 +1,146 @@
+"""Arguments of the Ideogram 4 sampler node, checked and resolved without ComfyUI.
+
+* ``check_size``: width / height multiples of 16 in [256, 2048], aspect ratio at most 6:1
+  (the official pipeline's limits).
+* ``plan_sampling``: a preset name (or "custom" + steps, guidance, polish steps / guidance, mu,
+  std) -> the sigmas (``schedule.sigmas``, identical to ComfyUI's ``Ideogram4Scheduler``) and one
+  guidance value per step, polish steps last, exactly as ``sampler.sample`` runs them.
+* ``check_text_features``: the positive conditioning must be Ideogram 4 text features
+  [B, L, 53248] (the Qwen3-VL taps ComfyUI's ``CLIPLoader`` type ``ideogram4`` produces).
+* ``step_index``: which step a sigma belongs to (the guider looks the guidance up per call).
+Errors are ``SamplingArgumentError`` (a ValueError) naming the input and what to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import torch
+
+from .schedule import DEFAULT_PRESET, PRESETS, Preset, get_preset, sigmas
+
+MIN_SIZE = 256
+MAX_SIZE = 2048
+SIZE_MULTIPLE = 16
+MAX_ASPECT = 6.0
+DEFAULT_SIZE = 1024
+CUSTOM = "custom"
+PRESET_CHOICES = (*PRESETS, CUSTOM)
+TEXT_FEATURES = 53248
+MAX_STEPS = 200
+FIX_CONDITIONING = "connect CLIPTextEncode with a CLIPLoader of type ideogram4 (Qwen3-VL 8B text encoder)"
+
+
+class SamplingArgumentError(ValueError):
+    """A sampler input is out of range; the message names the input and the fix."""
+
+
+def check_size(width: int, height: int) -> None:
+    """Raise SamplingArgumentError unless width/height are valid Ideogram 4 image sizes."""
+    for name, v in (("width", width), ("height", height)):
+        if int(v) != v:
+            raise SamplingArgumentError(f"{name}={v!r} must be an integer number of pixels")
+        if v < MIN_SIZE or v > MAX_SIZE:
+            raise SamplingArgumentError(f"{name}={v} is out of range: use {MIN_SIZE}..{MAX_SIZE} pixels")
+        if v % SIZE_MULTIPLE:
+            lo = v // SIZE_MULTIPLE * SIZE_MULTIPLE
+            raise SamplingArgumentError(f"{name}={v} is not a multiple of {SIZE_MULTIPLE} (the latent is 1/16 of the "
+                                        f"image): use {max(lo, MIN_SIZE)} or {lo + SIZE_MULTIPLE}")  # fmt: skip
+    ratio = max(width, height) / min(width, height)
+    if ratio > MAX_ASPECT:
+        raise SamplingArgumentError(
+            f"{width}x{height} has an aspect ratio of {ratio:.2f}:1; Ideogram 4 supports at most {MAX_ASPECT:g}:1 — "
+            "make the long side shorter or the short side longer"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingPlan:
+    """What one sampler run does: ``sigmas`` [steps + 1] and ``guidance`` (one per step, sampling order)."""
+
+    preset: str
+    steps: int
+    guidance: tuple[float, ...]
+    mu: float
+    std: float
+    sigmas: torch.Tensor
+
+    def describe(self) -> str:
+        runs = []
+        for g in self.guidance:
+            if runs and runs[-1][0] == g:
+                runs[-1][1] += 1
+            else:
+                runs.append([g, 1])
+        sched = " then ".join(f"{n}x{g:g}" for g, n in runs)
+        return f"{self.preset}: {self.steps} steps, guidance {sched}, mu {self.mu:g}, std {self.std:g}"
+
+
+def plan_sampling(preset: str, width: int, height: int, *, steps: int | None = None, guidance: float | None = None,
+                  polish_steps: int | None = None, polish_guidance: float | None = None, mu: float | None = None,
+                  std: float | None = None) -> SamplingPlan:  # fmt: skip
+    """Resolve a preset (or ``"custom"`` with the other arguments) for an image of width x height.
+
+    Named presets ignore the custom arguments (they are the official values); "custom" takes each
+    missing one from the default preset (Default 20).
+    """
+    check_size(width, height)
+    if preset == CUSTOM:
+        base = PRESETS[DEFAULT_PRESET]
+        n = int(steps if steps is not None else base.steps)
+        g_main = float(guidance if guidance is not None else base.guidance[0])
+        n_polish = int(polish_steps if polish_steps is not None else base.guidance.count(base.guidance[-1]))
+        g_polish = float(polish_guidance if polish_guidance is not None else base.guidance[-1])
+        mu_v = float(mu if mu is not None else base.mu)
+        std_v = float(std if std is not None else base.std)
+        if not 1 <= n <= MAX_STEPS:
+            raise SamplingArgumentError(f"steps={n} is out of range: use 1..{MAX_STEPS}")
+        if not 0 <= n_polish <= n:
+            raise SamplingArgumentError(f"polish_steps={n_polish} must be between 0 and steps={n}")
+        for name, v in (("guidance", g_main), ("polish_guidance", g_polish), ("mu", mu_v)):
+            if not math.isfinite(v):
+                raise SamplingArgumentError(f"{name}={v} must be a finite number")
+        if not (math.isfinite(std_v) and std_v > 0):
+            raise SamplingArgumentError(f"std={std_v} must be > 0 (the spread of the logit-normal schedule)")
+        p = Preset.main_then_polish(CUSTOM, n, n_polish, mu_v, std_v, g_main, g_polish)
+    else:
+        try:
+            p = get_preset(preset)
+        except ValueError:
+            raise SamplingArgumentError(f"preset={preset!r} is unknown; choose one of {list(PRESET_CHOICES)}") from None
+    return SamplingPlan(p.name, p.steps, tuple(float(g) for g in p.guidance), p.mu, p.std,
+                        sigmas(p.steps, width, height, p.mu, p.std))  # fmt: skip
+
+
+def check_text_features(shape: Sequence[int], expected_features: int = TEXT_FEATURES, *,
+                        input_name: str = "positive") -> None:  # fmt: skip
+    """The conditioning tensor must be [B, L, expected_features] with L >= 1."""
+    shape = tuple(int(s) for s in shape)
+    if len(shape) != 3 or shape[2] != expected_features or shape[1] < 1 or shape[0] < 1:
+        raise SamplingArgumentError(
+            f"{input_name} conditioning is {list(shape)}, but this Ideogram 4 model needs text features "
+            f"[batch, tokens, {expected_features}]: {FIX_CONDITIONING}"
+        )
+
+
+def step_index(sigmas: torch.Tensor | Sequence[float], sigma: float) -> int:
+    """The step i with sigmas[i] >= sigma > sigmas[i + 1] (sigmas descending; sigma = sigmas[i] gives i).
+
+    A relative tolerance of 1e-5 absorbs float32 round trips of the same value.
+    """
+    s = [float(v) for v in (sigmas.tolist() if isinstance(sigmas, torch.Tensor) else sigmas)]
+    steps = len(s) - 1
+    if steps < 1:
+        raise ValueError("step_index: need at least two sigmas")
+    tol = 1e-5 * max(abs(sigma), 1e-12)
+    i = sum(1 for v in s[1:steps] if v >= sigma - tol)
+    return min(i, steps - 1)
+
+
+__all__ = [
+    "SamplingArgumentError", "SamplingPlan", "check_size", "plan_sampling", "check_text_features", "step_index",
+    "PRESET_CHOICES", "CUSTOM", "MIN_SIZE", "MAX_SIZE", "SIZE_MULTIPLE", "MAX_ASPECT", "DEFAULT_SIZE",
+    "TEXT_FEATURES", "FIX_CONDITIONING", "MAX_STEPS",
+]  # fmt: skip

@@ -1,0 +1,153 @@
+"""Build a native ComfyUI Ideogram 4 MODEL (ModelPatcher) from one branch in the pack's in-memory form.
+
+The model is ComfyUI's own ``model_base.Ideogram4`` / ``Ideogram4Transformer2DModel`` from
+``supported_models.Ideogram4`` — so DualModelGuider, KSampler, previews and model management see
+a normal Ideogram 4 model — built with the pack's custom operations (``int8_ops.make_ops``). The
+state dict is converted to ComfyUI's comfy_quant form without copying a weight.
+
+Model management: a plain (non-dynamic) ``ModelPatcher``. ComfyUI's DynamicVRAM applies LoRA
+patches to the dequantized stored weight inside its streaming code, where the pack's op cannot
+undo the SmoothQuant scaling first; the legacy patcher's full-load, lowvram/offload and LoRA paths
+all go through the op (see ``int8_ops``). ``cached_patcher_init`` is set so clones and multi-GPU
+deep clones rebuild the model from its source.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import comfy.model_base
+import comfy.model_management
+import comfy.model_patcher
+import comfy.supported_models
+import torch
+
+from ..ideogram4.comfy_form import to_comfy_state_dict
+from ..ideogram4.config import Ideogram4Config
+from ..ideogram4.errors import CheckpointError
+from .int8_ops import declare_sites, label_sites, make_ops
+
+log = logging.getLogger("comfyui_ideogram4_int8")
+
+COMPUTE_DTYPES = {"auto": None, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def resolve_compute_dtype(name: str | None, load_device: torch.device, parameters: int = 0) -> torch.dtype:
+    """"auto" = what ComfyUI would pick for an Ideogram 4 model on ``load_device`` (bf16 or fp32)."""
+    dtype = COMPUTE_DTYPES.get(name or "auto", "invalid")
+    if dtype == "invalid":
+        raise ValueError(f"compute_dtype={name!r}: choose one of {list(COMPUTE_DTYPES)}")
+    if dtype is not None:
+        return dtype
+    picked = comfy.model_management.unet_dtype(device=load_device, model_params=parameters,
+                                               supported_dtypes=[torch.bfloat16, torch.float32])  # fmt: skip
+    return picked if picked in (torch.bfloat16, torch.float32) else torch.float32
+
+
+def model_config_for(config: Ideogram4Config, dtype: torch.dtype):
+    """ComfyUI's Ideogram 4 model config with the architecture of ``config`` and the pack's ops."""
+    mc = comfy.supported_models.Ideogram4({"image_model": "ideogram4", "in_channels": config.in_channels,
+                                           "num_layers": config.num_layers})  # fmt: skip
+    # unet_extra_config (the full model's sizes) was copied over the detected config; ours decides
+    mc.unet_config.update(
+        num_attention_heads=config.num_heads, attention_head_dim=config.head_dim,
+        intermediate_size=config.intermediate_size, adaln_dim=config.adaln_dim,
+        llm_features_dim=config.llm_features_dim, rope_theta=config.rope_theta,
+        mrope_section=list(config.mrope_section), norm_eps=config.norm_eps,
+    )  # fmt: skip
+    mc.set_inference_dtype(dtype, None)
+    mc.custom_operations = make_ops(dtype)
+    return mc
+
+
+def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dtype: torch.dtype,
+                       gemm_path: str | None = None, load_device: torch.device | None = None,
+                       offload_device: torch.device | None = None):  # fmt: skip
+    """A ModelPatcher around ComfyUI's Ideogram 4 model holding ``state`` (a read_branch result).
+
+    Returns ``(patcher, paths)`` with ``paths`` = {linear: (predicted GEMM path, reason)} on the
+    load device. Raises CheckpointError naming the key when the state does not fit the model; a
+    failed build leaves nothing behind.
+    """
+    load_device = load_device or comfy.model_management.get_torch_device()
+    offload_device = offload_device or comfy.model_management.unet_offload_device()
+    comfy_sd = to_comfy_state_dict(state, config)
+    model = None
+    try:
+        mc = model_config_for(config, compute_dtype)
+        model = mc.get_model({}, "")
+        missing, unexpected = model.diffusion_model.load_state_dict(comfy_sd, strict=False)
+        if missing or unexpected:
+            key = (missing or unexpected)[0]
+            raise CheckpointError(
+                f"ComfyUI's Ideogram 4 model did not take the weights ({len(missing)} missing, "
+                f"{len(unexpected)} unexpected)", file="<converted state dict>", key=key,
+                fix="report this: the pack's conversion and ComfyUI's Ideogram 4 model disagree",
+            )  # fmt: skip
+        comfy_sd.clear()
+        label_sites(model.diffusion_model, label, gemm_path)
+        patcher = comfy.model_patcher.ModelPatcher(model, load_device=load_device, offload_device=offload_device)
+        if offload_device.type != "cpu":
+            model.to(offload_device)
+        paths = declare_sites(model.diffusion_model, label, load_device)
+        return patcher, paths
+    except BaseException:
+        comfy_sd.clear()
+        del model
+        raise
+
+
+def is_ideogram4_patcher(model) -> bool:
+    """True for a ModelPatcher whose model is ComfyUI's native Ideogram 4."""
+    inner = getattr(model, "model", None)
+    return isinstance(inner, comfy.model_base.Ideogram4)
+
+
+def describe_model(model) -> str:
+    inner = getattr(model, "model", None)
+    if inner is None:
+        return f"a {type(model).__name__} (not a MODEL)"
+    return f"a {type(inner).__name__} model"
+
+
+def require_ideogram4(model, input_name: str, node: str) -> None:
+    """Raise ValueError unless ``model`` is a native Ideogram 4 MODEL (what to connect instead)."""
+    if not is_ideogram4_patcher(model):
+        raise ValueError(
+            f"{node}: '{input_name}' is {describe_model(model)}, not an Ideogram 4 diffusion model. Connect the "
+            "MODEL output of 'Ideogram 4 INT8 Loader', or of Load Diffusion Model (UNETLoader) with an ideogram4_* "
+            "file"
+        )
+
+
+def config_of(model) -> Ideogram4Config:
+    """The architecture of a native Ideogram 4 MODEL, read from its diffusion model."""
+    dm = model.model.diffusion_model
+    uc = model.model.model_config.unet_config
+    return Ideogram4Config(
+        in_channels=int(uc.get("in_channels", 128)), num_layers=len(dm.layers),
+        num_heads=int(uc["num_attention_heads"]), head_dim=int(uc["attention_head_dim"]),
+        intermediate_size=int(uc["intermediate_size"]), adaln_dim=int(uc["adaln_dim"]),
+        llm_features_dim=int(uc["llm_features_dim"]), rope_theta=float(uc["rope_theta"]),
+        mrope_section=tuple(uc["mrope_section"]), norm_eps=float(uc["norm_eps"]),
+    )  # fmt: skip
+
+
+def text_features(model) -> int:
+    return int(model.model.model_config.unet_config["llm_features_dim"])
+
+
+def publish(event: str, models: list[str] | None = None) -> None:
+    """Tell the GEMM-path panel (nodes.status_nodes.publish, if it exists); never raises."""
+    try:
+        from . import status_nodes
+
+        fn = getattr(status_nodes, "publish", None)
+        if fn is not None:
+            fn(event, models)
+    except Exception as exc:  # noqa: BLE001 - the panel must never break a load or a run
+        log.debug("ideogram4-int8: panel publish(%r) failed: %s", event, exc)
+
+
+__all__ = ["build_native_model", "model_config_for", "resolve_compute_dtype", "is_ideogram4_patcher",
+           "require_ideogram4", "config_of", "text_features", "publish", "COMPUTE_DTYPES"]  # fmt: skip

@@ -1,0 +1,600 @@
+"""Checks of the pack's ComfyUI nodes inside a real ComfyUI's Python (in-process, --cpu).
+
+Usage: <comfy python> comfy_nodes_script.py COMFYUI_DIR PACK_PARENT_DIR WORK_DIR CHECK SEED
+Prints one JSON line with the measurements of CHECK; tests/test_nodes_comfyui.py asserts on them.
+Every check writes fresh synthetic weights (seeded by SEED) into WORK_DIR/models/diffusion_models.
+"""
+
+import contextlib
+import json
+import os
+import sys
+import traceback
+
+comfy_dir, pack_parent, work, check, seed = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+sys.path.insert(0, pack_parent)
+sys.path.insert(0, comfy_dir)
+os.chdir(comfy_dir)
+sys.argv = [sys.argv[0], "--cpu"]
+os.environ["HF_HUB_OFFLINE"] = "1"  # no network in tests: a hub request must be answered from the (empty) cache
+os.environ["HF_HOME"] = os.path.join(work, "hf_home")
+
+import torch  # noqa: E402
+from comfy.cli_args import args  # noqa: E402
+
+args.cpu = True
+import comfy.model_base  # noqa: E402
+import comfy.model_management  # noqa: E402
+import comfy.model_patcher  # noqa: E402
+import comfy.ops  # noqa: E402
+import comfy.sd  # noqa: E402
+import comfy.supported_models  # noqa: E402
+import comfy.utils  # noqa: E402
+import folder_paths  # noqa: E402
+from comfy.quant_ops import QuantizedTensor  # noqa: E402
+from comfyui_ideogram4_int8 import kernels  # noqa: E402
+from comfyui_ideogram4_int8.ideogram4 import make_noise, read_branch, sample, synthetic  # noqa: E402
+from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config  # noqa: E402
+from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT  # noqa: E402
+from comfyui_ideogram4_int8.ideogram4.w8a8_module import dequantize_entries, w8a8_linears  # noqa: E402
+from comfyui_ideogram4_int8.nodes import int8_ops, loader_nodes, patch_nodes, sampler_nodes  # noqa: E402
+
+MODELS = os.path.join(work, "models", "diffusion_models")
+os.makedirs(MODELS, exist_ok=True)
+folder_paths.add_model_folder_path("diffusion_models", MODELS, is_default=True)
+CFG = Ideogram4Config.demo()  # real latent width (128 channels): native Flux2 latents and nodes work unchanged
+torch.set_num_threads(1)
+torch.manual_seed(seed)
+G = torch.Generator().manual_seed(seed)
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def weights(branch_seed):
+    return synthetic.RandomWeights(CFG, branch_seed).materialize()
+
+
+def write_all():
+    """Synthetic files of every format; returns {name: path}."""
+    w = {"conditional": weights(seed), "unconditional": weights(seed + 1)}
+    out = {"w8a8": synthetic.write_w8a8(os.path.join(MODELS, "i4_w8a8.safetensors"), w, CFG)}
+    for b, tag in (("conditional", ""), ("unconditional", "_unconditional")):
+        out[f"int8{tag}"] = synthetic.write_comfy_int8(os.path.join(MODELS, f"i4{tag}_int8_convrot.safetensors"),
+                                                       w[b], CFG)
+        out[f"fp8{tag}"] = synthetic.write_comfy_fp8(os.path.join(MODELS, f"i4{tag}_fp8_scaled.safetensors"), w[b],
+                                                     CFG)
+        out[f"bf16{tag}"] = synthetic.write_float(os.path.join(MODELS, f"i4{tag}_bf16.safetensors"), w[b], CFG)
+    return {k: str(v) for k, v in out.items()}, w
+
+
+def load(weights_name, uncond_name=loader_nodes.SAME_FILE, dtype="fp32", path="auto", base="none"):
+    out = loader_nodes.Ideogram4Int8Loader.execute(weights=weights_name, unconditional_weights=uncond_name, base=base,
+                                                   unconditional_base="none", compute_dtype=dtype, gemm_path=path)
+    return out.result
+
+
+def reference(path, branch, gemm_path=None, label="ref"):
+    st = read_branch(path, branch, dtype=torch.float32)
+    return Ideogram4DiT.from_state_dict(st, w8a8_linears(path=gemm_path), config=CFG, dtype=torch.float32,
+                                        label=label)
+
+
+def inputs(batch=2, gh=6, gw=4, n_text=5):
+    x = torch.randn(batch, CFG.in_channels, gh, gw, generator=G)
+    ctx = torch.randn(batch, n_text, CFG.llm_features_dim, generator=G)
+    sigma = torch.rand(batch, generator=G) * 0.9 + 0.05
+    mask = torch.ones(batch, n_text, dtype=torch.long)
+    mask[0, 3:] = 0
+    return x, ctx, sigma, mask
+
+
+CASES = ("image_only", "conditional", "conditional_masked")
+
+
+def forward_cases(fn, x, ctx, sigma, mask):
+    with torch.no_grad():
+        return {"image_only": fn(x, sigma), "conditional": fn(x, sigma, context=ctx),
+                "conditional_masked": fn(x, sigma, context=ctx, attention_mask=mask)}
+
+
+@contextlib.contextmanager
+def demo_sizes():
+    """ComfyUI's Ideogram4 model config with the demo architecture's sizes (detection reads only in_channels and
+    the block count from the weights; the rest is the class's unet_extra_config)."""
+    cls = comfy.supported_models.Ideogram4
+    saved = cls.unet_extra_config
+    cls.unet_extra_config = dict(saved, num_attention_heads=CFG.num_heads, attention_head_dim=CFG.head_dim,
+                                 intermediate_size=CFG.intermediate_size, adaln_dim=CFG.adaln_dim,
+                                 llm_features_dim=CFG.llm_features_dim, mrope_section=list(CFG.mrope_section))
+    try:
+        yield
+    finally:
+        cls.unet_extra_config = saved
+
+
+def native_unet(path, dtype=None):
+    """ComfyUI's own UNETLoader path (load_diffusion_model) for a demo-sized file."""
+    with demo_sizes():
+        opts = {"dtype": dtype} if dtype is not None else {}
+        return comfy.sd.load_diffusion_model(path, model_options=opts)
+
+
+# -- checks ---------------------------------------------------------------------------------------------------
+
+
+def _dequantized_state(st):
+    """A read_branch result with every int8 linear replaced by its float weight (smoothing / ConvRot undone)."""
+    floats = {}
+    for k, v in st.items():
+        m, leaf = k.rsplit(".", 1)
+        if leaf == "weight" and v.dtype == torch.int8:
+            entries = {e: st[f"{m}.{e}"] for e in ("weight", "weight_scale", "input_smooth", "convrot_groupsize")
+                       if f"{m}.{e}" in st}
+            floats[k] = dequantize_entries(entries, torch.float32)
+        elif leaf not in ("weight_scale", "input_smooth", "convrot_groupsize"):
+            floats[k] = v.float()
+    return floats
+
+
+def _capture_linears(model):
+    """Forward hooks recording (input, output) of every pack Linear, by module path."""
+    seen, handles = {}, []
+
+    def hook(name):
+        def record(module, args_, out):
+            seen.setdefault(name, (args_[0], out))
+
+        return record
+
+    for name, m in int8_ops.int8_linears(model).items():
+        handles.append(m.register_forward_hook(hook(name)))
+    return seen, handles
+
+
+def check_parity():
+    """ComfyUI's native Ideogram 4 with the pack's ops vs the pack's reference DiT, for every file format:
+    (1) layer by layer on identical inputs (same int8 operands, same kernel -> identical outputs);
+    (2) whole model, fp32, int8 path (per-token activation quantization can flip a rounding where the two
+        implementations differ by float rounding, so this is looser) and dequant path;
+    (3) independent oracle: the native model built through the pack's loader code from the dequantized float
+        weights vs ComfyUI's stock ops on the same weights, and vs the reference DiT's float path."""
+    files, _ = write_all()
+    x, ctx, sigma, mask = inputs()
+    res = {}
+    for fmt, cond_file, uncond_file in (("w8a8", "i4_w8a8.safetensors", loader_nodes.SAME_FILE),
+                                         ("int8_convrot", "i4_int8_convrot.safetensors",
+                                          "i4_unconditional_int8_convrot.safetensors"),
+                                         ("fp8", "i4_fp8_scaled.safetensors",
+                                          "i4_unconditional_fp8_scaled.safetensors"),
+                                         ("bf16", "i4_bf16.safetensors", "i4_unconditional_bf16.safetensors")):
+        cond, uncond, summary = load(cond_file, uncond_file)
+        for branch, model, path in (("conditional", cond, cond_file), ("unconditional", uncond,
+                                    uncond_file if uncond_file != loader_nodes.SAME_FILE else cond_file)):
+            ref = reference(os.path.join(MODELS, path), branch)
+            seen, handles = _capture_linears(model.model.diffusion_model)
+            ours = forward_cases(model.model.diffusion_model, x, ctx, sigma, mask)
+            for h in handles:
+                h.remove()
+            want = forward_cases(ref, x, ctx, sigma, mask)
+            for case in CASES:
+                res[f"{fmt}/{branch}/whole/{case}"] = rel(ours[case], want[case])
+            ref_mods = ref.linear_modules()
+            worst = 0.0
+            with torch.no_grad():
+                for name, (inp, out) in seen.items():
+                    worst = max(worst, (ref_mods[name](inp) - out).abs().max().item())
+            res[f"{fmt}/{branch}/layers_checked"] = len(seen)
+            res[f"{fmt}/{branch}/layerwise_max_abs"] = worst
+        res[f"{fmt}/int8_weights"] = sum(isinstance(m.weight, QuantizedTensor)
+                                         for m in int8_ops.int8_linears(cond.model.diffusion_model).values())
+        res[f"{fmt}/summary"] = summary
+    cond, _, _ = load("i4_w8a8.safetensors", path=kernels.PATH_DEQUANT)
+    ref = reference(files["w8a8"], "conditional", kernels.PATH_DEQUANT)
+    ours = forward_cases(cond.model.diffusion_model, x, ctx, sigma, mask)
+    want = forward_cases(ref, x, ctx, sigma, mask)
+    for case in CASES:
+        res[f"dequant/whole/{case}"] = rel(ours[case], want[case])
+    res["paths_dequant"] = kernels.REGISTRY.counts("conditional")
+    # (3) float weights through the pack's build path vs ComfyUI's stock ops vs the reference DiT's float path
+    from comfy.ldm.ideogram4.model import Ideogram4Transformer2DModel
+    from comfyui_ideogram4_int8.nodes.native_model import build_native_model
+
+    floats = _dequantized_state(read_branch(files["w8a8"], "conditional", dtype=torch.float32))
+    stock = Ideogram4Transformer2DModel(
+        in_channels=CFG.in_channels, num_layers=CFG.num_layers, num_attention_heads=CFG.num_heads,
+        attention_head_dim=CFG.head_dim, intermediate_size=CFG.intermediate_size, adaln_dim=CFG.adaln_dim,
+        llm_features_dim=CFG.llm_features_dim, rope_theta=CFG.rope_theta, mrope_section=CFG.mrope_section,
+        norm_eps=CFG.norm_eps, dtype=torch.float32, operations=comfy.ops.disable_weight_init)
+    stock.load_state_dict(floats, strict=True)
+    ours_float, _ = build_native_model(dict(floats), CFG, label="float", compute_dtype=torch.float32)
+    ref_float = Ideogram4DiT(CFG, state_dict=dict(floats), dtype=torch.float32)
+    got = forward_cases(ours_float.model.diffusion_model, x, ctx, sigma, mask)
+    want = forward_cases(stock, x, ctx, sigma, mask)
+    want_ref = forward_cases(ref_float, x, ctx, sigma, mask)
+    for case in CASES:
+        res[f"float/vs_stock/{case}"] = rel(got[case], want[case])
+        res[f"float/vs_reference/{case}"] = rel(got[case], want_ref[case])
+    res["float_paths"] = kernels.REGISTRY.counts("float")
+    return res
+
+
+def _latent_node(cond, uncond, ctx, seed_, preset="Turbo 12", w=256, h=256, **kw):
+    """The LATENT of our sampler node."""
+    out = sampler_nodes.Ideogram4Int8Sampler.execute(model=cond, model_negative=uncond, positive=[[ctx, {}]],
+                                                     seed=seed_, preset=preset, width=w, height=h, **kw)
+    return out.result[0]["samples"]
+
+
+def _float_models(path):
+    """Both branches as native MODELs through the pack's build path, with the dequantized float weights."""
+    from comfyui_ideogram4_int8.nodes.native_model import build_native_model
+
+    out = []
+    for branch in ("conditional", "unconditional"):
+        floats = _dequantized_state(read_branch(path, branch, dtype=torch.float32))
+        out.append(build_native_model(floats, CFG, label=f"float-{branch}", compute_dtype=torch.float32)[0])
+    return out
+
+
+def check_sampler():
+    """Our sampler node vs ideogram4.sample (same models, same seed), vs the native DualModelGuider graph, and the
+    per-step guidance / sigmas it feeds ComfyUI for each official preset."""
+    files, _ = write_all()
+    res = {}
+    ctx = torch.randn(1, 7, CFG.llm_features_dim, generator=G)
+    s = int(torch.randint(0, 2**31, (1,), generator=G))
+    noise = make_noise(s, 256, 256, 1)
+    # float weights: the loop itself, no activation quantization in between
+    fc, fu = _float_models(files["w8a8"])
+    got = _latent_node(fc, fu, ctx, s)
+    with torch.no_grad():
+        want = sample(fc.model.diffusion_model, fu.model.diffusion_model, ctx, width=256, height=256,
+                      preset="Turbo 12", noise=noise)
+    res["float/vs_sample"] = rel(got, want)
+    # W8A8 (the fused-path stand-in on CPU): the same comparison, plus our reference DiT
+    cond, uncond, _ = load("i4_w8a8.safetensors")
+    got = _latent_node(cond, uncond, ctx, s)
+    with torch.no_grad():
+        want = sample(cond.model.diffusion_model, uncond.model.diffusion_model, ctx, width=256, height=256,
+                      preset="Turbo 12", noise=noise)
+        ref = sample(reference(files["w8a8"], "conditional"), reference(files["w8a8"], "unconditional"), ctx,
+                     width=256, height=256, preset="Turbo 12", noise=noise)
+    res["int8/vs_sample"] = rel(got, want)
+    res["int8/vs_reference_dit"] = rel(got, ref)
+    res["int8/shape"] = list(got.shape)
+    res["int8/other_seed_diff"] = rel(_latent_node(cond, uncond, ctx, s + 1, preset="custom", steps=3), got)
+    # the native graph (DualModelGuider, negative unconnected + Ideogram4Scheduler + SamplerCustomAdvanced) with a
+    # constant guidance: our node with a custom preset of 0 polish steps must give the same latent
+    from comfy_extras import nodes_custom_sampler as ncs
+    from comfy_extras.nodes_flux import EmptyFlux2LatentImage
+    from comfy_extras.nodes_ideogram4 import Ideogram4Scheduler
+
+    guider = ncs.DualModelGuider.execute(model=cond, positive=[[ctx, {}]], cfg=5.5, model_negative=uncond).result[0]
+    sigmas = Ideogram4Scheduler.execute(steps=4, width=256, height=384, mu=0.25, std=1.6).result[0]
+    native = ncs.SamplerCustomAdvanced.execute(
+        noise=ncs.RandomNoise.execute(noise_seed=s).result[0], guider=guider,
+        sampler=ncs.KSamplerSelect.execute(sampler_name="euler").result[0], sigmas=sigmas,
+        latent_image=EmptyFlux2LatentImage.execute(width=256, height=384, batch_size=1).result[0],
+    ).result[0]["samples"]
+    ours = _latent_node(cond, uncond, ctx, s, preset="custom", w=256, h=384, steps=4, guidance=5.5,
+                        polish_steps=0, polish_guidance=3.0, mu=0.25, std=1.6)
+    res["native_graph_max_abs"] = (native - ours).abs().max().item()
+    res["native_graph_norm"] = native.norm().item()
+    # per-step guidance and sigmas of every preset at 1024x1024, with the model calls stubbed out (fast)
+    import comfy.samplers
+    from comfy_extras.nodes_custom_sampler import Guider_DualModel
+
+    seen = []
+    real_predict, real_calc = Guider_DualModel.predict_noise, comfy.samplers.calc_cond_batch
+
+    def spy(self, x, timestep, model_options={}, seed=None):  # noqa: B006
+        seen.append((float(timestep.reshape(-1)[0]), float(self.cfg)))
+        return real_predict(self, x, timestep, model_options, seed)
+
+    Guider_DualModel.predict_noise = spy
+    comfy.samplers.calc_cond_batch = lambda model, conds, x, *a, **k: [torch.zeros_like(x) for _ in conds]
+    try:
+        from comfyui_ideogram4_int8.ideogram4 import PRESETS
+        from comfyui_ideogram4_int8.ideogram4 import sigmas as our_sigmas
+
+        for name, p in PRESETS.items():
+            seen.clear()
+            _latent_node(cond, uncond, ctx, s, preset=name, w=1024, h=1024)
+            want_sig = our_sigmas(p.steps, 1024, 1024, p.mu, p.std)[:-1].tolist()
+            res[f"preset/{name}/guidance_ok"] = [g for _, g in seen] == list(p.guidance)
+            res[f"preset/{name}/sigma_max_abs"] = max(abs(a - b) for (a, _), b in zip(seen, want_sig, strict=True))
+            res[f"preset/{name}/calls"] = len(seen)
+    finally:
+        Guider_DualModel.predict_noise, comfy.samplers.calc_cond_batch = real_predict, real_calc
+    return res
+
+
+def check_interrupt():
+    write_all()
+    cond, uncond, _ = load("i4_w8a8.safetensors")
+    ctx = torch.randn(1, 6, CFG.llm_features_dim, generator=G)
+    clean = _latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
+    steps_seen = []
+
+    def hook(value, total, preview, node_id=None):
+        steps_seen.append(value)
+        if value == 3:
+            comfy.model_management.interrupt_current_processing(True)
+
+    comfy.utils.set_progress_bar_global_hook(hook)
+    interrupted = False
+    try:
+        _latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
+    except comfy.model_management.InterruptProcessingException:
+        interrupted = True
+    finally:
+        comfy.utils.set_progress_bar_global_hook(None)
+        comfy.model_management.interrupt_current_processing(False)
+    leftovers = [n for n, m in int8_ops.int8_linears(cond.model.diffusion_model).items() if len(m.weight_function)]
+    again = _latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
+    return {"interrupted": interrupted, "steps_before_interrupt": max(steps_seen) if steps_seen else 0,
+            "rerun_max_abs": (again - clean).abs().max().item(), "leftover_weight_functions": leftovers,
+            "clean_norm": clean.norm().item()}
+
+
+def _qkv(model):
+    return model.model.diffusion_model.layers[0].attention.qkv
+
+
+def check_lora():
+    """A weight patch on a SmoothQuant layer: full load (merged, requantized, stays int8) and lowvram (on the fly)."""
+    write_all()
+    cond, _, _ = load("i4_w8a8.safetensors")
+    x, ctx, sigma, mask = inputs()
+    key = "layers.0.attention.qkv"
+    st = read_branch(os.path.join(MODELS, "i4_w8a8.safetensors"), "conditional", dtype=torch.float32)
+    entries = {e: st[f"{key}.{e}"] for e in ("weight", "weight_scale", "input_smooth") if f"{key}.{e}" in st}
+    w_real = dequantize_entries(entries, torch.float32)
+    delta = 0.5 * w_real.std() * torch.randn(w_real.shape, generator=G)
+    # reference: our DiT with that one layer as a float linear holding W + delta, the rest the same int8 operands
+    patched_state = read_branch(os.path.join(MODELS, "i4_w8a8.safetensors"), "conditional", dtype=torch.float32)
+    for e in ("weight_scale", "input_smooth"):
+        patched_state.pop(f"{key}.{e}", None)
+    patched_state[f"{key}.weight"] = w_real + delta
+    ref = Ideogram4DiT.from_state_dict(patched_state, w8a8_linears(), config=CFG, dtype=torch.float32, label="ref")
+    base_ref = reference(os.path.join(MODELS, "i4_w8a8.safetensors"), "conditional")
+    with torch.no_grad():
+        want = ref(x, sigma, context=ctx)
+        unpatched = base_ref(x, sigma, context=ctx)
+    res = {"smoothed": _qkv(cond).input_smooth is not None, "unpatched_vs_patched_ref": rel(unpatched, want)}
+    lora = cond.clone()
+    lora.add_patches({f"diffusion_model.{key}.weight": (delta,)}, 1.0)
+    # full load: ModelPatcher merges the patch through convert_weight / set_weight
+    comfy.model_management.load_models_gpu([lora])
+    res["full_load_int8"] = int8_ops.is_int8_weight(_qkv(lora).weight)
+    merged = _qkv(lora).convert_weight(_qkv(lora).weight).float()
+    res["merged_weight_vs_w_plus_delta"] = rel(merged, w_real + delta)
+    res["w_vs_w_plus_delta"] = rel(w_real, w_real + delta)
+    with torch.no_grad():
+        got = lora.model.diffusion_model(x, sigma, context=ctx)
+    res["full_load_vs_ref"] = rel(got, want)
+    res["full_load_path"] = {r.layer: r for r in kernels.REGISTRY.layers("conditional")}[key].path
+    comfy.model_management.unload_all_models()
+    with torch.no_grad():
+        res["after_unpatch_vs_unpatched"] = rel(cond.model.diffusion_model(x, sigma, context=ctx), unpatched)
+    # lowvram: every module cast per call, the patch applied on the fly on the dequantized weight
+    lora.patch_model(device_to=torch.device("cpu"), lowvram_model_memory=1)
+    try:
+        res["lowvram_cast_modules"] = sum(bool(getattr(m, "comfy_cast_weights", False))
+                                          for m in int8_ops.int8_linears(lora.model.diffusion_model).values())
+        res["lowvram_weight_function"] = len(_qkv(lora).weight_function)
+        with torch.no_grad():
+            got_lv = lora.model.diffusion_model(x, sigma, context=ctx)
+        res["lowvram_vs_ref"] = rel(got_lv, want)
+        rec = {r.layer: r for r in kernels.REGISTRY.layers("conditional")}[key]
+        res["lowvram_path"] = rec.path
+        res["lowvram_reason"] = rec.reason
+    finally:
+        lora.unpatch_model()
+    with torch.no_grad():
+        res["after_lowvram_vs_unpatched"] = rel(cond.model.diffusion_model(x, sigma, context=ctx), unpatched)
+    return res
+
+
+def check_offload():
+    """Partial (lowvram) load without patches keeps the int8 path and the same output; clone, cached_patcher_init,
+    state_dict round trip."""
+    write_all()
+    cond, _, _ = load("i4_w8a8.safetensors")
+    x, ctx, sigma, mask = inputs()
+    dm = cond.model.diffusion_model
+    with torch.no_grad():
+        full = dm(x, sigma, context=ctx)
+    res = {"model_size": cond.model_size()}
+    res["float_size"] = sum(4 * p.numel() for p in dm.parameters())
+    cond.patch_model(device_to=torch.device("cpu"), lowvram_model_memory=1)
+    try:
+        res["cast_modules"] = sum(bool(getattr(m, "comfy_cast_weights", False)) for m in dm.modules())
+        with torch.no_grad():
+            res["lowvram_max_abs"] = (dm(x, sigma, context=ctx) - full).abs().max().item()
+        rec = {r.layer: r.path for r in kernels.REGISTRY.layers("conditional")}
+        res["lowvram_qkv_path"] = rec["layers.0.attention.qkv"]
+    finally:
+        cond.unpatch_model()
+    clone = cond.clone()
+    with torch.no_grad():
+        res["clone_max_abs"] = (clone.model.diffusion_model(x, sigma, context=ctx) - full).abs().max().item()
+    fn, fargs = cond.cached_patcher_init[:2]
+    again = fn(*fargs, disable_dynamic=True)
+    with torch.no_grad():
+        res["reinit_max_abs"] = (again.model.diffusion_model(x, sigma, context=ctx) - full).abs().max().item()
+    res["reinit_is_new_model"] = again.model is not cond.model
+    dm.to(torch.device("cpu"))
+    res["after_to_int8"] = int8_ops.is_int8_weight(dm.layers[0].attention.qkv.weight)
+    sd = dm.state_dict()
+    res["state_dict_smooth_keys"] = sum(k.endswith(".input_smooth") for k in sd)
+    res["state_dict_quant_keys"] = sum(k.endswith(".comfy_quant") for k in sd)
+    path = os.path.join(MODELS, "i4_saved.safetensors")
+    # (the demo config's RoPE sections cannot be inferred from shapes; the full model's can, so metadata is only
+    # needed here)
+    comfy.utils.save_torch_file({k: v.contiguous() for k, v in sd.items()}, path,
+                                metadata={"ideogram4_config": CFG.to_json()})
+    saved, _, _ = load("i4_saved.safetensors", "i4_saved.safetensors")
+    with torch.no_grad():
+        res["saved_max_abs"] = (saved.model.diffusion_model(x, sigma, context=ctx) - full).abs().max().item()
+    return res
+
+
+def check_patch():
+    files, _ = write_all()
+    x, ctx, sigma, mask = inputs()
+    res = {}
+    for fmt, fname in (("int8_convrot", "i4_int8_convrot.safetensors"), ("fp8", "i4_fp8_scaled.safetensors"),
+                       ("bf16", "i4_bf16.safetensors")):
+        path = os.path.join(MODELS, fname)
+        native = native_unet(path, torch.float32 if fmt == "bf16" else None)
+        out = patch_nodes.Ideogram4Int8Patch.execute(model=native, label="conditional", gemm_path="auto")
+        patched, report = out.result
+        ref = reference(path, "conditional")
+        ours = forward_cases(patched.model.diffusion_model, x, ctx, sigma, mask)
+        want = forward_cases(ref, x, ctx, sigma, mask)
+        native_dm = native.model.diffusion_model
+        nat = {k: v.float() for k, v in forward_cases(native_dm, x, ctx, sigma, mask).items()}
+        for case in CASES:
+            res[f"{fmt}/{case}/vs_reference"] = rel(ours[case], want[case])
+            res[f"{fmt}/{case}/vs_native"] = rel(ours[case], nat[case])
+        res[f"{fmt}/report"] = report
+        res[f"{fmt}/int8_layers"] = sum(int8_ops.is_int8_weight(m.weight)
+                                        for m in int8_ops.int8_linears(patched.model.diffusion_model).values())
+        again = patch_nodes.Ideogram4Int8Patch.execute(model=patched, label="conditional", gemm_path="auto").result
+        res[f"{fmt}/repatch_same_object"] = again[0] is patched
+        fn, fargs = patched.cached_patcher_init[:2]
+        with demo_sizes():
+            rebuilt = fn(*fargs, disable_dynamic=True)
+        with torch.no_grad():
+            res[f"{fmt}/reinit_max_abs"] = (rebuilt.model.diffusion_model(x, sigma, context=ctx)
+                                            - patched.model.diffusion_model(x, sigma, context=ctx)).abs().max().item()
+    # a LoRA patch on the source MODEL carries over
+    native = native_unet(os.path.join(MODELS, "i4_int8_convrot.safetensors"))
+    lora = native.clone()
+    w = native.model.diffusion_model.layers[1].attention.o.weight
+    lora.add_patches({"diffusion_model.layers.1.attention.o.weight": (0.3 * torch.randn(w.shape, generator=G),)})
+    # the LoRA model ran before (weights merged in place on load): the patch node must read the pristine weights
+    comfy.model_management.load_models_gpu([lora])
+    with torch.no_grad():
+        want_lora = lora.model.diffusion_model(x, sigma, context=ctx).float()
+    patched = patch_nodes.Ideogram4Int8Patch.execute(model=lora, label="conditional", gemm_path="auto").result[0]
+    res["lora_patches_kept"] = len(patched.patches)
+    comfy.model_management.load_models_gpu([patched])
+    with torch.no_grad():
+        res["lora_patched_vs_native_lora"] = rel(patched.model.diffusion_model(x, sigma, context=ctx), want_lora)
+        res["lora_native_vs_plain"] = rel(native.model.diffusion_model(x, sigma, context=ctx).float(), want_lora)
+    comfy.model_management.unload_all_models()
+    return res
+
+
+def check_bad_inputs():
+    write_all()
+    errors = {}
+
+    def expect(name, fn):
+        try:
+            fn()
+            errors[name] = None
+        except Exception as exc:  # noqa: BLE001
+            errors[name] = f"{type(exc).__name__}: {exc}"
+
+    comfy.utils.save_torch_file({"encoder.conv_in.weight": torch.randn(8, 3, 3, 3)},
+                                os.path.join(MODELS, "not_ideogram_vae.safetensors"))
+    with open(os.path.join(MODELS, "truncated.safetensors"), "wb") as f:
+        f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":")
+    expect("wrong_kind", lambda: load("not_ideogram_vae.safetensors"))
+    expect("truncated", lambda: load("truncated.safetensors"))
+    expect("single_branch_no_uncond", lambda: load("i4_fp8_scaled.safetensors"))
+    nobase = {"conditional": weights(seed), "unconditional": weights(seed + 1)}
+    synthetic.write_w8a8(os.path.join(MODELS, "i4_nobase.safetensors"), nobase, CFG, include_others=False)
+    expect("missing_base", lambda: load("i4_nobase.safetensors"))
+    for b in nobase:
+        synthetic.write_float(os.path.join(MODELS, f"i4_base_{b}.safetensors"), nobase[b], CFG,
+                              only=synthetic.is_nonlinear_or_top(CFG))
+    # the second branch fails while loading (a NaN scale): the first one must not survive, nor its panel records
+    from safetensors.torch import load_file, save_file
+
+    bad = load_file(os.path.join(MODELS, "i4_unconditional_int8_convrot.safetensors"))
+    bad["layers.2.attention.o.weight_scale"][5] = float("nan")
+    save_file(bad, os.path.join(MODELS, "i4_unconditional_bad.safetensors"),
+              metadata={"ideogram4_config": CFG.to_json()})
+    kernels.REGISTRY.clear()
+    expect("second_branch_fails", lambda: load("i4_int8_convrot.safetensors", "i4_unconditional_bad.safetensors"))
+    errors["registry_after_failed_load"] = kernels.REGISTRY.models()
+    expect("hf_empty", lambda: load(loader_nodes.HF_CHOICE))
+    expect("hf_offline_missing", lambda: loader_nodes.Ideogram4Int8Loader.execute(
+        weights=loader_nodes.HF_CHOICE, unconditional_weights=loader_nodes.SAME_FILE, base="none",
+        unconditional_base="none", compute_dtype="fp32", gemm_path="auto", hf_repo_id="someone/ideogram-4-int8",
+        hf_filename="w8a8.safetensors"))
+    expect("forced_triton_on_cpu", lambda: load("i4_w8a8.safetensors", path=kernels.PATH_TRITON))
+    cond, uncond, _ = load("i4_w8a8.safetensors")
+    other_cfg = comfy.supported_models.SD15({"disable_unet_model_creation": True, "in_channels": 4})
+    other = comfy.model_patcher.ModelPatcher(comfy.model_base.BaseModel(other_cfg), torch.device("cpu"),
+                                             torch.device("cpu"))
+    ctx = torch.randn(1, 5, CFG.llm_features_dim)
+    expect("patch_non_ideogram", lambda: patch_nodes.Ideogram4Int8Patch.execute(model=other, label="conditional",
+                                                                                  gemm_path="auto"))
+    expect("sampler_non_ideogram", lambda: _latent_node(other, uncond, ctx, 0))
+    expect("sampler_non_ideogram_negative", lambda: _latent_node(cond, other, ctx, 0))
+    expect("sampler_clip_l_conditioning", lambda: _latent_node(cond, uncond, torch.randn(1, 77, 768), 0))
+    expect("sampler_zero_out_none", lambda: sampler_nodes.Ideogram4Int8Sampler.execute(
+        model=cond, model_negative=uncond, positive=[[None, {}]], seed=0, preset="Turbo 12", width=256, height=256))
+    expect("size_not_multiple", lambda: _latent_node(cond, uncond, ctx, 0, w=1000, h=1024))
+    expect("size_aspect", lambda: _latent_node(cond, uncond, ctx, 0, w=2048, h=256 + 64))
+    expect("size_small", lambda: _latent_node(cond, uncond, ctx, 0, w=128, h=256))
+    expect("custom_polish_too_many", lambda: _latent_node(cond, uncond, ctx, 0, preset="custom", steps=4,
+                                                           polish_steps=6))
+    expect("with_base_ok", lambda: loader_nodes.Ideogram4Int8Loader.execute(
+        weights="i4_nobase.safetensors", unconditional_weights=loader_nodes.SAME_FILE,
+        base="i4_base_conditional.safetensors", unconditional_base="i4_base_unconditional.safetensors",
+        compute_dtype="fp32", gemm_path="auto"))
+    errors["validate_inputs"] = sampler_nodes.Ideogram4Int8Sampler.validate_inputs(width=1000, height=1024)
+    errors["validate_inputs_ok"] = sampler_nodes.Ideogram4Int8Sampler.validate_inputs(width=1024, height=512)
+    return errors
+
+
+def check_hooks():
+    """Progress bar while loading and sampling; the panel's publish() is called and may fail without harm."""
+    write_all()
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    updates, events = [], []
+    comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, node_id=None: updates.append((value,
+                                                                                                         total)))
+    status_nodes.publish = lambda event, models=None: events.append((event, models))
+    try:
+        cond, uncond, _ = load("i4_w8a8.safetensors")
+        load_updates = list(updates)
+        updates.clear()
+        ctx = torch.randn(1, 4, CFG.llm_features_dim, generator=G)
+        _latent_node(cond, uncond, ctx, 3, preset="custom", steps=3)
+        sample_updates = list(updates)
+
+        def broken(event, models=None):
+            raise RuntimeError("panel is down")
+
+        status_nodes.publish = broken
+        _latent_node(cond, uncond, ctx, 4, preset="custom", steps=2)
+        load("i4_w8a8.safetensors", dtype="bf16")
+        survived = True
+    finally:
+        comfy.utils.set_progress_bar_global_hook(None)
+        del status_nodes.publish
+    return {"load_updates": len(load_updates), "load_last": load_updates[-1] if load_updates else None,
+            "load_monotonic": all(a[0] <= b[0] for a, b in zip(load_updates, load_updates[1:], strict=False)),
+            "sample_updates": sample_updates, "events": events, "survived_broken_publish": survived,
+            "registry_last_run": kernels.REGISTRY.last_run()}
+
+
+CHECKS = {"parity": check_parity, "sampler": check_sampler, "interrupt": check_interrupt, "lora": check_lora,
+          "offload": check_offload, "patch": check_patch, "bad_inputs": check_bad_inputs, "hooks": check_hooks}
+
+try:
+    result = CHECKS[check]()
+except Exception:  # noqa: BLE001
+    result = {"__error__": traceback.format_exc()}
+print("RESULT " + json.dumps(result, default=str))

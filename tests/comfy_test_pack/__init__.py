@@ -1,0 +1,48 @@
+"""Test-only ComfyUI nodes (linked into the test server next to the pack, never shipped).
+
+No text encoder is available in the test environment, so conditioning comes from a safetensors
+file the test writes: ``cond`` [B, L, F] and optional ``attention_mask`` [B, L]. A second node
+returns a native MODEL that is not Ideogram 4, for the bad-input tests.
+"""
+
+import comfy.model_base
+import comfy.model_patcher
+import comfy.supported_models
+import safetensors.torch
+import torch
+
+
+class Ideogram4TestConditioning:
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {"path": ("STRING", {"default": "", "tooltip": "safetensors file with 'cond'"})}}
+
+    RETURN_TYPES = ("CONDITIONING",)
+    FUNCTION = "load"
+    CATEGORY = "testing"
+
+    def load(self, path):
+        t = safetensors.torch.load_file(path)
+        extra = {"pooled_output": None}
+        if "attention_mask" in t:
+            extra["attention_mask"] = t["attention_mask"]
+        return ([[t["cond"], extra]],)
+
+
+class Ideogram4TestOtherModel:
+    @classmethod
+    def INPUT_TYPES(cls):
+        return {"required": {}}
+
+    RETURN_TYPES = ("MODEL",)
+    FUNCTION = "make"
+    CATEGORY = "testing"
+
+    def make(self):
+        config = comfy.supported_models.SD15({"disable_unet_model_creation": True, "in_channels": 4})
+        model = comfy.model_base.BaseModel(config)
+        return (comfy.model_patcher.ModelPatcher(model, torch.device("cpu"), torch.device("cpu")),)
+
+
+NODE_CLASS_MAPPINGS = {"Ideogram4TestConditioning": Ideogram4TestConditioning,
+                       "Ideogram4TestOtherModel": Ideogram4TestOtherModel}

@@ -1,0 +1,458 @@
+"""The loader / patch / sampler nodes inside a real ComfyUI 0.33 (skipped without COMFYUI_DIR).
+
+Two kinds of tests:
+* in-process checks (``comfy_nodes_script.py`` run by ComfyUI's own Python, --cpu): parity of ComfyUI's native
+  Ideogram 4 with the pack's ops against the reference DiT, the sampler against ``ideogram4.sample`` and against
+  the native DualModelGuider graph, interruption, LoRA (full load / lowvram), offload / clone / state_dict, the
+  patch node, bad inputs;
+* a real server with the pack (and a test-only node pack that loads conditioning from a file): /object_info,
+  graphs queued through /prompt, POST /interrupt mid-run, bad inputs that must not take the server down.
+Synthetic weights use the demo config (128 latent channels, 4 blocks), so native Flux2 latents fit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import time
+import urllib.request
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.comfyui
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NODE_IDS = ("Ideogram4Int8Loader", "Ideogram4Int8Patch", "Ideogram4Int8Sampler")
+# Whole-model comparisons on the int8 path: two implementations that differ by float rounding (1e-7) upstream of a
+# linear can flip one activation's int8 rounding (1 LSB); random tiny weights amplify that to 1e-4..7e-3 (seen over
+# many seeds). Exactness is checked layer by layer (identical outputs) and on the float path (<= 1e-6); this bound
+# only has to catch real mistakes (wrong smoothing, scale or packing: relative errors of 1e-1 and more).
+INT8_WHOLE_MODEL = 5e-2
+
+
+# -- in-process checks -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def run_check(tmp_path_factory):
+    comfy_dir = pathlib.Path(os.environ["COMFYUI_DIR"])
+    python = os.environ.get("COMFYUI_PYTHON") or str(comfy_dir / ".venv" / "bin" / "python")
+    pack_parent = tmp_path_factory.mktemp("pack")
+    (pack_parent / "comfyui_ideogram4_int8").symlink_to(ROOT)
+
+    def run(check: str) -> dict:
+        work = tmp_path_factory.mktemp(check)
+        seed = int.from_bytes(os.urandom(3), "little")
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # set by conftest for this process
+        out = subprocess.run([python, str(ROOT / "tests" / "comfy_nodes_script.py"), str(comfy_dir),
+                              str(pack_parent), str(work), check, str(seed)],
+                             capture_output=True, text=True, timeout=900, cwd=work, env=env)  # fmt: skip
+        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+        assert lines, f"seed {seed}: no result\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+        res = json.loads(lines[-1][len("RESULT ") :])
+        assert "__error__" not in res, f"seed {seed}:\n{res['__error__']}\n{out.stderr[-2000:]}"
+        res["__seed__"] = seed
+        return res
+
+    return run
+
+
+def test_native_model_with_our_ops_matches_the_reference_dit(run_check):
+    r = run_check("parity")
+    seed = r["__seed__"]
+    for fmt in ("w8a8", "int8_convrot", "fp8", "bf16"):
+        for branch in ("conditional", "unconditional"):
+            # every linear of ComfyUI's model, fed its own recorded input, equals the reference's linear exactly
+            assert r[f"{fmt}/{branch}/layers_checked"] == 31, seed
+            assert r[f"{fmt}/{branch}/layerwise_max_abs"] == 0.0, (seed, fmt, branch)
+            for case in ("image_only", "conditional", "conditional_masked"):
+                # whole model on the int8 path: float-rounding differences upstream may flip an activation's int8
+                # rounding (1 LSB), which random tiny weights amplify to ~1e-3; anything wrong is ~1e-1 or worse
+                assert r[f"{fmt}/{branch}/whole/{case}"] <= INT8_WHOLE_MODEL, (seed, fmt, branch, case)
+        assert r[f"{fmt}/int8_weights"] >= 23, seed
+    summary = r["w8a8/summary"]
+    assert "conditional: i4_w8a8.safetensors" in summary and "unconditional: i4_w8a8.safetensors" in summary
+    assert "cublas-int8 23, bf16 8" in summary
+    assert "bf16-protected layers (2): layers.1.feed_forward.w2, layers.3.feed_forward.w2" in summary
+    assert "quantized to W8A8 on load: 25 layers" in r["fp8/summary"]
+    assert "ConvRot layers: 21" in r["int8_convrot/summary"]
+    assert r["paths_dequant"]["dequant-bf16"] == 23 and r["paths_dequant"]["bf16"] == 8
+    for case in ("image_only", "conditional", "conditional_masked"):
+        # fp32, no activation quantization: ComfyUI's stock ops are bit-identical, the reference DiT within 1e-3
+        assert r[f"float/vs_stock/{case}"] <= 1e-6, (seed, case)
+        assert r[f"float/vs_reference/{case}"] <= 1e-3, (seed, case)
+        assert r[f"dequant/whole/{case}"] <= INT8_WHOLE_MODEL, (seed, case)
+    assert r["float_paths"]["bf16"] == 31
+
+
+def test_sampler_node_equals_reference_sampler_and_native_graph(run_check):
+    r = run_check("sampler")
+    seed = r["__seed__"]
+    assert r["float/vs_sample"] <= 1e-5, seed  # the loop itself: ideogram4.sample, same models, same seed
+    assert r["int8/vs_sample"] <= INT8_WHOLE_MODEL, seed  # W8A8 path: activation-rounding flips only
+    assert r["int8/vs_reference_dit"] <= INT8_WHOLE_MODEL, seed
+    assert r["int8/shape"] == [1, 128, 16, 16]
+    assert r["int8/other_seed_diff"] > 0.1, seed
+    # DualModelGuider (negative unconnected) + Ideogram4Scheduler + SamplerCustomAdvanced, constant guidance
+    assert r["native_graph_max_abs"] == 0.0, seed
+    assert r["native_graph_norm"] > 0
+    for name, steps in (("Quality 48", 48), ("Default 20", 20), ("Turbo 12", 12)):
+        assert r[f"preset/{name}/calls"] == steps
+        assert r[f"preset/{name}/guidance_ok"] is True, name
+        assert r[f"preset/{name}/sigma_max_abs"] <= 1e-6, name
+
+
+def test_interrupting_a_run_leaves_the_models_usable(run_check):
+    r = run_check("interrupt")
+    assert r["interrupted"] is True
+    assert r["steps_before_interrupt"] == 3
+    assert r["leftover_weight_functions"] == []
+    assert r["rerun_max_abs"] == 0.0
+    assert r["clean_norm"] > 0
+
+
+def test_lora_on_a_smoothed_int8_layer_full_load_and_lowvram(run_check):
+    r = run_check("lora")
+    seed = r["__seed__"]
+    assert r["smoothed"] is True
+    assert r["unpatched_vs_patched_ref"] > 0.02, seed  # the patch matters
+    # full load: merged into the real W (smoothing undone first), requantized, still on the int8 path
+    assert r["full_load_int8"] is True and r["full_load_path"] == "cublas-int8"
+    assert r["merged_weight_vs_w_plus_delta"] <= 0.05 < r["w_vs_w_plus_delta"], seed
+    assert r["full_load_vs_ref"] <= 0.25 * r["unpatched_vs_patched_ref"], seed
+    assert r["after_unpatch_vs_unpatched"] <= 1e-5, seed
+    # lowvram: applied on the fly to the dequantized real W, a labelled float GEMM, exact against the reference
+    assert r["lowvram_cast_modules"] == 31 and r["lowvram_weight_function"] == 1
+    assert r["lowvram_vs_ref"] <= 1e-5, seed
+    assert r["lowvram_path"] == "bf16" and "LoRA" in r["lowvram_reason"]
+    assert r["after_lowvram_vs_unpatched"] <= 1e-5, seed
+
+
+def test_offload_clone_reinit_and_state_dict_round_trip(run_check):
+    r = run_check("offload")
+    assert 0 < r["model_size"] < 0.5 * r["float_size"]
+    assert r["cast_modules"] > 31  # linears, norms, embedding cast per call
+    assert r["lowvram_max_abs"] == 0.0 and r["lowvram_qkv_path"] == "cublas-int8"
+    assert r["clone_max_abs"] == 0.0
+    assert r["reinit_max_abs"] == 0.0 and r["reinit_is_new_model"] is True
+    assert r["after_to_int8"] is True
+    assert r["state_dict_smooth_keys"] == 13 and r["state_dict_quant_keys"] == 23
+    assert r["saved_max_abs"] == 0.0
+
+
+def test_patch_node_converts_native_models(run_check):
+    r = run_check("patch")
+    seed = r["__seed__"]
+    for fmt in ("int8_convrot", "fp8", "bf16"):
+        assert r[f"{fmt}/int8_layers"] == 25, fmt
+        assert r[f"{fmt}/repatch_same_object"] is True
+        for case in ("image_only", "conditional", "conditional_masked"):
+            assert r[f"{fmt}/{case}/vs_reference"] <= INT8_WHOLE_MODEL, (seed, fmt, case)  # same int8 operands
+            # against the source MODEL as ComfyUI runs it (its own int8 kernel / fp8 / float): quantization error
+            assert r[f"{fmt}/{case}/vs_native"] <= 0.1, (seed, fmt, case)
+    assert "int8 layers used as stored: 25" in r["int8_convrot/report"]
+    assert "quantized to W8A8 on load: 25 layers" in r["fp8/report"]
+    assert "quantized to W8A8 on load: 25 layers" in r["bf16/report"]
+    assert r["lora_patches_kept"] == 1
+    # the carried-over LoRA is applied once (not twice): the patched model is as close to the native LoRA model
+    # as W8A8 allows, far closer than the model without the LoRA
+    assert r["lora_patched_vs_native_lora"] <= 0.1 and r["lora_native_vs_plain"] > 2 * r["lora_patched_vs_native_lora"]
+    for fmt in ("int8_convrot", "fp8", "bf16"):
+        assert r[f"{fmt}/reinit_max_abs"] <= 1e-5, fmt  # cached_patcher_init rebuilds the same model
+
+
+def test_bad_inputs_give_errors_that_say_what_to_do(run_check):
+    r = run_check("bad_inputs")
+    assert "holds no Ideogram 4 DiT linears" in r["wrong_kind"] and "text encoders and VAEs" in r["wrong_kind"]
+    assert "not a valid safetensors file" in r["truncated"]
+    assert "'unconditional_weights'" in r["single_branch_no_uncond"]
+    assert "missing" in r["missing_base"] and "base" in r["missing_base"]
+    assert "unconditional branch" in r["second_branch_fails"] and "layers.2.attention.o" in r["second_branch_fails"]
+    assert "invalid values" in r["second_branch_fails"]
+    assert r["registry_after_failed_load"] == []
+    assert "hf_repo_id" in r["hf_empty"]
+    assert "HF_HUB_OFFLINE is set" in r["hf_offline_missing"] and "someone/ideogram-4-int8" in r["hf_offline_missing"]
+    assert "triton-int8" in r["forced_triton_on_cpu"] and "auto" in r["forced_triton_on_cpu"]
+    for key in ("patch_non_ideogram", "sampler_non_ideogram", "sampler_non_ideogram_negative"):
+        assert "not an Ideogram 4 diffusion model" in r[key] and "Ideogram 4 INT8 Loader" in r[key], key
+    assert "'model_negative'" in r["sampler_non_ideogram_negative"]
+    for key in ("sampler_clip_l_conditioning", "sampler_zero_out_none"):
+        assert "CLIPLoader of type ideogram4" in r[key], key
+    assert "[1, 77, 768]" in r["sampler_clip_l_conditioning"]
+    assert "multiple of 16" in r["size_not_multiple"] and "992 or 1008" in r["size_not_multiple"]
+    assert "6:1" in r["size_aspect"]
+    assert "256..2048" in r["size_small"]
+    assert "polish_steps=6" in r["custom_polish_too_many"]
+    assert r["with_base_ok"] is None
+    assert "multiple of 16" in r["validate_inputs"] and r["validate_inputs_ok"] is True
+
+
+def test_progress_and_panel_hooks(run_check):
+    r = run_check("hooks")
+    assert r["load_updates"] >= 2 and r["load_monotonic"] is True
+    assert r["load_last"][0] == r["load_last"][1] > 0  # the bar ends full
+    assert r["sample_updates"][-1] == [3, 3]
+    assert r["events"] == [["loaded", ["conditional", "unconditional"]], ["run", ["conditional", "unconditional"]]]
+    assert r["survived_broken_publish"] is True
+
+
+# -- a real server ---------------------------------------------------------------------------------------------
+
+
+def _cfg():
+    from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
+
+    return Ideogram4Config.demo()
+
+
+SEED = int.from_bytes(os.urandom(3), "little")
+
+
+def _setup_files(base: pathlib.Path) -> None:
+    from comfyui_ideogram4_int8.ideogram4 import synthetic
+    from safetensors.torch import save_file
+
+    models = base / "models" / "diffusion_models"
+    models.mkdir(parents=True)
+    cfg = _cfg()
+    w = {"conditional": synthetic.RandomWeights(cfg, SEED).materialize(),
+         "unconditional": synthetic.RandomWeights(cfg, SEED + 1).materialize()}
+    synthetic.write_w8a8(models / "i4_w8a8.safetensors", w, cfg)
+    save_file({"encoder.conv_in.weight": torch.randn(8, 3, 3, 3)}, str(models / "flux2_vae_like.safetensors"))
+    g = torch.Generator().manual_seed(SEED)
+    save_file({"cond": torch.randn(1, 6, cfg.llm_features_dim, generator=g)}, str(base / "cond.safetensors"))
+    save_file({"cond": torch.randn(1, 77, 768, generator=g)}, str(base / "cond_clip_l.safetensors"))
+
+
+@pytest.fixture(scope="module")
+def srv():
+    from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer
+
+    server = ComfyUIServer(packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": ROOT / "tests" / "comfy_test_pack"},
+                           setup=_setup_files).start()  # fmt: skip
+    try:
+        assert server.import_failures() == [], server.log_tail()
+        yield server
+    finally:
+        server.stop()
+
+
+def _inputs(info):
+    return {**info["input"].get("required", {}), **info["input"].get("optional", {})}
+
+
+def test_object_info_lists_every_node_with_tooltips(srv):
+    everything = srv.object_info()
+    for node_id in NODE_IDS:
+        info = everything[node_id]
+        assert info["display_name"].startswith("Ideogram 4"), node_id
+        assert info["category"].startswith("Ideogram 4 INT8/"), node_id
+        for name, spec in _inputs(info).items():
+            assert spec[1].get("tooltip"), f"{node_id}.{name} has no tooltip"
+    assert everything["Ideogram4Int8Loader"]["output"] == ["MODEL", "MODEL", "STRING"]
+    assert everything["Ideogram4Int8Patch"]["output"] == ["MODEL", "STRING"]
+    assert everything["Ideogram4Int8Sampler"]["output"] == ["LATENT"]
+    weights = _inputs(everything["Ideogram4Int8Loader"])["weights"]
+    options = weights[1]["options"] if isinstance(weights[0], str) else weights[0]
+    assert "i4_w8a8.safetensors" in options
+    sampler = _inputs(everything["Ideogram4Int8Sampler"])
+    assert sampler["width"][1]["default"] == 1024 and sampler["height"][1]["default"] == 1024
+    width = sampler["width"][1]
+    assert (width["step"], width["min"], width["max"]) == (16, 256, 2048)
+
+
+def _loader(dtype="fp32"):
+    return {"class_type": "Ideogram4Int8Loader",
+            "inputs": {"weights": "i4_w8a8.safetensors", "unconditional_weights": "(second branch of the weights file)",
+                       "base": "none", "unconditional_base": "none", "compute_dtype": dtype, "gemm_path": "auto"}}
+
+
+def _cond(srv, name="cond.safetensors"):
+    return {"class_type": "Ideogram4TestConditioning", "inputs": {"path": str(srv.base / name)}}
+
+
+CUSTOM = {"steps": 4, "guidance": 7.0, "polish_steps": 1, "polish_guidance": 3.0, "mu": 0.0, "std": 1.75}
+
+
+def _our_sampler(seed, **kw):
+    inputs = {"model": ["1", 0], "model_negative": ["1", 1], "positive": ["2", 0], "seed": seed, "preset": "Turbo 12",
+              "width": 256, "height": 256, "batch_size": 1, **CUSTOM}
+    inputs.update(kw)
+    return {"class_type": "Ideogram4Int8Sampler", "inputs": inputs}
+
+
+def _saved_latent(srv, entry, node="9"):
+    from safetensors.torch import load_file
+
+    info = entry["outputs"][node]["latents"][0]
+    return load_file(str(srv.base / "output" / info["subfolder"] / info["filename"]))["latent_tensor"]
+
+
+def _ok(entry):
+    tracebacks = ["".join(d.get("traceback", [])) for kind, d in entry["status"]["messages"]
+                  if kind == "execution_error"]
+    assert entry["status"]["status_str"] == "success", "\n".join(tracebacks)
+
+
+def test_loader_builds_both_models_through_prompt(srv):
+    entry = srv.run_prompt({"1": _loader(), "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}}})
+    _ok(entry)
+    summary = entry["outputs"]["2"]["text"][0]
+    assert summary.startswith("conditional: i4_w8a8.safetensors")
+    assert "unconditional: i4_w8a8.safetensors" in summary
+    assert summary.count("GEMM paths: cublas-int8 23, bf16 8") == 2
+    assert "bf16-protected layers (2)" in summary
+
+
+def _reference_latent(srv, seed, preset, width=256, height=256, **custom):
+    """ideogram4.sample with the reference DiT on the server's file; custom inputs default to CUSTOM (as the node's)."""
+    custom = {**CUSTOM, **custom} if preset == "custom" else {}
+    from comfyui_ideogram4_int8.ideogram4 import Ideogram4DiT, make_noise, read_branch, sample, sampling_args
+    from comfyui_ideogram4_int8.ideogram4.w8a8_module import w8a8_linears
+    from safetensors.torch import load_file
+
+    path = srv.base / "models" / "diffusion_models" / "i4_w8a8.safetensors"
+    models = [Ideogram4DiT.from_state_dict(read_branch(path, b, dtype=torch.float32), w8a8_linears(),
+                                           dtype=torch.float32) for b in ("conditional", "unconditional")]  # fmt: skip
+    ctx = load_file(str(srv.base / "cond.safetensors"))["cond"]
+    plan = sampling_args.plan_sampling(preset, width, height, **custom)
+    with torch.no_grad():
+        return sample(models[0], models[1], ctx, width=width, height=height, sigmas=plan.sigmas,
+                      guidance=plan.guidance, noise=make_noise(seed, width, height, 1))  # fmt: skip
+
+
+def test_native_dual_model_guider_graph_runs_with_our_models(srv):
+    seed = SEED % 10000
+    graph = {
+        "1": _loader(), "2": _cond(srv),
+        "3": {"class_type": "DualModelGuider",  # negative left unconnected: the image-only unconditional pass
+              "inputs": {"model": ["1", 0], "model_negative": ["1", 1], "positive": ["2", 0], "cfg": 7.0}},
+        "4": {"class_type": "Ideogram4Scheduler",
+              "inputs": {"steps": 4, "width": 256, "height": 256, "mu": 0.0, "std": 1.75}},
+        "5": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
+        "6": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
+        "7": {"class_type": "EmptyFlux2LatentImage", "inputs": {"width": 256, "height": 256, "batch_size": 1}},
+        "8": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["5", 0], "guider": ["3", 0],
+                                                                "sampler": ["6", 0], "sigmas": ["4", 0],
+                                                                "latent_image": ["7", 0]}},
+        "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "native"}},
+        "10": _our_sampler(seed, preset="custom", polish_steps=0),
+        "11": {"class_type": "SaveLatent", "inputs": {"samples": ["10", 0], "filename_prefix": "ours"}},
+    }  # fmt: skip
+    entry = srv.run_prompt(graph, timeout=300)
+    _ok(entry)
+    native, ours = _saved_latent(srv, entry, "9"), _saved_latent(srv, entry, "11")
+    assert native.shape == (1, 128, 16, 16)
+    assert (native - ours).abs().max().item() == 0.0  # same guider, sampler, sigmas and noise inside ComfyUI
+    ref = _reference_latent(srv, seed, "custom", polish_steps=0)
+    rel = ((native.double() - ref.double()).norm() / ref.double().norm()).item()
+    assert rel <= INT8_WHOLE_MODEL, rel  # other torch build in this process: activation-rounding flips only
+
+
+def test_sampler_node_latent_matches_the_reference_sampler(srv):
+    seed = (SEED + 17) % 100000
+    graph = {"1": _loader(), "2": _cond(srv), "8": _our_sampler(seed),
+             "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "turbo"}}}
+    entry = srv.run_prompt(graph, timeout=300)
+    _ok(entry)
+    got = _saved_latent(srv, entry)
+    ref = _reference_latent(srv, seed, "Turbo 12")
+    rel = ((got.double() - ref.double()).norm() / ref.double().norm()).item()
+    assert rel <= INT8_WHOLE_MODEL, rel
+    other = _reference_latent(srv, seed + 1, "Turbo 12")
+    assert ((got - other).norm() / other.norm()).item() > 0.1
+
+
+def _interrupt(srv):
+    req = urllib.request.Request(srv.url + "/interrupt", data=b"{}", method="POST",
+                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 200
+
+
+def test_interrupt_mid_run_then_the_models_still_work(srv):
+    seed = (SEED + 29) % 100000
+    short = {"1": _loader(), "2": _cond(srv), "8": _our_sampler(seed, preset="custom", steps=3),
+             "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "short"}}}
+    first = srv.run_prompt(short, timeout=300)
+    _ok(first)
+    long = {"1": _loader(), "2": _cond(srv),
+            "8": _our_sampler(seed + 1, preset="custom", steps=200, width=1024, height=1024),
+            "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "long"}}}
+    prompt_id = srv.queue_prompt(long)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # wait until the sampler is running
+        running = srv.get_json("/queue")["queue_running"]
+        if running and running[0][1] == prompt_id:
+            break
+        time.sleep(0.1)
+    time.sleep(3.0)
+    _interrupt(srv)
+    entry = srv.wait_for_history(prompt_id, timeout=120)
+    kinds = [m[0] for m in entry["status"]["messages"]]
+    assert "execution_interrupted" in kinds, entry["status"]
+    # the loader's MODELs (cached by ComfyUI) run again: a new seed, so the sampler is not answered from the cache
+    again = srv.run_prompt(dict(short, **{"8": _our_sampler(seed + 2, preset="custom", steps=3)}), timeout=300)
+    _ok(again)
+    got = _saved_latent(srv, again)
+    ref = _reference_latent(srv, seed + 2, "custom", steps=3)
+    assert ((got.double() - ref.double()).norm() / ref.double().norm()).item() <= INT8_WHOLE_MODEL
+    assert not torch.equal(got, _saved_latent(srv, first))
+
+
+def _error_text(srv, graph):
+    from comfyui_server import ComfyUIError, history_errors
+
+    try:
+        entry = srv.run_prompt(graph, timeout=300)
+    except ComfyUIError as exc:  # rejected by validation (HTTP 400 with node_errors)
+        return str(exc)
+    assert entry["status"]["status_str"] == "error", "expected the run to fail"
+    return "\n".join(history_errors(entry))
+
+
+def test_bad_inputs_fail_with_clear_errors_and_the_server_stays_up(srv):
+    wrong_file = dict(_loader(), inputs=dict(_loader()["inputs"], weights="flux2_vae_like.safetensors"))
+    text = _error_text(srv, {"1": wrong_file, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}}})
+    assert "holds no Ideogram 4 DiT linears" in text and "flux2_vae_like.safetensors" in text
+    text = _error_text(srv, {"1": _loader(), "2": _cond(srv, "cond_clip_l.safetensors"), "8": _our_sampler(1),
+                             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}}})
+    assert "[1, 77, 768]" in text and "CLIPLoader of type ideogram4" in text
+    text = _error_text(srv, {"1": _loader(), "2": _cond(srv), "8": _our_sampler(1, width=1000),
+                             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}}})
+    assert "multiple of 16" in text
+    text = _error_text(srv, {"1": _loader(), "2": _cond(srv), "8": _our_sampler(1, width=2048, height=256),
+                             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}}})
+    assert "6:1" in text
+    text = _error_text(srv, {"3": {"class_type": "Ideogram4TestOtherModel", "inputs": {}},
+                             "4": {"class_type": "Ideogram4Int8Patch",
+                                   "inputs": {"model": ["3", 0], "label": "conditional", "gemm_path": "auto"}},
+                             "5": {"class_type": "PreviewAny", "inputs": {"source": ["4", 1]}}})
+    assert "not an Ideogram 4 diffusion model" in text
+    bad_negative = _our_sampler(1)
+    bad_negative["inputs"]["model_negative"] = ["3", 0]
+    text = _error_text(srv, {"1": _loader(), "2": _cond(srv), "3": {"class_type": "Ideogram4TestOtherModel",
+                                                                    "inputs": {}},
+                             "8": bad_negative,
+                             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}}})
+    assert "'model_negative'" in text and "not an Ideogram 4 diffusion model" in text
+    assert srv.proc.poll() is None
+    assert srv.get_json("/system_stats")["system"]
+    _ok(srv.run_prompt({"1": _loader(), "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}}}))
+
+
+def test_example_workflow_validates_up_to_the_missing_model_files(srv):
+    from comfyui_server import ComfyUIError
+
+    graph = json.loads((ROOT / "workflows" / "ideogram4_int8_text_to_image_api.json").read_text())
+    with pytest.raises(ComfyUIError) as err:
+        srv.queue_prompt(graph)
+    body = json.loads(str(err.value).split(": ", 1)[1])
+    errors = body["node_errors"]
+    assert "return_type_mismatch" not in json.dumps(errors)
+    problems = {(k, e["extra_info"]["input_name"]) for k, v in errors.items() for e in v["errors"]
+                if e["type"] == "value_not_in_list"}  # fmt: skip
+    assert problems == {("1", "weights"), ("2", "clip_name"), ("5", "vae_name")}, errors

@@ -1,0 +1,374 @@
+"""CPU tests (CI) of everything the ComfyUI nodes do that runs without ComfyUI.
+
+* ``ideogram4.comfy_form``: the in-memory W8A8 form -> ComfyUI's comfy_quant form (what the loader hands to
+  ComfyUI's Ideogram 4 model) and back through ``read_branch(state_dict)`` (what the patch node does).
+* ``ideogram4.sampling_args``: sizes, presets / custom schedules, conditioning shape, sigma -> step lookup.
+* ``ideogram4.load_plan``: which file each branch comes from, and the loader summary.
+* The node modules themselves (static: they import ComfyUI): ids, names, categories, a tooltip on every input.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import pathlib
+
+import pytest
+import torch
+from comfyui_ideogram4_int8.ideogram4 import PRESETS, sigmas
+from comfyui_ideogram4_int8.ideogram4 import sampling_args as sa
+from comfyui_ideogram4_int8.ideogram4.checkpoint import read_branch
+from comfyui_ideogram4_int8.ideogram4.comfy_form import SMOOTH_KEY, linear_infos, to_comfy_state_dict
+from comfyui_ideogram4_int8.ideogram4.errors import CheckpointError, TensorMismatchError
+from comfyui_ideogram4_int8.ideogram4.load_plan import branch_report, format_summary, plan_branches
+from comfyui_ideogram4_int8.ideogram4.synthetic import (
+    default_protected,
+    is_nonlinear_or_top,
+    write_comfy_fp8,
+    write_comfy_int8,
+    write_float,
+    write_w8a8,
+)
+from ideogram4_checks import TINY, tiny_weights
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+F32 = torch.float32
+
+
+# -- comfy_form ---------------------------------------------------------------------------------------------------
+
+
+def _marker(t: torch.Tensor) -> dict:
+    assert t.dtype == torch.uint8 and t.dim() == 1
+    return json.loads(bytes(t.tolist()).decode("utf-8"))
+
+
+@pytest.mark.parametrize("fmt", ["w8a8", "comfy_int8_convrot", "comfy_fp8"])
+def test_comfy_form_shares_tensors_and_marks_every_int8_layer(tmp_path, gen, fmt):
+    weights = tiny_weights(gen)
+    if fmt == "w8a8":
+        path = write_w8a8(tmp_path / "w.safetensors", weights, TINY)
+    elif fmt == "comfy_int8_convrot":
+        path = write_comfy_int8(tmp_path / "w.safetensors", weights["conditional"], TINY, convrot_group=16)
+    else:
+        path = write_comfy_fp8(tmp_path / "w.safetensors", weights["conditional"], TINY)
+    st = read_branch(path, "conditional", dtype=F32)
+    out = to_comfy_state_dict(st, TINY)
+    n_int8 = 0
+    for spec in TINY.linears():
+        m = spec.name
+        w = st[f"{m}.weight"]
+        assert out[f"{m}.weight"] is w  # no copy of any weight
+        if w.dtype != torch.int8:
+            assert f"{m}.comfy_quant" not in out and f"{m}.weight_scale" not in out
+            continue
+        n_int8 += 1
+        scale = out[f"{m}.weight_scale"]
+        assert scale.dtype == F32 and tuple(scale.shape) == (spec.out_features, 1)
+        assert torch.equal(scale.reshape(-1), st[f"{m}.weight_scale"])
+        assert scale.data_ptr() == st[f"{m}.weight_scale"].data_ptr()  # a view
+        info = _marker(out[f"{m}.comfy_quant"])
+        assert info["format"] == "int8_tensorwise"
+        group = st.get(f"{m}.convrot_groupsize")
+        if group is not None:
+            assert info == {"format": "int8_tensorwise", "convrot": True, "convrot_groupsize": int(group)}
+        else:
+            assert "convrot" not in info
+        if f"{m}.{SMOOTH_KEY}" in st:
+            assert torch.equal(out[f"{m}.{SMOOTH_KEY}"], st[f"{m}.{SMOOTH_KEY}"])
+        assert f"{m}.convrot_groupsize" not in out
+    assert n_int8 == len(st.quantized_layers()) > 0
+    for key in TINY.other_shapes():
+        assert out[key] is st[key]
+    if fmt == "comfy_int8_convrot":
+        assert sum(i.convrot is not None for i in linear_infos(out, TINY)) > 0
+    # back through the reader, as the patch node reads a native model's state_dict(): the same bits
+    again = read_branch(dict(out), "conditional", config=TINY, dtype=F32)
+    assert set(again) == set(st)
+    for k, v in st.items():
+        assert again[k].dtype == v.dtype and torch.equal(again[k], v), k
+
+
+def test_comfy_form_refuses_incomplete_or_foreign_state(tmp_path, gen):
+    st = dict(read_branch(write_w8a8(tmp_path / "w.safetensors", tiny_weights(gen), TINY), "conditional", dtype=F32))
+    qkv = "layers.0.attention.qkv"
+    for mutate, key in (
+        (lambda d: d.pop(f"{qkv}.weight_scale"), f"{qkv}.weight_scale"),
+        (lambda d: d.pop("layers.1.ffn_norm2.weight"), "layers.1.ffn_norm2.weight"),
+        (lambda d: d.__setitem__("vae.decoder.weight", torch.zeros(2)), "vae.decoder.weight"),
+        (lambda d: d.__setitem__(f"{qkv}.weight", torch.zeros(3, 3, dtype=torch.int8)), f"{qkv}.weight"),
+        (lambda d: d.__setitem__("input_proj.weight_scale", torch.ones(TINY.emb_dim)), "input_proj.weight"),
+    ):
+        bad = dict(st)
+        mutate(bad)
+        with pytest.raises(TensorMismatchError) as err:
+            to_comfy_state_dict(bad, TINY)
+        assert key in str(err.value)
+
+
+def test_read_branch_quantizes_a_native_fp8_state_dict_on_load(tmp_path, gen):
+    """The patch node's input: a native model's state_dict() (comfy_quant fp8) read as a dict source."""
+    from safetensors.torch import load_file
+
+    weights = tiny_weights(gen)["conditional"]
+    path = write_comfy_fp8(tmp_path / "fp8.safetensors", weights, TINY)
+    from_dict = read_branch(load_file(str(path)), "conditional", config=TINY, dtype=F32)
+    from_file = read_branch(path, "conditional", config=TINY, dtype=F32)
+    assert from_dict.quantized_layers() == sorted(TINY.default_quantized())
+    assert from_dict.file == "<checkpoint state dict>"
+    for k, v in from_file.items():
+        assert torch.equal(from_dict[k], v), k
+
+
+# -- sampling_args ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("w,h", [(1024, 1024), (256, 1536), (2048, 2048), (1536, 256), (256, 256), (1344, 768)])
+def test_valid_sizes_pass(w, h):
+    sa.check_size(w, h)
+
+
+@pytest.mark.parametrize("w,h,needle", [
+    (1000, 1024, "width=1000 is not a multiple of 16"), (1024, 1000, "height=1000"), (240, 1024, "256..2048"),
+    (2064, 1024, "out of range"), (2048, 336, "6.10:1"), (1024.5, 1024, "integer"),
+])  # fmt: skip
+def test_bad_sizes_say_what_to_change(w, h, needle):
+    with pytest.raises(sa.SamplingArgumentError) as err:
+        sa.check_size(w, h)
+    assert needle in str(err.value)
+    if "multiple" in needle:
+        assert "use 992 or 1008" in str(err.value)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_named_presets_are_the_official_schedules(name, gen):
+    w = 16 * int(torch.randint(16, 129, (1,), generator=gen))
+    h = 16 * int(torch.randint(max(16, -(-w // 96)), min(128, 6 * w // 16) + 1, (1,), generator=gen))
+    plan = sa.plan_sampling(name, w, h, steps=3, guidance=1.0, polish_steps=0, mu=9.0, std=9.0)  # ignored
+    p = PRESETS[name]
+    assert (plan.steps, plan.guidance, plan.mu, plan.std) == (p.steps, p.guidance, p.mu, p.std)
+    assert torch.equal(plan.sigmas, sigmas(p.steps, w, h, p.mu, p.std))
+    main, polish = {"Quality 48": (45, 3), "Default 20": (18, 2), "Turbo 12": (11, 1)}[name]
+    assert plan.guidance == (7.0,) * main + (3.0,) * polish  # polish steps last
+    assert plan.describe().startswith(f"{name}: {p.steps} steps, guidance {main}x7 then {polish}x3")
+
+
+def test_custom_schedule_and_its_errors(gen):
+    steps = int(torch.randint(2, 60, (1,), generator=gen))
+    polish = int(torch.randint(0, steps + 1, (1,), generator=gen))
+    g_main, g_pol = float(torch.rand(1, generator=gen)) * 9 + 1, float(torch.rand(1, generator=gen)) * 4
+    plan = sa.plan_sampling("custom", 768, 1344, steps=steps, guidance=g_main, polish_steps=polish,
+                            polish_guidance=g_pol, mu=0.3, std=1.2)  # fmt: skip
+    assert len(plan.guidance) == steps and plan.sigmas.numel() == steps + 1
+    assert list(plan.guidance) == [g_main] * (steps - polish) + [g_pol] * polish
+    assert torch.equal(plan.sigmas, sigmas(steps, 768, 1344, 0.3, 1.2))
+    default = sa.plan_sampling("custom", 1024, 1024)  # missing custom values come from Default 20
+    assert default.guidance == PRESETS["Default 20"].guidance and default.std == PRESETS["Default 20"].std
+    for kwargs, needle in (({"steps": 0}, "steps=0"), ({"steps": 500}, "steps=500"),
+                           ({"steps": 4, "polish_steps": 5}, "polish_steps=5"), ({"std": 0.0}, "std=0.0"),
+                           ({"guidance": math.nan}, "guidance=nan")):  # fmt: skip
+        with pytest.raises(sa.SamplingArgumentError) as err:
+            sa.plan_sampling("custom", 1024, 1024, **kwargs)
+        assert needle in str(err.value)
+    with pytest.raises(sa.SamplingArgumentError, match="unknown"):
+        sa.plan_sampling("Ultra 99", 1024, 1024)
+    with pytest.raises(sa.SamplingArgumentError, match="multiple of 16"):
+        sa.plan_sampling("Turbo 12", 1000, 1024)
+
+
+def test_conditioning_shape_check():
+    sa.check_text_features((1, 77, 53248))
+    sa.check_text_features((2, 5, 128), expected_features=128)
+    for shape in ((1, 77, 4096), (1, 77, 768), (77, 53248), (1, 0, 53248), (1, 3, 4, 53248)):
+        with pytest.raises(sa.SamplingArgumentError) as err:
+            sa.check_text_features(shape)
+        assert str(list(shape)) in str(err.value) and "CLIPLoader of type ideogram4" in str(err.value)
+        assert "53248" in str(err.value)
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_step_index_finds_every_step(name, gen):
+    p = PRESETS[name]
+    s = p.sigmas(1024, 1024)
+    for i in range(p.steps):
+        assert sa.step_index(s, float(s[i])) == i
+        assert sa.step_index(s.double(), float(s[i].float())) == i  # float32 round trip of the same value
+        mid = float(s[i + 1]) + float(torch.rand(1, generator=gen)) * (float(s[i]) - float(s[i + 1]))
+        if mid < float(s[i]) * (1 - 1e-4):
+            assert sa.step_index(s, mid) == i  # intermediate sigmas (2nd-order samplers) stay in their step
+    assert sa.step_index(s, 0.0) == p.steps - 1
+    assert sa.step_index(s, 5.0) == 0
+
+
+# -- load_plan ---------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def files(tmp_path, gen):
+    w = tiny_weights(gen)
+    return {
+        "two": write_w8a8(tmp_path / "two.safetensors", w, TINY),
+        "cond_only": write_w8a8(tmp_path / "cond_only.safetensors", {"conditional": w["conditional"]}, TINY),
+        "fp8": write_comfy_fp8(tmp_path / "fp8.safetensors", w["conditional"], TINY),
+        "fp8_u": write_comfy_fp8(tmp_path / "fp8_unconditional.safetensors", w["unconditional"], TINY),
+        "base2": write_w8a8(tmp_path / "base2.safetensors", w, TINY, quantized=False),
+        "base_c": write_float(tmp_path / "base_c.safetensors", w["conditional"], TINY, only=is_nonlinear_or_top(TINY)),
+        "vae": _write_other(tmp_path / "vae.safetensors"),
+    }
+
+
+def _write_other(path):
+    from safetensors.torch import save_file
+
+    save_file({"decoder.conv_in.weight": torch.zeros(4, 4, 3, 3), "decoder.conv_in.bias": torch.zeros(4)}, str(path))
+    return path
+
+
+def test_plan_branches_per_layout(files):
+    c, u = plan_branches(files["two"])
+    assert (c.branch, c.path, u.branch, u.path) == ("conditional", files["two"], "unconditional", files["two"])
+    assert c.format == "transformerlab-w8a8" and c.base is None and u.base is None
+    c, u = plan_branches(files["fp8"], files["fp8_u"])
+    assert (c.path, u.path, c.format) == (files["fp8"], files["fp8_u"], "comfy-fp8")
+    assert "single-branch" in c.note
+    c, u = plan_branches(files["two"], files["fp8_u"])
+    assert u.path == files["fp8_u"] and "overrides the unconditional branch" in u.note
+    c, u = plan_branches(files["two"], base=files["base2"])
+    assert c.base == u.base == files["base2"]  # a two-branch base serves both
+    c, u = plan_branches(files["fp8"], files["fp8_u"], base=files["base_c"])
+    assert c.base == files["base_c"] and u.base is None  # a single-branch base is the conditional one
+    assert "fp8.safetensors [ComfyUI fp8_scaled" in c.describe() and "+ base base_c.safetensors" in c.describe()
+
+
+def test_plan_branches_errors_name_the_input(files, tmp_path):
+    with pytest.raises(CheckpointError) as err:
+        plan_branches(files["fp8"])
+    assert "unconditional_weights" in str(err.value) and "ideogram4_unconditional_fp8_scaled" in str(err.value)
+    with pytest.raises(CheckpointError) as err:
+        plan_branches(files["cond_only"])
+    assert "unconditional_weights" in str(err.value)
+    with pytest.raises(CheckpointError) as err:
+        plan_branches(files["vae"])
+    assert "no Ideogram 4 DiT linears" in str(err.value) and "vae.safetensors" in str(err.value)
+    with pytest.raises(CheckpointError) as err:
+        plan_branches(tmp_path / "missing.safetensors")
+    assert "does not exist" in str(err.value)
+    with pytest.raises(CheckpointError) as err:
+        plan_branches(files["two"], unconditional=files["cond_only"])
+    assert "no unconditional branch" in str(err.value)
+    with pytest.raises(CheckpointError):
+        plan_branches(files["two"], base=tmp_path / "nope.safetensors")
+
+
+def test_summary_lists_paths_protected_layers_and_reasons(files):
+    st = read_branch(files["two"], "conditional", dtype=F32)
+    quantized = set(st.quantized_layers())
+    paths = {s.name: ("cublas-int8", "CPU tensors: no GPU") if s.name in quantized else ("bf16", "kept float")
+             for s in TINY.linears()}  # fmt: skip
+    rep = branch_report("conditional", "two.safetensors [W8A8]", "float32", paths, st, TINY)
+    assert rep.protected == default_protected(TINY)
+    assert sorted(rep.top_float) == sorted(s.name for s in TINY.linears() if not s.name.startswith("layers.")
+                                           and s.name not in quantized)  # fmt: skip
+    assert rep.int8_stored == len(quantized) and rep.quantized_on_load == []
+    text = format_summary([rep], ["note line"])
+    assert text.splitlines()[0] == "conditional: two.safetensors [W8A8]"
+    assert f"GEMM paths: cublas-int8 {len(quantized)}, bf16 {len(paths) - len(quantized)}" in text
+    assert f"bf16-protected layers ({len(rep.protected)}): layers.1.feed_forward.w2" in text
+    assert f"why not faster ({len(quantized)} layers) cublas-int8: CPU tensors: no GPU" in text
+    assert text.endswith("note line")
+    fp8 = read_branch(files["fp8"], "conditional", dtype=F32)
+    rep = branch_report("conditional", "fp8", "bfloat16", paths, fp8, TINY)
+    assert sorted(rep.quantized_on_load) == sorted(TINY.default_quantized()) and rep.int8_stored == 0
+    assert f"quantized to W8A8 on load: {len(rep.quantized_on_load)} layers" in format_summary([rep])
+
+
+# -- the node modules (static) -------------------------------------------------------------------------------------
+
+NODE_FILES = ("loader_nodes.py", "patch_nodes.py", "sampler_nodes.py")
+
+
+def _calls(tree, attr):
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == attr]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", NODE_FILES)
+def test_node_schemas_have_ids_names_categories_and_tooltips(name):
+    src = (ROOT / "nodes" / name).read_text()
+    tree = ast.parse(src)
+    inputs = _calls(tree, "Input")
+    assert inputs, name
+    for call in inputs:
+        kws = {k.arg for k in call.keywords}
+        assert "tooltip" in kws, f"{name}:{call.lineno} input without a tooltip"
+    schemas = [c for c in _calls(tree, "Schema")]
+    assert len(schemas) == 1
+    kw = {k.arg: k.value for k in schemas[0].keywords}
+    assert isinstance(kw["node_id"], ast.Constant) and kw["node_id"].value.startswith("Ideogram4Int8")
+    assert "category" in kw and "description" in kw and "display_name" in kw
+    consts = {n.targets[0].id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
+              and isinstance(n.value, ast.Constant) and isinstance(n.targets[0], ast.Name)}  # fmt: skip
+    assert consts["CATEGORY"].startswith("Ideogram 4 INT8/")
+    assert consts["NODE_NAME"].startswith("Ideogram 4")
+
+
+def test_only_nodes_import_comfyui():
+    for pkg in ("ideogram4", "kernels"):
+        for path in (ROOT / pkg).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            for node in ast.walk(tree):
+                names = []
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                    names = [node.module or ""]
+                for n in names:
+                    root = n.split(".")[0]
+                    assert root not in ("comfy", "comfy_api", "comfy_extras", "folder_paths", "server",
+                                        "latent_preview", "nodes"), f"{path}: imports {n}"  # fmt: skip
+
+
+# -- the benchmark's in-memory branch ------------------------------------------------------------------------------
+
+
+def test_in_memory_w8a8_state_equals_the_file_read_back(tmp_path, gen):
+    from comfyui_ideogram4_int8.ideogram4.synthetic import w8a8_state
+
+    weights = tiny_weights(gen)
+    path = write_w8a8(tmp_path / "w.safetensors", weights, TINY)
+    for branch in ("conditional", "unconditional"):
+        want = read_branch(path, branch, dtype=torch.bfloat16)
+        got = w8a8_state(weights[branch], TINY, branch=branch)
+        assert set(got) == set(want) and got.config == TINY
+        for k, v in want.items():
+            assert got[k].dtype == v.dtype and torch.equal(got[k], v), (branch, k)
+        assert got.quantized_layers() == want.quantized_layers()
+
+
+# -- the example workflow ----------------------------------------------------------------------------------------
+
+WORKFLOW = ROOT / "workflows" / "ideogram4_int8_text_to_image_api.json"
+CORE = {"CLIPLoader", "CLIPTextEncode", "VAELoader", "VAEDecode", "SaveImage", "PreviewAny"}
+
+
+def _declared(name: str) -> tuple[str, set[str]]:
+    tree = ast.parse((ROOT / "nodes" / name).read_text())
+    node_id = next(k.value.value for c in _calls(tree, "Schema") for k in c.keywords if k.arg == "node_id")
+    inputs = {c.args[0].value for c in _calls(tree, "Input") if c.args and isinstance(c.args[0], ast.Constant)}
+    return node_id, inputs
+
+
+def test_example_workflow_uses_the_nodes_as_declared():
+    import json
+
+    declared = dict(_declared(n) for n in NODE_FILES)
+    graph = json.loads(WORKFLOW.read_text())
+    for key, node in graph.items():
+        cls = node["class_type"]
+        assert cls in declared or cls in CORE, (key, cls)
+        if cls in declared:
+            assert set(node["inputs"]) == declared[cls], (cls, set(node["inputs"]) ^ declared[cls])
+    sampler = graph["4"]["inputs"]
+    assert sampler["positive"] == ["3", 0] and sampler["model_negative"] == ["1", 1]
+    assert graph["2"]["inputs"]["type"] == "ideogram4"

@@ -28,7 +28,15 @@ import torch.nn.functional as F
 
 from . import rope
 from .config import Ideogram4Config, LinearSpec, infer_config
-from .w8a8_module import QUANT_KEYS, FloatLinear, LinearFactory, W8A8Linear, float_linears
+from .w8a8_module import (
+    QUANT_KEYS,
+    FloatLinear,
+    FusedGateUp,
+    LinearFactory,
+    W8A8Linear,
+    can_fuse_gate_up,
+    float_linears,
+)
 
 # Per-token role indicators (segment / embedding semantics of the official model).
 PAD_INDICATOR = 0
@@ -94,6 +102,9 @@ class Ideogram4Block(nn.Module):
 
     def feed(self, x):
         ff = self.feed_forward
+        fused = getattr(ff, "gate_up", None)
+        if fused is not None:
+            return ff.w2(fused(x))
         h = F.silu(ff.w1(x)) * ff.w3(x)
         if h.dtype == torch.float16:  # the native model clamps to fp16's range here
             h = h.clamp(-65504.0, 65504.0)
@@ -197,6 +208,24 @@ class Ideogram4DiT(nn.Module):
     def linear_modules(self) -> dict[str, nn.Module]:
         names = set(self.config.linear_names())
         return {n: m for n, m in self.named_modules() if n in names}
+
+    def fuse_gate_up(self, on: bool = True) -> int:
+        """Run each block's feed_forward.w1 / w3 as one fused W8A8 GEMM with the SwiGLU in its epilogue.
+
+        One-way: the interleaved weight replaces w1 and w3 (no second copy stays resident).
+        Blocks whose w1 / w3 cannot share a GEMM keep them. Returns the number of fused blocks."""
+        if not on:
+            return 0
+        fused = 0
+        for i, layer in enumerate(self.layers):
+            ff = layer.feed_forward
+            if getattr(ff, "gate_up", None) is not None or not can_fuse_gate_up(ff.w1, ff.w3):
+                continue
+            site = f"{self.label}/layers.{i}.feed_forward.w1|w3" if self.label else None
+            ff.gate_up = FusedGateUp(ff.w1, ff.w3, site=site)
+            ff.w1 = ff.w3 = None
+            fused += 1
+        return fused
 
     def set_label(self, label: str | None) -> None:
         """Rename the registry call sites of every linear to "<label>/<module path>"."""

@@ -175,6 +175,49 @@ class FloatLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class FusedGateUp(nn.Module):
+    """feed_forward.w1 and .w3 (SwiGLU gate and up) as ONE W8A8 GEMM with silu(gate) * up in its
+    epilogue (``kernels.swiglu_w8a8_linear``): one activation quantization instead of two and no
+    gate / up intermediates in memory. Built from two W8A8Linear sharing the same input (same
+    smoothing vector, no ConvRot, no bias); their int8 rows are interleaved into one weight."""
+
+    def __init__(self, w1: W8A8Linear, w3: W8A8Linear, site: str | None = None) -> None:
+        super().__init__()
+        if not can_fuse_gate_up(w1, w3):
+            raise ValueError(f"FusedGateUp {site}: w1 / w3 cannot share one GEMM ({fuse_gate_up_blocker(w1, w3)})")
+        self.chunk = kernels.swiglu_chunk_for(w1.out_features)
+        w13, s13 = kernels.interleave_gate_up(w1.weight, w1.weight_scale, w3.weight, w3.weight_scale, self.chunk)
+        self.register_buffer("w13", w13)
+        self.register_buffer("s13", s13)
+        self.register_buffer("input_smooth", w1.input_smooth)
+        self.in_features, self.out_features = w1.in_features, w1.out_features
+        self.site, self.path = site, w1.path
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.swiglu_w8a8_linear(x, self.w13, self.s13, self.chunk, smooth=self.input_smooth, path=self.path,
+                                          site=self.site)  # fmt: skip
+
+
+def fuse_gate_up_blocker(w1, w3) -> str | None:
+    """Why w1 / w3 cannot run as one fused GEMM (None when they can)."""
+    if not (isinstance(w1, W8A8Linear) and isinstance(w3, W8A8Linear)):
+        return "not both W8A8"
+    if w1.convrot_groupsize is not None or w3.convrot_groupsize is not None:
+        return "ConvRot weights"
+    if w1.bias is not None or w3.bias is not None:
+        return "biased projections"
+    if w1.weight.shape != w3.weight.shape or kernels.swiglu_chunk_for(w1.out_features) is None:
+        return "shapes"
+    s1, s3 = w1.input_smooth, w3.input_smooth
+    if (s1 is None) != (s3 is None) or (s1 is not None and not torch.equal(s1, s3)):
+        return "different smoothing vectors"
+    return None
+
+
+def can_fuse_gate_up(w1, w3) -> bool:
+    return fuse_gate_up_blocker(w1, w3) is None
+
+
 CONVROT_NOTE = "ConvRot weight: activation rotated by a separate torch op (not fused yet)"
 
 

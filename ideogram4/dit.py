@@ -26,6 +26,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .. import kernels
 from . import rope
 from .config import Ideogram4Config, LinearSpec, infer_config
 from .w8a8_module import (
@@ -95,8 +96,15 @@ class Ideogram4Block(nn.Module):
         b, n, _ = x.shape
         qkv = self.attention.qkv(x).view(b, n, 3, self.num_heads, self.head_dim)
         q, k, v = qkv.unbind(dim=2)
-        q = rope.apply_rope(self.attention.norm_q(q), cos, sin)
-        k = rope.apply_rope(self.attention.norm_k(k), cos, sin)
+        if x.is_cuda:
+            # one fused pass per tensor (norm + rotation in float32, rounded once), like ComfyUI's
+            # fused rms_rope kernel; the CPU keeps the eager ops (bit-for-bit with ComfyUI's CPU path)
+            nq, nk = self.attention.norm_q, self.attention.norm_k
+            q = kernels.qk_norm_rope(q, nq.weight, cos, sin, nq.eps)
+            k = kernels.qk_norm_rope(k, nk.weight, cos, sin, nk.eps)
+        else:
+            q = rope.apply_rope(self.attention.norm_q(q), cos, sin)
+            k = rope.apply_rope(self.attention.norm_k(k), cos, sin)
         out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask)
         return self.attention.o(out.transpose(1, 2).reshape(b, n, -1))
 

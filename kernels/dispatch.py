@@ -399,3 +399,26 @@ def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, ou
         config=cfg.key() if cfg is not None else None, config_source=source,
     )  # fmt: skip
     return h.reshape(*lead, n2 // 2)
+
+
+def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float):
+    """Per-head RMSNorm + split-half RoPE of q or k [B, N, H, D] (e.g. a strided view of the qkv
+    output) -> contiguous [B, N, H, D]. One Triton pass where it can run, else the twin."""
+    if x.dim() != 4 or cos.shape != (x.shape[1], x.shape[3] // 2) or sin.shape != cos.shape:
+        raise KernelInputError(
+            f"qk_norm_rope: x must be [B, N, H, D] with cos/sin [N, D/2]; got {tuple(x.shape)}, {tuple(cos.shape)}"
+        )
+    half = x.shape[-1] // 2
+    fused_ok = (
+        x.stride(-1) == 1
+        and half >= 16
+        and half & (half - 1) == 0
+        and triton_unavailable_reason(x.device) is None
+        and weight.device == x.device
+    )
+    if not fused_ok:
+        return reference.qk_norm_rope_ref(x, weight, cos, sin, eps)
+    from .qk_norm_rope_triton import qk_norm_rope_triton
+
+    REGISTRY.count_launch("qk_norm_rope_triton")
+    return qk_norm_rope_triton(x, weight.contiguous(), cos.float().contiguous(), sin.float().contiguous(), eps)

@@ -85,3 +85,16 @@ def quantize_weight_ref(weight: torch.Tensor, smooth: torch.Tensor | None = None
     inv = torch.where(amax > 0, qmax / amax, torch.zeros_like(amax))
     q = torch.round(wf * inv[:, None]).clamp_(-QMAX, QMAX).to(torch.int8)
     return q.contiguous(), (amax / qmax).float()
+
+
+def qk_norm_rope_ref(x, weight, cos, sin, eps):
+    """Twin of the fused q/k prologue: per-row RMSNorm (float32, times ``weight``) then split-half
+    RoPE: out[..., i] = y_i c - y_{i+D/2} s, out[..., i+D/2] = y_{i+D/2} c + y_i s.
+
+    x [B, N, H, D]; cos, sin float32 [N, D/2]. Returns x's dtype, rounded once."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps) * weight.float()
+    half = y.shape[-1] // 2
+    y1, y2 = y[..., :half], y[..., half:]
+    c, s = cos.float()[None, :, None, :], sin.float()[None, :, None, :]
+    return torch.cat((y1 * c - y2 * s, y2 * c + y1 * s), dim=-1).to(x.dtype)

@@ -360,3 +360,27 @@ def test_interleave_roundtrip(gen):
     assert torch.equal(g.t(), w1) and torch.equal(u.t(), w3)
     gs, us = K.deinterleave_gate_up(s13, 16)
     assert torch.equal(gs, s1.float()) and torch.equal(us, s3.float())
+
+
+# -- fused q/k RMSNorm + RoPE ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_qk_norm_rope_matches_twin_on_a_strided_qkv_view(dtype, gen):
+    b, n, h, d = 2, 7, 3, 64
+    qkv = (torch.randn(b, n, 3 * h * d, generator=gen) * 3).to(dtype).view(b, n, 3, h, d)
+    q = qkv[:, :, 0]  # strided view, as the model slices it
+    w = torch.rand(d, generator=gen) + 0.5
+    ang = torch.rand(n, d // 2, generator=gen) * 6
+    before = launches("qk_norm_rope_triton")
+    out = K.qk_norm_rope(q, w, ang.cos(), ang.sin(), 1e-5)
+    assert launches("qk_norm_rope_triton") == before + 1
+    ref = K.qk_norm_rope_ref(q, w, ang.cos(), ang.sin(), 1e-5)
+    assert out.is_contiguous() and out.dtype == dtype
+    assert rel_err(out, ref) <= (1e-6 if dtype == torch.float32 else 8e-3)
+    # float64 check of the definition itself
+    x = q.double()
+    y = x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * w.double()
+    c, s = ang.double().cos()[None, :, None], ang.double().sin()[None, :, None]
+    r64 = torch.cat((y[..., :32] * c - y[..., 32:] * s, y[..., 32:] * c + y[..., :32] * s), -1)
+    assert rel_err(out, r64) <= (1e-6 if dtype == torch.float32 else 8e-3)

@@ -48,5 +48,37 @@ def main():
             print(f"{cfg.key():<32}{label:<10}{t1:>10.3f}{t2:>10.3f}  {(a == 0).float().mean().item():.2f}")
 
 
+def host_overhead():
+    """Host microseconds per call of each entry point on tiny operands (the GPU is never the limit)."""
+    import time
+
+    from comfyui_ideogram4_int8.kernels.dispatch import _launch_fused
+
+    x = torch.randn(64, 256, device="cuda").bfloat16()
+    wq, ws = Kn.quantize_weight_ref(torch.randn(256, 256, device="cuda"))
+    q, s = Kn.quantize_per_token(x)
+    cfg = GemmConfig(64, 64, 64, 8, 1, 4, 3)
+    out = torch.empty(64, 256, device="cuda", dtype=torch.bfloat16)
+    calls = {
+        "quantize_per_token": lambda: Kn.quantize_per_token(x),
+        "launch_gemm (direct)": lambda: launch_gemm(q, wq, cfg, s, ws, None, out),
+        "_launch_fused (picker)": lambda: _launch_fused(q, wq, s, ws, None, torch.bfloat16, False),
+        "w8a8_linear triton": lambda: Kn.w8a8_linear(x, wq, ws, path="triton-int8", site="diag/x"),
+        "F.linear bf16": lambda: torch.nn.functional.linear(x, x[:, :256].t().contiguous()),
+    }
+    print(f"{'entry point':<28}{'host us/call':>14}")
+    for name, fn in calls.items():
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(200):
+            fn()
+        dt = (time.perf_counter() - t) / 200 * 1e6
+        torch.cuda.synchronize()
+        print(f"{name:<28}{dt:>14.1f}")
+
+
 if __name__ == "__main__":
     main()
+    host_overhead()

@@ -12,6 +12,7 @@ reason a faster one was not taken in ``registry.REGISTRY``.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -75,6 +76,13 @@ def _unavailable(path: str, device: torch.device, n: int, k: int) -> str | None:
 
 def select_path(device: torch.device, n: int, k: int, path: str | None = None) -> tuple[str, str]:
     """(path, reason). ``reason`` says why a faster path was not taken ('' when fastest ran)."""
+    # asked on every GEMM call: cached per inputs, including the environment switches it reads
+    env = (os.environ.get(ENV_PATH, "").strip(), os.environ.get("TRITON_INTERPRET", ""))
+    return _select_path_cached(device, n, k, path, env)
+
+
+@functools.lru_cache(maxsize=4096)
+def _select_path_cached(device, n, k, path, _env) -> tuple[str, str]:
     if path is not None:
         if path not in _QUANT_PATHS:
             raise GemmPathUnavailable(f"path={path!r}: expected one of {_QUANT_PATHS}")
@@ -139,6 +147,9 @@ def _vector(t: torch.Tensor | None, length: int, name: str, device: torch.device
     """Validate a per-channel vector ([L] or [L, 1], any float dtype) and return float32 [L]."""
     if t is None:
         return None
+    if type(t) is torch.Tensor and t.dtype is torch.float32 and t.dim() == 1 and t.shape[0] == length:
+        if t.device == device and t.is_contiguous():
+            return t  # the form modules keep: nothing to convert (this runs on every call)
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         raise KernelInputError(f"{name} must be a floating-point tensor of {length} values")
     if t.numel() != length or (t.dim() == 2 and t.shape[1] != 1) or t.dim() > 2:
@@ -320,6 +331,12 @@ def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype):
     if chosen == PATH_DEQUANT:
         y = reference.dequant_linear_ref(x2, w, w_scale, bias, smooth, compute_dtype=x2.dtype)
         return y.to(out_dtype), None, None
+    if chosen == PATH_TRITON and x2.stride(-1) == 1:
+        from .quant_triton import quantize_rows_triton  # operands already validated: skip the public checks
+
+        q, s = quantize_rows_triton(x2, smooth)
+        REGISTRY.count_launch("quant_triton")
+        return _launch_fused(q, w, s, w_scale, bias, out_dtype, raw_int32=False)
     q, s = quantize_per_token(x2, smooth)
     if chosen == PATH_TRITON:
         return _launch_fused(q, w, s, w_scale, bias, out_dtype, raw_int32=False)

@@ -214,11 +214,16 @@ def _natural_key(text: str):
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
+# Ideogram 4's top-level linears in forward order (image and text projections, timestep MLP, AdaLN input)
+_TOP_ORDER = ("input_proj", "llm_cond_proj", "t_embedding.", "adaln_proj")
+
+
 def _layer_order(layer: str):
     # Forward order whatever order the registry saw them in: input projections and embeddings,
     # then the blocks by index (layers.2 before layers.10), then the final layer.
     group = 1 if layer.startswith(("layers.", "blocks.")) else 2 if layer.startswith("final") else 0
-    return (group, _natural_key(layer))
+    top = next((i for i, prefix in enumerate(_TOP_ORDER) if layer.startswith(prefix)), len(_TOP_ORDER))
+    return (group, top if group == 0 else 0, _natural_key(layer))
 
 
 def _model_order(label: str):

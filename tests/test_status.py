@@ -171,9 +171,11 @@ def test_report_matches_what_ran_automatic_path(tmp_path, gen):
                 assert "CUDA GPU" in row["reason"], row
         # forward order: projections, blocks by index (layers.2 before layers.10), final layer
         names = [row["layer"] for row in model["layers"]]
+        top = ["input_proj", "llm_cond_proj", "t_embedding.mlp_in", "t_embedding.mlp_out", "adaln_proj"]
+        assert names[: len(top)] == top
         assert names.index("layers.0.attention.qkv") < names.index("layers.1.attention.qkv")
-        assert names.index("llm_cond_proj") < names.index("layers.0.attention.qkv")
-        assert names[-1].startswith("final_layer.")
+        assert [n.split(".")[0] for n in names[len(top) : -2]] == ["layers"] * (len(names) - len(top) - 2)
+        assert sorted(names[-2:]) == ["final_layer.adaln_modulation", "final_layer.linear"]
         assert sum(s["layers"] for s in model["shapes"]) == len(expect)
     # the image-only unconditional pass never runs the text projection: declared at load, 0 calls
     unc = {r["layer"]: r for r in report["models"][1]["layers"]}

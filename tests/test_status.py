@@ -173,8 +173,10 @@ def test_report_matches_what_ran_automatic_path(tmp_path, gen):
         names = [row["layer"] for row in model["layers"]]
         top = ["input_proj", "llm_cond_proj", "t_embedding.mlp_in", "t_embedding.mlp_out", "adaln_proj"]
         assert names[: len(top)] == top
-        assert names.index("layers.0.attention.qkv") < names.index("layers.1.attention.qkv")
-        assert [n.split(".")[0] for n in names[len(top) : -2]] == ["layers"] * (len(names) - len(top) - 2)
+        block = ["adaln_modulation", "attention.qkv", "attention.o", "feed_forward.w1", "feed_forward.w3",
+                 "feed_forward.w2"]  # fmt: skip
+        blocks = panel_model.CFG.num_layers
+        assert names[len(top) : -2] == [f"layers.{i}.{name}" for i in range(blocks) for name in block]
         assert sorted(names[-2:]) == ["final_layer.adaln_modulation", "final_layer.linear"]
         assert sum(s["layers"] for s in model["shapes"]) == len(expect)
     # the image-only unconditional pass never runs the text projection: declared at load, 0 calls
@@ -250,6 +252,18 @@ def test_models_are_grouped_by_label_and_ordered(tmp_path, gen):
     _load_and_run(tmp_path, gen, steps=1)
     labels = [m["label"] for m in status.status_report(include_layers=False)["models"]]
     assert labels == ["conditional", "conditional#2", "unconditional", "unconditional#2"]
+
+
+def test_layer_table_is_in_forward_order_whatever_order_layers_were_seen(gen):
+    forward = ["input_proj", "llm_cond_proj", "t_embedding.mlp_in", "adaln_proj", "some_new_top",
+               "layers.2.adaln_modulation", "layers.2.attention.qkv", "layers.2.attention.o",
+               "layers.2.feed_forward.w1|w3", "layers.2.feed_forward.w2", "layers.10.attention.qkv",
+               "layers.10.feed_forward.w2", "final_layer.adaln_modulation", "final_layer.linear"]  # fmt: skip
+    order = torch.randperm(len(forward), generator=gen).tolist()
+    for i in order:
+        REGISTRY.declare(f"conditional/{forward[i]}", "bf16", "", 8, 8)
+    (model,) = status.status_report()["models"]
+    assert [row["layer"] for row in model["layers"]] == forward, order
 
 
 def test_layers_declared_at_load_count_as_not_run(tmp_path, gen):

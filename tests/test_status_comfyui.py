@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import socket
 import struct
 import time
@@ -94,6 +95,7 @@ def panel_server(env: dict[str, str] | None = None):
         yield server
     finally:
         server.stop()
+        shutil.rmtree(server.base, ignore_errors=True)  # the harness's temporary base directory
 
 
 def prompt(server, gemm_path: str = "auto", seed: int = 7) -> dict:

@@ -160,18 +160,20 @@ class GemmRegistry:
         return _Timed(self, path) if (self._timing and device.type == "cuda") else _NULL
 
     def end_run(self) -> dict[str, float] | None:
-        """Synchronise and sum per-path GEMM time (ms) of the run since begin_run()."""
+        """Synchronise and sum per-path GEMM time (ms) of the run since begin_run().
+
+        A run without timed GEMMs (timing off, or GEMMs on the CPU) keeps the last timed result: ``last_run()``
+        is always the last run that was timed."""
         with self._lock:
             events, self._events = self._events, []
             started, self._run_started = self._run_started, None
-        if not events and started is None:
+        if not events:
             return self._last_run_ms
-        if events:
-            torch.cuda.synchronize()
+        torch.cuda.synchronize()
         per_path: dict[str, float] = {p: 0.0 for p in PATHS}
         for path, start, stop in events:
             per_path[path] += start.elapsed_time(stop)
-        self._last_run_ms = per_path if events else None
+        self._last_run_ms = per_path
         self._last_run_wall_ms = (time.perf_counter() - started) * 1e3 if started is not None else None
         return self._last_run_ms
 

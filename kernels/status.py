@@ -214,11 +214,26 @@ def _natural_key(text: str):
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text)]
 
 
+# Ideogram 4's linears in forward order: top-level ones before the blocks (image and text projections, timestep
+# MLP, AdaLN input), and inside a block; a name not listed sorts after the listed ones, by name.
+_TOP_ORDER = ("input_proj", "llm_cond_proj", "t_embedding.", "adaln_proj")
+_BLOCK_ORDER = ("adaln_modulation", "attention.qkv", "attention.o", "feed_forward.w1", "feed_forward.w3",
+                "feed_forward.w2")  # fmt: skip
+
+
+def _rank(name: str, order: tuple[str, ...]) -> int:
+    return next((i for i, prefix in enumerate(order) if name.startswith(prefix)), len(order))
+
+
 def _layer_order(layer: str):
     # Forward order whatever order the registry saw them in: input projections and embeddings,
     # then the blocks by index (layers.2 before layers.10), then the final layer.
-    group = 1 if layer.startswith(("layers.", "blocks.")) else 2 if layer.startswith("final") else 0
-    return (group, _natural_key(layer))
+    if layer.startswith(("layers.", "blocks.")):
+        _, index, rest = (layer.split(".", 2) + ["", ""])[:3]
+        return (1, int(index) if index.isdigit() else -1, _rank(rest, _BLOCK_ORDER), _natural_key(layer))
+    if layer.startswith("final"):
+        return (2, 0, 0, _natural_key(layer))
+    return (0, 0, _rank(layer, _TOP_ORDER), _natural_key(layer))
 
 
 def _model_order(label: str):

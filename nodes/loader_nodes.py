@@ -19,7 +19,7 @@ from ..ideogram4.checkpoint import read_branch
 from ..ideogram4.config import Ideogram4Config
 from ..ideogram4.errors import CheckpointError
 from ..ideogram4.load_plan import branch_report, format_summary, plan_branches
-from .native_model import COMPUTE_DTYPES, build_native_model, publish, resolve_compute_dtype
+from .native_model import COMPUTE_DTYPES, build_native_model, node_id_of, publish, resolve_compute_dtype
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -148,6 +148,7 @@ class Ideogram4Int8Loader(io.ComfyNode):
                 io.Model.Output(display_name="unconditional"),
                 io.String.Output(display_name="summary"),
             ],
+            hidden=[io.Hidden.unique_id],  # the panel ties this node's badge to the models it loaded
         )
 
     @classmethod
@@ -201,7 +202,7 @@ class Ideogram4Int8Loader(io.ComfyNode):
                  "mode stays INT8 (requantized), in lowvram mode it runs as a float GEMM (labelled in the panel)"]
         summary = format_summary(reports, notes)
         log.info("%s\n%s", NODE_NAME, summary)
-        publish("loaded", [s.branch for s in sources])
+        publish("load", [s.branch for s in sources], node_id_of(cls))
         return io.NodeOutput(models[0], models[1], summary, ui=ui.PreviewText(summary))
 
 

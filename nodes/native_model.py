@@ -137,17 +137,44 @@ def text_features(model) -> int:
     return int(model.model.model_config.unet_config["llm_features_dim"])
 
 
-def publish(event: str, models: list[str] | None = None) -> None:
-    """Tell the GEMM-path panel (nodes.status_nodes.publish, if it exists); never raises."""
+def model_labels(*models) -> list[str]:
+    """Registry labels ("conditional", "unconditional", ...) of the MODELs whose linears run the pack's ops.
+
+    In argument order, without repeats; a MODEL without the pack's linears adds nothing."""
+    labels: list[str] = []
+    for model in models:
+        dm = getattr(getattr(model, "model", None), "diffusion_model", None)
+        if dm is None:
+            continue
+        for module in dm.modules():
+            site = getattr(module, "site", None) if getattr(module, "ideogram4_int8", False) else None
+            if site:
+                label = site.split("/", 1)[0]
+                if label not in labels:
+                    labels.append(label)
+                break
+    return labels
+
+
+def node_id_of(node_cls) -> str | None:
+    """The running node's id (V3 hidden ``unique_id``); None when called outside ComfyUI's executor."""
+    return getattr(getattr(node_cls, "hidden", None), "unique_id", None)
+
+
+def publish(event: str, models: list[str] | None = None, node_id: str | None = None) -> None:
+    """Tell the GEMM-path panel (nodes.status_nodes.publish, if it exists); never raises.
+
+    ``node_id`` ties the node's badge to ``models``."""
     try:
         from . import status_nodes
 
         fn = getattr(status_nodes, "publish", None)
         if fn is not None:
-            fn(event, models)
+            fn(event, models, node_id=node_id)
     except Exception as exc:  # noqa: BLE001 - the panel must never break a load or a run
         log.debug("ideogram4-int8: panel publish(%r) failed: %s", event, exc)
 
 
 __all__ = ["build_native_model", "model_config_for", "resolve_compute_dtype", "is_ideogram4_patcher",
-           "require_ideogram4", "config_of", "text_features", "publish", "COMPUTE_DTYPES"]  # fmt: skip
+           "require_ideogram4", "config_of", "text_features", "publish", "model_labels", "node_id_of",
+           "COMPUTE_DTYPES"]  # fmt: skip

@@ -22,7 +22,7 @@ from ..ideogram4.checkpoint import read_branch
 from ..ideogram4.errors import CheckpointError
 from ..ideogram4.load_plan import branch_report, format_summary
 from .int8_ops import int8_linears
-from .native_model import build_native_model, config_of, publish, require_ideogram4
+from .native_model import build_native_model, config_of, node_id_of, publish, require_ideogram4
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -138,7 +138,7 @@ class Ideogram4Int8Patch(io.ComfyNode):
             raise ValueError(f"{NODE_NAME}: the MODEL's weights cannot be converted: {exc}") from None
         text = format_summary([report])
         log.info("%s\n%s", NODE_NAME, text)
-        publish("loaded", [label])
+        publish("load", [label], node_id_of(cls))
         return io.NodeOutput(patched, text, ui=ui.PreviewText(text))
 
 

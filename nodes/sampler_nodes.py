@@ -22,7 +22,7 @@ from comfy_extras.nodes_custom_sampler import Guider_DualModel
 from .. import kernels
 from ..ideogram4 import sampling_args as sa
 from ..ideogram4.schedule import DEFAULT_PRESET, PRESETS
-from .native_model import publish, require_ideogram4, text_features
+from .native_model import model_labels, node_id_of, publish, require_ideogram4, text_features
 
 CATEGORY = "Ideogram 4 INT8/sampling"
 NODE_NAME = "Ideogram 4 Sampler"
@@ -61,8 +61,10 @@ def check_conditioning(positive, features: int) -> None:
 
 
 def sample(model, model_negative, positive, plan: sa.SamplingPlan, width: int, height: int, seed: int,
-           batch_size: int = 1) -> torch.Tensor:  # fmt: skip
-    """The latent [B, C, H/16, W/16] (float32, intermediate device) of one run."""
+           batch_size: int = 1, node_id: str | None = None) -> torch.Tensor:  # fmt: skip
+    """The latent [B, C, H/16, W/16] (float32, intermediate device) of one run.
+
+    The GEMM-path panel is told after the run (``publish("run", labels of both MODELs, node_id)``)."""
     channels = model.model.latent_format.latent_channels
     in_ch = int(model.model.model_config.unet_config.get("in_channels", channels))
     latent = torch.zeros([batch_size, in_ch, height // 16, width // 16],
@@ -78,7 +80,7 @@ def sample(model, model_negative, positive, plan: sa.SamplingPlan, width: int, h
                                 disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED, seed=seed)  # fmt: skip
     finally:
         kernels.REGISTRY.end_run()
-        publish("run", ["conditional", "unconditional"])
+        publish("run", model_labels(model, model_negative) or None, node_id)
     return samples.to(comfy.model_management.intermediate_device())
 
 
@@ -136,6 +138,7 @@ class Ideogram4Int8Sampler(io.ComfyNode):
                                tooltip="custom preset only: spread of the logit-normal schedule."),
             ],
             outputs=[io.Latent.Output(display_name="LATENT")],
+            hidden=[io.Hidden.unique_id],  # the panel ties this node's badge to the models it ran
         )
 
     @classmethod
@@ -164,7 +167,7 @@ class Ideogram4Int8Sampler(io.ComfyNode):
                                     polish_guidance=polish_guidance, mu=mu, std=std)  # fmt: skip
         except sa.SamplingArgumentError as exc:
             raise sa.SamplingArgumentError(f"{NODE_NAME}: {exc}") from None
-        samples = sample(model, model_negative, positive, plan, width, height, seed, batch_size)
+        samples = sample(model, model_negative, positive, plan, width, height, seed, batch_size, node_id_of(cls))
         return io.NodeOutput({"samples": samples})
 
 

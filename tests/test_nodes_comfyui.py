@@ -195,7 +195,7 @@ def test_progress_and_panel_hooks(run_check):
     assert r["load_updates"] >= 2 and r["load_monotonic"] is True
     assert r["load_last"][0] == r["load_last"][1] > 0  # the bar ends full
     assert r["sample_updates"][-1] == [3, 3]
-    assert r["events"] == [["loaded", ["conditional", "unconditional"]], ["run", ["conditional", "unconditional"]]]
+    assert r["events"] == [["load", ["conditional", "unconditional"]], ["run", ["conditional", "unconditional"]]]
     assert r["survived_broken_publish"] is True
 
 

@@ -1,8 +1,13 @@
-"""The panel in a real ComfyUI frontend (1.49.6) in headless Chromium (marked ``comfyui``).
+"""The panel in a real ComfyUI frontend (1.49.6) in headless Chromium, after real runs (marked ``comfyui``).
 
-Needs COMFYUI_DIR (see test_status_comfyui.py), Debian's chromium (``CHROMIUM``, default
-/usr/bin/chromium) and playwright-core importable by node (``NODE_PATH`` pointing at a
-node_modules that has it; it is not a project dependency and no browser is ever downloaded).
+Needs COMFYUI_DIR (see test_status_comfyui.py: the server, the tiny synthetic W8A8 file and the test pack),
+Debian's chromium (``CHROMIUM``, default /usr/bin/chromium) and playwright-core importable by node (``NODE_PATH``
+pointing at a node_modules that has it; it is not a project dependency and no browser is ever downloaded).
+
+``tests/browser/gemm_panel_shots.mjs`` builds the pack's graph in the page — Ideogram 4 INT8 Loader -> Ideogram 4
+Sampler -> SaveLatent, ``positive`` from the test pack's Ideogram4TestConditioning node (text features from a file,
+since the 8B text encoder is not on test machines) — queues it with the loader's ``gemm_path`` on "auto", then
+again forced to "dequant-bf16", and reports what the panel and the node badges showed after each run.
 Screenshots go to ``PANEL_SHOTS_DIR`` (default: pytest's tmp folder): look at them.
 """
 
@@ -15,13 +20,14 @@ import shutil
 import subprocess
 
 import pytest
-from test_status_comfyui import comfyui
+from test_status_comfyui import COND, WEIGHTS, expected_layers, panel_server
 
 pytestmark = pytest.mark.comfyui
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "browser" / "gemm_panel_shots.mjs"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+OURS = ("Ideogram4Int8Loader", "Ideogram4Int8Sampler")
 
 
 def _has_playwright() -> bool:
@@ -41,37 +47,69 @@ def shots(tmp_path):
     return out
 
 
-def _shoot(server, out: pathlib.Path, name: str, phase: str) -> dict:
-    proc = subprocess.run(
-        ["node", str(SCRIPT), server.base, str(out / name), phase], capture_output=True, text=True, timeout=400
-    )
+def _shoot(server, out: pathlib.Path, name: str, phase: str, options: dict | None = None) -> dict:
+    cmd = ["node", str(SCRIPT), server.url, str(out / name), phase]
+    if options:
+        cmd.append(json.dumps(options))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=560)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + server.log_tail()
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     ours = [e for e in result["consoleErrors"] if "ig4i8" in e or "ideogram4" in e.lower()]
     assert not ours, ours
+    assert result["shots"] and all(pathlib.Path(p).stat().st_size > 10_000 for p in result["shots"])
     return result
 
 
-def test_panel_before_and_after_a_run_and_with_a_forced_fallback(tmp_path, shots):
-    with comfyui(tmp_path / "auto") as server:
+def _check_run(view: dict, quant_label: str, severity: str, short: str) -> None:
+    """One run as the page showed it: both models, their headline and severity, the badges of our nodes."""
+    protected, top, w8a8 = expected_layers()
+    total, floats = len(protected | top | w8a8), len(protected | top)
+    assert [m["label"] for m in view["models"]] == ["conditional", "unconditional"]
+    for m in view["models"]:
+        assert m["headline"].lstrip("⚠ ").startswith(f"{m['label']}: {len(w8a8)}/{total} linears {quant_label}"), m
+        assert f"· {floats} bf16-protected" in m["headline"], m
+        assert m["severity"] == severity, m
+        # the per-layer table is in the DOM (open or not): one row per linear, each on the path that ran
+        assert m["rows"] == total and sorted(set(m["paths"])) == sorted({"bf16", short}), m
+    assert [e[0] for e in view["events"][-2:]] == ["load", "run"]
+    for node in OURS:  # the frontend's node-source badge first, then ours: the dominant path of what ran
+        badge = view["badges"][node][-1]
+        assert badge["text"].removeprefix("⚠ ").startswith(f"{short} "), (node, badge)
+    assert view["badges"][OURS[0]][-1] == view["badges"][OURS[1]][-1]  # same two models on both nodes
+
+
+def test_panel_after_a_run_and_after_forcing_the_fallback(tmp_path, shots):
+    with panel_server() as server:
         idle = _shoot(server, shots, "01-idle", "idle")
         assert idle["banner"]["severity"] == "idle"
         assert "No Ideogram 4 INT8 model has run yet" in idle["banner"]["text"]
         assert idle["models"] == []
 
-        auto = _shoot(server, shots, "02-run-auto", "run")
-        assert [e[0] for e in auto["events"]] == ["load", "run"]
-        assert [m["label"] for m in auto["models"]] == ["conditional", "unconditional"]
-        for m in auto["models"]:  # CPU: the automatic path is cuBLAS INT8, shown as a notice
-            assert "linears on cuBLAS INT8 (not fused)" in m["headline"] and m["severity"] == "notice"
-            assert m["rows"] > 0  # per-layer table rows are in the DOM (open or not)
-        assert any(b["text"].startswith("cuBLAS INT8 ") for b in auto["badges"]), auto["badges"]
+        options = {"weights": WEIGHTS, "cond": str(server.base / COND), "steps": 2, "size": 256}
+        runs = _shoot(server, shots, "02-run", "runs", options)
+        auto, forced = runs["auto"], runs["forced"]
+        events = [(e[0], e[2]) for e in forced["events"]]
+        assert events == [("load", ["conditional", "unconditional"]), ("run", ["conditional", "unconditional"])] * 2
+        loader_id, sampler_id = forced["events"][0][1], forced["events"][1][1]
+        assert loader_id != sampler_id and forced["events"][2][1] == loader_id and forced["events"][3][1] == sampler_id
 
-    with comfyui(tmp_path / "dequant", env={"IDEOGRAM4_INT8_GEMM_PATH": "dequant-bf16"}) as server:
-        forced = _shoot(server, shots, "03-run-forced-dequant", "run")
-        assert forced["banner"]["severity"] == "warning"
+        # (a) the automatic path on this CPU server: cuBLAS INT8, a notice (amber), with the reason
+        _check_run(auto, "on cuBLAS INT8 (not fused)", "notice", "cuBLAS INT8")
+        assert auto["banner"]["severity"] == "notice" and "No CUDA GPU" in auto["banner"]["text"]
+        for m in auto["models"]:
+            assert "CUDA GPU" in m["warning"], m
+        for node in OURS:
+            assert auto["badges"][node][-1]["bg"] == "#8a5a00", auto["badges"]
+        assert "forced" not in auto["env"]
+
+        # (b) gemm_path = dequant-bf16 on the loader: every model and badge turns to the warning style, and
+        #     nothing of the first run is left (headlines, table rows, badges)
+        _check_run(forced, "dequantized to bf16 (phantom INT8)", "warning", "dequant-bf16")
+        assert forced["banner"]["severity"] == "warning" and "dequant-bf16" in forced["banner"]["text"]
         for m in forced["models"]:
-            assert "dequantized to bf16 (phantom INT8)" in m["headline"] and m["severity"] == "warning"
-        assert "forced: dequant-bf16" in forced["env"]
-        badge = next(b for b in forced["badges"] if "dequant-bf16" in b["text"])
-        assert badge["text"].startswith("⚠ ") and badge["bg"] == "#b3261e"
+            assert m["headline"].startswith("⚠ ") and "forced by path argument" in m["warning"], m
+            assert "cuBLAS" not in m["headline"] + m["warning"] and "cuBLAS INT8" not in m["paths"], m
+        for node in OURS:
+            badge = forced["badges"][node][-1]
+            assert badge["text"].startswith("⚠ dequant-bf16 ") and badge["bg"] == "#b3261e", forced["badges"]
+        assert "last event: run" in forced["foot"]

@@ -11,8 +11,8 @@ import pathlib
 import shutil
 import subprocess
 
+import panel_model
 import pytest
-import synthetic_model
 from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY, status
 from comfyui_ideogram4_int8.kernels.dispatch import ENV_PATH
 
@@ -58,10 +58,11 @@ def test_web_entry_imports_only_what_the_lib_exports():
 def real_report(tmp_path, monkeypatch, gen):
     monkeypatch.delenv(ENV_PATH, raising=False)
     REGISTRY.clear()
-    ckpt = synthetic_model.write_checkpoint(tmp_path / "toy.safetensors", seed=gen.initial_seed())
-    synthetic_model.run_checkpoint(ckpt, branches=("conditional",), steps=1)
+    # real models from a synthetic checkpoint (tests/panel_model.py): conditional on the automatic path,
+    # unconditional with the phantom-INT8 fallback forced
+    panel_model.load_and_run(tmp_path, gen.initial_seed(), branches=("conditional",), steps=1)
     monkeypatch.setenv(ENV_PATH, "dequant-bf16")
-    synthetic_model.run_checkpoint(ckpt, branches=("unconditional",), steps=1)
+    panel_model.load_and_run(tmp_path, gen.initial_seed(), branches=("unconditional",), steps=1)
     report = status.status_report()
     REGISTRY.clear()
     path = tmp_path / "report.json"

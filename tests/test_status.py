@@ -1,9 +1,10 @@
 """The GEMM-path status report (kernels/status.py): schema, real runs, parameters, scrubbing, publish().
 
-"Real models built from synthetic checkpoints": a toy W8A8 checkpoint in the transformerlab layout
-is written with fresh random weights and every linear runs through the real kernels
-(``tests/synthetic_model.py``); the report is then checked against what ran. When the loader and
-sampler nodes land, ``_load_and_run`` is the one place to switch to them.
+"Real models built from synthetic checkpoints": ``_load_and_run`` writes a tiny two-branch W8A8 checkpoint
+(``ideogram4.synthetic.write_w8a8``, fresh random weights), loads each branch the way the pack does
+(``read_branch`` -> ``Ideogram4DiT`` with ``w8a8_linears()``, labelled "conditional" / "unconditional") and
+samples a few steps on the CPU (``tests/panel_model.py``); the report is then checked against what ran. The
+same checks against the real ComfyUI nodes are in test_status_comfyui.py.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ import sys
 import types
 
 import jsonschema
+import panel_model
 import pytest
-import synthetic_model
 import torch
 from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY, status
 from comfyui_ideogram4_int8.kernels.autotune import PICKER
@@ -43,9 +44,8 @@ def validate(report: dict) -> None:
 
 
 def _load_and_run(tmp_path, gen, **kw):
-    """Stand-in for loader + sampler: write a synthetic checkpoint, run its linears, return what ran."""
-    ckpt = synthetic_model.write_checkpoint(tmp_path / "ideogram4-toy-w8a8.safetensors", seed=gen.initial_seed())
-    return synthetic_model.run_checkpoint(ckpt, seed=gen.initial_seed(), **kw)
+    """Loader + sampler without ComfyUI (CPU, well under a second): {label: {module: panel_model.Linear}}."""
+    return panel_model.load_and_run(tmp_path, gen.initial_seed(), **kw)
 
 
 # -- schema ---------------------------------------------------------------------------------------
@@ -148,38 +148,42 @@ def test_report_matches_what_ran_automatic_path(tmp_path, gen):
     validate(report)
     assert [m["label"] for m in report["models"]] == ["conditional", "unconditional"]
     auto = REGISTRY.path_of("conditional/layers.0.attention.qkv")  # what dispatch chose on this machine
-    assert auto in ("triton-int8", "cublas-int8")
+    assert auto == ("triton-int8" if torch.cuda.is_available() else "cublas-int8")  # CPU tensors here
     for model in report["models"]:
         expect = ran[model["label"]]
-        n_prot = sum(1 for kind in expect.values() if kind == "protected")
-        n_quant = len(expect) - n_prot
-        assert model["layers_total"] == len(expect) == model["layers_run"]
-        assert model["counts"]["bf16"] == n_prot
-        assert model["counts"][auto] == n_quant
-        assert model["calls"] == steps * len(expect)
-        assert sum(model["counts"].values()) == len(expect)
+        n_float = sum(1 for lin in expect.values() if lin.kind != "w8a8")
+        assert model["layers_total"] == len(expect) == len(panel_model.CFG.linear_names())
+        assert model["layers_run"] == sum(1 for lin in expect.values() if lin.calls)
+        assert model["counts"] == {**{p: 0 for p in PATHS}, "bf16": n_float, auto: len(expect) - n_float}
+        assert model["counts_run"]["bf16"] == sum(1 for lin in expect.values() if lin.kind != "w8a8" and lin.calls)
+        assert model["calls"] == sum(lin.calls for lin in expect.values())
         by_layer = {row["layer"]: row for row in model["layers"]}
         assert set(by_layer) == set(expect)
-        for name, kind in expect.items():
+        for name, lin in expect.items():
             row = by_layer[name]
-            n, k = synthetic_model.linear_shapes(model["role"])[name]
-            assert (row["N"], row["K"], row["calls"]) == (n, k, steps)
-            assert row["M_last"] == (1 if name.endswith("adaln_modulation") else 8)
-            assert row["path"] == ("bf16" if kind == "protected" else auto)
-            if kind == "protected":
-                assert row["reason"] == "protected layer (stored in bf16)"
+            assert (row["N"], row["K"], row["M_last"], row["calls"]) == (lin.n, lin.k, lin.m, lin.calls), name
+            assert row["path"] == (auto if lin.kind == "w8a8" else "bf16"), name
+            if lin.kind == "protected":
+                assert row["reason"] == panel_model.REASON_PROTECTED
+            elif lin.kind == "top":
+                assert row["reason"] == panel_model.REASON_TOP
             elif auto == "cublas-int8":  # the report says why the fused kernel did not run
-                assert "CUDA GPU" in row["reason"]
+                assert "CUDA GPU" in row["reason"], row
         # forward order: projections, blocks by index (layers.2 before layers.10), final layer
         names = [row["layer"] for row in model["layers"]]
-        assert names.index("layers.0.attention.qkv") < names.index("layers.1.attention.qkv")
-        assert names[-1] == "final_layer.linear"
-        assert names[0] == "input_proj"
-        if model["role"] == "conditional":
-            assert names.index("llm_cond_proj") < names.index("layers.0.attention.qkv")
+        top = ["input_proj", "llm_cond_proj", "t_embedding.mlp_in", "t_embedding.mlp_out", "adaln_proj"]
+        assert names[: len(top)] == top
+        block = ["adaln_modulation", "attention.qkv", "attention.o", "feed_forward.w1", "feed_forward.w3",
+                 "feed_forward.w2"]  # fmt: skip
+        blocks = panel_model.CFG.num_layers
+        assert names[len(top) : -2] == [f"layers.{i}.{name}" for i in range(blocks) for name in block]
+        assert sorted(names[-2:]) == ["final_layer.adaln_modulation", "final_layer.linear"]
         assert sum(s["layers"] for s in model["shapes"]) == len(expect)
-    assert "llm_cond_proj" in {r["layer"] for r in report["models"][0]["layers"]}
-    assert "llm_cond_proj" not in {r["layer"] for r in report["models"][1]["layers"]}
+    # the image-only unconditional pass never runs the text projection: declared at load, 0 calls
+    unc = {r["layer"]: r for r in report["models"][1]["layers"]}
+    assert unc["llm_cond_proj"]["calls"] == 0 and unc["llm_cond_proj"]["M_last"] == 0
+    cond = {r["layer"]: r for r in report["models"][0]["layers"]}
+    assert cond["llm_cond_proj"]["calls"] == steps
 
 
 def test_forced_dequant_by_env_shows_in_report(tmp_path, gen, monkeypatch):
@@ -188,7 +192,7 @@ def test_forced_dequant_by_env_shows_in_report(tmp_path, gen, monkeypatch):
     report = status.status_report(model="unconditional")
     validate(report)
     (model,) = report["models"]
-    n_quant = sum(1 for kind in ran["unconditional"].values() if kind == "quantized")
+    n_quant = sum(1 for lin in ran["unconditional"].values() if lin.kind == "w8a8")
     assert model["counts"]["dequant-bf16"] == n_quant > 0
     assert model["counts"]["triton-int8"] == model["counts"]["cublas-int8"] == 0
     dq = [r for r in model["layers"] if r["path"] == "dequant-bf16"]
@@ -203,7 +207,7 @@ def test_invalid_forced_path_is_reported_not_hidden(tmp_path, gen, monkeypatch):
     report = status.status_report()
     assert report["environment"]["forced_path"]["valid"] is False
     assert any("is not a GEMM path and is ignored" in n for n in report["status"]["notes"])
-    row = next(r for r in report["models"][0]["layers"] if r["layer"] == "input_proj")
+    row = next(r for r in report["models"][0]["layers"] if r["layer"] == "layers.0.attention.qkv")
     assert "is not one of" in row["reason"]
 
 
@@ -211,13 +215,11 @@ def test_fused_path_reports_autotune_pick_per_shape(tmp_path, gen):
     # The path argument forces the fused kernel: Triton's CPU interpreter here, the GPU on a GPU.
     PICKER.clear()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    ran = _load_and_run(
-        tmp_path, gen, branches=("conditional",), steps=1, path_override="triton-int8", tokens=4, device=device
-    )
+    ran = _load_and_run(tmp_path, gen, branches=("conditional",), steps=1, path="triton-int8", device=device)
     report = status.status_report()
     validate(report)
     (model,) = report["models"]
-    n_quant = sum(1 for kind in ran["conditional"].values() if kind == "quantized")
+    n_quant = sum(1 for lin in ran["conditional"].values() if lin.kind == "w8a8")
     assert model["counts"]["triton-int8"] == n_quant
     fused_rows = [r for r in model["layers"] if r["path"] == "triton-int8"]
     assert all(r["config"] and r["config_source"] for r in fused_rows)
@@ -246,11 +248,22 @@ def test_model_filter_and_layers_flag(tmp_path, gen):
 
 
 def test_models_are_grouped_by_label_and_ordered(tmp_path, gen):
-    ckpt = synthetic_model.write_checkpoint(tmp_path / "c.safetensors", seed=1)
-    synthetic_model.run_checkpoint(ckpt, label_suffix="#2", steps=1)
-    synthetic_model.run_checkpoint(ckpt, steps=1)
+    _load_and_run(tmp_path, gen, label_suffix="#2", steps=1)
+    _load_and_run(tmp_path, gen, steps=1)
     labels = [m["label"] for m in status.status_report(include_layers=False)["models"]]
     assert labels == ["conditional", "conditional#2", "unconditional", "unconditional#2"]
+
+
+def test_layer_table_is_in_forward_order_whatever_order_layers_were_seen(gen):
+    forward = ["input_proj", "llm_cond_proj", "t_embedding.mlp_in", "adaln_proj", "some_new_top",
+               "layers.2.adaln_modulation", "layers.2.attention.qkv", "layers.2.attention.o",
+               "layers.2.feed_forward.w1|w3", "layers.2.feed_forward.w2", "layers.10.attention.qkv",
+               "layers.10.feed_forward.w2", "final_layer.adaln_modulation", "final_layer.linear"]  # fmt: skip
+    order = torch.randperm(len(forward), generator=gen).tolist()
+    for i in order:
+        REGISTRY.declare(f"conditional/{forward[i]}", "bf16", "", 8, 8)
+    (model,) = status.status_report()["models"]
+    assert [row["layer"] for row in model["layers"]] == forward, order
 
 
 def test_layers_declared_at_load_count_as_not_run(tmp_path, gen):

@@ -38,6 +38,7 @@ const state = {
   full: null, // last full report from the route (with layers)
   error: null,
   loading: false,
+  fetchSeq: 0, // only the answer of the latest fetch is shown (an older one may arrive after it)
   fetchedAt: null,
   el: null, // the sidebar container while the tab is open
   open: new Set(), // <details> that the user opened, by key
@@ -123,11 +124,14 @@ async function readJson(resp) {
 }
 
 async function fetchReport() {
+  const seq = ++state.fetchSeq;
   state.loading = true;
   render();
   try {
     const resp = await api.fetchApi(ROUTE, { cache: "no-store" });
     const body = await readJson(resp);
+    // a load and a run push in quick succession start two fetches: the older answer must not win
+    if (seq !== state.fetchSeq) return;
     if (!resp.ok) {
       state.error = `The status route answered HTTP ${resp.status}${body?.error ? `: ${body.error}` : ""}.`;
     } else {
@@ -139,19 +143,28 @@ async function fetchReport() {
       }
     }
   } catch (err) {
-    state.error = `Could not reach ${ROUTE} (${err?.message ?? err}). Is the pack loaded in this ComfyUI?`;
+    if (seq === state.fetchSeq) {
+      state.error = `Could not reach ${ROUTE} (${err?.message ?? err}). Is the pack loaded in this ComfyUI?`;
+    }
   } finally {
-    state.loading = false;
-    state.fetchedAt = new Date();
-    render();
-    redrawCanvas();
+    if (seq === state.fetchSeq) {
+      state.loading = false;
+      state.fetchedAt = new Date();
+      render();
+      redrawCanvas();
+    }
   }
 }
 
 function onStatusEvent(ev) {
+  const before = state.live;
   state.live = applyEvent(state.live, ev.detail);
+  if (state.live === before) return; // not a report this panel reads
+  // The push is newer than the last full report: show it now (without the per-layer table), so the panel never
+  // shows the previous run's paths; while the panel is open, fetch the full report with the table.
+  state.full = null;
   redrawCanvas();
-  // The push has no per-layer table: fetch the full report while the panel is open.
+  render();
   if (state.el) fetchReport();
 }
 
@@ -276,7 +289,7 @@ function modelCard(model) {
 
 function timingSection(report) {
   const t = timingRows(report.timing);
-  const box = h("section", { class: "ig4i8-model ig4i8-sev-idle", "data-section": "timing" }, h("div", { class: "ig4i8-headline" }, "GEMM time, last run"));
+  const box = h("section", { class: "ig4i8-model ig4i8-sev-idle", "data-section": "timing" }, h("div", { class: "ig4i8-headline" }, "GEMM time, last timed run"));
   if (t.message) box.append(h("div", { class: "ig4i8-muted" }, t.message));
   if (t.rows.length) {
     box.append(

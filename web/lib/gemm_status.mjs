@@ -134,7 +134,8 @@ export function summarizeModel(model) {
     parts.push(parts.length === 0 ? FIRST_PART_TEXT[p](counts[p], all) : PART_TEXT[p](counts[p]));
   }
   const notRun = Math.max(0, Number(model?.layers_total ?? all) - Number(model?.layers_run ?? all));
-  if (notRun > 0) parts.push(`${notRun} not run yet`);
+  // "not run", not "not run yet": the image-only unconditional pass never runs llm_cond_proj
+  if (notRun > 0) parts.push(`${notRun} not run`);
   const severity = modelSeverity(model);
   const headline = all === 0 ? `${label}: no linears recorded` : `${label}: ${parts.join(" · ")}`;
   return {

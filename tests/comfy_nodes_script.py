@@ -365,6 +365,8 @@ def check_lora():
         want = ref(x, sigma, context=ctx)
         unpatched = base_ref(x, sigma, context=ctx)
     res = {"smoothed": _qkv(cond).input_smooth is not None, "unpatched_vs_patched_ref": rel(unpatched, want)}
+    with torch.no_grad():  # the native model itself before any patch: unpatching must restore exactly this
+        before = cond.model.diffusion_model(x, sigma, context=ctx)
     lora = cond.clone()
     lora.add_patches({f"diffusion_model.{key}.weight": (delta,)}, 1.0)
     # full load: ModelPatcher merges the patch through convert_weight / set_weight
@@ -379,7 +381,9 @@ def check_lora():
     res["full_load_path"] = {r.layer: r for r in kernels.REGISTRY.layers("conditional")}[key].path
     comfy.model_management.unload_all_models()
     with torch.no_grad():
-        res["after_unpatch_vs_unpatched"] = rel(cond.model.diffusion_model(x, sigma, context=ctx), unpatched)
+        # same model before and after: exact (comparing against our reference DiT instead would mix in the
+        # chaotic int8 rounding flips between two implementations, seen up to 1.5e-3 for some seeds)
+        res["after_unpatch_vs_unpatched"] = rel(cond.model.diffusion_model(x, sigma, context=ctx), before)
     # lowvram: every module cast per call, the patch applied on the fly on the dequantized weight
     lora.patch_model(device_to=torch.device("cpu"), lowvram_model_memory=1)
     try:
@@ -395,7 +399,7 @@ def check_lora():
     finally:
         lora.unpatch_model()
     with torch.no_grad():
-        res["after_lowvram_vs_unpatched"] = rel(cond.model.diffusion_model(x, sigma, context=ctx), unpatched)
+        res["after_lowvram_vs_unpatched"] = rel(cond.model.diffusion_model(x, sigma, context=ctx), before)
     return res
 
 

@@ -64,11 +64,12 @@ class ComfyUIServer:
         startup_timeout: seconds to wait for ``/system_stats``.
         setup: optional ``setup(base_dir)`` run after the base directory is made and before ComfyUI starts (e.g.
             to put model files into ``base_dir / "models" / ...``).
+        env: extra environment variables for the ComfyUI process.
     """
 
     def __init__(self, root: str | os.PathLike | None = None, python: str | None = None,
                  packs: dict[str, str | os.PathLike] | None = None, cpu: bool = True, args: tuple[str, ...] = (),
-                 startup_timeout: float = 240.0, setup=None):
+                 startup_timeout: float = 240.0, setup=None, env: dict[str, str] | None = None):
         self.root = pathlib.Path(root) if root else comfyui_dir()
         if self.root is None or not (self.root / "main.py").is_file():
             raise ComfyUIError(f"no ComfyUI checkout at {self.root!r}: set COMFYUI_DIR to a ComfyUI directory")
@@ -79,6 +80,7 @@ class ComfyUIServer:
         self.args = [*(["--cpu"] if cpu else []), *args, *shlex.split(os.environ.get("COMFYUI_ARGS", ""))]
         self.startup_timeout = startup_timeout
         self.setup = setup
+        self.env = dict(env or {})
         self.port: int | None = None
         self.proc: subprocess.Popen | None = None
         self.base: pathlib.Path | None = None
@@ -103,7 +105,7 @@ class ComfyUIServer:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         cmd = [self.python, "main.py", "--listen", "127.0.0.1", "--port", str(self.port), "--base-directory",
                str(self.base), "--disable-auto-launch", *self.args]
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         # tests/conftest.py sets TRITON_INTERPRET=1 for this process's CPU kernel tests; a user's ComfyUI never has it
         env.pop("TRITON_INTERPRET", None)
         self.proc = subprocess.Popen(cmd, cwd=self.root, stdout=self._log, stderr=subprocess.STDOUT, env=env,

@@ -447,12 +447,13 @@ def test_bad_inputs_fail_with_clear_errors_and_the_server_stays_up(srv):
 def test_example_workflow_validates_up_to_the_missing_model_files(srv):
     from comfyui_server import ComfyUIError
 
-    graph = json.loads((ROOT / "workflows" / "ideogram4_int8_text_to_image_api.json").read_text())
+    graph = json.loads((ROOT / "example_workflows" / "api" / "ideogram4_int8_text_to_image_api.json").read_text())
     with pytest.raises(ComfyUIError) as err:
         srv.queue_prompt(graph)
     body = json.loads(str(err.value).split(": ", 1)[1])
     errors = body["node_errors"]
     assert "return_type_mismatch" not in json.dumps(errors)
-    problems = {(k, e["extra_info"]["input_name"]) for k, v in errors.items() for e in v["errors"]
-                if e["type"] == "value_not_in_list"}  # fmt: skip
-    assert problems == {("1", "weights"), ("2", "clip_name"), ("5", "vae_name")}, errors
+    problems = {(graph[k]["class_type"], e["extra_info"]["input_name"]) for k, v in errors.items()
+                for e in v["errors"] if e["type"] == "value_not_in_list"}  # fmt: skip
+    assert problems == {("Ideogram4Int8Loader", "weights"), ("CLIPLoader", "clip_name"),
+                        ("VAELoader", "vae_name")}, errors

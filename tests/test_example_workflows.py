@@ -289,3 +289,28 @@ def test_native_guider_graph_reproduces_the_default_20_schedule():
     hi, lo = 1.0 - ov["start_percent"], 1.0 - ov["end_percent"]
     guidance = [ov["cfg"] if lo <= float(s[i]) <= hi else g.values(guider)["cfg"] for i in range(preset.steps)]
     assert tuple(guidance) == preset.guidance, guidance
+
+
+def _override_guidance(preset, width, height, start, cfg=7.0, polish=3.0) -> tuple:
+    from comfyui_ideogram4_int8.ideogram4 import sigmas
+
+    s = sigmas(preset.steps, width, height, preset.mu, preset.std).double()
+    return tuple(polish if float(s[i]) <= 1.0 - start else cfg for i in range(preset.steps))
+
+
+def test_the_notes_cfg_override_settings_give_each_presets_schedule():
+    """The native-guider note's start_percent for each preset, at the sizes it names, gives that preset's schedule
+    (and an off-by-one start would not)."""
+    from comfyui_ideogram4_int8.ideogram4 import PRESETS
+
+    text = _note_text(Graph(_ui("ideogram4_int8_native_guider")))
+    default = re.search(r"start (0\.\d+)\): guidance 3 on the last 2 of 20 steps", text)
+    others = dict(re.findall(r"(Quality 48|Turbo 12): steps \d+, .*?start (0\.\d+)", text))
+    assert default and set(others) == {"Quality 48", "Turbo 12"}, text
+    starts = {"Default 20": float(default.group(1)), **{k: float(v) for k, v in others.items()}}
+    assert "from 768×1344 to 1024×1024" in text
+    for name, start in starts.items():
+        preset = PRESETS[name]
+        for width, height in ((1024, 1024), (768, 1344), (1344, 768)):
+            assert _override_guidance(preset, width, height, start) == preset.guidance, (name, width, height)
+        assert _override_guidance(preset, 1024, 1024, start - 0.1) != preset.guidance, name

@@ -5,8 +5,9 @@ The example workflows name what a user downloads (``ideogram4-int8-w8a8.safetens
 ``qwen3vl_8b_fp8_scaled.safetensors``). Tests and the workflow-building tool put tiny synthetic files with those names
 into a ComfyUI base directory, so the workflows load and run unchanged:
 
-* the DiTs use the demo architecture (128 latent channels, 4 blocks, narrow layers): ours are read with their own
-  config; ComfyUI's native UNETLoader needs the sizes from ``NATIVE_SIZES`` (passed to the test pack through
+* the DiTs are a tiny Ideogram 4 (``example_config``: the real 128 latent channels, 2 blocks, 2 heads of 32; a
+  1024x1024 sample is 4096 image tokens, so attention must stay cheap for a CPU): ours are read with their own
+  config; ComfyUI's native UNETLoader needs the sizes from ``native_sizes()`` (passed to the test pack through
   ``IDEOGRAM4_TEST_NATIVE_SIZES``, see ``tests/comfy_test_pack``);
 * the VAE is a Flux2-layout VAE with a narrow decoder (``synthetic_flux2_vae``);
 * there are no text-encoder weights (the real one is 8B parameters): tests feed the conditioning from
@@ -32,15 +33,16 @@ VAE = "flux2-vae.safetensors"
 COND = "cond.safetensors"
 
 
-def demo_config():
+def example_config():
     from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
 
-    return Ideogram4Config.demo()
+    return Ideogram4Config(in_channels=128, num_layers=2, num_heads=2, head_dim=32, intermediate_size=128,
+                           adaln_dim=32, llm_features_dim=64, mrope_section=(6, 5, 5))  # fmt: skip
 
 
 def native_sizes() -> dict:
-    """The keys of ComfyUI's ``supported_models.Ideogram4.unet_extra_config`` for the demo architecture."""
-    cfg = demo_config()
+    """The keys of ComfyUI's ``supported_models.Ideogram4.unet_extra_config`` for ``example_config``."""
+    cfg = example_config()
     return {"num_attention_heads": cfg.num_heads, "attention_head_dim": cfg.head_dim,
             "intermediate_size": cfg.intermediate_size, "adaln_dim": cfg.adaln_dim,
             "llm_features_dim": cfg.llm_features_dim, "mrope_section": list(cfg.mrope_section)}
@@ -59,7 +61,7 @@ def write_example_models(base: str | pathlib.Path, seed: int, text_tokens: int =
     dits, vaes, tes = (base / "models" / d for d in ("diffusion_models", "vae", "text_encoders"))
     for d in (dits, vaes, tes):
         d.mkdir(parents=True, exist_ok=True)
-    cfg = demo_config()
+    cfg = example_config()
     weights = {"conditional": synthetic.RandomWeights(cfg, seed).materialize(),
                "unconditional": synthetic.RandomWeights(cfg, seed + 1).materialize()}
     out = {"w8a8": synthetic.write_w8a8(dits / W8A8, weights, cfg),

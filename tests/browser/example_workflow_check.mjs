@@ -30,9 +30,12 @@ if (!base || !shots || !packName || !names.length) {
 mkdirSync(shots, { recursive: true });
 
 // request failures for files ComfyUI treats as optional (a user stylesheet, the user's settings/workflow index)
-// and for the internet (no network here) are not problems of a workflow
+// and for the internet (no network here) are not problems of a workflow, nor are the frontend's own start-up notices
+// (same on an empty graph); and the frontend's own bounding-box widget warns when it is created (ComfyUI's
+// CreateBoundingBoxes does too)
 const IGNORED = [/user\.css/, /\/api\/userdata/, /api\.comfy\.org/, /ERR_NAME_NOT_RESOLVED/, /ERR_INTERNET_DISCONNECTED/,
-                 /legacy queue\/history menu/, /open_maskeditor is deprecated/, /graph accessed before initialization/];
+                 /legacy queue\/history menu/, /open_maskeditor is deprecated/, /graph accessed before initialization/,
+                 /addWidget\(\.\.\.\) without a callback or property assigned/];
 
 async function inspect([name, fileJson]) {
   const app = window.comfyAPI.app.app;
@@ -71,9 +74,14 @@ async function inspect([name, fileJson]) {
     }
   }
   const errorNodes = nodes.filter((n) => n.has_errors).map((n) => `${n.type} #${n.id}`);
-  const overlays = [...document.querySelectorAll('[role=dialog], [role=alertdialog], .p-toast-message')]
+  const overlays = [...document.querySelectorAll('[role=dialog], [role=alertdialog], [role=alert], .p-toast-message')]
     .filter((e) => e.offsetParent !== null)
     .map((e) => e.innerText.slice(0, 300));
+  // the frontend's error overlay ("N errors found", e.g. missing models) is a plain element
+  const leaves = [...document.querySelectorAll("body *")].filter((e) => e.children.length === 0 && e.offsetParent);
+  for (const e of leaves) {
+    if (/\berrors? found\b/i.test(e.textContent)) overlays.push(e.textContent.trim());
+  }
   return { name, nodes: nodes.length, links: app.graph.links?.size ?? Object.keys(app.graph.links ?? {}).length,
            missingTypes, widgetProblems, errorNodes, overlays, title: document.title };
 }
@@ -119,6 +127,16 @@ try {
       (await fetch(`/api/workflow_templates/${pack}/${n}.json`)).json(), [packName, name]);
     const r = await page.evaluate(inspect, [name, fileJson]);
     await page.screenshot({ path: join(shots, `${name}.png`) });
+    // what the frontend says about errors, when it says anything (e.g. model files not installed)
+    const details = page.getByRole("button", { name: "View details" });
+    if (await details.count()) {
+      await details.first().click();
+      await page.waitForTimeout(1500);
+      await page.screenshot({ path: join(shots, `${name}-errors.png`) });
+      r.errorDetails = (await page.evaluate(() => document.body.innerText)).slice(0, 4000);
+      await page.keyboard.press("Escape");
+      await page.waitForTimeout(500);
+    }
     // then each group at 100 % zoom, readable
     const groups = await page.evaluate(() => window.comfyAPI.app.app.graph.groups.map((g) => g.title));
     for (const [i, title] of groups.entries()) {

@@ -113,9 +113,12 @@ def test_pack_definition_snapshot_equals_this_comfyui(srv):
 
 @pytest.mark.parametrize("name", OURS)
 def test_shipped_api_workflow_passes_comfyui_validation(srv, name):
-    # queued unchanged: validation passes (a rejected prompt raises with ComfyUI's node_errors); it then runs until
-    # CLIPLoader meets the empty text-encoder placeholder
-    entry = srv.run_prompt(_api(name), timeout=600)
+    # queued unchanged: every node validates (ComfyUI would accept a partly invalid prompt for its valid outputs,
+    # e.g. the caption builder, and list the rest in node_errors); it then runs until CLIPLoader meets the empty
+    # text-encoder placeholder
+    queued = srv.post_json("/prompt", {"prompt": _api(name), "client_id": "validation"})
+    assert queued["node_errors"] == {}, queued["node_errors"]
+    entry = srv.wait_for_history(queued["prompt_id"], timeout=600)
     assert entry["status"]["status_str"] == "error"
     failed = [(d.get("node_type"), d.get("node_id")) for kind, d in entry["status"]["messages"]
               if kind == "execution_error"]  # fmt: skip

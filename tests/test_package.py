@@ -91,7 +91,7 @@ def test_dependency_direction():
 
 
 def test_layout_exists():
-    for folder in ("kernels", "ideogram4", "nodes", "web", "workflows", "tests", "bench"):
+    for folder in ("kernels", "ideogram4", "nodes", "web", "example_workflows", "tests", "bench"):
         assert (ROOT / folder).is_dir(), folder
     assert (ROOT / "LICENSE").is_file()
 

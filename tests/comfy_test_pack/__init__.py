@@ -3,13 +3,33 @@
 No text encoder is available in the test environment, so conditioning comes from a safetensors
 file the test writes: ``cond`` [B, L, F] and optional ``attention_mask`` [B, L]. A second node
 returns a native MODEL that is not Ideogram 4, for the bad-input tests.
+
+Small native Ideogram 4 files: ComfyUI's UNETLoader detects only ``in_channels`` and the block count from a file and
+takes every other size (heads, head width, FFN, AdaLN, text-feature width) from
+``comfy.supported_models.Ideogram4.unet_extra_config`` — the full 9.3B model's. When the test server is started with
+``IDEOGRAM4_TEST_NATIVE_SIZES`` (JSON: those keys), this pack overrides them at import, so the native UNETLoader builds
+the tiny synthetic models the tests write. Only the test server ever loads this pack.
 """
+
+import json
+import logging
+import os
 
 import comfy.model_base
 import comfy.model_patcher
 import comfy.supported_models
 import safetensors.torch
 import torch
+
+_SIZES = os.environ.get("IDEOGRAM4_TEST_NATIVE_SIZES")
+if _SIZES:
+    _override = json.loads(_SIZES)
+    _unknown = set(_override) - set(comfy.supported_models.Ideogram4.unet_extra_config)
+    if _unknown:
+        raise ValueError(f"IDEOGRAM4_TEST_NATIVE_SIZES: unknown keys {sorted(_unknown)}")
+    comfy.supported_models.Ideogram4.unet_extra_config = dict(comfy.supported_models.Ideogram4.unet_extra_config,
+                                                              **_override)
+    logging.warning("ideogram4_test_pack: native Ideogram 4 sizes overridden for tests: %s", _override)
 
 
 class Ideogram4TestConditioning:

@@ -1,0 +1,170 @@
+// Opens each example workflow the way a user does — Templates dialog, the pack's category, the workflow's card —
+// in a real ComfyUI frontend, and reports what the frontend made of it; takes a screenshot of each.
+//
+//   node tests/browser/example_workflow_check.mjs <base-url> <shots-dir> <pack-folder-name> <name> [<name> ...]
+//
+// Reported per workflow (one JSON line on stdout, for tests/test_example_workflows_comfyui.py to check):
+//   listed          the card was in the pack's template category
+//   nodes           node count after loading; missingTypes: node types the frontend does not know
+//   widgetProblems  widgets whose value differs from the file's (by name), or a combo value the combo does not
+//                   offer, or a number outside the widget's min/max
+//   errorNodes      nodes the frontend flagged (has_errors)
+//   overlays        text of dialogs / error overlays / toasts that appeared after loading
+//   consoleProblems console errors and warnings logged while loading (request failures for optional files such as
+//                   user.css are not counted)
+// Needs playwright-core importable (NODE_PATH) and Debian's chromium (CHROMIUM, default /usr/bin/chromium); it never
+// downloads a browser.
+import { createRequire } from "node:module";
+import { mkdirSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+const require = createRequire(import.meta.url);
+const { chromium } = require("playwright-core");
+
+const [base, shots, packName, ...names] = process.argv.slice(2);
+if (!base || !shots || !packName || !names.length) {
+  console.error("usage: example_workflow_check.mjs <base-url> <shots-dir> <pack-folder-name> <name> [<name> ...]");
+  process.exit(2);
+}
+mkdirSync(shots, { recursive: true });
+
+// request failures for files ComfyUI treats as optional (a user stylesheet, the user's settings/workflow index)
+// and for the internet (no network here) are not problems of a workflow, nor are the frontend's own start-up notices
+// (same on an empty graph); and the frontend's own bounding-box widget warns when it is created (ComfyUI's
+// CreateBoundingBoxes does too)
+const IGNORED = [/user\.css/, /\/api\/userdata/, /api\.comfy\.org/, /ERR_NAME_NOT_RESOLVED/, /ERR_INTERNET_DISCONNECTED/,
+                 /legacy queue\/history menu/, /open_maskeditor is deprecated/, /graph accessed before initialization/,
+                 /addWidget\(\.\.\.\) without a callback or property assigned/];
+
+async function inspect([name, fileJson]) {
+  const app = window.comfyAPI.app.app;
+  const LG = window.LiteGraph;
+  const nodes = app.graph.nodes;
+  const missingTypes = nodes.filter((n) => !(n.type in LG.registered_node_types)).map((n) => n.type);
+  const widgetProblems = [];
+  const fileNodes = Object.fromEntries(fileJson.nodes.map((n) => [String(n.id), n]));
+  for (const node of nodes) {
+    const saved = fileNodes[String(node.id)];
+    if (!saved) {
+      widgetProblems.push(`node ${node.id} (${node.type}) is not in the file`);
+      continue;
+    }
+    const named = saved.widgets_values_named ?? {};
+    for (const w of node.widgets ?? []) {
+      if (w.serialize === false) continue;
+      const where = `${node.type} #${node.id} '${w.name}'`;
+      if (!(w.name in named)) {
+        widgetProblems.push(`${where}: not in the file`);
+        continue;
+      }
+      if (JSON.stringify(w.value) !== JSON.stringify(named[w.name])) {
+        widgetProblems.push(`${where}: ${JSON.stringify(w.value)} loaded, ${JSON.stringify(named[w.name])} in file`);
+      }
+      const values = w.options?.values;
+      if (w.type === "combo" && Array.isArray(values) && !values.includes(w.value)) {
+        widgetProblems.push(`${where}: ${JSON.stringify(w.value)} is not one of the combo's values`);
+      }
+      if (typeof w.value === "number") {
+        const { min, max } = w.options ?? {};
+        if ((min !== undefined && w.value < min) || (max !== undefined && w.value > max)) {
+          widgetProblems.push(`${where}: ${w.value} outside [${min}, ${max}]`);
+        }
+      }
+    }
+  }
+  const errorNodes = nodes.filter((n) => n.has_errors).map((n) => `${n.type} #${n.id}`);
+  const overlays = [...document.querySelectorAll('[role=dialog], [role=alertdialog], [role=alert], .p-toast-message')]
+    .filter((e) => e.offsetParent !== null)
+    .map((e) => e.innerText.slice(0, 300));
+  // the frontend's error overlay ("N errors found", e.g. missing models) is a plain element
+  const leaves = [...document.querySelectorAll("body *")].filter((e) => e.children.length === 0 && e.offsetParent);
+  for (const e of leaves) {
+    if (/\berrors? found\b/i.test(e.textContent)) overlays.push(e.textContent.trim());
+  }
+  return { name, nodes: nodes.length, links: app.graph.links?.size ?? Object.keys(app.graph.links ?? {}).length,
+           missingTypes, widgetProblems, errorNodes, overlays, title: document.title };
+}
+
+const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), "ig4i8-wfcheck-")), {
+  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
+  headless: true,
+  viewport: { width: 1600, height: 1000 },
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync"],
+});
+const results = [];
+try {
+  const page = browser.pages()[0] ?? (await browser.newPage());
+  let console_ = [];
+  page.on("console", (m) => {
+    if (m.type() === "error" || m.type() === "warning") console_.push(`${m.type()}: ${m.text()} ${m.location().url}`);
+  });
+  page.on("pageerror", (err) => console_.push(`pageerror: ${err}`));
+  await page.goto(base, { waitUntil: "domcontentloaded" });
+  await page.waitForFunction(() => window.comfyAPI?.app?.app?.graph && window.LiteGraph, null, { timeout: 120000 });
+  await page.waitForTimeout(3000);
+  for (const name of names) {
+    // the Templates dialog, as from the sidebar's Templates button
+    if (!(await page.locator("[role=dialog]").count())) {
+      await page.evaluate(() => window.comfyAPI.app.app.extensionManager.command.execute("Comfy.BrowseTemplates"));
+    }
+    await page.getByText(packName, { exact: true }).first().click({ timeout: 30000 });
+    const card = page.locator(`[data-testid="template-workflow-${name}"]`);
+    const listed = (await card.count()) > 0;
+    if (listed) await page.screenshot({ path: join(shots, `templates-${packName}.png`) });
+    if (!listed) {
+      results.push({ name, listed });
+      await page.keyboard.press("Escape");
+      continue;
+    }
+    console_ = [];
+    await card.first().click();
+    await page.waitForFunction(() => !document.querySelector("[role=dialog]"), null, { timeout: 30000 });
+    await page.waitForFunction(() => window.comfyAPI.app.app.graph.nodes.length > 0, null, { timeout: 30000 });
+    await page.waitForTimeout(2500);
+    const fileJson = await page.evaluate(async ([pack, n]) =>
+      (await fetch(`/api/workflow_templates/${pack}/${n}.json`)).json(), [packName, name]);
+    const r = await page.evaluate(inspect, [name, fileJson]);
+    await page.screenshot({ path: join(shots, `${name}.png`) });
+    // what the frontend says about errors, when it says anything (e.g. model files not installed)
+    const details = page.getByRole("button", { name: "View details" });
+    if (await details.count()) {
+      await details.first().click();
+      await page.waitForTimeout(1500);
+      await page.screenshot({ path: join(shots, `${name}-errors.png`) });
+      r.errorDetails = (await page.evaluate(() => document.body.innerText)).slice(0, 4000);
+      await page.keyboard.press("Escape");
+      await page.waitForTimeout(500);
+    }
+    // then each group at 100 % zoom, readable
+    const groups = await page.evaluate(() => window.comfyAPI.app.app.graph.groups.map((g) => g.title));
+    for (const [i, title] of groups.entries()) {
+      await page.evaluate((t) => {
+        const app = window.comfyAPI.app.app;
+        const g = app.graph.groups.find((x) => x.title === t);
+        app.canvas.ds.scale = 1;
+        app.canvas.ds.offset = [-g.pos[0] + 100, -g.pos[1] + 90];
+        app.canvas.setDirty(true, true);
+      }, title);
+      await page.waitForTimeout(400);
+      await page.screenshot({ path: join(shots, `${name}-group${i + 1}.png`) });
+    }
+    await page.evaluate(() => {
+      const app = window.comfyAPI.app.app;
+      const note = app.graph.nodes.find((n) => n.type === "MarkdownNote" || n.type === "Note");
+      if (!note) return;
+      app.canvas.ds.scale = 1;
+      app.canvas.ds.offset = [-note.pos[0] + 100, -note.pos[1] + 110];
+      app.canvas.setDirty(true, true);
+    });
+    await page.waitForTimeout(400);
+    await page.screenshot({ path: join(shots, `${name}-note.png`) });
+    r.listed = listed;
+    r.consoleProblems = console_.filter((line) => !IGNORED.some((re) => re.test(line)));
+    results.push(r);
+  }
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(results));

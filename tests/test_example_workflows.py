@@ -1,0 +1,316 @@
+"""The example workflows (``example_workflows/``), checked without ComfyUI.
+
+Every node type exists (ours: the snapshot of this pack's ``/object_info``; native: the list pinned from ComfyUI
+0.33.0; notes: the frontend's own types), every widget value fits its input's type and range, every link joins
+matching types, each API twin equals what the frontend queues for its UI file, and each workflow is wired as the
+issue asks. The same data is compared with a live ComfyUI in ``test_example_workflows_comfyui.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+from workflow_checks import (
+    API_DIR,
+    EXAMPLES,
+    NATIVE_FIXTURE,
+    check_ui,
+    load_specs,
+    named_widget_values,
+    ui_to_api,
+)
+
+SPECS = load_specs()
+SAME_FILE = "(second branch of the weights file)"
+W8A8 = "ideogram4-int8-w8a8.safetensors"
+FP8 = "ideogram4_fp8_scaled.safetensors"
+FP8_UNCOND = "ideogram4_unconditional_fp8_scaled.safetensors"
+TEXT_ENCODER = "qwen3vl_8b_fp8_scaled.safetensors"
+VAE = "flux2-vae.safetensors"
+OURS = ("ideogram4_int8_text_to_image", "ideogram4_int8_fp8_patch", "ideogram4_int8_native_guider")
+ALL_UI = sorted(p.stem for p in EXAMPLES.glob("*.json"))
+
+
+def _ui(name: str) -> dict:
+    return json.loads((EXAMPLES / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def _api(name: str) -> dict:
+    return json.loads((API_DIR / f"{name}_api.json").read_text(encoding="utf-8"))
+
+
+class Graph:
+    """Queries over a UI-format workflow: nodes by type, what feeds an input, widget values by name."""
+
+    def __init__(self, ui: dict):
+        self.ui = ui
+        self.nodes = {n["id"]: n for n in ui["nodes"]}
+        self.links = {link[0]: link for link in ui["links"]}
+
+    def of_type(self, node_type: str) -> list[dict]:
+        return [n for n in self.ui["nodes"] if n["type"] == node_type]
+
+    def one(self, node_type: str) -> dict:
+        found = self.of_type(node_type)
+        assert len(found) == 1, f"expected one {node_type}, found {len(found)}"
+        return found[0]
+
+    def values(self, node: dict) -> dict:
+        return named_widget_values(node, SPECS[node["type"]])
+
+    def source(self, node: dict, input_name: str) -> tuple[dict, int] | None:
+        """(node, output slot) feeding ``input_name`` of ``node``; None when unconnected."""
+        slot = next((s for s in node.get("inputs", []) if s["name"] == input_name), None)
+        assert slot is not None, f"{node['type']} has no input '{input_name}'"
+        if slot.get("link") is None:
+            return None
+        link = self.links[slot["link"]]
+        return self.nodes[link[1]], link[2]
+
+    def feeds(self, node: dict, input_name: str, source_type: str, slot: int = 0) -> dict:
+        src = self.source(node, input_name)
+        assert src is not None, f"{node['type']}.{input_name} is not connected"
+        assert (src[0]["type"], src[1]) == (source_type, slot), (
+            f"{node['type']}.{input_name} is fed by {src[0]['type']} output {src[1]}, expected {source_type} "
+            f"output {slot}")  # fmt: skip
+        return src[0]
+
+
+# -- the folder ---------------------------------------------------------------------------------------------------
+
+
+def test_template_folder_holds_ui_files_with_api_twins_and_card_pictures():
+    assert set(OURS) <= set(ALL_UI)
+    for name in ALL_UI:
+        ui = _ui(name)
+        # the template browser lists every *.json here and loads it as a graph: UI format only
+        assert {"nodes", "links"} <= set(ui), f"{name}.json is not a UI-format workflow"
+        assert (API_DIR / f"{name}_api.json").is_file(), f"{name} has no API twin in example_workflows/api/"
+        assert (EXAMPLES / f"{name}.jpg").is_file(), f"{name} has no card picture ({name}.jpg)"
+    twins = sorted(p.name for p in API_DIR.glob("*.json"))
+    assert twins == sorted(f"{n}_api.json" for n in ALL_UI), twins
+
+
+def test_the_native_list_is_pinned_to_comfyui_0_33():
+    pinned = json.loads(NATIVE_FIXTURE.read_text(encoding="utf-8"))
+    assert pinned["comfyui_version"].startswith("0.33")
+    assert pinned["frontend_version"] == "1.49.6"
+
+
+# -- every workflow against the node definitions -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL_UI)
+def test_nodes_widgets_and_links_fit_the_definitions(name):
+    assert check_ui(_ui(name), SPECS) == []
+
+
+@pytest.mark.parametrize("name", ALL_UI)
+def test_api_twin_is_what_the_frontend_queues_for_the_ui_file(name):
+    assert _api(name) == ui_to_api(_ui(name), SPECS)
+
+
+# -- the checks catch what they are for (each mutation must be reported) -------------------------------------------
+
+
+def _mutated(change) -> list[str]:
+    ui = copy.deepcopy(_ui("ideogram4_int8_native_guider"))
+    change(Graph(ui))
+    return check_ui(ui, SPECS)
+
+
+def _set(graph: Graph, node_type: str, widget: str, value) -> None:
+    node = graph.one(node_type)
+    index = list(graph.values(node)).index(widget)
+    node["widgets_values"][index] = value
+    node.get("widgets_values_named", {})[widget] = value
+
+
+@pytest.mark.parametrize(("change", "expect"), [
+    (lambda g: _set(g, "Ideogram4Scheduler", "steps", 500), "outside [1, 200]"),
+    (lambda g: _set(g, "Ideogram4Scheduler", "steps", 20.0), "not an integer"),
+    (lambda g: _set(g, "EmptyFlux2LatentImage", "batch_size", True), "not an integer"),
+    (lambda g: _set(g, "Ideogram4Int8Loader", "compute_dtype", "fp16"), "not one of"),
+    (lambda g: _set(g, "Ideogram4Int8Loader", "weights", "ideogram4_bf16.safetensors"), "not a file this workflow"),
+    (lambda g: _set(g, "CFGOverride", "start_percent", 1.5), "outside [0.0, 1.0]"),
+    (lambda g: _set(g, "RandomNoise", "control_after_generate", "sometimes"), "control value"),
+    (lambda g: g.one("KSamplerSelect").__setitem__("type", "KSamplerSelectX"), "unknown node type"),
+    (lambda g: g.one("DualModelGuider")["widgets_values"].append(1.0), "widget values"),
+    (lambda g: g.ui["links"].__setitem__(0, [*g.ui["links"][0][:5], "LATENT"]), "link says LATENT"),
+    (lambda g: g.one("SamplerCustomAdvanced")["inputs"][0].__setitem__("link", None), "'noise' is not connected"),
+])  # fmt: skip
+def test_the_checks_report_bad_workflows(change, expect):
+    problems = _mutated(change)
+    assert any(expect in p for p in problems), problems
+
+
+def test_a_changed_ui_file_no_longer_matches_its_api_twin():
+    ui = copy.deepcopy(_ui("ideogram4_int8_fp8_patch"))
+    graph = Graph(ui)
+    sampler = graph.one("Ideogram4Int8Sampler")
+    sampler["widgets_values"][list(graph.values(sampler)).index("preset")] = "Turbo 12"
+    assert ui_to_api(ui, SPECS) != _api("ideogram4_int8_fp8_patch")
+
+
+# -- what the issue asks of each workflow ----------------------------------------------------------------------
+
+
+def _caption_chain(g: Graph) -> dict:
+    """Text element + object element with boxes -> caption builder -> CLIPTextEncode with CLIPLoader(ideogram4);
+    returns the CLIPTextEncode node. The caption the nodes build is valid."""
+    from comfyui_ideogram4_int8.ideogram4 import validate_caption
+    from comfyui_ideogram4_int8.ideogram4.captions import builder as b
+
+    encode = g.one("CLIPTextEncode")
+    builder = g.feeds(encode, "text", "Ideogram4Int8CaptionBuilder", 0)
+    clip = g.feeds(encode, "clip", "CLIPLoader")
+    assert g.values(clip) == {"clip_name": TEXT_ENCODER, "type": "ideogram4", "device": "default"}
+    text = g.feeds(builder, "elements", "Ideogram4Int8TextElement")
+    obj = g.feeds(text, "elements", "Ideogram4Int8ObjectElement")
+    assert g.source(obj, "elements") is None
+    style = g.feeds(builder, "style", "Ideogram4Int8StyleDescription")
+    tv, ov, sv, bv = g.values(text), g.values(obj), g.values(style), g.values(builder)
+    assert tv["placed"] and ov["placed"] and tv["text"].strip()
+
+    def box(v):
+        return [v["y_min"], v["x_min"], v["y_max"], v["x_max"]]
+
+    elements = (b.make_element("obj", ov["desc"], None, box(ov), ov["color_palette"])
+                + b.make_element("text", tv["desc"], tv["text"], box(tv), tv["color_palette"]))
+    style_block = b.make_style(sv["kind"], sv["aesthetics"], sv["lighting"], sv["medium"], sv["photo"],
+                               sv["art_style"], sv["color_palette"])
+    caption, _ = b.build_caption(bv["high_level_description"], bv["background"], style_block, elements)
+    assert validate_caption(caption) == []
+    assert bv["on_invalid"] == "error"
+    return encode
+
+
+def _decode_and_save(g: Graph, latent_source: str, slot: int = 0) -> None:
+    decode = g.one("VAEDecode")
+    g.feeds(decode, "samples", latent_source, slot)
+    assert g.values(g.feeds(decode, "vae", "VAELoader")) == {"vae_name": VAE}
+    g.feeds(g.one("SaveImage"), "images", "VAEDecode")
+
+
+def _note_text(g: Graph) -> str:
+    notes = g.of_type("MarkdownNote") + g.of_type("Note")
+    assert len(notes) == 1, "one note node"
+    return notes[0]["widgets_values"][0]
+
+
+def _check_note(g: Graph, files: dict[str, str]) -> None:
+    """The note names each file with its models/ folder, and the GPU it needs."""
+    text = _note_text(g)
+    for name, folder in files.items():
+        line = next((ln for ln in text.splitlines() if name in ln), "")
+        assert f"models/{folder}" in line, f"the note does not say where {name} goes"
+    assert "8.0" in text and "NVIDIA" in text and "24 GB" in text, "the note does not name the GPU it needs"
+    declared = {m["name"]: m["directory"] for n in g.ui["nodes"] for m in n.get("properties", {}).get("models", [])}
+    assert declared == files, "properties.models (the frontend's missing-model downloads) differ from the note"
+    for n in g.ui["nodes"]:
+        for m in n.get("properties", {}).get("models", []):
+            assert re.fullmatch(r"https://huggingface\.co/[\w.-]+/[\w.-]+/resolve/main/\S+\.safetensors", m["url"])
+            assert m["url"].endswith("/" + m["name"])
+
+
+def _sampler(g: Graph) -> dict:
+    sampler = g.one("Ideogram4Int8Sampler")
+    v = g.values(sampler)
+    assert (v["preset"], v["width"], v["height"], v["batch_size"]) == ("Default 20", 1024, 1024, 1)
+    return sampler
+
+
+def test_text_to_image_w8a8():
+    g = Graph(_ui("ideogram4_int8_text_to_image"))
+    encode = _caption_chain(g)
+    loader = g.one("Ideogram4Int8Loader")
+    v = g.values(loader)
+    assert (v["weights"], v["unconditional_weights"], v["gemm_path"]) == (W8A8, SAME_FILE, "auto")
+    sampler = _sampler(g)
+    g.feeds(sampler, "model", "Ideogram4Int8Loader", 0)
+    g.feeds(sampler, "model_negative", "Ideogram4Int8Loader", 1)
+    assert g.feeds(sampler, "positive", "CLIPTextEncode") is encode
+    _decode_and_save(g, "Ideogram4Int8Sampler")
+    _check_note(g, {W8A8: "diffusion_models", TEXT_ENCODER: "text_encoders", VAE: "vae"})
+    assert "base" in _note_text(g) and FP8 in _note_text(g)  # what to do if the W8A8 file lacks norms/embeddings
+
+
+def test_fp8_files_through_the_patch_node():
+    g = Graph(_ui("ideogram4_int8_fp8_patch"))
+    encode = _caption_chain(g)
+    sampler = _sampler(g)
+    for input_name, label, file in (("model", "conditional", FP8), ("model_negative", "unconditional", FP8_UNCOND)):
+        patch = g.feeds(sampler, input_name, "Ideogram4Int8Patch", 0)
+        assert g.values(patch) == {"label": label, "gemm_path": "auto"}
+        unet = g.feeds(patch, "model", "UNETLoader")
+        assert g.values(unet) == {"unet_name": file, "weight_dtype": "default"}
+    assert g.feeds(sampler, "positive", "CLIPTextEncode") is encode
+    assert not g.of_type("Ideogram4Int8Loader")
+    _decode_and_save(g, "Ideogram4Int8Sampler")
+    _check_note(g, {FP8: "diffusion_models", FP8_UNCOND: "diffusion_models", TEXT_ENCODER: "text_encoders",
+                    VAE: "vae"})
+
+
+def test_native_guider_graph_reproduces_the_default_20_schedule():
+    from comfyui_ideogram4_int8.ideogram4 import PRESETS, sigmas
+
+    g = Graph(_ui("ideogram4_int8_native_guider"))
+    encode = _caption_chain(g)
+    guider = g.one("DualModelGuider")
+    override = g.feeds(guider, "model", "CFGOverride")
+    g.feeds(override, "model", "Ideogram4Int8Loader", 0)
+    g.feeds(guider, "model_negative", "Ideogram4Int8Loader", 1)
+    assert g.feeds(guider, "positive", "CLIPTextEncode") is encode
+    assert g.source(guider, "negative") is None  # unconnected: the image-only unconditional pass
+    sample = g.one("SamplerCustomAdvanced")
+    g.feeds(sample, "guider", "DualModelGuider")
+    assert g.values(g.feeds(sample, "sampler", "KSamplerSelect")) == {"sampler_name": "euler"}
+    g.feeds(sample, "noise", "RandomNoise")
+    scheduler = g.feeds(sample, "sigmas", "Ideogram4Scheduler")
+    latent = g.feeds(sample, "latent_image", "EmptyFlux2LatentImage")
+    size = {}
+    for axis in ("width", "height"):
+        prim = g.feeds(scheduler, axis, "PrimitiveInt")
+        assert g.feeds(latent, axis, "PrimitiveInt") is prim, f"scheduler and latent {axis} differ"
+        size[axis] = g.values(prim)["value"]
+    assert size == {"width": 1024, "height": 1024}
+    _decode_and_save(g, "SamplerCustomAdvanced", 0)
+    _check_note(g, {W8A8: "diffusion_models", TEXT_ENCODER: "text_encoders", VAE: "vae"})
+
+    # the official Default 20 schedule: same sigmas, guidance 7, the last 2 steps at 3 (CFGOverride's window,
+    # sigma <= 1 - start_percent, covers exactly those steps at this size)
+    preset = PRESETS["Default 20"]
+    sv, ov = g.values(scheduler), g.values(override)
+    assert (sv["steps"], sv["mu"], sv["std"]) == (preset.steps, preset.mu, preset.std)
+    s = sigmas(preset.steps, size["width"], size["height"], preset.mu, preset.std).double()
+    hi, lo = 1.0 - ov["start_percent"], 1.0 - ov["end_percent"]
+    guidance = [ov["cfg"] if lo <= float(s[i]) <= hi else g.values(guider)["cfg"] for i in range(preset.steps)]
+    assert tuple(guidance) == preset.guidance, guidance
+
+
+def _override_guidance(preset, width, height, start, cfg=7.0, polish=3.0) -> tuple:
+    from comfyui_ideogram4_int8.ideogram4 import sigmas
+
+    s = sigmas(preset.steps, width, height, preset.mu, preset.std).double()
+    return tuple(polish if float(s[i]) <= 1.0 - start else cfg for i in range(preset.steps))
+
+
+def test_the_notes_cfg_override_settings_give_each_presets_schedule():
+    """The native-guider note's start_percent for each preset, at the sizes it names, gives that preset's schedule
+    (and an off-by-one start would not)."""
+    from comfyui_ideogram4_int8.ideogram4 import PRESETS
+
+    text = _note_text(Graph(_ui("ideogram4_int8_native_guider")))
+    default = re.search(r"start (0\.\d+)\): guidance 3 on the last 2 of 20 steps", text)
+    others = dict(re.findall(r"(Quality 48|Turbo 12): steps \d+, .*?start (0\.\d+)", text))
+    assert default and set(others) == {"Quality 48", "Turbo 12"}, text
+    starts = {"Default 20": float(default.group(1)), **{k: float(v) for k, v in others.items()}}
+    assert "from 768×1344 to 1024×1024" in text
+    for name, start in starts.items():
+        preset = PRESETS[name]
+        for width, height in ((1024, 1024), (768, 1344), (1344, 768)):
+            assert _override_guidance(preset, width, height, start) == preset.guidance, (name, width, height)
+        assert _override_guidance(preset, 1024, 1024, start - 0.1) != preset.guidance, name

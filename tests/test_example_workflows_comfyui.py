@@ -1,0 +1,251 @@
+"""The example workflows in a real ComfyUI 0.33 (skipped without COMFYUI_DIR).
+
+The server gets this pack, the test-only pack (tests/comfy_test_pack) and small synthetic stand-ins for every model
+file the workflows name, under the real names (tests/workflow_models.py): a tiny Ideogram 4 W8A8 file, tiny native
+fp8_scaled files for both branches (ComfyUI's own UNETLoader reads them; the test pack gives ComfyUI the tiny sizes),
+a tiny Flux2-layout VAE, and an empty placeholder for the text encoder.
+
+* the Templates browser lists exactly the UI files, and serves them and their card pictures;
+* the pinned node definitions (tests/fixtures) equal what this server reports;
+* each shipped API workflow passes ComfyUI's prompt validation unchanged;
+* each workflow runs through ComfyUI's own execution code down to a saved image. The 8B text encoder's weights are
+  absent here, so the test replaces CLIPLoader + CLIPTextEncode in a copy of the API workflow with the test-only node
+  ``Ideogram4TestConditioning`` (text features from a file, same node id, so every link stays as shipped); every other
+  node and value is the shipped one (1024x1024, Default 20). The native DualModelGuider graph gives the same image as
+  the pack's sampler node (same seed, models, conditioning and schedule);
+* each UI workflow opens from the Templates browser in headless Chromium with no missing node types, widget value
+  changes, flagged nodes, error overlays or console errors (screenshots in EXAMPLE_SHOTS_DIR, default a pytest tmp
+  folder: look at them); without the model files the frontend lists exactly the workflow's files to download.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import urllib.request
+
+import pytest
+import torch
+from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer, history_errors
+from workflow_checks import (
+    API_DIR,
+    EXAMPLES,
+    NATIVE_FIXTURE,
+    PACK_FIXTURE,
+    live_snapshot,
+    model_files_of,
+    pack_node_types,
+)
+from workflow_models import COND, native_sizes_env, write_example_models
+
+pytestmark = pytest.mark.comfyui
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+OURS = ("ideogram4_int8_text_to_image", "ideogram4_int8_fp8_patch", "ideogram4_int8_native_guider")
+ALL_UI = sorted(p.stem for p in EXAMPLES.glob("*.json"))
+CHECK_SCRIPT = ROOT / "tests" / "browser" / "example_workflow_check.mjs"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+SEED = int.from_bytes(os.urandom(3), "little")
+
+
+def _api(name: str) -> dict:
+    return json.loads((API_DIR / f"{name}_api.json").read_text(encoding="utf-8"))
+
+
+def _ui(name: str) -> dict:
+    return json.loads((EXAMPLES / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def _start(with_models: bool) -> ComfyUIServer:
+    def setup(base):
+        if with_models:
+            write_example_models(base, SEED, text_encoder_placeholder=True)
+
+    server = ComfyUIServer(packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": ROOT / "tests" / "comfy_test_pack"},
+                           setup=setup, env=native_sizes_env()).start()  # fmt: skip
+    assert server.import_failures() == [], server.log_tail()
+    return server
+
+
+@pytest.fixture(scope="module")
+def srv():
+    server = _start(with_models=True)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _get(srv, path: str) -> tuple[bytes, str]:
+    with urllib.request.urlopen(srv.url + path, timeout=30) as resp:
+        return resp.read(), resp.headers.get("Content-Type", "")
+
+
+# -- what the server offers -----------------------------------------------------------------------------------------
+
+
+def test_templates_browser_lists_the_ui_files_and_serves_them(srv):
+    listed = srv.get_json("/workflow_templates")
+    assert sorted(listed[PACK_NAME]) == ALL_UI  # API twins (in api/) are not templates
+    for name in ALL_UI:
+        body, _ = _get(srv, f"/api/workflow_templates/{PACK_NAME}/{name}.json")
+        assert json.loads(body) == _ui(name)
+        picture, kind = _get(srv, f"/api/workflow_templates/{PACK_NAME}/{name}.jpg")
+        assert kind == "image/jpeg" and picture[:3] == b"\xff\xd8\xff"
+
+
+def test_pinned_native_definitions_equal_this_comfyui(srv):
+    pinned = json.loads(NATIVE_FIXTURE.read_text(encoding="utf-8"))
+    assert srv.get_json("/system_stats")["system"]["comfyui_version"] == pinned["comfyui_version"]
+    assert live_snapshot(srv.url, pinned["nodes"]) == pinned["nodes"]
+
+
+def test_pack_definition_snapshot_equals_this_comfyui(srv):
+    pinned = json.loads(PACK_FIXTURE.read_text(encoding="utf-8"))["nodes"]
+    live = live_snapshot(srv.url, pack_node_types(srv.url))
+    assert live == pinned, "the pack's nodes changed: regenerate with `python tests/workflow_checks.py pin <url>`"
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_shipped_api_workflow_passes_comfyui_validation(srv, name):
+    # queued unchanged: every node validates (ComfyUI would accept a partly invalid prompt for its valid outputs,
+    # e.g. the caption builder, and list the rest in node_errors); it then runs until CLIPLoader meets the empty
+    # text-encoder placeholder
+    queued = srv.post_json("/prompt", {"prompt": _api(name), "client_id": "validation"})
+    assert queued["node_errors"] == {}, queued["node_errors"]
+    entry = srv.wait_for_history(queued["prompt_id"], timeout=600)
+    assert entry["status"]["status_str"] == "error"
+    failed = [(d.get("node_type"), d.get("node_id")) for kind, d in entry["status"]["messages"]
+              if kind == "execution_error"]  # fmt: skip
+    clip = next(k for k, n in _api(name).items() if n["class_type"] == "CLIPLoader")
+    assert failed == [("CLIPLoader", clip)], history_errors(entry)
+
+
+# -- running each workflow ------------------------------------------------------------------------------------------
+
+
+def runnable_copy(api: dict, cond_path: str) -> dict:
+    """The API workflow with the text encoder replaced: CLIPTextEncode becomes the test-only conditioning node
+    (same id, so its consumers stay wired as shipped) and CLIPLoader, which fed only it, goes."""
+    graph = copy.deepcopy(api)
+    encode = [k for k, n in graph.items() if n["class_type"] == "CLIPTextEncode"]
+    loaders = [k for k, n in graph.items() if n["class_type"] == "CLIPLoader"]
+    assert len(encode) == 1 and len(loaders) == 1
+    users = [k for k, n in graph.items() for v in n["inputs"].values() if v == [loaders[0], 0]]
+    assert users == encode, "CLIPLoader feeds something besides CLIPTextEncode"
+    del graph[loaders[0]]
+    graph[encode[0]] = {"class_type": "Ideogram4TestConditioning", "inputs": {"path": cond_path},
+                        "_meta": {"title": "test-only text conditioning (no 8B text encoder here)"}}
+    return graph
+
+
+@functools.cache
+def _run(srv, name: str) -> dict:
+    entry = srv.run_prompt(runnable_copy(_api(name), str(srv.base / COND)), timeout=900)
+    tracebacks = ["".join(d.get("traceback", [])) for kind, d in entry["status"]["messages"]
+                  if kind == "execution_error"]  # fmt: skip
+    assert entry["status"]["status_str"] == "success", "\n".join(tracebacks)
+    return entry
+
+
+def _saved_image(srv, name: str) -> torch.Tensor:
+    import numpy as np
+    from PIL import Image
+
+    api = _api(name)
+    save = next(k for k, n in api.items() if n["class_type"] == "SaveImage")
+    images = _run(srv, name)["outputs"][save]["images"]
+    assert len(images) == 1
+    info = images[0]
+    assert info["type"] == "output" and info["subfolder"] == "ideogram4_int8"
+    path = srv.base / "output" / info["subfolder"] / info["filename"]
+    with Image.open(path) as img:
+        assert img.format == "PNG" and img.mode == "RGB"
+        return torch.from_numpy(np.asarray(img).copy())
+
+
+@pytest.mark.parametrize("name", OURS)
+def test_workflow_runs_through_comfyui_down_to_an_image(srv, name):
+    from comfyui_ideogram4_int8.ideogram4 import validate_caption
+
+    image = _saved_image(srv, name)
+    assert tuple(image.shape) == (1024, 1024, 3)  # the shipped size, decoded by the Flux2-layout VAE (x16)
+    assert image.float().std() > 5  # not a constant picture
+    # the caption chain ran too (Caption Builder is an output node): its caption is valid
+    builder = next(k for k, n in _api(name).items() if n["class_type"] == "Ideogram4Int8CaptionBuilder")
+    shown = _run(srv, name)["outputs"][builder]["text"][0]
+    caption = shown.rsplit("\n\n", 1)[-1]
+    assert validate_caption(caption) == [], shown
+    assert "FRESH BREAD" in json.loads(caption)["compositional_deconstruction"]["elements"][-1]["text"]
+
+
+def test_native_guider_graph_gives_the_same_image_as_the_sampler_node(srv):
+    ours = _saved_image(srv, "ideogram4_int8_text_to_image")
+    native = _saved_image(srv, "ideogram4_int8_native_guider")
+    # same models, seed, conditioning, sigmas and per-step guidance (CFGOverride = the preset's polish steps)
+    assert (ours.int() - native.int()).abs().max().item() <= 1
+    # and different from the fp8-derived INT8 models (another quantization of other weights: a real difference)
+    patched = _saved_image(srv, "ideogram4_int8_fp8_patch")
+    assert (ours.float() - patched.float()).abs().mean().item() > 0
+
+
+# -- the frontend ---------------------------------------------------------------------------------------------------
+
+
+def _browser_ready() -> bool:
+    node = shutil.which("node")
+    if not node or not pathlib.Path(CHROMIUM).exists():
+        return False
+    return subprocess.run([node, "-e", "require.resolve('playwright-core')"], capture_output=True,
+                          timeout=30).returncode == 0  # fmt: skip
+
+
+@pytest.fixture
+def shots(tmp_path):
+    if not _browser_ready():
+        pytest.skip("needs node, playwright-core on NODE_PATH and chromium")
+    out = pathlib.Path(os.environ.get("EXAMPLE_SHOTS_DIR") or tmp_path / "shots")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _open_in_browser(server, out: pathlib.Path, names) -> dict[str, dict]:
+    proc = subprocess.run(["node", str(CHECK_SCRIPT), server.url, str(out), PACK_NAME, *names],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + server.log_tail()
+    return {r["name"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
+
+
+def test_each_workflow_opens_from_the_templates_browser_cleanly(srv, shots):
+    results = _open_in_browser(srv, shots, ALL_UI)
+    for name in ALL_UI:
+        r = results[name]
+        assert r["listed"], f"{name} is not in the Templates browser"
+        assert r["nodes"] == len(_ui(name)["nodes"]) and r["links"] == len(_ui(name)["links"]), r
+        for key in ("missingTypes", "widgetProblems", "errorNodes", "overlays", "consoleProblems"):
+            assert r[key] == [], (name, key, r[key])
+    assert (shots / "templates-comfyui_ideogram4_int8.png").is_file()
+
+
+def test_without_the_model_files_the_frontend_lists_exactly_what_to_download(shots):
+    server = _start(with_models=False)
+    try:
+        results = _open_in_browser(server, shots / "no-models", OURS)
+    finally:
+        server.stop()
+    for name in OURS:
+        r = results[name]
+        files = model_files_of(_ui(name))
+        count = sum(len(v) for v in files.values())
+        assert r["missingTypes"] == [] and r["consoleProblems"] == [], r
+        assert f"{count} errors found" in r["overlays"], r["overlays"]
+        details = r.get("errorDetails", "")
+        assert "Missing Models" in details
+        for folder, names in files.items():
+            for file in names:
+                assert file in details and folder in details, (name, file)

@@ -30,10 +30,28 @@ LAST_LAUNCH: dict = {}
 
 
 @triton.jit
+def _column_halves(t, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A [BLOCK_M, BLOCK_N] tile as its left and right [BLOCK_M, BLOCK_N // 2] halves."""
+    return tl.split(tl.permute(tl.reshape(t, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+
+
+@triton.jit
+def _dequant_tile(acc, sa_ptr, sb_ptr, bias_ptr, rm, rn, M, N, HAS_BIAS: tl.constexpr):
+    """The epilogue of the numerics contract, in float32: (acc * s_tok[m]) * s_ch[n] + bias[n]."""
+    sa = tl.load(sa_ptr + rm, mask=rm < M, other=0.0)
+    sb = tl.load(sb_ptr + rn, mask=rn < N, other=0.0)
+    y = acc.to(tl.float32) * sa[:, None]
+    y = y * sb[None, :]
+    if HAS_BIAS:
+        y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    return y
+
+
+@triton.jit
 def _swiglu_tile(y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """y [BLOCK_M, BLOCK_N] holds gate columns then up columns (weights interleaved in chunks of
     BLOCK_N // 2): returns silu(gate) * up, [BLOCK_M, BLOCK_N // 2], in float32."""
-    g, u = tl.split(tl.permute(tl.reshape(y, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1)))
+    g, u = _column_halves(y, BLOCK_M, BLOCK_N)
     return g * tl.sigmoid(g) * u
 
 
@@ -103,12 +121,7 @@ def _w8a8_gemm_kernel(
     elif EPILOGUE == 2:
         tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
     else:
-        sa = tl.load(sa_ptr + rm, mask=rm < M, other=0.0)
-        sb = tl.load(sb_ptr + rn, mask=rn < N, other=0.0)
-        y = acc.to(tl.float32) * sa[:, None]
-        y = y * sb[None, :]
-        if HAS_BIAS:
-            y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+        y = _dequant_tile(acc, sa_ptr, sb_ptr, bias_ptr, rm, rn, M, N, HAS_BIAS)
         if EPILOGUE == 3:
             h = _swiglu_tile(y, BLOCK_M, BLOCK_N)
             rh = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
@@ -171,8 +184,7 @@ def _w8a8_gemm_persistent_kernel(
             acc = tl.dot(a, b.T, acc, out_dtype=tl.int32)
         if RAW_INT32:
             if SUBTILE:
-                acc3 = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-                acc0, acc1 = tl.split(acc3)
+                acc0, acc1 = _column_halves(acc, BLOCK_M, BLOCK_N)
                 c_desc.store([off_m, off_n], acc0)
                 c_desc.store([off_m, off_n + BLOCK_N // 2], acc1)
             else:
@@ -180,19 +192,13 @@ def _w8a8_gemm_persistent_kernel(
         else:
             rm = off_m + tl.arange(0, BLOCK_M)
             rn = off_n + tl.arange(0, BLOCK_N)
-            sa = tl.load(sa_ptr + rm, mask=rm < M, other=0.0)
-            sb = tl.load(sb_ptr + rn, mask=rn < N, other=0.0)
-            y = acc.to(tl.float32) * sa[:, None]
-            y = y * sb[None, :]
-            if HAS_BIAS:
-                y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            y = _dequant_tile(acc, sa_ptr, sb_ptr, bias_ptr, rm, rn, M, N, HAS_BIAS)
             out_ty = c_desc.dtype
             if SWIGLU:
                 c_desc.store([off_m, off_n // 2], _swiglu_tile(y, BLOCK_M, BLOCK_N).to(out_ty))
             elif SUBTILE:
                 # two half-width stores: smaller epilogue staging buffer, more overlap
-                y3 = tl.permute(tl.reshape(y, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-                y0, y1 = tl.split(y3)
+                y0, y1 = _column_halves(y, BLOCK_M, BLOCK_N)
                 c_desc.store([off_m, off_n], y0.to(out_ty))
                 c_desc.store([off_m, off_n + BLOCK_N // 2], y1.to(out_ty))
             else:
@@ -218,12 +224,7 @@ def _dequant_epilogue_kernel(
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     acc = tl.load(acc_ptr + rm[:, None].to(tl.int64) * stride_acc + rn[None, :], mask=mask, other=0)
-    sa = tl.load(sa_ptr + rm, mask=rm < M, other=0.0)
-    sb = tl.load(sb_ptr + rn, mask=rn < N, other=0.0)
-    y = acc.to(tl.float32) * sa[:, None]
-    y = y * sb[None, :]
-    if HAS_BIAS:
-        y = y + tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+    y = _dequant_tile(acc, sa_ptr, sb_ptr, bias_ptr, rm, rn, M, N, HAS_BIAS)
     tl.store(c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :], y.to(c_ptr.dtype.element_ty), mask=mask)
 
 

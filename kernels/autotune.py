@@ -41,6 +41,8 @@ class ConfigPicker:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._picks: dict[tuple, tuple[GemmConfig, str]] = {}
+        # (device, N, K, M, block_n) -> pick: asked on every GEMM call, so skip building the full key
+        self._fast: dict[tuple, tuple[GemmConfig, str]] = {}
         self._disk: dict | None = None
 
     # -- public ---------------------------------------------------------------------------
@@ -50,6 +52,9 @@ class ConfigPicker:
         ``block_n`` pins the tile width (the SwiGLU epilogue needs BLOCK_N == 2 x its chunk)."""
         M, K = q.shape
         N = w.shape[0]
+        hit = self._fast.get((q.device, N, K, M, block_n))
+        if hit is not None:
+            return hit
         cc = capability(q.device) if q.is_cuda else None
         arch = arch_name(cc)
         gpu = gpu_name(q.device)
@@ -57,6 +62,7 @@ class ConfigPicker:
         with self._lock:
             hit = self._picks.get(key)
         if hit is not None:
+            self._fast[(q.device, N, K, M, block_n)] = hit
             return hit
         found = self._from_disk(key)
         if found is None and block_n is None:
@@ -72,6 +78,9 @@ class ConfigPicker:
             found = (cfg, "heuristic")
         with self._lock:
             self._picks[key] = found
+            if len(self._fast) > 4096:
+                self._fast.clear()
+            self._fast[(q.device, N, K, M, block_n)] = found
         return found
 
     def picks(self) -> list[dict]:
@@ -85,6 +94,7 @@ class ConfigPicker:
     def clear(self) -> None:
         with self._lock:
             self._picks.clear()
+            self._fast.clear()
             self._disk = None
 
     # -- internals ------------------------------------------------------------------------

@@ -85,7 +85,7 @@ _PERSISTENT_SM90 = [  # measured best on H100 at every large Ideogram 4 shape: 1
     C(128, 128, 128, 8, 1, 8, 3, 1, 0, 1),
     C(128, 256, 128, 8, 1, 8, 3, 1, 1, 1),
 ]
-_SPLITK_SM90 = [C(128, 128, 128, 8, s, 4, 3) for s in (2, 4, 8)] + [C(64, 128, 128, 8, s, 4, 4) for s in (2, 4)]
+_SPLITK_SM90 = [C(128, 128, 128, 8, s, 4, 3) for s in (2, 3, 4, 6, 8)] + [C(64, 128, 128, 8, s, 4, 4) for s in (2, 4)]
 
 _LARGE_SM80 = [
     C(128, 128, 64, 8, 1, 4, 4),

@@ -11,10 +11,10 @@ Design notes (facts in research/int8-gemm-sota.md):
 * Hopper emits int8 wgmma only for BLOCK_M % 64 == 0, num_warps % 4 == 0, BLOCK_K >= 32; other
   configs compile to mma.sync (the Ampere instruction), which is how GPU tests cover Ampere code.
 * Grouped program order (GROUP_M) keeps a band of A rows and W columns hot in L2.
-* SPLIT_K > 1 (for the long-K, small-M ``llm_cond_proj``): each K slice adds its int32 partial
-  into a zeroed int32 buffer with atomics. Integer addition is associative, so the result is
-  bit-identical to SPLIT_K == 1 whatever order the atomics land in; a small epilogue kernel
-  then applies the scales and bias.
+* SPLIT_K > 1 (for the long-K, small-M ``llm_cond_proj``): each K slice stores its int32 partial
+  tile into its own slice of a [SPLIT_K, M, N] workspace (plain stores: no zeroing, no atomics,
+  which cost more than the split saved), then one small kernel sums the slices and applies the
+  scales and bias. Integer addition is exact, so the result is bit-identical to SPLIT_K == 1.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .fast_launch import FastLauncher
 from .reference import INT32_SAFE_MAX_K  # noqa: F401  (re-exported: the kernel's K limit)
 
 # The compiled kernel of the last launch (tests read its PTX to check wgmma vs mma.sync).
@@ -71,7 +72,7 @@ def _w8a8_gemm_kernel(
     stride_cm,
     K_PER_SPLIT,
     HAS_BIAS: tl.constexpr,
-    EPILOGUE: tl.constexpr,  # 0: raw int32 store, 1: scaled store, 2: int32 atomic add (split-K), 3: SwiGLU
+    EPILOGUE: tl.constexpr,  # 0: raw int32 store, 1: scaled store, 2: split-K partial store, 3: SwiGLU
     EVEN_K: tl.constexpr,  # K_PER_SPLIT % BLOCK_K == 0 and K % K_PER_SPLIT == 0: no K masks
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -119,7 +120,8 @@ def _w8a8_gemm_kernel(
     if EPILOGUE == 0:
         tl.store(c_ptrs, acc, mask=c_mask)
     elif EPILOGUE == 2:
-        tl.atomic_add(c_ptrs, acc, mask=c_mask, sem="relaxed")
+        # this split's slice of the [SPLIT_K, M, N] workspace (stride_cm == N)
+        tl.store(c_ptrs + pid_k.to(tl.int64) * M * stride_cm, acc, mask=c_mask)
     else:
         y = _dequant_tile(acc, sa_ptr, sb_ptr, bias_ptr, rm, rn, M, N, HAS_BIAS)
         if EPILOGUE == 3:
@@ -206,7 +208,7 @@ def _w8a8_gemm_persistent_kernel(
 
 
 @triton.jit
-def _dequant_epilogue_kernel(
+def _split_k_epilogue_kernel(
     acc_ptr,
     c_ptr,
     sa_ptr,
@@ -214,18 +216,28 @@ def _dequant_epilogue_kernel(
     bias_ptr,
     M,
     N,
-    stride_acc,
+    SPLITS,
     stride_cm,
     HAS_BIAS: tl.constexpr,
+    RAW_INT32: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
 ):
+    """Sum the SPLITS int32 partial slices of a [SPLITS, M, N] workspace, then store the raw sum
+    (RAW_INT32) or the dequantized, biased result. SPLITS == 1 is the cuBLAS path's epilogue."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
-    acc = tl.load(acc_ptr + rm[:, None].to(tl.int64) * stride_acc + rn[None, :], mask=mask, other=0)
-    y = _dequant_tile(acc, sa_ptr, sb_ptr, bias_ptr, rm, rn, M, N, HAS_BIAS)
-    tl.store(c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :], y.to(c_ptr.dtype.element_ty), mask=mask)
+    offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+    acc = tl.load(acc_ptr + offs, mask=mask, other=0)
+    for s in range(1, SPLITS):
+        acc += tl.load(acc_ptr + s * M * N + offs, mask=mask, other=0)
+    c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :]
+    if RAW_INT32:
+        tl.store(c_ptrs, acc, mask=mask)
+    else:
+        y = _dequant_tile(acc, sa_ptr, sb_ptr, bias_ptr, rm, rn, M, N, HAS_BIAS)
+        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 def _k_split(K: int, cfg) -> tuple[int, bool]:
@@ -251,45 +263,25 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
     k_per_split, even_k = _k_split(K, cfg)
     split_k = triton.cdiv(K, k_per_split)
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n), split_k)
-    common = dict(
-        K_PER_SPLIT=k_per_split,
-        EVEN_K=even_k,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-    )
+    tiles = (cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m)
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split_k == 1:
-        LAST_LAUNCH["kernel"] = _w8a8_gemm_kernel[grid](
-            q,
-            w,
-            out,
+        epilogue = 0 if raw_int32 else 3 if swiglu else 1
+        LAST_LAUNCH["kernel"] = _GEMM(
+            grid, q, w, out,
             q_scale if q_scale is not None else out,
             w_scale if w_scale is not None else out,
             bias if bias is not None else out,
-            M,
-            N,
-            K,
-            q.stride(0),
-            w.stride(0),
-            out.stride(0),
-            HAS_BIAS=bias is not None,
-            EPILOGUE=0 if raw_int32 else 3 if swiglu else 1,
-            **common,
-        )
+            M, N, K, q.stride(0), w.stride(0), out.stride(0), k_per_split,
+            bias is not None, epilogue, even_k, *tiles, **opts,
+        )  # fmt: skip
         return out
-    # Split-K: exact int32 partial sums via atomics, then the epilogue.
-    acc = out if raw_int32 else torch.empty((M, N), dtype=torch.int32, device=q.device)
-    acc.zero_()
-    LAST_LAUNCH["kernel"] = _w8a8_gemm_kernel[grid](
-        q, w, acc, acc, acc, acc, M, N, K, q.stride(0), w.stride(0), acc.stride(0),
-        HAS_BIAS=False, EPILOGUE=2, **common,
+    # Split-K: each split stores an exact int32 partial into its workspace slice; one kernel sums them.
+    ws = torch.empty((split_k, M, N), dtype=torch.int32, device=q.device)
+    LAST_LAUNCH["kernel"] = _GEMM(
+        grid, q, w, ws, ws, ws, ws, M, N, K, q.stride(0), w.stride(0), N, k_per_split, False, 2, even_k, *tiles, **opts,
     )  # fmt: skip
-    if raw_int32:
-        return out
-    return apply_epilogue(acc, q_scale, w_scale, bias, out.dtype, out=out)
+    return _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32)
 
 
 def apply_epilogue(acc, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, out=None):
@@ -297,22 +289,19 @@ def apply_epilogue(acc, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, o
     M, N = acc.shape
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=acc.device)
+    return _reduce_epilogue(acc.contiguous().reshape(1, M, N), q_scale, w_scale, bias, out, raw_int32=False)
+
+
+def _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32):
+    splits, M, N = ws.shape
     bm, bn = 32, 128
-    _dequant_epilogue_kernel[(triton.cdiv(M, bm), triton.cdiv(N, bn))](
-        acc,
-        out,
-        q_scale,
-        w_scale,
+    _EPILOGUE(
+        (triton.cdiv(M, bm), triton.cdiv(N, bn)), ws, out,
+        q_scale if q_scale is not None else out,
+        w_scale if w_scale is not None else out,
         bias if bias is not None else out,
-        M,
-        N,
-        acc.stride(0),
-        out.stride(0),
-        HAS_BIAS=bias is not None,
-        BLOCK_M=bm,
-        BLOCK_N=bn,
-        num_warps=4,
-    )
+        M, N, splits, out.stride(0), bias is not None, raw_int32, bm, bn, num_warps=4,
+    )  # fmt: skip
     return out
 
 
@@ -345,27 +334,17 @@ def _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu
     c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, c_block_n])
     tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
     programs = min(_num_sms(q.device), tiles)
-    LAST_LAUNCH["kernel"] = _w8a8_gemm_persistent_kernel[(programs,)](
-        a_desc,
-        b_desc,
-        c_desc,
+    LAST_LAUNCH["kernel"] = _PERSISTENT(
+        (programs,), a_desc, b_desc, c_desc,
         q_scale if q_scale is not None else out,
         w_scale if w_scale is not None else out,
         bias if bias is not None else out,
-        M,
-        N,
-        K,
-        HAS_BIAS=bias is not None,
-        RAW_INT32=raw_int32,
-        SWIGLU=swiglu,
-        BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k,
-        GROUP_M=cfg.group_m,
-        NUM_PROGRAMS=programs,
-        WARP_SPECIALIZE=bool(cfg.warp_specialize),
-        SUBTILE=subtile,
-        num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages,
-    )
+        M, N, K, bias is not None, raw_int32, swiglu, cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, programs,
+        bool(cfg.warp_specialize), subtile, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
     return out
+
+
+_GEMM = FastLauncher(_w8a8_gemm_kernel)
+_PERSISTENT = FastLauncher(_w8a8_gemm_persistent_kernel)
+_EPILOGUE = FastLauncher(_split_k_epilogue_kernel)

@@ -9,11 +9,14 @@ is read once; otherwise a first loop finds the row's absmax and a second loop qu
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
 from .env import interpreter_mode
+from .fast_launch import FastLauncher
 
 if interpreter_mode():
     # Triton's CPU interpreter has no libdevice.rint. Adding and subtracting 1.5 * 2**23 rounds
@@ -163,22 +166,26 @@ def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, pa
     scale = torch.empty((M,), dtype=torch.float32, device=x.device)
     if M == 0:
         return q, scale
-    p = {**quant_launch_params(M, K), **(params or {})}
-    grid = (_programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], x.device),)
-    _quantize_rows_kernel[grid](
-        x,
-        smooth if smooth is not None else x,
-        q,
-        scale,
-        M,
-        K,
-        x.stride(0),
-        q.stride(0),
-        HAS_SMOOTH=smooth is not None,
-        BLOCK_M=p["BLOCK_M"],
-        BLOCK_K=p["BLOCK_K"],
-        ONE_PASS=p["ONE_PASS"],
-        NUM_STAGES=p["NUM_STAGES"],
-        num_warps=p["num_warps"],
-    )
+    if params:
+        p = {**quant_launch_params(M, K), **params}
+        grid = _programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], x.device)
+        plan = (grid, p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"], p["NUM_STAGES"], p["num_warps"])
+    else:
+        plan = _plan(M, K, x.device)
+    grid, block_m, block_k, one_pass, stages, warps = plan
+    _LAUNCH(
+        (grid,), x, smooth if smooth is not None else x, q, scale, M, K, x.stride(0), q.stride(0),
+        smooth is not None, block_m, block_k, one_pass, stages, num_warps=warps,
+    )  # fmt: skip
     return q, scale
+
+
+@functools.lru_cache(maxsize=1024)
+def _plan(M: int, K: int, device: torch.device) -> tuple:
+    """(programs, BLOCK_M, BLOCK_K, ONE_PASS, NUM_STAGES, num_warps) of the default heuristic (asked per call)."""
+    p = quant_launch_params(M, K)
+    return (_programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], device), p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"],
+            p["NUM_STAGES"], p["num_warps"])  # fmt: skip
+
+
+_LAUNCH = FastLauncher(_quantize_rows_kernel)

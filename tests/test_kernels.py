@@ -56,7 +56,7 @@ def test_int32_extreme_values_bit_exact(gen):
     ids=lambda c: c.key(),
 )
 def test_every_config_family_bit_exact(cfg, gen):
-    """Tile shapes, group ordering and split-K (int32 atomics) all give the exact accumulator."""
+    """Tile shapes, group ordering and split-K (int32 partial slices) all give the exact accumulator."""
     m, n, k = 70, 100, 200
     q, w = int8((m, k), gen), int8((n, k), gen)
     out = torch.full((m, n), POISON_I32, dtype=torch.int32)

@@ -145,3 +145,47 @@ def test_every_config_of_this_gpu_bit_exact(gen):
             gemm_triton.launch_gemm(q, w, cfg, out=out, raw_int32=True)
             assert torch.equal(out, expect), cfg.key()
     assert len(seen) >= 10
+
+
+def test_fast_launch_reuses_compiled_kernels_and_stays_exact(gen):
+    """Second and later calls skip Triton's binder (FastLauncher): same results, and a changed
+    signature (misaligned operand, other M) misses the cache and is still exact."""
+    from comfyui_ideogram4_int8.kernels import quant_triton
+
+    m, (n, k) = M_COND, IDEOGRAM_SHAPES["o"]
+    x = activations(m + 1, k, gen, torch.bfloat16, "cuda")
+    wq, ws = weight(n, k, gen, "cuda")
+    bias = torch.randn(n, generator=gen).cuda()
+    first = K.w8a8_linear(x[:m], wq, ws, bias, path="triton-int8")
+    quant0 = quant_triton._LAUNCH.direct_launches
+    gemm0 = gemm_triton._PERSISTENT.direct_launches + gemm_triton._GEMM.direct_launches
+    again = K.w8a8_linear(x[:m], wq, ws, bias, path="triton-int8")
+    assert quant_triton._LAUNCH.direct_launches == quant0 + 1
+    assert gemm_triton._PERSISTENT.direct_launches + gemm_triton._GEMM.direct_launches == gemm0 + 1
+    assert torch.equal(first, again)
+    # x[1:] is 2-byte misaligned: a new signature, so Triton's own path compiles a fitting kernel
+    flat = x.reshape(-1)[1 : 1 + m * k].reshape(m, k)
+    shifted = K.w8a8_linear(flat, wq, ws, bias, path="triton-int8")
+    ref = reference_f64(*K.quantize_per_token(flat), wq, ws, bias)
+    assert rel_err(shifted, ref) < 1e-2 and cosine(shifted, ref) > 0.9999
+    for rows in (m, 333, 17):
+        y = K.w8a8_linear(x[:rows], wq, ws, bias, path="triton-int8")
+        ref = reference_f64(*K.quantize_per_token(x[:rows]), wq, ws, bias)
+        assert rel_err(y, ref) < 1e-2 and cosine(y, ref) > 0.9999, rows
+
+
+def test_split_k_workspace_bit_exact_every_split(gen):
+    """Split-K partial slices summed by the epilogue kernel: exact for uneven K splits too."""
+    m, (n, k) = M_TEXT, IDEOGRAM_SHAPES["llm_cond_proj"]
+    q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
+    expect = torch._int_mm(q, w.t())
+    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") / 100
+    for split in (2, 3, 7, 11):
+        cfg = C.GemmConfig(128, 128, 128, 8, split, 4, 3)
+        out = torch.full((m, n), 123, dtype=torch.int32, device="cuda")
+        gemm_triton.launch_gemm(q, w, cfg, out=out, raw_int32=True)
+        assert torch.equal(out, expect), f"split_k={split}"
+        y = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        gemm_triton.launch_gemm(q, w, cfg, sa, sb, None, y)
+        ref = ((expect.double() * sa.double()[:, None]) * sb.double()[None, :]).float()
+        assert rel_err(y, ref) < 1e-2 and not y.isnan().any(), f"split_k={split}"

@@ -1,0 +1,66 @@
+"""Re-launch compiled Triton kernels without Triton's per-call argument binding.
+
+``kernel[grid](*args)`` binds and specializes every argument and rebuilds its cache key on each
+call: measured on the H100 machine's host, 25 us for the quantizer against 9 us for the same
+compiled kernel's own launcher. A W8A8 linear launches two kernels, and short GEMMs (the `o`
+projection is 0.2 ms) then wait on the host. ``FastLauncher`` keeps the compiled kernel of each
+argument signature and calls its launcher directly.
+
+The signature key is conservative: exact values for every scalar (Triton specializes integers
+on ==1 and %16, and constexprs on their value), dtype and 16-byte alignment for tensors, and
+dtype/shape/strides/block for TMA descriptors. Any miss goes through ``kernel[grid]`` (which
+compiles if needed) and records the result. Launch hooks (profilers) and the CPU interpreter
+always take Triton's own path; ``IDEOGRAM4_INT8_FAST_LAUNCH=0`` turns the shortcut off.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+ENV_FAST_LAUNCH = "IDEOGRAM4_INT8_FAST_LAUNCH"
+_MAX_ENTRIES = 512  # distinct signatures per kernel (token counts vary with resolution and batch)
+
+
+def _arg_key(a):
+    if isinstance(a, torch.Tensor):
+        return (a.dtype, a.data_ptr() % 16 == 0)
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return a
+    base = getattr(a, "base", None)
+    if isinstance(base, torch.Tensor):  # triton.tools.tensor_descriptor.TensorDescriptor
+        return (base.dtype, base.data_ptr() % 16 == 0, tuple(a.shape), tuple(a.strides), tuple(a.block_shape))
+    return a
+
+
+class FastLauncher:
+    """``FastLauncher(jit_fn)(grid, *args, num_warps=..., num_stages=...)``: ``args`` are ALL of the
+    kernel's parameters in signature order (constexprs included, positionally)."""
+
+    def __init__(self, jit_fn) -> None:
+        self.fn = jit_fn
+        self._compiled: dict = {}
+        self.direct_launches = 0  # tests read this to prove the shortcut ran
+
+    def __call__(self, grid, *args, **options):
+        from triton import knobs
+
+        hooks_off = knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
+        enabled = hooks_off and os.environ.get(ENV_FAST_LAUNCH, "1") != "0"
+        key = (tuple(sorted(options.items())), *map(_arg_key, args)) if enabled else None
+        kernel = self._compiled.get(key) if enabled else None
+        if kernel is not None:
+            from triton.runtime import driver
+
+            g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
+            stream = driver.active.get_current_stream(driver.active.get_current_device())
+            kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
+            self.direct_launches += 1
+            return kernel
+        kernel = self.fn[grid](*args, **options)
+        if enabled and hasattr(kernel, "packed_metadata") and getattr(kernel, "function", None) is not None:
+            if len(self._compiled) >= _MAX_ENTRIES:
+                self._compiled.clear()
+            self._compiled[key] = kernel
+        return kernel

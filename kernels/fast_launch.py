@@ -23,15 +23,28 @@ ENV_FAST_LAUNCH = "IDEOGRAM4_INT8_FAST_LAUNCH"
 _MAX_ENTRIES = 512  # distinct signatures per kernel (token counts vary with resolution and batch)
 
 
+_SCALARS = (bool, int, float, str, type(None))
+_Tensor = torch.Tensor
+
+
 def _arg_key(a):
-    if isinstance(a, torch.Tensor):
-        return (a.dtype, a.data_ptr() % 16 == 0)
-    if a is None or isinstance(a, (bool, int, float, str)):
+    t = type(a)
+    if t in _SCALARS:
         return a
+    if t is _Tensor or isinstance(a, _Tensor):
+        return (a.dtype, not a.data_ptr() & 15)
     base = getattr(a, "base", None)
-    if isinstance(base, torch.Tensor):  # triton.tools.tensor_descriptor.TensorDescriptor
-        return (base.dtype, base.data_ptr() % 16 == 0, tuple(a.shape), tuple(a.strides), tuple(a.block_shape))
+    if isinstance(base, _Tensor):  # triton.tools.tensor_descriptor.TensorDescriptor
+        return (base.dtype, not base.data_ptr() & 15, tuple(a.shape), tuple(a.strides), tuple(a.block_shape))
     return a
+
+
+def _active(hook) -> bool:
+    """A launch hook is set: None/empty HookChain (Triton 3.5+ keeps a chain object) means none."""
+    if hook is None:
+        return False
+    calls = getattr(hook, "calls", None)
+    return bool(calls) if calls is not None else True
 
 
 class FastLauncher:
@@ -46,9 +59,9 @@ class FastLauncher:
     def __call__(self, grid, *args, **options):
         from triton import knobs
 
-        hooks_off = knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
+        hooks_off = not _active(knobs.runtime.launch_enter_hook) and not _active(knobs.runtime.launch_exit_hook)
         enabled = hooks_off and os.environ.get(ENV_FAST_LAUNCH, "1") != "0"
-        key = (tuple(sorted(options.items())), *map(_arg_key, args)) if enabled else None
+        key = (*options.items(), *map(_arg_key, args)) if enabled else None
         kernel = self._compiled.get(key) if enabled else None
         if kernel is not None:
             from triton.runtime import driver

@@ -113,10 +113,15 @@ def _time_peers(row: dict, peers: dict, sets: list, flop: float, quick: bool, sp
         row[f"{label}_ms"] = ms
         row[f"{label}_tops"] = flop / (ms * 1e-3) / 1e12
     for label, fns in variants.items():
+        # GPU time = the better of graph replay and eager: graph replay hides our host launch cost,
+        # but cuBLAS picks slower bf16 kernels under capture (0.835 vs 0.746 ms at qkv, H100), so a
+        # peer is never held to its slower measurement.
         try:
-            row[f"{label}_gpu_ms"] = _graph_ms(fns, reps=7 if quick else 15)
-        except Exception as exc:  # e.g. a peer that synchronizes inside: no graph number for it
-            row[f"{label}_gpu_ms_error"] = f"{exc.__class__.__name__}: {str(exc)[:160]}"
+            row[f"{label}_graph_ms"] = _graph_ms(fns, reps=7 if quick else 15)
+            row[f"{label}_gpu_ms"] = min(row[f"{label}_graph_ms"], row[f"{label}_ms"])
+        except Exception as exc:  # e.g. a peer that synchronizes inside: its eager time stands
+            row[f"{label}_graph_error"] = f"{exc.__class__.__name__}: {str(exc)[:160]}"
+            row[f"{label}_gpu_ms"] = row[f"{label}_ms"]
             torch.cuda.synchronize()
     for peer in speedup_peers:
         if f"{peer}_ms" in row:
@@ -397,7 +402,7 @@ def print_table(rows, copy_gbps):
     """Two blocks: GPU time (graph replay: what a model that keeps the GPU busy sees) and eager
     back-to-back calls (host launch cost included where it exceeds the GPU time)."""
     cols = ["bf16", "dequant-bf16", "cublas-int8", "fp8-rowwise", "ck-int8", "triton-int8"]
-    for title, suffix, speed in (("GPU time, CUDA-graph replay", "_gpu_ms", "gpu_speedup_vs_"),
+    for title, suffix, speed in (("GPU time: best of CUDA-graph replay and eager", "_gpu_ms", "gpu_speedup_vs_"),
                                  ("eager, back-to-back calls", "_ms", "speedup_vs_")):  # fmt: skip
         print(f"\n{title}")
         head = f"{'shape':<18}{'M':>5}{'N':>7}{'K':>7} " + "".join(f"{c:>13}" for c in cols)

@@ -234,6 +234,40 @@ def sweep(name, M, N, K, cfgs, gen, bias=True):
     torch.cuda.empty_cache()
 
 
+def quant_section(copy_gbps):
+    from comfyui_ideogram4_int8.kernels import quant_triton as QT
+
+    rows = []
+    for M, K in ((4608, 4608), (4608, 12288), (512, 53248)):
+        x = torch.randn(M, K, device="cuda").bfloat16()
+        x2 = torch.randn(M, K, device="cuda").bfloat16()
+        nbytes = M * K * 3 + 4 * M
+        p2 = 1 << (K - 1).bit_length()
+        variants = [{}]
+        for bm in (1, 2, 4):
+            for nw in (4, 8, 16):
+                for bk in (512, 1024, 2048, 4096, 8192):
+                    if bk < K and bm * bk <= 16384:
+                        variants.append(dict(BLOCK_M=bm, BLOCK_K=bk, ONE_PASS=False, num_warps=nw))
+                if bm * p2 <= 16384:
+                    variants.append(dict(BLOCK_M=bm, BLOCK_K=p2, ONE_PASS=True, num_warps=nw))
+        res = []
+        for v in variants:
+            try:
+                ms = graph_ms([lambda v=v, a=a: QT.quantize_rows_triton(a, None, v or None) for a in (x, x2)])
+                res.append((ms, v))
+            except Exception as exc:
+                print(f"  quant {v} failed {exc.__class__.__name__}", flush=True)
+        res.sort(key=lambda t: t[0])
+        default = next(ms for ms, v in res if not v)
+        pct = 100 * nbytes / default / 1e6 / copy_gbps
+        print(f"quant {M}x{K}: default {nbytes / default / 1e6:.0f} GB/s ({pct:.0f}%)"
+              f"; best {nbytes / res[0][0] / 1e6:.0f} GB/s {res[0][1]}; next {[(round(m, 4), v) for m, v in res[1:4]]}",
+              flush=True)
+        rows.append({"M": M, "K": K, "default_ms": default, "ranked": res[:10]})
+    RES["quant"] = rows
+
+
 def main():
     quick = "--quick" in sys.argv
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -241,6 +275,7 @@ def main():
                    "triton": __import__("triton").__version__}
     print(RES["info"], flush=True)
     src = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    torch.randn(8192, 8192, device="cuda") @ torch.randn(8192, 8192, device="cuda")  # clocks up
     dst = torch.empty_like(src)
     copy_gbps = 2 * src.numel() / (graph_ms([lambda d=dst, s=src: d.copy_(s)], calls=4) * 1e-3) / 1e9
     del src, dst
@@ -251,6 +286,8 @@ def main():
         host_section()
     if "gpu" in parts:
         gpu_section(gen, copy_gbps)
+    if "quant" in parts:
+        quant_section(copy_gbps)
     if "llm" in parts:
         llm = [C(128, 128, 128, 8, sk, w, s) for (w, s) in ((4, 3), (4, 4), (8, 3)) for sk in (1, 2, 3, 4, 6, 8, 11)]
         llm += [C(64, 128, 128, 8, sk, 4, 4) for sk in (1, 2, 4)] + [C(128, 256, 128, 8, sk, 8, 3) for sk in (2, 4, 8)]

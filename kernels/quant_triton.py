@@ -131,17 +131,18 @@ def _quantize_block(
 
 
 def quant_launch_params(M: int, K: int) -> dict:
-    """Launch heuristic, from the H100 sweep (bench --quant-sweep): rows of up to 16 K elements in
-    1-4 K chunks read twice (the second pass hits L2), long rows in 8 K chunks."""
+    """Launch heuristic, from H100 sweeps (GPU time, CUDA-graph replay; bench/probe_s2.py quant):
+    rows of up to 8 K elements two at a time in 1 K chunks read twice (the second pass hits L2),
+    up to 16 K one row in 4 K chunks, long rows in 8 K chunks with 16 warps."""
     if K <= 1024:
         block_k = triton.next_power_of_2(K)
         return dict(BLOCK_M=max(1, min(16, 4096 // block_k)), BLOCK_K=block_k, ONE_PASS=True, num_warps=4,
                     PROGRAMS_PER_SM=0, NUM_STAGES=1)  # fmt: skip
     if K <= 8192:
-        return dict(BLOCK_M=1, BLOCK_K=1024, ONE_PASS=False, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1)
+        return dict(BLOCK_M=2, BLOCK_K=1024, ONE_PASS=False, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1)
     if K <= 16384:
         return dict(BLOCK_M=1, BLOCK_K=4096, ONE_PASS=False, num_warps=8, PROGRAMS_PER_SM=0, NUM_STAGES=1)
-    return dict(BLOCK_M=1, BLOCK_K=8192, ONE_PASS=False, num_warps=8, PROGRAMS_PER_SM=0, NUM_STAGES=1)
+    return dict(BLOCK_M=1, BLOCK_K=8192, ONE_PASS=False, num_warps=16, PROGRAMS_PER_SM=0, NUM_STAGES=1)
 
 
 _SMS: dict = {}

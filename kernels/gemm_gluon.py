@@ -372,6 +372,7 @@ if _IMPORT_ERROR is None:
         b_bufs,
         ready,
         empty,
+        order,
         c_bufs,
         c_desc,
         sa_ptr,
@@ -410,9 +411,19 @@ if _IMPORT_ERROR is None:
         row0: gl.constexpr = 0 if PINGPONG else WG * ROWS
 
         acc = gl.zeros([ROWS, BLOCK_N], gl.int32, acc_layout)
+        n = 0  # tiles this warpgroup has done
         for j in range(first, my_tiles, step):
             pid_m, pid_n = _tile_coords(pid + j * nprog, num_pid_in_group, num_pid_m, GROUP_M)
             slot = j * k_tiles  # ring position of this tile's first k step (the loader's order)
+            if PINGPONG:
+                # Main loops take turns (order[WG] completes when the other warpgroup's main loop
+                # has issued its last wgmma). Besides pingponging the tensor cores, this keeps a
+                # warpgroup from waiting on a ready barrier two laps ahead, where the parity test
+                # would pass on a stale phase.
+                if WG == 0:
+                    mbarrier.wait(order.index(0), (n + 1) & 1, pred=n > 0)
+                else:
+                    mbarrier.wait(order.index(1), n & 1)
             for kk in range(k_tiles):
                 s = slot % NUM_STAGES
                 mbarrier.wait(ready.index(s), (slot // NUM_STAGES) & 1)
@@ -424,28 +435,31 @@ if _IMPORT_ERROR is None:
                 # the previous step's wgmma has retired: hand its stage back to the loader
                 mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES), pred=kk > 0)
                 slot += 1
+            if PINGPONG:
+                mbarrier.arrive(order.index(1 - WG))
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES))
             _epilogue(
                 acc, c_desc, c_bufs, sa_ptr, sb_ptr, bias_ptr, pid_m * BLOCK_M + row0, pid_n * BLOCK_N, M, N,
                 HAS_BIAS, RAW_INT32, WG * EPI_BUFS, EPI_BUFS,
             )  # fmt: skip
+            n += 1
         tma.store_wait(0)
 
     # Partition entry points: the warpgroup index reaches _ws_consumer as a literal constexpr
     # (worker partition arguments are passed through IR block arguments).
     @gluon.jit
-    def _ws_consumer0(a_bufs, b_bufs, ready, empty, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+    def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       GROUP_M: gl.constexpr, INSTR_N: gl.constexpr):  # fmt: skip
-        _ws_consumer(a_bufs, b_bufs, ready, empty, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+        _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                      0, PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N)  # fmt: skip
 
     @gluon.jit
-    def _ws_consumer1(a_bufs, b_bufs, ready, empty, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+    def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       GROUP_M: gl.constexpr, INSTR_N: gl.constexpr):  # fmt: skip
-        _ws_consumer(a_bufs, b_bufs, ready, empty, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+        _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                      1, PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N)  # fmt: skip
 
     @gluon.jit
@@ -486,17 +500,20 @@ if _IMPORT_ERROR is None:
             mbarrier.init(ready.index(i), count=1)
             # cooperative: both consumer warpgroups read every stage; pingpong: one does
             mbarrier.init(empty.index(i), count=1 if PINGPONG else 2)
+        order = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(order.index(i), count=1)
 
         gl.warp_specialize(
             [
                 (
                     _ws_consumer0,
-                    (a_bufs, b_bufs, ready, empty, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                      PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N),
                 ),
                 (
                     _ws_consumer1,
-                    (a_bufs, b_bufs, ready, empty, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                      PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N),
                 ),
                 (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, GROUP_M)),

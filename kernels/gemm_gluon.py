@@ -1,0 +1,635 @@
+"""W8A8 GEMM for Hopper (sm_90a) written in Gluon: explicit TMA / mbarrier / async wgmma.
+
+Same contract as ``gemm_triton`` (twin: ``reference.int8_matmul_ref``)::
+
+    acc[m, n] = sum_k q[m, k] * w[n, k]                     (int8 x int8 -> int32)
+    out[m, n] = out_dtype((float32(acc) * s_tok[m]) * s_ch[n] + bias[n])   (or acc itself: RAW_INT32)
+
+Three kernels, picked by ``GluonGemmConfig.mode``:
+
+* ``"pipelined"``: one partition of ``num_warps`` warps, persistent. The (tile, k) loop is
+  flattened so TMA loads run NUM_STAGES - 1 steps ahead across tile boundaries; wgmma is async
+  with one group in flight; the epilogue's TMA stores are waited for lazily.
+* ``"ws"`` (cooperative, the default): warp specialized, persistent. A 1-warp producer issues
+  TMA loads into a NUM_STAGES smem ring (ready/empty mbarriers); two 4-warp consumer
+  warpgroups each own BLOCK_M / 2 rows of every tile, run async wgmma and their own epilogue.
+  Consumers get most of the register file (setmaxnreg), the producer 40 registers.
+* ``"pingpong"``: like ``"ws"`` but each consumer warpgroup owns whole tiles, alternating; one
+  warpgroup's epilogue overlaps the other's main loop (the ring serializes their loads).
+
+Hopper facts the design leans on (checked on the 3.6.0 compiler, see bench/compile_gluon_sm90.py):
+* The weight [N, K] is K-contiguous: its smem tile [BLOCK_N, BLOCK_K] permuted to [BLOCK_K, BLOCK_N]
+  is the K-major B operand int8 wgmma needs (no transposed copy).
+* Triton lowers int8 wgmma only up to n = 224, so BLOCK_N = 256 runs as m64n128k32 instructions.
+* mbarrier.arrive in a partition is a partition-wide bar.sync followed by one thread's arrive:
+  one arrive per consumer warpgroup, so the cooperative ring's empty barriers count 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+try:  # Gluon ships with triton >= 3.5; the pack must import without it.
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.hopper import (
+        fence_async_shared,
+        mbarrier,
+        tma,
+        warpgroup_mma,
+        warpgroup_mma_wait,
+    )
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    _IMPORT_ERROR = None
+except Exception as exc:  # pragma: no cover - depends on the installed triton
+    _IMPORT_ERROR = f"triton.experimental.gluon (Hopper) not importable: {exc}"
+
+# The compiled kernel of the last launch (the probe reads its metadata / PTX).
+LAST_LAUNCH: dict = {}
+
+MODES = ("pipelined", "ws", "pingpong")
+# n of the int8 wgmma instructions Triton's lowering accepts (m64nNk32), largest first.
+_INT8_WGMMA_N = (224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 24, 16, 8)
+_SMEM_LIMIT = 227 * 1024
+
+
+@dataclasses.dataclass(frozen=True)
+class GluonGemmConfig:
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 128
+    num_stages: int = 4
+    group_m: int = 8
+    mode: str = "ws"
+    epi_n: int = 64  # epilogue subtile width (TMA store box); divides block_n
+    num_warps: int = 8  # "pipelined" only; ws/pingpong consumers are 4-warp warpgroups
+    consumer_regs: int = 232  # ws/pingpong: setmaxnreg of the consumer warpgroups
+    loader_regs: int = 40  # ws/pingpong: setmaxnreg of the TMA producer warp('s warpgroup)
+
+    def rows_per_consumer(self) -> int:
+        if self.mode == "ws":
+            return self.block_m // 2
+        return self.block_m
+
+    def smem_bytes(self, out_bytes: int = 2, epi_bufs: int | None = None) -> int:
+        ring = self.num_stages * (self.block_m + self.block_n) * self.block_k
+        consumers = 1 if self.mode == "pipelined" else 2
+        nbuf = _epi_bufs(self, out_bytes) if epi_bufs is None else epi_bufs
+        epi = consumers * nbuf * self.rows_per_consumer() * self.epi_n * out_bytes
+        return ring + epi + 2 * self.num_stages * 8
+
+    def key(self) -> str:
+        return (
+            f"gluon_{self.mode}_{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
+            f"_g{self.group_m}_e{self.epi_n}" + (f"_w{self.num_warps}" if self.mode == "pipelined" else "")
+        )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> GluonGemmConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+DEFAULT_CONFIG = GluonGemmConfig()
+
+# What the probe times (large Ideogram shapes: M 4096-4608, N 4608-13824, K 4608-12288).
+PROBE_CONFIGS = (
+    GluonGemmConfig(mode="ws", num_stages=4, epi_n=64),
+    GluonGemmConfig(mode="ws", num_stages=3, epi_n=128),
+    GluonGemmConfig(mode="ws", block_m=256, block_n=128, num_stages=3, epi_n=64),
+    GluonGemmConfig(mode="pingpong", block_m=128, block_n=128, num_stages=5, epi_n=64),
+    GluonGemmConfig(mode="pingpong", block_m=64, block_n=256, num_stages=4, epi_n=64),
+    GluonGemmConfig(mode="pipelined", num_stages=3, epi_n=64),
+    GluonGemmConfig(mode="pipelined", num_stages=4, epi_n=64),
+    GluonGemmConfig(mode="pipelined", block_m=128, block_n=128, num_stages=5, num_warps=4, epi_n=64),
+)
+
+
+def _epi_bufs(cfg, out_bytes: int = 2) -> int:
+    """Epilogue staging buffers per consumer: two alternate (store_wait(1) frees the older) when
+    the subtile count is even and they fit; else one (int32 output of a deep ring, say)."""
+    if (cfg.block_n // cfg.epi_n) % 2 or cfg.smem_bytes(out_bytes, epi_bufs=2) > _SMEM_LIMIT:
+        return 1
+    return 2
+
+
+def _mma_shape(rows: int, block_n: int, num_warps: int) -> tuple[int, int]:
+    """(warps along M, wgmma n) for an accumulator [rows, block_n] over num_warps warps."""
+    wm, wn = 4, 1
+    while wm * wn < num_warps:
+        if rows > 16 * wm:
+            wm *= 2
+        else:
+            wn *= 2
+    per_warp_n = block_n // wn
+    for n in _INT8_WGMMA_N:
+        if n <= per_warp_n and per_warp_n % n == 0:
+            return wm, n
+    raise ValueError(f"no int8 wgmma shape for {rows}x{block_n} on {num_warps} warps")
+
+
+def validate(cfg: GluonGemmConfig) -> str | None:
+    """None when the config can compile, otherwise why not."""
+    if cfg.mode not in MODES:
+        return f"mode must be one of {MODES}"
+    rows = cfg.rows_per_consumer()
+    warps = cfg.num_warps if cfg.mode == "pipelined" else 4
+    if rows % 64 or rows < 64 or warps % 4:
+        return "wgmma needs >= 64 rows per warpgroup (multiple of 64) and whole warpgroups"
+    if rows < 16 * warps and cfg.mode == "pipelined" and (cfg.block_n // (warps * 16 // rows)) < 8:
+        return "tile too small for the warp count"
+    if cfg.block_k % 32 or cfg.block_k > 128 or cfg.block_n % cfg.epi_n or cfg.epi_n < 16:
+        return "block_k must be 32..128 (multiple of 32); epi_n must divide block_n"
+    if cfg.num_stages < 2:
+        return "num_stages >= 2"
+    if cfg.mode != "pipelined" and (cfg.consumer_regs % 8 or cfg.loader_regs % 8):
+        return "setmaxnreg counts are multiples of 8"
+    try:
+        _mma_shape(rows, cfg.block_n, warps)
+    except ValueError as exc:
+        return str(exc)
+    if cfg.smem_bytes(4) > _SMEM_LIMIT:  # int32 (RAW_INT32) staging with one buffer must fit too
+        return f"shared memory {cfg.smem_bytes(4)} B > {_SMEM_LIMIT} B"
+    return None
+
+
+def gluon_available(device) -> str | None:
+    """None when the Gluon kernel can run on ``device``, otherwise the reason it cannot."""
+    if _IMPORT_ERROR is not None:
+        return _IMPORT_ERROR
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return "needs a CUDA device"
+    cap = torch.cuda.get_device_capability(device)
+    if cap != (9, 0):
+        return f"needs sm_90 (Hopper), device is sm_{cap[0]}{cap[1]}"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# device code
+# ---------------------------------------------------------------------------------------------
+
+if _IMPORT_ERROR is None:
+
+    @gluon.jit
+    def _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M: gl.constexpr):
+        # grouped order, identical to gemm_triton._tile_coords
+        group_id = tile_id // num_pid_in_group
+        first_pid_m = group_id * GROUP_M
+        group_size_m = gl.minimum(num_pid_m - first_pid_m, GROUP_M)
+        pid_m = first_pid_m + (tile_id % group_size_m)
+        pid_n = (tile_id % num_pid_in_group) // group_size_m
+        return pid_m, pid_n
+
+    @gluon.jit
+    def _split_n(x, SPLITS: gl.constexpr):
+        """[R, C] -> tuple of SPLITS column blocks [R, C // SPLITS], left to right. The column
+        bits split off are register bits of the wgmma layout, so no data moves."""
+        xs = (x,)
+        for _ in gl.static_range(SPLITS.bit_length() - 1):
+            nxt = ()
+            for j in gl.static_range(len(xs)):
+                t = xs[j]
+                nxt += t.reshape(t.shape[0], 2, t.shape[1] // 2).permute(0, 2, 1).split()
+            xs = nxt
+        return xs
+
+    @gluon.jit
+    def _epilogue(
+        acc,
+        c_desc,
+        c_bufs,
+        sa_ptr,
+        sb_ptr,
+        bias_ptr,
+        off_m,
+        off_n,
+        M,
+        N,
+        HAS_BIAS: gl.constexpr,
+        RAW_INT32: gl.constexpr,
+        BUF0: gl.constexpr,
+        NBUF: gl.constexpr,
+    ):
+        """acc [ROWS, BLOCK_N] -> out[off_m:, off_n:] in EPI_N-wide TMA stores through the staging
+        buffers c_bufs[BUF0 : BUF0 + NBUF]. The last stores stay in flight (the caller waits
+        before the buffers are reused)."""
+        ROWS: gl.constexpr = acc.shape[0]
+        BLOCK_N: gl.constexpr = acc.shape[1]
+        EPI_N: gl.constexpr = c_bufs.shape[2]
+        SPLITS: gl.constexpr = BLOCK_N // EPI_N
+        parts = _split_n(acc, SPLITS)
+        for i in gl.static_range(SPLITS):
+            part = parts[i]
+            if RAW_INT32:
+                y = part
+            else:
+                rm = off_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, part.type.layout))
+                rn = off_n + i * EPI_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, part.type.layout))
+                sa = gl.load(sa_ptr + rm, mask=rm < M, other=0.0)
+                sb = gl.load(sb_ptr + rn, mask=rn < N, other=0.0)
+                y = part.to(gl.float32) * gl.expand_dims(sa, 1)
+                y = y * gl.expand_dims(sb, 0)
+                if HAS_BIAS:
+                    bias = gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)
+                    y = y + gl.expand_dims(bias, 0)
+                y = y.to(c_desc.dtype)
+            buf = c_bufs.index(BUF0 + i % NBUF)
+            tma.store_wait(NBUF - 1)  # the store that last used this buffer has read it
+            buf.store(y)
+            fence_async_shared()
+            tma.async_copy_shared_to_global(c_desc, [off_m, off_n + i * EPI_N], buf)
+
+    # -- "pipelined": one partition, software pipelined -----------------------------------------
+
+    @gluon.jit
+    def _w8a8_gluon_pipelined_kernel(
+        a_desc,
+        b_desc,
+        c_desc,
+        sa_ptr,
+        sb_ptr,
+        bias_ptr,
+        M,
+        N,
+        K,
+        HAS_BIAS: gl.constexpr,
+        RAW_INT32: gl.constexpr,
+        GROUP_M: gl.constexpr,
+        NUM_STAGES: gl.constexpr,
+        EPI_BUFS: gl.constexpr,
+        WARPS_M: gl.constexpr,
+        INSTR_N: gl.constexpr,
+        num_warps: gl.constexpr,
+    ):
+        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+        BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+        EPI_N: gl.constexpr = c_desc.block_type.shape[1]
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[WARPS_M, num_warps // WARPS_M], instr_shape=[16, INSTR_N, 32]
+        )
+
+        a_bufs = gl.allocate_shared_memory(gl.int8, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+        b_bufs = gl.allocate_shared_memory(gl.int8, [NUM_STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+        c_bufs = gl.allocate_shared_memory(c_desc.dtype, [EPI_BUFS, BLOCK_M, EPI_N], c_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.init(ready.index(i), count=1)
+
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        num_pid_m = gl.cdiv(M, BLOCK_M)
+        num_pid_n = gl.cdiv(N, BLOCK_N)
+        num_pid_in_group = GROUP_M * num_pid_n
+        k_tiles = gl.cdiv(K, BLOCK_K)
+        my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, nprog)
+        total = my_tiles * k_tiles
+        nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+
+        # prologue: the first NUM_STAGES - 1 steps of the flattened (tile, k) loop
+        for p in gl.static_range(NUM_STAGES - 1):
+            pm, pn = _tile_coords(pid + (p // k_tiles) * nprog, num_pid_in_group, num_pid_m, GROUP_M)
+            kk = p % k_tiles
+            bar = ready.index(p)
+            ok = p < total
+            mbarrier.expect(bar, nbytes, pred=ok)
+            tma.async_copy_global_to_shared(a_desc, [pm * BLOCK_M, kk * BLOCK_K], bar, a_bufs.index(p), ok)
+            tma.async_copy_global_to_shared(b_desc, [pn * BLOCK_N, kk * BLOCK_K], bar, b_bufs.index(p), ok)
+
+        acc = gl.zeros([BLOCK_M, BLOCK_N], gl.int32, acc_layout)
+        for it in range(total):
+            s = it % NUM_STAGES
+            kk = it % k_tiles
+            mbarrier.wait(ready.index(s), (it // NUM_STAGES) & 1)
+            acc = warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), acc, use_acc=kk > 0, is_async=True)
+            # step it - 1 has retired: its slot, (it + NUM_STAGES - 1) % NUM_STAGES, is refilled
+            acc = warpgroup_mma_wait(1, deps=(acc,))
+            nxt = it + NUM_STAGES - 1
+            ns = nxt % NUM_STAGES
+            pm, pn = _tile_coords(pid + (nxt // k_tiles) * nprog, num_pid_in_group, num_pid_m, GROUP_M)
+            ok = nxt < total
+            bar = ready.index(ns)
+            mbarrier.expect(bar, nbytes, pred=ok)
+            tma.async_copy_global_to_shared(
+                a_desc, [pm * BLOCK_M, (nxt % k_tiles) * BLOCK_K], bar, a_bufs.index(ns), ok
+            )
+            tma.async_copy_global_to_shared(
+                b_desc, [pn * BLOCK_N, (nxt % k_tiles) * BLOCK_K], bar, b_bufs.index(ns), ok
+            )
+            if kk == k_tiles - 1:
+                acc = warpgroup_mma_wait(0, deps=(acc,))
+                pid_m, pid_n = _tile_coords(pid + (it // k_tiles) * nprog, num_pid_in_group, num_pid_m, GROUP_M)
+                _epilogue(
+                    acc, c_desc, c_bufs, sa_ptr, sb_ptr, bias_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
+                    HAS_BIAS, RAW_INT32, 0, EPI_BUFS,
+                )  # fmt: skip
+        tma.store_wait(0)
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.invalidate(ready.index(i))
+
+    # -- "ws" / "pingpong": warp specialized ----------------------------------------------------
+
+    @gluon.jit
+    def _ws_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, GROUP_M: gl.constexpr):
+        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+        BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+        NUM_STAGES: gl.constexpr = a_bufs.shape[0]
+        M = a_desc.shape[0]
+        K = a_desc.shape[1]
+        N = b_desc.shape[0]
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        num_pid_m = gl.cdiv(M, BLOCK_M)
+        num_pid_n = gl.cdiv(N, BLOCK_N)
+        num_pid_in_group = GROUP_M * num_pid_n
+        k_tiles = gl.cdiv(K, BLOCK_K)
+        my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, nprog)
+        nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+        slot = 0
+        for j in range(my_tiles):
+            pid_m, pid_n = _tile_coords(pid + j * nprog, num_pid_in_group, num_pid_m, GROUP_M)
+            off_m = pid_m * BLOCK_M
+            off_n = pid_n * BLOCK_N
+            for kk in range(k_tiles):
+                s = slot % NUM_STAGES
+                # a fresh barrier passes a wait on parity 1: the first lap needs no release
+                mbarrier.wait(empty.index(s), ((slot // NUM_STAGES) & 1) ^ 1)
+                bar = ready.index(s)
+                mbarrier.expect(bar, nbytes)
+                tma.async_copy_global_to_shared(a_desc, [off_m, kk * BLOCK_K], bar, a_bufs.index(s))
+                tma.async_copy_global_to_shared(b_desc, [off_n, kk * BLOCK_K], bar, b_bufs.index(s))
+                slot += 1
+
+    @gluon.jit
+    def _ws_consumer(
+        a_bufs,
+        b_bufs,
+        ready,
+        empty,
+        order,
+        c_bufs,
+        c_desc,
+        sa_ptr,
+        sb_ptr,
+        bias_ptr,
+        M,
+        N,
+        K,
+        WG: gl.constexpr,
+        PINGPONG: gl.constexpr,
+        HAS_BIAS: gl.constexpr,
+        RAW_INT32: gl.constexpr,
+        GROUP_M: gl.constexpr,
+        INSTR_N: gl.constexpr,
+    ):
+        NUM_STAGES: gl.constexpr = a_bufs.shape[0]
+        BLOCK_M: gl.constexpr = a_bufs.shape[1]
+        BLOCK_K: gl.constexpr = a_bufs.shape[2]
+        BLOCK_N: gl.constexpr = b_bufs.shape[1]
+        ROWS: gl.constexpr = c_desc.block_type.shape[0]
+        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, INSTR_N, 32]
+        )
+        EPI_BUFS: gl.constexpr = c_bufs.shape[0] // 2
+
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        num_pid_m = gl.cdiv(M, BLOCK_M)
+        num_pid_n = gl.cdiv(N, BLOCK_N)
+        num_pid_in_group = GROUP_M * num_pid_n
+        k_tiles = gl.cdiv(K, BLOCK_K)
+        my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, nprog)
+        # pingpong: warpgroup WG takes local tiles WG, WG + 2, ...; cooperative: rows WG * ROWS + [0, ROWS)
+        first: gl.constexpr = WG if PINGPONG else 0
+        step: gl.constexpr = 2 if PINGPONG else 1
+        row0: gl.constexpr = 0 if PINGPONG else WG * ROWS
+
+        acc = gl.zeros([ROWS, BLOCK_N], gl.int32, acc_layout)
+        n = 0  # tiles this warpgroup has done
+        for j in range(first, my_tiles, step):
+            pid_m, pid_n = _tile_coords(pid + j * nprog, num_pid_in_group, num_pid_m, GROUP_M)
+            slot = j * k_tiles  # ring position of this tile's first k step (the loader's order)
+            if PINGPONG:
+                # Main loops take turns (order[WG] completes when the other warpgroup's main loop
+                # has issued its last wgmma). Besides pingponging the tensor cores, this keeps a
+                # warpgroup from waiting on a ready barrier two laps ahead, where the parity test
+                # would pass on a stale phase.
+                if WG == 0:
+                    mbarrier.wait(order.index(0), (n + 1) & 1, pred=n > 0)
+                else:
+                    mbarrier.wait(order.index(1), n & 1)
+            for kk in range(k_tiles):
+                s = slot % NUM_STAGES
+                mbarrier.wait(ready.index(s), (slot // NUM_STAGES) & 1)
+                a = a_bufs.index(s)
+                if not PINGPONG:
+                    a = a.slice(row0, ROWS, dim=0)
+                acc = warpgroup_mma(a, b_bufs.index(s).permute((1, 0)), acc, use_acc=kk > 0, is_async=True)
+                acc = warpgroup_mma_wait(1, deps=(acc,))
+                # the previous step's wgmma has retired: hand its stage back to the loader
+                mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES), pred=kk > 0)
+                slot += 1
+            if PINGPONG:
+                mbarrier.arrive(order.index(1 - WG))
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES))
+            _epilogue(
+                acc, c_desc, c_bufs, sa_ptr, sb_ptr, bias_ptr, pid_m * BLOCK_M + row0, pid_n * BLOCK_N, M, N,
+                HAS_BIAS, RAW_INT32, WG * EPI_BUFS, EPI_BUFS,
+            )  # fmt: skip
+            n += 1
+        tma.store_wait(0)
+
+    # Partition entry points: the warpgroup index reaches _ws_consumer as a literal constexpr
+    # (worker partition arguments are passed through IR block arguments).
+    @gluon.jit
+    def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                      PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
+                      GROUP_M: gl.constexpr, INSTR_N: gl.constexpr):  # fmt: skip
+        _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                     0, PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N)  # fmt: skip
+
+    @gluon.jit
+    def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                      PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
+                      GROUP_M: gl.constexpr, INSTR_N: gl.constexpr):  # fmt: skip
+        _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                     1, PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N)  # fmt: skip
+
+    @gluon.jit
+    def _w8a8_gluon_ws_kernel(
+        a_desc,
+        b_desc,
+        c_desc,
+        sa_ptr,
+        sb_ptr,
+        bias_ptr,
+        M,
+        N,
+        K,
+        HAS_BIAS: gl.constexpr,
+        RAW_INT32: gl.constexpr,
+        GROUP_M: gl.constexpr,
+        NUM_STAGES: gl.constexpr,
+        EPI_BUFS: gl.constexpr,
+        INSTR_N: gl.constexpr,
+        PINGPONG: gl.constexpr,
+        CONSUMER_REGS: gl.constexpr,
+        LOADER_REGS: gl.constexpr,
+        num_warps: gl.constexpr,
+    ):
+        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+        BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+        ROWS: gl.constexpr = c_desc.block_type.shape[0]
+        EPI_N: gl.constexpr = c_desc.block_type.shape[1]
+        gl.static_assert(num_warps == 4, "the default partition is consumer warpgroup 0")
+
+        a_bufs = gl.allocate_shared_memory(gl.int8, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+        b_bufs = gl.allocate_shared_memory(gl.int8, [NUM_STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
+        c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2 * EPI_BUFS, ROWS, EPI_N], c_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(NUM_STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            # cooperative: both consumer warpgroups read every stage; pingpong: one does
+            mbarrier.init(empty.index(i), count=1 if PINGPONG else 2)
+        order = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(order.index(i), count=1)
+
+        gl.warp_specialize(
+            [
+                (
+                    _ws_consumer0,
+                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                     PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N),
+                ),
+                (
+                    _ws_consumer1,
+                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                     PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N),
+                ),
+                (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, GROUP_M)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, LOADER_REGS],
+        )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# host side
+# ---------------------------------------------------------------------------------------------
+
+_SM_COUNT: dict = {}
+
+_GL_DTYPE = {}
+if _IMPORT_ERROR is None:
+    _GL_DTYPE = {
+        torch.bfloat16: gl.bfloat16,
+        torch.float16: gl.float16,
+        torch.float32: gl.float32,
+        torch.int32: gl.int32,
+    }
+
+
+def _num_sms(device) -> int:
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SM_COUNT:
+        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return _SM_COUNT[idx]
+
+
+def tma_ok(q, w, out) -> bool:
+    """TMA: 16-byte aligned bases and row strides, unit inner stride."""
+    return all(
+        t.dim() == 2 and t.stride(1) == 1 and t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0
+        for t in (q, w, out)
+    )
+
+
+def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, num_sms=None):
+    """(kernel, grid, args, kwargs) of one launch, or None when TMA alignment rules it out.
+    Device-free: the offline compile check (bench/compile_gluon_sm90.py) calls it with CPU tensors."""
+    cfg = cfg or DEFAULT_CONFIG
+    if isinstance(cfg, dict):
+        cfg = GluonGemmConfig.from_dict(cfg)
+    why = validate(cfg)
+    if why is not None:
+        raise ValueError(f"{cfg}: {why}")
+    M, K = q.shape
+    N = w.shape[0]
+    if q.dtype != torch.int8 or w.dtype != torch.int8 or w.shape[1] != K or out.shape != (M, N):
+        raise ValueError("q [M, K] int8, w [N, K] int8, out [M, N]")
+    if raw_int32 != (out.dtype == torch.int32) or out.dtype not in _GL_DTYPE:
+        raise ValueError("raw_int32 needs an int32 out; otherwise out is bf16/fp16/fp32")
+    if K % 16 or not tma_ok(q, w, out):
+        return None
+    if cfg.smem_bytes(out.element_size()) > _SMEM_LIMIT:
+        raise ValueError(f"{cfg}: shared memory over the limit for {out.dtype}")
+    rows = cfg.rows_per_consumer()
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    a_desc = TensorDescriptor.from_tensor(q, [bm, bk], gl.NVMMASharedLayout.get_default_for([bm, bk], gl.int8))
+    b_desc = TensorDescriptor.from_tensor(w, [bn, bk], gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8))
+    c_ty = _GL_DTYPE[out.dtype]
+    c_desc = TensorDescriptor.from_tensor(
+        out, [rows, cfg.epi_n], gl.NVMMASharedLayout.get_default_for([rows, cfg.epi_n], c_ty)
+    )
+    tiles = -(-M // bm) * -(-N // bn)
+    grid = (max(1, min(num_sms or _num_sms(q.device), tiles)),)
+    dummy = w_scale if w_scale is not None else out
+    args = (
+        a_desc,
+        b_desc,
+        c_desc,
+        q_scale if q_scale is not None else dummy,
+        dummy,
+        bias if bias is not None else dummy,
+        M,
+        N,
+        K,
+    )
+    common = dict(
+        HAS_BIAS=bias is not None,
+        RAW_INT32=raw_int32,
+        GROUP_M=cfg.group_m,
+        NUM_STAGES=cfg.num_stages,
+        EPI_BUFS=_epi_bufs(cfg, out.element_size()),
+    )
+    if cfg.mode == "pipelined":
+        wm, instr_n = _mma_shape(bm, bn, cfg.num_warps)
+        kwargs = dict(common, WARPS_M=wm, INSTR_N=instr_n, num_warps=cfg.num_warps)
+        return _w8a8_gluon_pipelined_kernel, grid, args, kwargs
+    _, instr_n = _mma_shape(rows, bn, 4)
+    # 4 + 4 + 1 warps round up to 3 warpgroups: the launch register cap must fit 12 warps
+    # (65536 / (12 * 32) = 170 -> 168); setmaxnreg then moves the loader's share to the consumers.
+    kwargs = dict(
+        common,
+        INSTR_N=instr_n,
+        PINGPONG=cfg.mode == "pingpong",
+        CONSUMER_REGS=cfg.consumer_regs,
+        LOADER_REGS=cfg.loader_regs,
+        num_warps=4,
+        maxnreg=168,
+    )
+    return _w8a8_gluon_ws_kernel, grid, args, kwargs
+
+
+def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None):
+    """out = W8A8 GEMM of q [M, K] and w [N, K] (see module docstring); returns ``out``, or None
+    when TMA cannot address the operands (K % 16, alignment): the caller then falls back."""
+    why = gluon_available(q.device)
+    if why is not None:
+        raise RuntimeError(why)
+    launch = build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=raw_int32, cfg=cfg)
+    if launch is None:
+        return None
+    kernel, grid, args, kwargs = launch
+    LAST_LAUNCH["kernel"] = kernel[grid](*args, **kwargs)
+    return out

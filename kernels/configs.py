@@ -31,10 +31,14 @@ class GemmConfig:
     persistent: int = 0  # 1: persistent TMA kernel (split_k must be 1)
     warp_specialize: int = 0  # persistent only: producer/consumer warp specialization
     subtile: int = 0  # persistent only: epilogue stored as two half-width tiles
+    gluon: int = 0  # Hopper Gluon kernel (gemm_gluon.py): 1 cooperative "ws", 2 "pingpong", 3 "pipelined"
+    epi_n: int = 64  # gluon only: epilogue subtile width
 
     def smem_bytes(self, out_bytes: int = 4) -> int:
         """Shared memory: the pipelined int8 A and B tiles, plus (persistent kernel) the TMA
         staging buffer of the epilogue (BLOCK_M x BLOCK_N, halved when subtiled)."""
+        if self.gluon:
+            return self.gluon_config().smem_bytes(2)
         pipeline = self.num_stages * (self.block_m + self.block_n) * self.block_k
         if self.persistent:
             pipeline += self.block_m * (self.block_n // (2 if self.subtile else 1)) * out_bytes
@@ -43,7 +47,21 @@ class GemmConfig:
     def uses_wgmma_on_hopper(self) -> bool:
         return self.block_m % 64 == 0 and self.num_warps % 4 == 0 and self.block_k >= 32
 
+    def gluon_config(self):
+        """The Gluon kernel's own config for a ``gluon`` entry."""
+        from .gemm_gluon import GluonGemmConfig
+
+        return GluonGemmConfig(
+            block_m=self.block_m, block_n=self.block_n, block_k=self.block_k, num_stages=self.num_stages,
+            group_m=self.group_m, mode=GLUON_MODES[self.gluon], epi_n=self.epi_n, num_warps=self.num_warps,
+        )  # fmt: skip
+
     def key(self) -> str:
+        if self.gluon:
+            return (
+                f"gluon-{GLUON_MODES[self.gluon]}_{self.block_m}x{self.block_n}x{self.block_k}"
+                f"_g{self.group_m}_s{self.num_stages}_e{self.epi_n}"
+            )
         base = (
             f"{self.block_m}x{self.block_n}x{self.block_k}"
             f"_g{self.group_m}_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}"
@@ -61,6 +79,13 @@ class GemmConfig:
 
 
 C = GemmConfig
+GLUON_MODES = {1: "ws", 2: "pingpong", 3: "pipelined"}
+
+
+def G(mode: int, bm: int, bn: int, stages: int, group_m: int = 8, epi_n: int = 64, bk: int = 128) -> GemmConfig:
+    """A Gluon (Hopper, warp-specialized) config; num_warps is the consumer warpgroup's 4."""
+    return GemmConfig(bm, bn, bk, group_m, 1, 4 if mode != 3 else 8, stages, gluon=mode, epi_n=epi_n)
+
 
 _LARGE_SM90 = [
     C(128, 128, 128, 8, 1, 4, 3),
@@ -84,6 +109,16 @@ _PERSISTENT_SM90 = [  # measured best on H100 at every large Ideogram 4 shape: 1
     C(128, 128, 128, 8, 1, 4, 4, 1, 0, 1),
     C(128, 128, 128, 8, 1, 8, 3, 1, 0, 1),
     C(128, 256, 128, 8, 1, 8, 3, 1, 1, 1),
+]
+# Gluon kernels (sm_90a only): measured 1.27-1.40x the Triton persistent kernel on H100 at the
+# large Ideogram shapes (bench/results/probe-gluon-H100-2026-11-22.log).
+_GLUON_SM90 = [
+    G(1, 128, 256, 4),
+    G(1, 128, 256, 3, epi_n=128),
+    G(1, 256, 128, 3),
+    G(2, 128, 128, 5),
+    G(1, 128, 256, 4, group_m=16),
+    G(2, 128, 128, 5, group_m=16),
 ]
 _SPLITK_SM90 = [C(128, 128, 128, 8, s, 4, 3) for s in (2, 3, 4, 6, 8)] + [C(64, 128, 128, 8, s, 4, 4) for s in (2, 4)]
 
@@ -119,7 +154,7 @@ _SMALL_M = [
 ]
 
 CONFIG_SPACES: dict[str, list[GemmConfig]] = {
-    "sm90": _LARGE_SM90 + _PERSISTENT_SM90 + _SPLITK_SM90 + _SMALL_M,
+    "sm90": _GLUON_SM90 + _LARGE_SM90 + _PERSISTENT_SM90 + _SPLITK_SM90 + _SMALL_M,
     "sm100": _LARGE_SM90 + _PERSISTENT_SM90 + _SPLITK_SM90 + _SMALL_M,
     "sm80": _LARGE_SM80 + _SPLITK_AMPERE + _SMALL_M,
     "sm86": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,

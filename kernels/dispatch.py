@@ -234,6 +234,12 @@ def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, 
         return launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu=bool(swiglu_chunk))
 
     cfg, source = PICKER.pick(q, w, launch, block_n=2 * swiglu_chunk if swiglu_chunk else None)
+    if cfg.gluon:  # record what really runs (a Gluon pick falls back where Gluon cannot run)
+        from .gemm_triton import runnable_config
+
+        ran = runnable_config(cfg, q, w, out, bool(swiglu_chunk))
+        if ran is not cfg:
+            cfg, source = ran, f"{source}; Gluon kernel unavailable here, Triton persistent kernel ran"
     with REGISTRY.timed(timed, q.device) if timed else contextlib.nullcontext():
         launch(cfg)
     REGISTRY.count_launch("gemm_triton")

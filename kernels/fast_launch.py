@@ -34,8 +34,9 @@ def _arg_key(a):
     if t is _Tensor or isinstance(a, _Tensor):
         return (a.dtype, not a.data_ptr() & 15)
     base = getattr(a, "base", None)
-    if isinstance(base, _Tensor):  # triton.tools.tensor_descriptor.TensorDescriptor
-        return (base.dtype, not base.data_ptr() & 15, tuple(a.shape), tuple(a.strides), tuple(a.block_shape))
+    if isinstance(base, _Tensor):  # a host TensorDescriptor (Triton's, or Gluon's with its smem layout)
+        layout = getattr(a, "layout", None)
+        return (base.dtype, not base.data_ptr() & 15, tuple(a.shape), tuple(a.strides), tuple(a.block_shape), layout)
     return a
 
 
@@ -48,11 +49,13 @@ def _active(hook) -> bool:
 
 
 class FastLauncher:
-    """``FastLauncher(jit_fn)(grid, *args, num_warps=..., num_stages=...)``: ``args`` are ALL of the
-    kernel's parameters in signature order (constexprs included, positionally)."""
+    """``FastLauncher(jit_fn)(grid, *args, **kw)``: positional ``args`` in signature order; ``kw``
+    holds the remaining parameters by name (Gluon kernels take e.g. ``num_warps`` as a parameter)
+    and launch options (num_warps, num_stages, maxnreg). Every parameter must be given."""
 
     def __init__(self, jit_fn) -> None:
         self.fn = jit_fn
+        self._names = tuple(getattr(jit_fn, "arg_names", ()))
         self._compiled: dict = {}
         self.direct_launches = 0  # tests read this to prove the shortcut ran
 
@@ -61,14 +64,20 @@ class FastLauncher:
 
         hooks_off = not _active(knobs.runtime.launch_enter_hook) and not _active(knobs.runtime.launch_exit_hook)
         enabled = hooks_off and os.environ.get(ENV_FAST_LAUNCH, "1") != "0"
-        key = (*options.items(), *map(_arg_key, args)) if enabled else None
+        params = args
+        if enabled and len(args) < len(self._names):
+            try:  # the launcher wants every parameter in order; a missing one (a default) means no shortcut
+                params = args + tuple(options[n] for n in self._names[len(args) :])
+            except KeyError:
+                enabled = False
+        key = (*options.items(), *map(_arg_key, params)) if enabled else None
         kernel = self._compiled.get(key) if enabled else None
         if kernel is not None:
             from triton.runtime import driver
 
             g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
             stream = driver.active.get_current_stream(driver.active.get_current_device())
-            kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None, *args)
+            kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None, *params)
             self.direct_launches += 1
             return kernel
         kernel = self.fn[grid](*args, **options)

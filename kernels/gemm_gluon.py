@@ -31,6 +31,8 @@ import dataclasses
 
 import torch
 
+from .fast_launch import FastLauncher
+
 try:  # Gluon ships with triton >= 3.5; the pack must import without it.
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -631,5 +633,10 @@ def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=No
     if launch is None:
         return None
     kernel, grid, args, kwargs = launch
-    LAST_LAUNCH["kernel"] = kernel[grid](*args, **kwargs)
+    LAST_LAUNCH["kernel"] = _LAUNCHERS[kernel](grid, *args, **kwargs)
     return out
+
+
+_LAUNCHERS = {}
+if _IMPORT_ERROR is None:
+    _LAUNCHERS = {k: FastLauncher(k) for k in (_w8a8_gluon_pipelined_kernel, _w8a8_gluon_ws_kernel)}

@@ -19,10 +19,13 @@ Design notes (facts in research/int8-gemm-sota.md):
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
+from .configs import GemmConfig
 from .fast_launch import FastLauncher
 from .reference import INT32_SAFE_MAX_K  # noqa: F401  (re-exported: the kernel's K limit)
 
@@ -240,6 +243,28 @@ def _split_k_epilogue_kernel(
         tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask)
 
 
+def runnable_config(cfg, q, w, out, swiglu=False):
+    """The config that really runs: a Gluon entry (Hopper only) becomes the Triton persistent kernel
+    of the same tile where Gluon cannot run (triton without Gluon, not sm_90, TMA alignment, or the
+    SwiGLU epilogue it lacks). The registry records this config, so the panel shows what ran."""
+    if not cfg.gluon:
+        return cfg
+    from .gemm_gluon import tma_ok
+
+    if swiglu or _gluon_unavailable(q.device) or q.shape[1] % 16 or not tma_ok(q, w, out):
+        big = cfg.block_m * cfg.block_n >= 128 * 256
+        return GemmConfig(cfg.block_m, cfg.block_n, 128, cfg.group_m, 1, 8 if big else 4, 3 if big else 4,
+                          persistent=1, subtile=1)  # fmt: skip
+    return cfg
+
+
+@functools.lru_cache(maxsize=16)
+def _gluon_unavailable(device) -> str | None:
+    from .gemm_gluon import gluon_available
+
+    return gluon_available(device)
+
+
 def _k_split(K: int, cfg) -> tuple[int, bool]:
     """K range per split (a multiple of BLOCK_K) and whether no K masking is needed."""
     k_per_split = triton.cdiv(triton.cdiv(K, cfg.split_k), cfg.block_k) * cfg.block_k
@@ -258,6 +283,12 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
     N = w.shape[0]
     if swiglu and (raw_int32 or cfg.split_k != 1 or N % cfg.block_n):
         raise ValueError("the SwiGLU epilogue needs split_k == 1 and N a multiple of BLOCK_N")
+    cfg = runnable_config(cfg, q, w, out, swiglu)
+    if cfg.gluon:
+        from .gemm_gluon import launch_gemm_gluon
+
+        launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32, cfg.gluon_config())
+        return out
     if cfg.persistent and tma_compatible(q, w, out):
         return _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu)
     k_per_split, even_k = _k_split(K, cfg)

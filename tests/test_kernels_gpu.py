@@ -189,3 +189,45 @@ def test_split_k_workspace_bit_exact_every_split(gen):
         gemm_triton.launch_gemm(q, w, cfg, sa, sb, None, y)
         ref = ((expect.double() * sa.double()[:, None]) * sb.double()[None, :]).float()
         assert rel_err(y, ref) < 1e-2 and not y.isnan().any(), f"split_k={split}"
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+def test_gluon_kernel_runs_and_matches_float64(mode, gen):
+    """The Hopper Gluon kernels (cooperative / ping-pong) at a full Ideogram shape with bias:
+    poisoned output fully written, float64 agreement, and the Gluon kernel (not a fallback) ran."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon
+
+    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
+        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
+    m, (n, k) = M_COND, IDEOGRAM_SHAPES["o"]
+    x = activations(m, k, gen, torch.bfloat16, "cuda")
+    w, ws = weight(n, k, gen, "cuda")
+    bias = torch.randn(n, generator=gen).cuda()
+    q, s = K.quantize_per_token(x)
+    cfg = C.G(mode, 128, 256 if mode == 1 else 128, 4 if mode == 1 else 5)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    gemm_gluon.LAST_LAUNCH.clear()
+    gemm_triton.launch_gemm(q, w, cfg, s, ws, bias, out)
+    assert "kernel" in gemm_gluon.LAST_LAUNCH  # the Gluon launcher ran
+    ref = reference_f64(q, s, w, ws, bias)
+    assert not out.isnan().any()
+    assert rel_err(out, ref) < 1e-2 and cosine(out, ref) > 0.9999
+    acc = torch.empty(m, n, dtype=torch.int32, device="cuda")
+    gemm_triton.launch_gemm(q, w, cfg, out=acc, raw_int32=True)
+    assert torch.equal(acc, torch._int_mm(q, w.t()))
+
+
+def test_gluon_pick_falls_back_where_tma_cannot_address_and_says_so(gen, monkeypatch):
+    """A Gluon pick on operands TMA cannot address (K % 16 != 0) runs the Triton kernel, exactly,
+    and the registry records the config that ran with the reason."""
+    from comfyui_ideogram4_int8.kernels import autotune
+
+    m, n, k = 300, 512, 4600  # K % 16 != 0
+    x = activations(m, k, gen, torch.bfloat16, "cuda")
+    w, ws = weight(n, k, gen, "cuda")
+    monkeypatch.setattr(autotune.PICKER, "pick", lambda *a, **kw: (C.G(1, 128, 256, 4), "test pin"))
+    y = K.w8a8_linear(x, w, ws, path="triton-int8", site="gluonfb/x")
+    rec = next(r for r in K.REGISTRY.layers("gluonfb") if r.layer == "x")
+    assert not rec.config.startswith("gluon") and "Triton persistent kernel ran" in rec.config_source
+    ref = reference_f64(*K.quantize_per_token(x), w, ws)
+    assert rel_err(y, ref) < 1e-2 and cosine(y, ref) > 0.9999

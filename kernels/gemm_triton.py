@@ -258,6 +258,11 @@ def runnable_config(cfg, q, w, out, swiglu=False):
     return cfg
 
 
+@functools.lru_cache(maxsize=256)
+def _gluon_config(cfg):
+    return cfg.gluon_config()
+
+
 @functools.lru_cache(maxsize=16)
 def _gluon_unavailable(device) -> str | None:
     from .gemm_gluon import gluon_available
@@ -287,7 +292,7 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
     if cfg.gluon:
         from .gemm_gluon import launch_gemm_gluon
 
-        launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32, cfg.gluon_config())
+        launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32, _gluon_config(cfg))
         return out
     if cfg.persistent and tma_compatible(q, w, out):
         return _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu)

@@ -1,11 +1,13 @@
 """Offline (no GPU) compile of the Gluon W8A8 GEMM for sm_90a: a CPU smoke check.
 
-    python bench/compile_gluon_sm90.py [--all] [--dump DIR]
+    python bench/compile_gluon_sm90.py [--all] [--raw] [--swiglu] [--dump DIR]
 
 Builds each config's launch with CPU tensors (kernels/gemm_gluon.build_launch), runs the
 Triton 3.6 pipeline to PTX and cubin (the wheel's bundled ptxas) for GPUTarget("cuda", 90, 32),
 and prints instruction counts from the PTX: wgmma, TMA (cp.async.bulk.tensor), mbarrier,
 setmaxnreg, plus registers / spills / shared memory from the cubin metadata.
+--swiglu (implied by --all) adds the SwiGLU epilogue (bf16 out [M, N / 2]) of every config
+that can run it (mode ws/pingpong/pipelined, epi_n | block_n / 2).
 Exit status 1 if any config fails to compile.
 """
 
@@ -94,6 +96,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--all", action="store_true", help="every probe config (default: the default ws + pipelined)")
     ap.add_argument("--raw", action="store_true", help="also the RAW_INT32 variants")
+    ap.add_argument("--swiglu", action="store_true", help="also the SwiGLU epilogue variants (--all implies it)")
     ap.add_argument("--dump", default=None, help="write each kernel's PTX, TTGIR and cubin here")
     a = ap.parse_args(argv)
 
@@ -108,18 +111,24 @@ def main(argv=None) -> int:
     sa = torch.empty(M, dtype=torch.float32)
     sb = torch.empty(N, dtype=torch.float32)
     bias = torch.empty(N, dtype=torch.float32)
-    variants = [("bf16+bias", torch.bfloat16, False, True)]
+    variants = [("bf16+bias", torch.bfloat16, False, True, False)]
     if a.raw:
-        variants.append(("raw_int32", torch.int32, True, False))
+        variants.append(("raw_int32", torch.int32, True, False, False))
+    if a.swiglu or a.all:
+        variants.append(("bf16_swiglu", torch.bfloat16, False, False, True))
     failed = 0
     for cfg in configs(a.all):
-        for vname, dt, raw, has_bias in variants:
-            out = torch.empty(M, N, dtype=dt)
+        for vname, dt, raw, has_bias, swiglu in variants:
+            if swiglu and G.validate_swiglu(cfg) is not None:
+                print(f"skip {cfg.key()} [{vname}]: {G.validate_swiglu(cfg)}")
+                continue
+            out = torch.empty(M, N // 2 if swiglu else N, dtype=dt)
             t0 = time.time()
             try:
                 kernel, grid, args, kwargs = G.build_launch(
-                    q, w, sa, sb, bias if has_bias else None, out, raw_int32=raw, cfg=cfg, num_sms=132
-                )
+                    q, w, sa, sb, bias if has_bias else None, out, raw_int32=raw, cfg=cfg, num_sms=132,
+                    swiglu=swiglu,
+                )  # fmt: skip
                 ck = compile_offline(kernel, args, kwargs)
             except Exception as exc:  # report and go on with the next config
                 failed += 1

@@ -5,6 +5,15 @@ Same contract as ``gemm_triton`` (twin: ``reference.int8_matmul_ref``)::
     acc[m, n] = sum_k q[m, k] * w[n, k]                     (int8 x int8 -> int32)
     out[m, n] = out_dtype((float32(acc) * s_tok[m]) * s_ch[n] + bias[n])   (or acc itself: RAW_INT32)
 
+SWIGLU (no bias, not RAW_INT32, N % BLOCK_N == 0): ``w`` [N, K] holds gate and up rows
+interleaved in chunks of BLOCK_N // 2 (dispatch.interleave_gate_up), so output tile (pid_m, pid_n)
+has gate columns in its left half and the matching up columns in its right half; with y as above
+(float32), out [M, N // 2] gets, at columns pid_n * BLOCK_N // 2 + [0, BLOCK_N // 2)::
+
+    out = out_dtype(g * sigmoid(g) * u),   sigmoid(g) = 1 / (1 + exp(-g))
+
+exactly the float32 ops of gemm_triton._swiglu_tile (twin: F.silu(g) * u in float32).
+
 Three kernels, picked by ``GluonGemmConfig.mode``:
 
 * ``"pipelined"``: one partition of ``num_warps`` warps, persistent. The (tile, k) loop is
@@ -76,10 +85,13 @@ class GluonGemmConfig:
             return self.block_m // 2
         return self.block_m
 
-    def smem_bytes(self, out_bytes: int = 2, epi_bufs: int | None = None) -> int:
+    def smem_bytes(self, out_bytes: int = 2, epi_bufs: int | None = None, swiglu: bool = False) -> int:
+        """Ring + epilogue staging + barriers. A staging buffer is one [rows, epi_n] subtile
+        whatever the epilogue; SwiGLU only halves the subtiles per tile (which can change how
+        many buffers alternate)."""
         ring = self.num_stages * (self.block_m + self.block_n) * self.block_k
         consumers = 1 if self.mode == "pipelined" else 2
-        nbuf = _epi_bufs(self, out_bytes) if epi_bufs is None else epi_bufs
+        nbuf = _epi_bufs(self, out_bytes, swiglu) if epi_bufs is None else epi_bufs
         epi = consumers * nbuf * self.rows_per_consumer() * self.epi_n * out_bytes
         return ring + epi + 2 * self.num_stages * 8
 
@@ -110,12 +122,21 @@ PROBE_CONFIGS = (
 )
 
 
-def _epi_bufs(cfg, out_bytes: int = 2) -> int:
+def _epi_bufs(cfg, out_bytes: int = 2, swiglu: bool = False) -> int:
     """Epilogue staging buffers per consumer: two alternate (store_wait(1) frees the older) when
-    the subtile count is even and they fit; else one (int32 output of a deep ring, say)."""
-    if (cfg.block_n // cfg.epi_n) % 2 or cfg.smem_bytes(out_bytes, epi_bufs=2) > _SMEM_LIMIT:
+    the subtile count per tile is even and they fit; else one (int32 output of a deep ring, say).
+    SwiGLU stores BLOCK_N // 2 columns per tile: half the subtiles."""
+    subtiles = cfg.block_n // (2 if swiglu else 1) // cfg.epi_n
+    if subtiles % 2 or cfg.smem_bytes(out_bytes, epi_bufs=2) > _SMEM_LIMIT:
         return 1
     return 2
+
+
+def validate_swiglu(cfg: GluonGemmConfig) -> str | None:
+    """None when ``cfg`` can run the SwiGLU epilogue (on top of ``validate``), else why not."""
+    if (cfg.block_n // 2) % cfg.epi_n:
+        return "SwiGLU: epi_n must divide block_n // 2 (a subtile may not straddle gate and up)"
+    return None
 
 
 def _mma_shape(rows: int, block_n: int, num_warps: int) -> tuple[int, int]:
@@ -201,6 +222,11 @@ if _IMPORT_ERROR is None:
         return xs
 
     @gluon.jit
+    def _sigmoid(x):
+        # the body of tl.sigmoid (triton/language/standard.py): same ops, same PTX
+        return 1 / (1 + gl.exp(-x))
+
+    @gluon.jit
     def _epilogue(
         acc,
         c_desc,
@@ -214,37 +240,61 @@ if _IMPORT_ERROR is None:
         N,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
+        SWIGLU: gl.constexpr,
         BUF0: gl.constexpr,
         NBUF: gl.constexpr,
     ):
         """acc [ROWS, BLOCK_N] -> out[off_m:, off_n:] in EPI_N-wide TMA stores through the staging
         buffers c_bufs[BUF0 : BUF0 + NBUF]. The last stores stay in flight (the caller waits
-        before the buffers are reused)."""
+        before the buffers are reused). SWIGLU: out[off_m:, off_n // 2:] gets BLOCK_N // 2
+        columns, silu(left half) * right half."""
         ROWS: gl.constexpr = acc.shape[0]
         BLOCK_N: gl.constexpr = acc.shape[1]
         EPI_N: gl.constexpr = c_bufs.shape[2]
         SPLITS: gl.constexpr = BLOCK_N // EPI_N
         parts = _split_n(acc, SPLITS)
-        for i in gl.static_range(SPLITS):
-            part = parts[i]
-            if RAW_INT32:
-                y = part
-            else:
-                rm = off_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, part.type.layout))
-                rn = off_n + i * EPI_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, part.type.layout))
-                sa = gl.load(sa_ptr + rm, mask=rm < M, other=0.0)
-                sb = gl.load(sb_ptr + rn, mask=rn < N, other=0.0)
-                y = part.to(gl.float32) * gl.expand_dims(sa, 1)
-                y = y * gl.expand_dims(sb, 0)
-                if HAS_BIAS:
-                    bias = gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)
-                    y = y + gl.expand_dims(bias, 0)
-                y = y.to(c_desc.dtype)
-            buf = c_bufs.index(BUF0 + i % NBUF)
-            tma.store_wait(NBUF - 1)  # the store that last used this buffer has read it
-            buf.store(y)
-            fence_async_shared()
-            tma.async_copy_shared_to_global(c_desc, [off_m, off_n + i * EPI_N], buf)
+        if SWIGLU:
+            HALF: gl.constexpr = SPLITS // 2  # subtiles per half: parts[i] gate, parts[HALF + i] up
+            lay: gl.constexpr = parts[0].type.layout
+            rm = off_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, lay))
+            sa = gl.expand_dims(gl.load(sa_ptr + rm, mask=rm < M, other=0.0), 1)
+            for i in gl.static_range(HALF):
+                rg = off_n + i * EPI_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, lay))
+                ru = rg + BLOCK_N // 2
+                sg = gl.load(sb_ptr + rg, mask=rg < N, other=0.0)
+                su = gl.load(sb_ptr + ru, mask=ru < N, other=0.0)
+                # _dequant_tile, then _swiglu_tile of gemm_triton, op for op in float32
+                g = parts[i].to(gl.float32) * sa
+                g = g * gl.expand_dims(sg, 0)
+                u = parts[HALF + i].to(gl.float32) * sa
+                u = u * gl.expand_dims(su, 0)
+                h = (g * _sigmoid(g) * u).to(c_desc.dtype)
+                buf = c_bufs.index(BUF0 + i % NBUF)
+                tma.store_wait(NBUF - 1)  # the store that last used this buffer has read it
+                buf.store(h)
+                fence_async_shared()
+                tma.async_copy_shared_to_global(c_desc, [off_m, off_n // 2 + i * EPI_N], buf)
+        else:
+            for i in gl.static_range(SPLITS):
+                part = parts[i]
+                if RAW_INT32:
+                    y = part
+                else:
+                    rm = off_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, part.type.layout))
+                    rn = off_n + i * EPI_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, part.type.layout))
+                    sa = gl.load(sa_ptr + rm, mask=rm < M, other=0.0)
+                    sb = gl.load(sb_ptr + rn, mask=rn < N, other=0.0)
+                    y = part.to(gl.float32) * gl.expand_dims(sa, 1)
+                    y = y * gl.expand_dims(sb, 0)
+                    if HAS_BIAS:
+                        bias = gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)
+                        y = y + gl.expand_dims(bias, 0)
+                    y = y.to(c_desc.dtype)
+                buf = c_bufs.index(BUF0 + i % NBUF)
+                tma.store_wait(NBUF - 1)  # the store that last used this buffer has read it
+                buf.store(y)
+                fence_async_shared()
+                tma.async_copy_shared_to_global(c_desc, [off_m, off_n + i * EPI_N], buf)
 
     # -- "pipelined": one partition, software pipelined -----------------------------------------
 
@@ -261,6 +311,7 @@ if _IMPORT_ERROR is None:
         K,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
+        SWIGLU: gl.constexpr,
         GROUP_M: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         EPI_BUFS: gl.constexpr,
@@ -328,7 +379,7 @@ if _IMPORT_ERROR is None:
                 pid_m, pid_n = _tile_coords(pid + (it // k_tiles) * nprog, num_pid_in_group, num_pid_m, GROUP_M)
                 _epilogue(
                     acc, c_desc, c_bufs, sa_ptr, sb_ptr, bias_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N,
-                    HAS_BIAS, RAW_INT32, 0, EPI_BUFS,
+                    HAS_BIAS, RAW_INT32, SWIGLU, 0, EPI_BUFS,
                 )  # fmt: skip
         tma.store_wait(0)
         for i in gl.static_range(NUM_STAGES):
@@ -387,6 +438,7 @@ if _IMPORT_ERROR is None:
         PINGPONG: gl.constexpr,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
+        SWIGLU: gl.constexpr,
         GROUP_M: gl.constexpr,
         INSTR_N: gl.constexpr,
     ):
@@ -443,7 +495,7 @@ if _IMPORT_ERROR is None:
             mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES))
             _epilogue(
                 acc, c_desc, c_bufs, sa_ptr, sb_ptr, bias_ptr, pid_m * BLOCK_M + row0, pid_n * BLOCK_N, M, N,
-                HAS_BIAS, RAW_INT32, WG * EPI_BUFS, EPI_BUFS,
+                HAS_BIAS, RAW_INT32, SWIGLU, WG * EPI_BUFS, EPI_BUFS,
             )  # fmt: skip
             n += 1
         tma.store_wait(0)
@@ -453,16 +505,16 @@ if _IMPORT_ERROR is None:
     @gluon.jit
     def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
-                      GROUP_M: gl.constexpr, INSTR_N: gl.constexpr):  # fmt: skip
+                      SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     0, PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N)  # fmt: skip
+                     0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N)  # fmt: skip
 
     @gluon.jit
     def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
-                      GROUP_M: gl.constexpr, INSTR_N: gl.constexpr):  # fmt: skip
+                      SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     1, PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N)  # fmt: skip
+                     1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N)  # fmt: skip
 
     @gluon.jit
     def _w8a8_gluon_ws_kernel(
@@ -477,6 +529,7 @@ if _IMPORT_ERROR is None:
         K,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
+        SWIGLU: gl.constexpr,
         GROUP_M: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         EPI_BUFS: gl.constexpr,
@@ -511,12 +564,12 @@ if _IMPORT_ERROR is None:
                 (
                     _ws_consumer0,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N),
+                     PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N),
                 ),
                 (
                     _ws_consumer1,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     PINGPONG, HAS_BIAS, RAW_INT32, GROUP_M, INSTR_N),
+                     PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N),
                 ),
                 (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, GROUP_M)),
             ],
@@ -556,9 +609,19 @@ def tma_ok(q, w, out) -> bool:
     )
 
 
-def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, num_sms=None):
+def _check_swiglu(cfg, w, bias, raw_int32) -> None:
+    why = validate_swiglu(cfg)
+    if raw_int32 or bias is not None or w.shape[0] % cfg.block_n or why is not None:
+        raise ValueError(
+            f"{cfg}: the SwiGLU epilogue needs no raw_int32, no bias, N = {w.shape[0]} a multiple of "
+            f"BLOCK_N = {cfg.block_n}" + (f"; {why}" if why else "")
+        )
+
+
+def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, num_sms=None, swiglu=False):
     """(kernel, grid, args, kwargs) of one launch, or None when TMA alignment rules it out.
-    Device-free: the offline compile check (bench/compile_gluon_sm90.py) calls it with CPU tensors."""
+    Device-free: the offline compile check (bench/compile_gluon_sm90.py) calls it with CPU tensors.
+    swiglu: ``w`` holds gate/up rows interleaved in chunks of BLOCK_N // 2; out is [M, N // 2]."""
     cfg = cfg or DEFAULT_CONFIG
     if isinstance(cfg, dict):
         cfg = GluonGemmConfig.from_dict(cfg)
@@ -567,13 +630,16 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         raise ValueError(f"{cfg}: {why}")
     M, K = q.shape
     N = w.shape[0]
-    if q.dtype != torch.int8 or w.dtype != torch.int8 or w.shape[1] != K or out.shape != (M, N):
-        raise ValueError("q [M, K] int8, w [N, K] int8, out [M, N]")
+    if swiglu:
+        _check_swiglu(cfg, w, bias, raw_int32)
+    n_out = N // 2 if swiglu else N
+    if q.dtype != torch.int8 or w.dtype != torch.int8 or w.shape[1] != K or out.shape != (M, n_out):
+        raise ValueError(f"q [M, K] int8, w [N, K] int8, out [M, {'N // 2' if swiglu else 'N'}]")
     if raw_int32 != (out.dtype == torch.int32) or out.dtype not in _GL_DTYPE:
         raise ValueError("raw_int32 needs an int32 out; otherwise out is bf16/fp16/fp32")
     if K % 16 or not tma_ok(q, w, out):
         return None
-    if cfg.smem_bytes(out.element_size()) > _SMEM_LIMIT:
+    if cfg.smem_bytes(out.element_size(), swiglu=swiglu) > _SMEM_LIMIT:
         raise ValueError(f"{cfg}: shared memory over the limit for {out.dtype}")
     rows = cfg.rows_per_consumer()
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
@@ -600,9 +666,10 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
     common = dict(
         HAS_BIAS=bias is not None,
         RAW_INT32=raw_int32,
+        SWIGLU=bool(swiglu),
         GROUP_M=cfg.group_m,
         NUM_STAGES=cfg.num_stages,
-        EPI_BUFS=_epi_bufs(cfg, out.element_size()),
+        EPI_BUFS=_epi_bufs(cfg, out.element_size(), swiglu),
     )
     if cfg.mode == "pipelined":
         wm, instr_n = _mma_shape(bm, bn, cfg.num_warps)
@@ -623,20 +690,23 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
     return _w8a8_gluon_ws_kernel, grid, args, kwargs
 
 
-def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None):
+def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, swiglu=False):
     """out = W8A8 GEMM of q [M, K] and w [N, K] (see module docstring); returns ``out``, or None
-    when TMA cannot address the operands (K % 16, alignment): the caller then falls back."""
+    when TMA cannot address the operands (K % 16, alignment): the caller then falls back.
+    swiglu=True: out [M, N // 2] = silu(gate) * up of the interleaved w (module docstring)."""
+    cfg = cfg or DEFAULT_CONFIG
+    if swiglu:
+        _check_swiglu(cfg, w, bias, raw_int32)  # before the TMA test: misuse raises, never falls back
     if not tma_ok(q, w, out):
         return None
-    cfg = cfg or DEFAULT_CONFIG
     key = (cfg, q.shape, w.shape[0], q.stride(0), w.stride(0), out.stride(0), out.dtype, raw_int32,
-           q_scale is None, w_scale is None, bias is None, q.device)  # fmt: skip
+           q_scale is None, w_scale is None, bias is None, q.device, swiglu)  # fmt: skip
     plan = _PLANS.get(key)
     if plan is None:
         why = gluon_available(q.device)
         if why is not None:
             raise RuntimeError(why)
-        launch = build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=raw_int32, cfg=cfg)
+        launch = build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=raw_int32, cfg=cfg, swiglu=swiglu)
         if launch is None:
             return None
         kernel, grid, args, kwargs = launch

@@ -80,3 +80,65 @@ def test_offline_sm90a_compile(mode, raw):
         assert "setmaxnreg.dec.sync.aligned.u32 40" in st["setmaxnreg"]
         assert "setmaxnreg.inc.sync.aligned.u32 232" in st["setmaxnreg"]
     assert "cubin" in ck.asm and ck.metadata.shared <= 227 * 1024
+
+
+# -- SwiGLU epilogue: w13 [2F, K] holds gate/up rows interleaved in chunks of BLOCK_N // 2 -----
+
+
+def _swiglu_operands(M=300, N=512, K=1024):
+    q = torch.zeros(M, K, dtype=torch.int8)
+    w = torch.zeros(N, K, dtype=torch.int8)
+    return q, w, torch.ones(M), torch.ones(N), torch.empty(M, N // 2, dtype=torch.bfloat16)
+
+
+@needs_gluon
+def test_swiglu_launch_checks():
+    q, w, sa, sb, out = _swiglu_operands()
+    kernel, grid, args, kwargs = G.build_launch(q, w, sa, sb, None, out, num_sms=132, swiglu=True)
+    assert kwargs["SWIGLU"] is True and kwargs["EPI_BUFS"] == 2  # 128 columns out: 2 subtiles of 64
+    assert list(args[2].shape) == [300, 256] and list(args[2].block_shape) == [64, 64]  # c covers out [M, N / 2]
+    full = torch.empty(300, 512, dtype=torch.bfloat16)
+    assert G.build_launch(q, w, sa, sb, None, full, num_sms=132)[3]["SWIGLU"] is False
+    with pytest.raises(ValueError):  # out must be [M, N / 2]
+        G.build_launch(q, w, sa, sb, None, full, num_sms=132, swiglu=True)
+    with pytest.raises(ValueError):  # no bias
+        G.build_launch(q, w, sa, sb, torch.zeros(512), out, num_sms=132, swiglu=True)
+    with pytest.raises(ValueError):  # N % BLOCK_N
+        G.build_launch(q, w[:384], sa, sb, None, out[:, :192], num_sms=132, swiglu=True)
+    raw = torch.empty(300, 256, dtype=torch.int32)
+    with pytest.raises(ValueError):  # not raw_int32
+        G.build_launch(q, w, None, None, None, raw, raw_int32=True, num_sms=132, swiglu=True)
+    with pytest.raises(ValueError):  # misuse raises before the TMA test could return None
+        G.launch_gemm_gluon(q, w, None, None, None, raw, raw_int32=True, swiglu=True)
+    with pytest.raises(ValueError):  # a subtile would straddle gate and up
+        G.build_launch(q, w, sa, sb, None, out, cfg=G.GluonGemmConfig(block_n=256, epi_n=256, num_stages=3),
+                       num_sms=132, swiglu=True)  # fmt: skip
+    # one subtile per half: one staging buffer per consumer (store_wait(0) before its reuse)
+    assert G._epi_bufs(G.GluonGemmConfig(epi_n=128, num_stages=3), 2, swiglu=True) == 1
+
+
+@needs_gluon
+@pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas not found")
+@pytest.mark.parametrize("mode", ["ws", "pingpong", "pipelined"])
+def test_offline_sm90a_compile_swiglu(mode):
+    from comfyui_ideogram4_int8.bench.compile_gluon_sm90 import compile_offline, cubin_stats, ptx_stats
+
+    cfg = {
+        "ws": G.DEFAULT_CONFIG,
+        "pingpong": G.GluonGemmConfig(mode="pingpong", block_m=64, block_n=256, num_stages=4),
+        "pipelined": G.GluonGemmConfig(mode="pipelined", num_stages=3),
+    }[mode]
+    q, w, sa, sb, out = _swiglu_operands()
+    kernel, grid, args, kwargs = G.build_launch(q, w, sa, sb, None, out, cfg=cfg, num_sms=132, swiglu=True)
+    ck = compile_offline(kernel, args, kwargs)
+    ptx = ck.asm["ptx"]
+    st = ptx_stats(ptx)
+    assert st["wgmma_shapes"] == ["wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8"]
+    assert st["tma_load"] >= 2 and st["tma_store"] >= 1 and st["mbarrier"] > 0
+    assert "ex2.approx.f32" in ptx and "div.full.f32" in ptx  # sigmoid as tl.sigmoid lowers it
+    if mode != "pipelined":
+        assert "setmaxnreg.inc.sync.aligned.u32 232" in st["setmaxnreg"]
+    assert "cubin" in ck.asm and ck.metadata.shared <= 227 * 1024
+    cb = cubin_stats(ck.asm["cubin"])
+    if "error" not in cb:
+        assert cb["sass_spill_ops"] == 0 and cb.get("local", 0) == 0 and cb["sass_GMMA"] > 0

@@ -118,8 +118,8 @@ class ConfigPicker:
         props = torch.cuda.get_device_properties(device)
         smem = getattr(props, "shared_memory_per_block_optin", None)
         candidates = config_space(arch, M, smem)
-        if block_n is not None:  # the SwiGLU epilogue: Triton kernels only (Gluon has none yet)
-            candidates = [c for c in candidates if c.block_n == block_n and c.split_k == 1 and not c.gluon]
+        if block_n is not None:  # the SwiGLU epilogue: the tile width is the weights' interleave
+            candidates = [c for c in candidates if c.block_n == block_n and c.split_k == 1]
         from .gemm_triton import _gluon_unavailable
 
         if _gluon_unavailable(device):

@@ -243,15 +243,16 @@ def _split_k_epilogue_kernel(
         tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-def runnable_config(cfg, q, w, out, swiglu=False):
+def runnable_config(cfg, q, w, out, swiglu=False, bias=None):
     """The config that really runs: a Gluon entry (Hopper only) becomes the Triton persistent kernel
-    of the same tile where Gluon cannot run (triton without Gluon, not sm_90, TMA alignment, or the
-    SwiGLU epilogue it lacks). The registry records this config, so the panel shows what ran."""
+    of the same tile where Gluon cannot run (triton without Gluon, not sm_90, TMA alignment, a
+    biased SwiGLU). The registry records this config, so the panel shows what ran."""
     if not cfg.gluon:
         return cfg
     from .gemm_gluon import tma_ok
 
-    if swiglu or _gluon_unavailable(q.device) or q.shape[1] % 16 or not tma_ok(q, w, out):
+    gluon_no = _gluon_unavailable(q.device) or q.shape[1] % 16 or not tma_ok(q, w, out)
+    if gluon_no or (swiglu and bias is not None):
         big = cfg.block_m * cfg.block_n >= 128 * 256
         return GemmConfig(cfg.block_m, cfg.block_n, 128, cfg.group_m, 1, 8 if big else 4, 3 if big else 4,
                           persistent=1, subtile=1)  # fmt: skip
@@ -288,11 +289,11 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
     N = w.shape[0]
     if swiglu and (raw_int32 or cfg.split_k != 1 or N % cfg.block_n):
         raise ValueError("the SwiGLU epilogue needs split_k == 1 and N a multiple of BLOCK_N")
-    cfg = runnable_config(cfg, q, w, out, swiglu)
+    cfg = runnable_config(cfg, q, w, out, swiglu, bias)
     if cfg.gluon:
         from .gemm_gluon import launch_gemm_gluon
 
-        launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32, _gluon_config(cfg))
+        launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32, _gluon_config(cfg), swiglu=swiglu)
         return out
     if cfg.persistent and tma_compatible(q, w, out):
         return _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu)

@@ -211,7 +211,7 @@ def child_swiglu_gluon(idx: int, quick: bool) -> list[dict]:
     chunk = cfg.block_n // 2
     tcfg = GemmConfig(*SWIGLU_TRITON)
     q, w13, sa, s13 = _swiglu_operands(300, cfg.block_n, 1024)  # smoke launch (compiles)
-    out = torch.empty((300, cfg.block_n // 2), dtype=torch.bfloat16, device="cuda")
+    out = torch.empty((300, w13.shape[0] // 2), dtype=torch.bfloat16, device="cuda")
     G.launch_gemm_gluon(q, w13, sa, s13, None, out, cfg=cfg, swiglu=True)
     torch.cuda.synchronize()
     print("@@ALIVE", flush=True)

@@ -222,7 +222,7 @@ def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, 
     ``timed``: the registry path to time the launch under (GEMM timing). Only the launch is timed, never the
     picker: its one-time autotuning runs hundreds of trial launches that are not part of the GEMM.
     """
-    from .gemm_triton import launch_gemm
+    from .gemm_triton import launch_gemm, runnable_config
 
     m, n = q.shape[0], w.shape[0]
     n_out = n // 2 if swiglu_chunk else n
@@ -235,8 +235,6 @@ def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, 
 
     cfg, source = PICKER.pick(q, w, launch, block_n=2 * swiglu_chunk if swiglu_chunk else None)
     if cfg.gluon:  # record what really runs (a Gluon pick falls back where Gluon cannot run)
-        from .gemm_triton import runnable_config
-
         ran = runnable_config(cfg, q, w, out, bool(swiglu_chunk), bias)
         if ran is not cfg:
             cfg, source = ran, f"{source}; Gluon kernel unavailable here, Triton persistent kernel ran"

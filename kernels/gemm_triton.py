@@ -25,6 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import gemm_gluon
 from .configs import GemmConfig
 from .fast_launch import FastLauncher
 from .reference import INT32_SAFE_MAX_K  # noqa: F401  (re-exported: the kernel's K limit)
@@ -249,9 +250,7 @@ def runnable_config(cfg, q, w, out, swiglu=False, bias=None):
     biased SwiGLU). The registry records this config, so the panel shows what ran."""
     if not cfg.gluon:
         return cfg
-    from .gemm_gluon import tma_ok
-
-    gluon_no = _gluon_unavailable(q.device) or q.shape[1] % 16 or not tma_ok(q, w, out)
+    gluon_no = _gluon_unavailable(q.device) or q.shape[1] % 16 or not gemm_gluon.tma_ok(q, w, out)
     if gluon_no or (swiglu and bias is not None):
         big = cfg.block_m * cfg.block_n >= 128 * 256
         return GemmConfig(cfg.block_m, cfg.block_n, 128, cfg.group_m, 1, 8 if big else 4, 3 if big else 4,
@@ -266,9 +265,7 @@ def _gluon_config(cfg):
 
 @functools.lru_cache(maxsize=16)
 def _gluon_unavailable(device) -> str | None:
-    from .gemm_gluon import gluon_available
-
-    return gluon_available(device)
+    return gemm_gluon.gluon_available(device)
 
 
 def _k_split(K: int, cfg) -> tuple[int, bool]:
@@ -289,12 +286,13 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
     N = w.shape[0]
     if swiglu and (raw_int32 or cfg.split_k != 1 or N % cfg.block_n):
         raise ValueError("the SwiGLU epilogue needs split_k == 1 and N a multiple of BLOCK_N")
-    cfg = runnable_config(cfg, q, w, out, swiglu, bias)
     if cfg.gluon:
-        from .gemm_gluon import launch_gemm_gluon
-
-        launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32, _gluon_config(cfg), swiglu=swiglu)
-        return out
+        if not (swiglu and bias is not None) and not _gluon_unavailable(q.device):
+            # returns None where TMA cannot address the operands: then the Triton fallback below
+            ran = gemm_gluon.launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32, _gluon_config(cfg), swiglu)
+            if ran is not None:
+                return out
+        cfg = runnable_config(cfg, q, w, out, swiglu, bias)
     if cfg.persistent and tma_compatible(q, w, out):
         return _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu)
     k_per_split, even_k = _k_split(K, cfg)

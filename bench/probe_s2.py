@@ -238,7 +238,7 @@ def quant_section(copy_gbps):
     from comfyui_ideogram4_int8.kernels import quant_triton as QT
 
     rows = []
-    for M, K in ((4608, 4608), (4608, 12288), (512, 53248)):
+    for M, K in ((4608, 4608), (4096, 4608), (4608, 12288), (512, 53248)):
         x = torch.randn(M, K, device="cuda").bfloat16()
         x2 = torch.randn(M, K, device="cuda").bfloat16()
         nbytes = M * K * 3 + 4 * M
@@ -251,6 +251,10 @@ def quant_section(copy_gbps):
                         variants.append(dict(BLOCK_M=bm, BLOCK_K=bk, ONE_PASS=False, num_warps=nw))
                 if bm * p2 <= 16384:
                     variants.append(dict(BLOCK_M=bm, BLOCK_K=p2, ONE_PASS=True, num_warps=nw))
+                head = 1 << (K.bit_length() - 1)  # one pass as a pow2 tile plus a pow2 tail tile
+                tail = 1 << max(0, (K - head - 1).bit_length()) if K > head else 0
+                if bm * (head + tail) <= 16384:
+                    variants.append(dict(BLOCK_M=bm, BLOCK_K=head, ONE_PASS=True, TAIL_K=tail, num_warps=nw))
         res = []
         for v in variants:
             try:

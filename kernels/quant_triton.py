@@ -61,13 +61,15 @@ def _quantize_rows_kernel(
     BLOCK_K: tl.constexpr,
     ONE_PASS: tl.constexpr,
     NUM_STAGES: tl.constexpr,
+    TAIL_K: tl.constexpr,
 ):
     # Persistent when launched with fewer programs than row blocks: each program strides over
     # row blocks (no partial last wave; the next block's loads can be pipelined).
     for blk in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=NUM_STAGES):
         _quantize_block(
-            x_ptr, smooth_ptr, q_ptr, scale_ptr, blk, M, K, stride_xm, stride_qm, HAS_SMOOTH, BLOCK_M, BLOCK_K, ONE_PASS
-        )
+            x_ptr, smooth_ptr, q_ptr, scale_ptr, blk, M, K, stride_xm, stride_qm,
+            HAS_SMOOTH, BLOCK_M, BLOCK_K, ONE_PASS, TAIL_K,
+        )  # fmt: skip
 
 
 @triton.jit
@@ -85,7 +87,10 @@ def _quantize_block(
     BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr,
     ONE_PASS: tl.constexpr,
+    TAIL_K: tl.constexpr,
 ):
+    """ONE_PASS: the row is held in registers as a BLOCK_K tile, plus (TAIL_K > 0) a second
+    TAIL_K tile at column BLOCK_K, so a K like 4608 = 4096 + 512 needs no half-masked 8192 tile."""
     rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
     cols0 = tl.arange(0, BLOCK_K)
     INF: tl.constexpr = float("inf")
@@ -98,6 +103,13 @@ def _quantize_block(
         finite = ax < INF
         amax = tl.max(tl.where(finite, ax, 0.0), axis=1)
         bad = tl.max(tl.where(finite, 0, 1), axis=1)
+        if TAIL_K > 0:
+            cols_t = BLOCK_K + tl.arange(0, TAIL_K)
+            xt, mask_t = _load_row_tile(x_ptr, smooth_ptr, rows, cols_t, M, K, stride_xm, HAS_SMOOTH)
+            axt = tl.abs(xt)
+            finite_t = axt < INF
+            amax = tl.maximum(amax, tl.max(tl.where(finite_t, axt, 0.0), axis=1))
+            bad = tl.maximum(bad, tl.max(tl.where(finite_t, 0, 1), axis=1))
     else:
         amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
         bad = tl.zeros((BLOCK_M,), dtype=tl.int32)
@@ -120,6 +132,11 @@ def _quantize_block(
         v = tl.minimum(tl.maximum(v, -127.0), 127.0)
         v = tl.where(ok[:, None], v, 0.0)
         tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_qm + cols0[None, :], v.to(tl.int8), mask=mask)
+        if TAIL_K > 0:
+            vt = _round_half_even(xt * inv[:, None])
+            vt = tl.minimum(tl.maximum(vt, -127.0), 127.0)
+            vt = tl.where(ok[:, None], vt, 0.0)
+            tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_qm + cols_t[None, :], vt.to(tl.int8), mask=mask_t)
     else:
         for k0 in range(0, K, BLOCK_K):
             cols = k0 + cols0
@@ -137,12 +154,12 @@ def quant_launch_params(M: int, K: int) -> dict:
     if K <= 1024:
         block_k = triton.next_power_of_2(K)
         return dict(BLOCK_M=max(1, min(16, 4096 // block_k)), BLOCK_K=block_k, ONE_PASS=True, num_warps=4,
-                    PROGRAMS_PER_SM=0, NUM_STAGES=1)  # fmt: skip
+                    PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)  # fmt: skip
     if K <= 8192:
-        return dict(BLOCK_M=2, BLOCK_K=1024, ONE_PASS=False, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1)
+        return dict(BLOCK_M=2, BLOCK_K=1024, ONE_PASS=False, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)
     if K <= 16384:
-        return dict(BLOCK_M=1, BLOCK_K=4096, ONE_PASS=False, num_warps=8, PROGRAMS_PER_SM=0, NUM_STAGES=1)
-    return dict(BLOCK_M=1, BLOCK_K=8192, ONE_PASS=False, num_warps=16, PROGRAMS_PER_SM=0, NUM_STAGES=1)
+        return dict(BLOCK_M=1, BLOCK_K=4096, ONE_PASS=False, num_warps=8, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)
+    return dict(BLOCK_M=1, BLOCK_K=8192, ONE_PASS=False, num_warps=16, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)
 
 
 _SMS: dict = {}
@@ -170,23 +187,23 @@ def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, pa
     if params:
         p = {**quant_launch_params(M, K), **params}
         grid = _programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], x.device)
-        plan = (grid, p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"], p["NUM_STAGES"], p["num_warps"])
+        plan = (grid, p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"], p["NUM_STAGES"], p["num_warps"], p["TAIL_K"])
     else:
         plan = _plan(M, K, x.device)
-    grid, block_m, block_k, one_pass, stages, warps = plan
+    grid, block_m, block_k, one_pass, stages, warps, tail_k = plan
     _LAUNCH(
         (grid,), x, smooth if smooth is not None else x, q, scale, M, K, x.stride(0), q.stride(0),
-        smooth is not None, block_m, block_k, one_pass, stages, num_warps=warps,
+        smooth is not None, block_m, block_k, one_pass, stages, tail_k, num_warps=warps,
     )  # fmt: skip
     return q, scale
 
 
 @functools.lru_cache(maxsize=1024)
 def _plan(M: int, K: int, device: torch.device) -> tuple:
-    """(programs, BLOCK_M, BLOCK_K, ONE_PASS, NUM_STAGES, num_warps) of the default heuristic (asked per call)."""
+    """(programs, BLOCK_M, BLOCK_K, ONE_PASS, NUM_STAGES, num_warps, TAIL_K): the default heuristic, cached."""
     p = quant_launch_params(M, K)
     return (_programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], device), p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"],
-            p["NUM_STAGES"], p["num_warps"])  # fmt: skip
+            p["NUM_STAGES"], p["num_warps"], p["TAIL_K"])  # fmt: skip
 
 
 _LAUNCH = FastLauncher(_quantize_rows_kernel)

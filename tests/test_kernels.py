@@ -503,3 +503,20 @@ def test_untimed_run_keeps_the_last_timed_result(gen, monkeypatch):
         _FakeCudaEvent.clock += 2.0
     assert reg.end_run()["cublas-int8"] == pytest.approx(2.0)
     assert reg.last_run()["gemm_ms_per_path"]["triton-int8"] == 0.0
+
+
+@pytest.mark.parametrize("k,block_k,tail_k", [(4608, 4096, 512), (1500, 1024, 512), (96, 64, 32)])
+def test_quantize_one_pass_with_tail_tile_identical_to_twin(k, block_k, tail_k, gen):
+    """The one-pass quantizer holding a row as a BLOCK_K tile plus a TAIL_K tile (exact split and a
+    masked remainder): same bytes and scales as the twin, zero and NaN rows included."""
+    from comfyui_ideogram4_int8.kernels.quant_triton import quantize_rows_triton
+
+    x = activations(6, k, gen, dtype=torch.bfloat16)
+    x[1] = 0
+    x[2, k - 1] = float("nan")
+    smooth = torch.rand(k, generator=gen) + 0.5
+    for sm in (None, smooth):
+        q, s = quantize_rows_triton(x, sm, dict(BLOCK_M=2, BLOCK_K=block_k, ONE_PASS=True, TAIL_K=tail_k, num_warps=4))
+        qr, sr = K.quantize_per_token_ref(x, sm)
+        assert torch.equal(q, qr)
+        assert torch.equal(s.nan_to_num(-1.0), sr.nan_to_num(-1.0)) and s[1] == 0 and s[2].isnan()

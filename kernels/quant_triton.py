@@ -149,12 +149,18 @@ def _quantize_block(
 
 def quant_launch_params(M: int, K: int) -> dict:
     """Launch heuristic, from H100 sweeps (GPU time, CUDA-graph replay; bench/probe_s2.py quant):
-    rows of up to 8 K elements two at a time in 1 K chunks read twice (the second pass hits L2),
+    K = 4096 + 2^j (Ideogram's 4608) in one pass from registers; other rows of up to 8 K
+    elements two at a time in 1 K chunks read twice (the second pass hits L2),
     up to 16 K one row in 4 K chunks, long rows in 8 K chunks with 16 warps."""
     if K <= 1024:
         block_k = triton.next_power_of_2(K)
         return dict(BLOCK_M=max(1, min(16, 4096 // block_k)), BLOCK_K=block_k, ONE_PASS=True, num_warps=4,
                     PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)  # fmt: skip
+    head = 1 << (K.bit_length() - 1)
+    if 4096 <= head < K <= 8192 and (K - head) & (K - head - 1) == 0:
+        # K = 4096 + a power of two (Ideogram's 4608 = 4096 + 512): one pass, row in registers
+        return dict(BLOCK_M=1, BLOCK_K=head, ONE_PASS=True, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1,
+                    TAIL_K=K - head)  # fmt: skip
     if K <= 8192:
         return dict(BLOCK_M=2, BLOCK_K=1024, ONE_PASS=False, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)
     if K <= 16384:

@@ -54,6 +54,7 @@ class GemmConfig:
         return GluonGemmConfig(
             block_m=self.block_m, block_n=self.block_n, block_k=self.block_k, num_stages=self.num_stages,
             group_m=self.group_m, mode=GLUON_MODES[self.gluon], epi_n=self.epi_n, num_warps=self.num_warps,
+            split_k=self.split_k,
         )  # fmt: skip
 
     def key(self) -> str:
@@ -61,7 +62,7 @@ class GemmConfig:
             return (
                 f"gluon-{GLUON_MODES[self.gluon]}_{self.block_m}x{self.block_n}x{self.block_k}"
                 f"_g{self.group_m}_s{self.num_stages}_e{self.epi_n}"
-            )
+            ) + (f"_sk{self.split_k}" if self.split_k > 1 else "")
         base = (
             f"{self.block_m}x{self.block_n}x{self.block_k}"
             f"_g{self.group_m}_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}"
@@ -82,9 +83,12 @@ C = GemmConfig
 GLUON_MODES = {1: "ws", 2: "pingpong", 3: "pipelined"}
 
 
-def G(mode: int, bm: int, bn: int, stages: int, group_m: int = 8, epi_n: int = 64, bk: int = 128) -> GemmConfig:
-    """A Gluon (Hopper, warp-specialized) config; num_warps is the consumer warpgroup's 4."""
-    return GemmConfig(bm, bn, bk, group_m, 1, 4 if mode != 3 else 8, stages, gluon=mode, epi_n=epi_n)
+def G(
+    mode: int, bm: int, bn: int, stages: int, group_m: int = 8, epi_n: int = 64, bk: int = 128, split_k: int = 1
+) -> GemmConfig:
+    """A Gluon (Hopper, warp-specialized) config; num_warps is the consumer warpgroup's 4.
+    split_k > 1 (ws / pingpong): int32 partials of tiles x splits units, then one reduce kernel."""
+    return GemmConfig(bm, bn, bk, group_m, split_k, 4 if mode != 3 else 8, stages, gluon=mode, epi_n=epi_n)
 
 
 _LARGE_SM90 = [
@@ -119,6 +123,12 @@ _GLUON_SM90 = [
     G(2, 128, 128, 5),
     G(1, 128, 256, 4, group_m=16),
     G(2, 128, 128, 5, group_m=16),
+    # split-K for the long-K, few-tile llm_cond_proj (M ~ 512, N 4608, K 53248: 72 / 144 tiles on
+    # 132 SMs unsplit): 72 x 11 = 792 units = 6 waves, 144 x 11 = 1584 = 12 waves
+    G(1, 128, 256, 4, split_k=6),
+    G(1, 128, 256, 4, split_k=11),
+    G(2, 128, 128, 5, split_k=4),
+    G(2, 128, 128, 5, split_k=11),
 ]
 _SPLITK_SM90 = [C(128, 128, 128, 8, s, 4, 3) for s in (2, 3, 4, 6, 8)] + [C(64, 128, 128, 8, s, 4, 4) for s in (2, 4)]
 

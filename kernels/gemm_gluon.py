@@ -79,6 +79,7 @@ class GluonGemmConfig:
     num_warps: int = 8  # "pipelined" only; ws/pingpong consumers are 4-warp warpgroups
     consumer_regs: int = 232  # ws/pingpong: setmaxnreg of the consumer warpgroups
     loader_regs: int = 40  # ws/pingpong: setmaxnreg of the TMA producer warp('s warpgroup)
+    split_k: int = 1  # ws/pingpong: K splits; int32 partials to a [S, M, N] workspace, then a reduce
 
     def rows_per_consumer(self) -> int:
         if self.mode == "ws":
@@ -99,6 +100,7 @@ class GluonGemmConfig:
         return (
             f"gluon_{self.mode}_{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
             f"_g{self.group_m}_e{self.epi_n}" + (f"_w{self.num_warps}" if self.mode == "pipelined" else "")
+            + (f"_sk{self.split_k}" if self.split_k > 1 else "")
         )
 
     @classmethod
@@ -168,6 +170,8 @@ def validate(cfg: GluonGemmConfig) -> str | None:
         return "block_k must be 32..128 (multiple of 32); epi_n must divide block_n"
     if cfg.num_stages < 2:
         return "num_stages >= 2"
+    if cfg.split_k < 1 or (cfg.split_k > 1 and cfg.mode == "pipelined"):
+        return "split_k >= 1; split_k > 1 runs in the ws / pingpong kernels only"
     if cfg.mode != "pipelined" and (cfg.consumer_regs % 8 or cfg.loader_regs % 8):
         return "setmaxnreg counts are multiples of 8"
     try:
@@ -207,6 +211,55 @@ if _IMPORT_ERROR is None:
         pid_m = first_pid_m + (tile_id % group_size_m)
         pid_n = (tile_id % num_pid_in_group) // group_size_m
         return pid_m, pid_n
+
+    @gluon.jit
+    def _unit(u, tiles, num_pid_in_group, num_pid_m, k_tiles, KPS, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
+        """Work unit u -> (pid_m, pid_n, split, first k step, k steps). Split-major: unit
+        u = split * tiles + tile, so the CTAs of a wave share K ranges (A and B panels in L2).
+        SPLIT_K is the effective split count: every split has >= 1 k step, only the last may be
+        shorter (the host makes KPS = cdiv(k_tiles, S) and S = cdiv(k_tiles, KPS))."""
+        if SPLIT_K == 1:
+            pid_m, pid_n = _tile_coords(u, num_pid_in_group, num_pid_m, GROUP_M)
+            split = 0
+            k0 = 0
+            nk = k_tiles
+        else:
+            split = u // tiles
+            pid_m, pid_n = _tile_coords(u - split * tiles, num_pid_in_group, num_pid_m, GROUP_M)
+            k0 = split * KPS
+            nk = gl.minimum(k_tiles - k0, KPS)
+        return pid_m, pid_n, split, k0, nk
+
+    @gluon.jit
+    def _unit_slot(j, pid, nprog, tiles, k_tiles, KPS, SPLIT_K: gl.constexpr):
+        """Ring position of the first k step of this CTA's j-th unit: the k steps of its units
+        0 .. j-1 (units pid + i * nprog), in the loader's order. Every unit has KPS steps but
+        those of the last split, k_tiles - (SPLIT_K - 1) * KPS."""
+        if SPLIT_K == 1:
+            slot = j * k_tiles
+        else:
+            last0 = (SPLIT_K - 1) * tiles  # first unit of the last split
+            i0 = gl.cdiv(gl.maximum(last0 - pid, 0), nprog)  # first local index in the last split
+            n_last = gl.maximum(j - i0, 0)
+            slot = j * KPS - n_last * (KPS - (k_tiles - (SPLIT_K - 1) * KPS))
+        return slot
+
+    @gluon.jit
+    def _store_partial(acc, c_desc, c_bufs, split, off_m, off_n, BUF0: gl.constexpr, NBUF: gl.constexpr):
+        """Split-K: the int32 partial acc [ROWS, BLOCK_N] -> ws[split, off_m:, off_n:] through a
+        3-D TMA descriptor over ws [S, M, N] (box [1, ROWS, EPI_N]): rows past M are clipped at
+        M, never written into the next slice."""
+        ROWS: gl.constexpr = acc.shape[0]
+        BLOCK_N: gl.constexpr = acc.shape[1]
+        EPI_N: gl.constexpr = c_bufs.shape[3]
+        SPLITS: gl.constexpr = BLOCK_N // EPI_N
+        parts = _split_n(acc, SPLITS)
+        for i in gl.static_range(SPLITS):
+            buf = c_bufs.index(BUF0 + i % NBUF)  # [1, ROWS, EPI_N]
+            tma.store_wait(NBUF - 1)
+            buf.reshape([ROWS, EPI_N]).store(parts[i])
+            fence_async_shared()
+            tma.async_copy_shared_to_global(c_desc, [split, off_m, off_n + i * EPI_N], buf)
 
     @gluon.jit
     def _split_n(x, SPLITS: gl.constexpr):
@@ -388,7 +441,7 @@ if _IMPORT_ERROR is None:
     # -- "ws" / "pingpong": warp specialized ----------------------------------------------------
 
     @gluon.jit
-    def _ws_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, GROUP_M: gl.constexpr):
+    def _ws_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
         BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -402,14 +455,17 @@ if _IMPORT_ERROR is None:
         num_pid_n = gl.cdiv(N, BLOCK_N)
         num_pid_in_group = GROUP_M * num_pid_n
         k_tiles = gl.cdiv(K, BLOCK_K)
-        my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, nprog)
+        tiles = num_pid_m * num_pid_n
+        my_units = gl.cdiv(tiles * SPLIT_K - pid, nprog)
         nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
         slot = 0
-        for j in range(my_tiles):
-            pid_m, pid_n = _tile_coords(pid + j * nprog, num_pid_in_group, num_pid_m, GROUP_M)
+        for j in range(my_units):
+            pid_m, pid_n, split, k0, nk = _unit(
+                pid + j * nprog, tiles, num_pid_in_group, num_pid_m, k_tiles, KPS, GROUP_M, SPLIT_K
+            )
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
-            for kk in range(k_tiles):
+            for kk in range(k0, k0 + nk):
                 s = slot % NUM_STAGES
                 # a fresh barrier passes a wait on parity 1: the first lap needs no release
                 mbarrier.wait(empty.index(s), ((slot // NUM_STAGES) & 1) ^ 1)
@@ -434,6 +490,7 @@ if _IMPORT_ERROR is None:
         M,
         N,
         K,
+        KPS,
         WG: gl.constexpr,
         PINGPONG: gl.constexpr,
         HAS_BIAS: gl.constexpr,
@@ -441,12 +498,16 @@ if _IMPORT_ERROR is None:
         SWIGLU: gl.constexpr,
         GROUP_M: gl.constexpr,
         INSTR_N: gl.constexpr,
+        SPLIT_K: gl.constexpr,
     ):
         NUM_STAGES: gl.constexpr = a_bufs.shape[0]
         BLOCK_M: gl.constexpr = a_bufs.shape[1]
         BLOCK_K: gl.constexpr = a_bufs.shape[2]
         BLOCK_N: gl.constexpr = b_bufs.shape[1]
-        ROWS: gl.constexpr = c_desc.block_type.shape[0]
+        if SPLIT_K > 1:  # box [1, ROWS, EPI_N] of the workspace descriptor
+            ROWS: gl.constexpr = c_desc.block_type.shape[1]
+        else:
+            ROWS: gl.constexpr = c_desc.block_type.shape[0]
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, INSTR_N, 32]
         )
@@ -458,7 +519,8 @@ if _IMPORT_ERROR is None:
         num_pid_n = gl.cdiv(N, BLOCK_N)
         num_pid_in_group = GROUP_M * num_pid_n
         k_tiles = gl.cdiv(K, BLOCK_K)
-        my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, nprog)
+        tiles = num_pid_m * num_pid_n
+        my_tiles = gl.cdiv(tiles * SPLIT_K - pid, nprog)  # work units: tiles x K splits
         # pingpong: warpgroup WG takes local tiles WG, WG + 2, ...; cooperative: rows WG * ROWS + [0, ROWS)
         first: gl.constexpr = WG if PINGPONG else 0
         step: gl.constexpr = 2 if PINGPONG else 1
@@ -467,8 +529,11 @@ if _IMPORT_ERROR is None:
         acc = gl.zeros([ROWS, BLOCK_N], gl.int32, acc_layout)
         n = 0  # tiles this warpgroup has done
         for j in range(first, my_tiles, step):
-            pid_m, pid_n = _tile_coords(pid + j * nprog, num_pid_in_group, num_pid_m, GROUP_M)
-            slot = j * k_tiles  # ring position of this tile's first k step (the loader's order)
+            pid_m, pid_n, split, k0, nk = _unit(
+                pid + j * nprog, tiles, num_pid_in_group, num_pid_m, k_tiles, KPS, GROUP_M, SPLIT_K
+            )
+            # ring position of this unit's first k step (the loader's order)
+            slot = _unit_slot(j, pid, nprog, tiles, k_tiles, KPS, SPLIT_K)
             if PINGPONG:
                 # Main loops take turns (order[WG] completes when the other warpgroup's main loop
                 # has issued its last wgmma). Besides pingponging the tensor cores, this keeps a
@@ -478,7 +543,7 @@ if _IMPORT_ERROR is None:
                     mbarrier.wait(order.index(0), (n + 1) & 1, pred=n > 0)
                 else:
                     mbarrier.wait(order.index(1), n & 1)
-            for kk in range(k_tiles):
+            for kk in range(nk):
                 s = slot % NUM_STAGES
                 mbarrier.wait(ready.index(s), (slot // NUM_STAGES) & 1)
                 a = a_bufs.index(s)
@@ -493,10 +558,14 @@ if _IMPORT_ERROR is None:
                 mbarrier.arrive(order.index(1 - WG))
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES))
-            _epilogue(
-                acc, c_desc, c_bufs, sa_ptr, sb_ptr, bias_ptr, pid_m * BLOCK_M + row0, pid_n * BLOCK_N, M, N,
-                HAS_BIAS, RAW_INT32, SWIGLU, WG * EPI_BUFS, EPI_BUFS,
-            )  # fmt: skip
+            if SPLIT_K > 1:
+                _store_partial(acc, c_desc, c_bufs, split, pid_m * BLOCK_M + row0, pid_n * BLOCK_N,
+                               WG * EPI_BUFS, EPI_BUFS)  # fmt: skip
+            else:
+                _epilogue(
+                    acc, c_desc, c_bufs, sa_ptr, sb_ptr, bias_ptr, pid_m * BLOCK_M + row0, pid_n * BLOCK_N, M, N,
+                    HAS_BIAS, RAW_INT32, SWIGLU, WG * EPI_BUFS, EPI_BUFS,
+                )  # fmt: skip
             n += 1
         tma.store_wait(0)
 
@@ -504,17 +573,19 @@ if _IMPORT_ERROR is None:
     # (worker partition arguments are passed through IR block arguments).
     @gluon.jit
     def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                      PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
-                      SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr):  # fmt: skip
+                      KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
+                      SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
+                      SPLIT_K: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N)  # fmt: skip
+                     KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
 
     @gluon.jit
     def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                      PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
-                      SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr):  # fmt: skip
+                      KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
+                      SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
+                      SPLIT_K: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N)  # fmt: skip
+                     KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
 
     @gluon.jit
     def _w8a8_gluon_ws_kernel(
@@ -527,6 +598,7 @@ if _IMPORT_ERROR is None:
         M,
         N,
         K,
+        KPS,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
         SWIGLU: gl.constexpr,
@@ -535,6 +607,7 @@ if _IMPORT_ERROR is None:
         EPI_BUFS: gl.constexpr,
         INSTR_N: gl.constexpr,
         PINGPONG: gl.constexpr,
+        SPLIT_K: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
         LOADER_REGS: gl.constexpr,
         num_warps: gl.constexpr,
@@ -542,13 +615,18 @@ if _IMPORT_ERROR is None:
         BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-        ROWS: gl.constexpr = c_desc.block_type.shape[0]
-        EPI_N: gl.constexpr = c_desc.block_type.shape[1]
         gl.static_assert(num_warps == 4, "the default partition is consumer warpgroup 0")
 
         a_bufs = gl.allocate_shared_memory(gl.int8, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
         b_bufs = gl.allocate_shared_memory(gl.int8, [NUM_STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
-        c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2 * EPI_BUFS, ROWS, EPI_N], c_desc.layout)
+        if SPLIT_K > 1:  # [1, ROWS, EPI_N] boxes of the 3-D workspace descriptor over ws [S, M, N]
+            ROWS: gl.constexpr = c_desc.block_type.shape[1]
+            EPI_N: gl.constexpr = c_desc.block_type.shape[2]
+            c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2 * EPI_BUFS, 1, ROWS, EPI_N], c_desc.layout)
+        else:
+            ROWS: gl.constexpr = c_desc.block_type.shape[0]
+            EPI_N: gl.constexpr = c_desc.block_type.shape[1]
+            c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2 * EPI_BUFS, ROWS, EPI_N], c_desc.layout)
         ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(NUM_STAGES):
@@ -564,14 +642,14 @@ if _IMPORT_ERROR is None:
                 (
                     _ws_consumer0,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N),
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
                 ),
                 (
                     _ws_consumer1,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N),
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
                 ),
-                (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, GROUP_M)),
+                (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K)),
             ],
             [4, 1],
             [CONSUMER_REGS, LOADER_REGS],
@@ -609,8 +687,27 @@ def tma_ok(q, w, out) -> bool:
     return True
 
 
+def split_plan(cfg, K: int) -> tuple[int, int]:
+    """(k steps per split KPS, effective split count S) for ``cfg.split_k``: KPS = cdiv(k_tiles,
+    split_k), S = cdiv(k_tiles, KPS), so every split has >= 1 k step and only the last may be
+    shorter. S == 1: the unsplit kernel (no workspace)."""
+    k_tiles = -(-K // cfg.block_k)
+    if cfg.split_k <= 1 or k_tiles <= 1:
+        return k_tiles, 1
+    kps = -(-k_tiles // cfg.split_k)
+    return kps, -(-k_tiles // kps)
+
+
+def workspace_shape(cfg, M: int, N: int, K: int) -> tuple[int, int, int] | None:
+    """The int32 split-K workspace [S, M, N] a launch of ``cfg`` uses, or None (no split)."""
+    splits = split_plan(cfg, K)[1]
+    return (splits, M, N) if splits > 1 else None
+
+
 def _check_swiglu(cfg, w, bias, raw_int32) -> None:
     why = validate_swiglu(cfg)
+    if cfg.split_k > 1:
+        raise ValueError(f"{cfg}: the SwiGLU epilogue cannot run split-K")
     if raw_int32 or bias is not None or w.shape[0] % cfg.block_n or why is not None:
         raise ValueError(
             f"{cfg}: the SwiGLU epilogue needs no raw_int32, no bias, N = {w.shape[0]} a multiple of "
@@ -618,10 +715,12 @@ def _check_swiglu(cfg, w, bias, raw_int32) -> None:
         )
 
 
-def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, num_sms=None, swiglu=False):
+def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, num_sms=None, swiglu=False, ws=None):
     """(kernel, grid, args, kwargs) of one launch, or None when TMA alignment rules it out.
     Device-free: the offline compile check (bench/compile_gluon_sm90.py) calls it with CPU tensors.
-    swiglu: ``w`` holds gate/up rows interleaved in chunks of BLOCK_N // 2; out is [M, N // 2]."""
+    swiglu: ``w`` holds gate/up rows interleaved in chunks of BLOCK_N // 2; out is [M, N // 2].
+    Split-K (workspace_shape(cfg, M, N, K) not None): the kernel writes int32 partials into ``ws``
+    (that shape, contiguous int32) and ignores scales, bias and ``out``; the caller reduces."""
     cfg = cfg or DEFAULT_CONFIG
     if isinstance(cfg, dict):
         cfg = GluonGemmConfig.from_dict(cfg)
@@ -637,7 +736,11 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         raise ValueError(f"q [M, K] int8, w [N, K] int8, out [M, {'N // 2' if swiglu else 'N'}]")
     if raw_int32 != (out.dtype == torch.int32) or out.dtype not in _GL_DTYPE:
         raise ValueError("raw_int32 needs an int32 out; otherwise out is bf16/fp16/fp32")
-    if K % 16 or not tma_ok(q, w, out):
+    kps, splits = split_plan(cfg, K)
+    if splits > 1 and (ws is None or tuple(ws.shape) != (splits, M, N) or ws.dtype != torch.int32
+                       or not ws.is_contiguous()):  # fmt: skip
+        raise ValueError(f"{cfg}: split-K needs a contiguous int32 workspace ws [{splits}, {M}, {N}]")
+    if K % 16 or not tma_ok(q, w, out) or (splits > 1 and (N % 4 or ws.data_ptr() & 15)):
         return None
     if cfg.smem_bytes(out.element_size(), swiglu=swiglu) > _SMEM_LIMIT:
         raise ValueError(f"{cfg}: shared memory over the limit for {out.dtype}")
@@ -645,13 +748,21 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     a_desc = TensorDescriptor.from_tensor(q, [bm, bk], gl.NVMMASharedLayout.get_default_for([bm, bk], gl.int8))
     b_desc = TensorDescriptor.from_tensor(w, [bn, bk], gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8))
-    c_ty = _GL_DTYPE[out.dtype]
-    c_desc = TensorDescriptor.from_tensor(
-        out, [rows, cfg.epi_n], gl.NVMMASharedLayout.get_default_for([rows, cfg.epi_n], c_ty)
-    )
-    tiles = -(-M // bm) * -(-N // bn)
-    grid = (max(1, min(num_sms or _num_sms(q.device), tiles)),)
-    dummy = w_scale if w_scale is not None else out
+    if splits > 1:
+        # 3-D over ws [S, M, N], box [1, rows, epi_n]: TMA clips a tile's rows at M inside its slice
+        box = [1, rows, cfg.epi_n]
+        c_desc = TensorDescriptor.from_tensor(ws, box, gl.NVMMASharedLayout.get_default_for(box, gl.int32))
+        q_scale = w_scale = bias = None
+        raw_int32, c_bytes = True, 4
+    else:
+        c_ty = _GL_DTYPE[out.dtype]
+        c_desc = TensorDescriptor.from_tensor(
+            out, [rows, cfg.epi_n], gl.NVMMASharedLayout.get_default_for([rows, cfg.epi_n], c_ty)
+        )
+        c_bytes = out.element_size()
+    units = -(-M // bm) * -(-N // bn) * splits
+    grid = (max(1, min(num_sms or _num_sms(q.device), units)),)
+    dummy = w_scale if w_scale is not None else (ws if splits > 1 else out)
     args = (
         a_desc,
         b_desc,
@@ -669,7 +780,7 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         SWIGLU=bool(swiglu),
         GROUP_M=cfg.group_m,
         NUM_STAGES=cfg.num_stages,
-        EPI_BUFS=_epi_bufs(cfg, out.element_size(), swiglu),
+        EPI_BUFS=_epi_bufs(cfg, c_bytes, swiglu),
     )
     if cfg.mode == "pipelined":
         wm, instr_n = _mma_shape(bm, bn, cfg.num_warps)
@@ -678,10 +789,12 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
     _, instr_n = _mma_shape(rows, bn, 4)
     # 4 + 4 + 1 warps round up to 3 warpgroups: the launch register cap must fit 12 warps
     # (65536 / (12 * 32) = 170 -> 168); setmaxnreg then moves the loader's share to the consumers.
+    args = args + (kps,)
     kwargs = dict(
         common,
         INSTR_N=instr_n,
         PINGPONG=cfg.mode == "pingpong",
+        SPLIT_K=splits,
         CONSUMER_REGS=cfg.consumer_regs,
         LOADER_REGS=cfg.loader_regs,
         num_warps=4,
@@ -699,33 +812,42 @@ def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=No
         _check_swiglu(cfg, w, bias, raw_int32)  # before the TMA test: misuse raises, never falls back
     if not tma_ok(q, w, out):
         return None
+    # cfg (a frozen dataclass) carries split_k; the shapes fix the workspace and its descriptor
     key = (cfg, q.shape, w.shape[0], q.stride(0), w.stride(0), out.stride(0), out.dtype, raw_int32,
            q_scale is None, w_scale is None, bias is None, q.device, swiglu)  # fmt: skip
     plan = _PLANS.get(key)
+    ws_shape = workspace_shape(cfg, q.shape[0], w.shape[0], q.shape[1]) if cfg.split_k > 1 else None
+    ws = torch.empty(ws_shape, dtype=torch.int32, device=q.device) if ws_shape else None
     if plan is None:
         why = gluon_available(q.device)
         if why is not None:
             raise RuntimeError(why)
-        launch = build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=raw_int32, cfg=cfg, swiglu=swiglu)
+        launch = build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=raw_int32, cfg=cfg, swiglu=swiglu, ws=ws)
         if launch is None:
             return None
         kernel, grid, args, kwargs = launch
         LAST_LAUNCH["kernel"] = _LAUNCHERS[kernel](grid, *args, **kwargs)
         if len(_PLANS) > 512:
             _PLANS.clear()
-        _PLANS[key] = (_LAUNCHERS[kernel], grid, kwargs, [_desc_fields(d) for d in args[:3]])
-        return out
-    # Same shapes, strides, dtypes and config as a launch already built: only the tensors differ.
-    # (Building the launch re-validates the config and re-derives three smem layouts and
-    # descriptors: ~50 us of host time on a fast CPU, more than a short GEMM's GPU time.)
-    launcher, grid, kwargs, fields = plan
-    dummy = w_scale if w_scale is not None else out
-    args = (
-        _desc(fields[0], q), _desc(fields[1], w), _desc(fields[2], out),
-        q_scale if q_scale is not None else dummy, dummy, bias if bias is not None else dummy,
-        q.shape[0], w.shape[0], q.shape[1],
-    )  # fmt: skip
-    LAST_LAUNCH["kernel"] = launcher(grid, *args, **kwargs)
+        _PLANS[key] = (_LAUNCHERS[kernel], grid, kwargs, [_desc_fields(d) for d in args[:3]], args[9:])
+    else:
+        # Same shapes, strides, dtypes and config as a launch already built: only the tensors differ.
+        # (Building the launch re-validates the config and re-derives three smem layouts and
+        # descriptors: ~50 us of host time on a fast CPU, more than a short GEMM's GPU time.)
+        launcher, grid, kwargs, fields, extra = plan
+        if ws is not None:
+            args = (_desc(fields[0], q), _desc(fields[1], w), _desc(fields[2], ws), ws, ws, ws)
+        else:
+            dummy = w_scale if w_scale is not None else out
+            args = (
+                _desc(fields[0], q), _desc(fields[1], w), _desc(fields[2], out),
+                q_scale if q_scale is not None else dummy, dummy, bias if bias is not None else dummy,
+            )  # fmt: skip
+        LAST_LAUNCH["kernel"] = launcher(grid, *args, q.shape[0], w.shape[0], q.shape[1], *extra, **kwargs)
+    if ws is not None:  # sum the S partial slices, then scales + bias (or the raw int32 sum)
+        from .gemm_triton import _reduce_epilogue
+
+        _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32)
     return out
 
 

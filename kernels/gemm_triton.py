@@ -252,6 +252,8 @@ def runnable_config(cfg, q, w, out, swiglu=False, bias=None):
         return cfg
     gluon_no = _gluon_unavailable(q.device) or q.shape[1] % 16 or not gemm_gluon.tma_ok(q, w, out)
     if gluon_no or (swiglu and bias is not None):
+        if cfg.split_k > 1 and not swiglu:  # a Gluon split-K entry: the Triton split-K kernel
+            return GemmConfig(128, 128, 128, cfg.group_m, cfg.split_k, 4, 3)
         big = cfg.block_m * cfg.block_n >= 128 * 256
         return GemmConfig(cfg.block_m, cfg.block_n, 128, cfg.group_m, 1, 8 if big else 4, 3 if big else 4,
                           persistent=1, subtile=1)  # fmt: skip

@@ -1,6 +1,6 @@
 """Offline (no GPU) compile of the Gluon W8A8 GEMM for sm_90a: a CPU smoke check.
 
-    python bench/compile_gluon_sm90.py [--all] [--raw] [--swiglu] [--dump DIR]
+    python bench/compile_gluon_sm90.py [--all] [--raw] [--swiglu] [--splitk] [--dump DIR]
 
 Builds each config's launch with CPU tensors (kernels/gemm_gluon.build_launch), runs the
 Triton 3.6 pipeline to PTX and cubin (the wheel's bundled ptxas) for GPUTarget("cuda", 90, 32),
@@ -8,6 +8,8 @@ and prints instruction counts from the PTX: wgmma, TMA (cp.async.bulk.tensor), m
 setmaxnreg, plus registers / spills / shared memory from the cubin metadata.
 --swiglu (implied by --all) adds the SwiGLU epilogue (bf16 out [M, N / 2]) of every config
 that can run it (mode ws/pingpong/pipelined, epi_n | block_n / 2).
+--splitk (implied by --all) adds the split-K variants (SPLITK_CONFIGS) at the llm_cond_proj shape
+M 512, N 4608, K 53248: int32 partials into the workspace [S, M, N] through a 3-D TMA descriptor.
 Exit status 1 if any config fails to compile.
 """
 
@@ -86,6 +88,26 @@ def cubin_stats(cubin: bytes) -> dict:
     return out
 
 
+def splitk_configs():
+    from comfyui_ideogram4_int8.kernels import gemm_gluon as G
+
+    return list(G.SPLITK_PROBE_CONFIGS)
+
+
+def compile_splitk(cfg, M=512, N=4608, K=53248):
+    """(launch, CompiledKernel) of a split-K config at [M, N, K] (bf16 out, scales, bias)."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon as G
+
+    q = torch.empty(M, K, dtype=torch.int8)
+    w = torch.empty(N, K, dtype=torch.int8)
+    out = torch.empty(M, N, dtype=torch.bfloat16)
+    shape = G.workspace_shape(cfg, M, N, K)
+    ws = torch.empty(shape, dtype=torch.int32) if shape else None
+    launch = G.build_launch(q, w, torch.empty(M), torch.empty(N), torch.empty(N), out, cfg=cfg, num_sms=132, ws=ws)
+    kernel, grid, args, kwargs = launch
+    return launch, compile_offline(kernel, args, kwargs)
+
+
 def configs(all_configs: bool):
     from comfyui_ideogram4_int8.kernels import gemm_gluon as G
 
@@ -97,6 +119,7 @@ def main(argv=None) -> int:
     ap.add_argument("--all", action="store_true", help="every probe config (default: the default ws + pipelined)")
     ap.add_argument("--raw", action="store_true", help="also the RAW_INT32 variants")
     ap.add_argument("--swiglu", action="store_true", help="also the SwiGLU epilogue variants (--all implies it)")
+    ap.add_argument("--splitk", action="store_true", help="also the split-K variants (--all implies it)")
     ap.add_argument("--dump", default=None, help="write each kernel's PTX, TTGIR and cubin here")
     a = ap.parse_args(argv)
 
@@ -149,6 +172,28 @@ def main(argv=None) -> int:
                 (d / f"{cfg.key()}_{vname}.ttgir").write_text(ck.asm["ttgir"])
                 if "cubin" in ck.asm:
                     (d / f"{cfg.key()}_{vname}.cubin").write_bytes(ck.asm["cubin"])
+    if a.splitk or a.all:
+        for cfg in splitk_configs():
+            t0 = time.time()
+            try:
+                (kernel, grid, args, kwargs), ck = compile_splitk(cfg)
+            except Exception as exc:
+                failed += 1
+                print(f"FAIL {cfg.key()} [split-K]: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+                continue
+            st = ptx_stats(ck.asm["ptx"])
+            st["tma_store_3d"] = ck.asm["ptx"].count("cp.async.bulk.tensor.3d.global.shared")
+            cb = cubin_stats(ck.asm["cubin"]) if "cubin" in ck.asm else {}
+            print(
+                f"OK   {cfg.key()} [split-K int32 partials] {time.time() - t0:.1f}s smem={ck.metadata.shared}B "
+                f"grid={grid} SPLIT_K={kwargs['SPLIT_K']} KPS={args[9]} ws box={list(args[2].block_shape)}"
+            )
+            print(f"     ptx: {st}")
+            print(f"     cubin: {cb}")
+            if a.dump:
+                d = pathlib.Path(a.dump)
+                d.mkdir(parents=True, exist_ok=True)
+                (d / f"{cfg.key()}_splitk.ptx").write_text(ck.asm["ptx"])
     return 1 if failed else 0
 
 

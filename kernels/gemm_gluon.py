@@ -123,6 +123,16 @@ PROBE_CONFIGS = (
     GluonGemmConfig(mode="pipelined", block_m=128, block_n=128, num_stages=5, num_warps=4, epi_n=64),
 )
 
+# Split-K (ws / pingpong): the long-K, few-tile llm_cond_proj (M ~ 512, N 4608, K 53248). 128x256
+# tiles: 72 x 11 splits = 792 units = 6 waves of 132 SMs; 128x128: 144 x 11 = 1584 = 12 waves.
+SPLITK_PROBE_CONFIGS = (
+    GluonGemmConfig(mode="ws", num_stages=4, epi_n=64, split_k=11),
+    GluonGemmConfig(mode="ws", num_stages=4, epi_n=64, split_k=6),
+    GluonGemmConfig(mode="pingpong", block_m=128, block_n=128, num_stages=5, epi_n=64, split_k=11),
+    GluonGemmConfig(mode="pingpong", block_m=128, block_n=128, num_stages=5, epi_n=64, split_k=4),
+    GluonGemmConfig(mode="ws", block_m=128, block_n=128, num_stages=5, epi_n=64, split_k=11),
+)
+
 
 def _epi_bufs(cfg, out_bytes: int = 2, swiglu: bool = False) -> int:
     """Epilogue staging buffers per consumer: two alternate (store_wait(1) frees the older) when

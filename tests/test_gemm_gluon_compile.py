@@ -142,3 +142,74 @@ def test_offline_sm90a_compile_swiglu(mode):
     cb = cubin_stats(ck.asm["cubin"])
     if "error" not in cb:
         assert cb["sass_spill_ops"] == 0 and cb.get("local", 0) == 0 and cb["sass_GMMA"] > 0
+
+
+# -- split-K: int32 partials of tiles x splits units into ws [S, M, N], then the Triton reduce ------
+
+
+@needs_gluon
+def test_splitk_host_rules():
+    from comfyui_ideogram4_int8.kernels.configs import G as gcfg
+
+    cfg = G.GluonGemmConfig(mode="ws", num_stages=4, split_k=11)
+    assert G.split_plan(cfg, 53248) == (38, 11)  # 416 k steps: 10 x 38 + 36
+    assert G.split_plan(cfg, 4608) == (4, 9)  # 36 k steps: never an empty split
+    assert G.split_plan(cfg, 128) == (1, 1) and G.workspace_shape(cfg, 77, 4608, 128) is None
+    assert G.workspace_shape(cfg, 333, 4608, 53248) == (11, 333, 4608)
+    assert "_sk11" in cfg.key() and "_sk" not in G.DEFAULT_CONFIG.key()
+    assert G.validate(G.GluonGemmConfig(mode="pipelined", split_k=2)) is not None
+    assert G.validate(G.GluonGemmConfig(mode="ws", split_k=0)) is not None
+    for c in G.SPLITK_PROBE_CONFIGS:
+        assert G.validate(c) is None, c
+
+    M, N, K = 333, 512, 53248  # M not a multiple of the tile
+    q, w, sa, sb, bias, out = _operands(M, N, K)
+    with pytest.raises(ValueError):  # split-K needs the workspace
+        G.build_launch(q, w, sa, sb, bias, out, cfg=cfg, num_sms=132)
+    with pytest.raises(ValueError):  # of exactly [S, M, N]
+        G.build_launch(q, w, sa, sb, bias, out, cfg=cfg, num_sms=132, ws=torch.empty(11, 336, N, dtype=torch.int32))
+    ws = torch.empty(G.workspace_shape(cfg, M, N, K), dtype=torch.int32)
+    kernel, grid, args, kwargs = G.build_launch(q, w, sa, sb, bias, out, cfg=cfg, num_sms=132, ws=ws)
+    # 3-D descriptor over ws: a tile's rows past M are clipped inside its own slice
+    assert list(args[2].shape) == [11, M, N] and list(args[2].block_shape) == [1, 64, 64]
+    assert args[2].base is ws and args[9] == 38
+    assert kwargs["SPLIT_K"] == 11 and kwargs["RAW_INT32"] is True and kwargs["HAS_BIAS"] is False
+    assert grid == (min(132, 3 * 2 * 11),)  # units = tiles x splits
+    with pytest.raises(ValueError):  # int32, contiguous
+        G.build_launch(q, w, sa, sb, bias, out, cfg=cfg, num_sms=132, ws=ws.float())
+    # unsplit launches keep the 2-D output descriptor and SPLIT_K 1
+    _, _, args1, kwargs1 = G.build_launch(q, w, sa, sb, bias, out, num_sms=132)
+    assert kwargs1["SPLIT_K"] == 1 and list(args1[2].block_shape) == [64, 64]
+
+    sq, sw, ssa, ssb, sout = _swiglu_operands()
+    with pytest.raises(ValueError):  # SwiGLU cannot run split-K
+        G.build_launch(sq, sw, ssa, ssb, None, sout, cfg=cfg, num_sms=132, swiglu=True)
+    with pytest.raises(ValueError):
+        G.launch_gemm_gluon(sq, sw, ssa, ssb, None, sout, cfg=cfg, swiglu=True)
+
+    gc = gcfg(1, 128, 256, 4, split_k=11)
+    assert gc.gluon_config().split_k == 11 and gc.key().endswith("_sk11")
+    assert gc.gluon_config() == G.GluonGemmConfig(mode="ws", num_stages=4, split_k=11, num_warps=4)
+
+
+@needs_gluon
+@pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas not found")
+@pytest.mark.parametrize("idx", [0, 2])  # ws 128x256 sk11, pingpong 128x128 sk11
+def test_offline_sm90a_compile_splitk(idx):
+    from comfyui_ideogram4_int8.bench.compile_gluon_sm90 import compile_splitk, cubin_stats, ptx_stats
+
+    cfg = G.SPLITK_PROBE_CONFIGS[idx]
+    (kernel, grid, args, kwargs), ck = compile_splitk(cfg, M=333)
+    ptx = ck.asm["ptx"]
+    st = ptx_stats(ptx)
+    assert st["wgmma_shapes"] == ["wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8"]
+    assert st["tma_load"] >= 2 and st["mbarrier"] > 0
+    # the partials leave through the 3-D workspace descriptor only, as int32 (no dequant)
+    assert st["tma_store"] >= cfg.block_n // cfg.epi_n
+    assert st["tma_store"] == ptx.count("cp.async.bulk.tensor.3d.global.shared")
+    assert "cvt.rn.bf16" not in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 232" in st["setmaxnreg"]
+    assert "cubin" in ck.asm and ck.metadata.shared <= 227 * 1024
+    cb = cubin_stats(ck.asm["cubin"])
+    if "error" not in cb:
+        assert cb["sass_spill_ops"] == 0 and cb.get("local", 0) == 0 and cb["sass_GMMA"] > 0

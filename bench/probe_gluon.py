@@ -22,6 +22,19 @@ ones, whose chunk 128 matches the Triton kernel's): out is poisoned with NaN bef
      1,0,1)): fraction of bit-equal elements and the largest difference,
   3. timed, next to that Triton kernel and the bf16 reference F.silu(x @ w1.T) * (x @ w3.T).
 Writes $OUT/probe_gluon_swiglu.json when OUT is set.
+
+    ... python bench/probe_gluon.py --splitk [--quick] [--configs 0,2]
+
+probes the split-K variants (kernels.gemm_gluon.SPLITK_PROBE_CONFIGS, plus the unsplit default ws
+config for reference) on SPLITK_SHAPES (llm_cond_proj N 4608, K 53248 at M 512 / 333 / 77, and a
+K 4608 case): per config and shape, with the outputs poisoned before every check (int32 sentinel,
+NaN),
+  1. RAW_INT32 bit-exact against torch._int_mm(q, w.t()) (q padded past 16 rows for cuBLAS), twice
+     (the first launch builds the plan, the second runs the cached plan),
+  2. bf16 + bias against the float64 reference (rel_err <= 1e-2, cosine >= 0.9999, nothing left NaN),
+  3. timed (ws allocation + kernel + reduce), next to the Triton split-K 3 config
+     GemmConfig(128,128,128,8,3,4,3) (gemm_triton.launch_gemm) and bf16 F.linear.
+Writes $OUT/probe_gluon_splitk.json when OUT is set; exit 2 if any Gluon row fails.
 """
 
 from __future__ import annotations
@@ -48,6 +61,14 @@ SWIGLU_SHAPES = [  # name, M, F, K: w13 is [2F, K], out [M, F]
     ("odd_m", 333, 1280, 4608),  # partial M tile (masked scale loads, clipped TMA stores)
 ]
 SWIGLU_TRITON = (128, 256, 128, 16, 1, 8, 3, 1, 0, 1)  # GemmConfig fields
+SPLITK_SHAPES = [  # name, M, N, K: llm_cond_proj (M = text tokens, arbitrary) and a short-K case
+    ("cond_m512", 512, 4608, 53248),
+    ("cond_m333", 333, 4608, 53248),
+    ("cond_m77", 77, 4608, 53248),
+    ("k4608_m333", 333, 4608, 4608),
+]
+SPLITK_TRITON = (128, 128, 128, 8, 3, 4, 3)  # GemmConfig fields: the Triton split-K 3 config
+SPLITK_SENTINEL = -(2**31) + 7
 SWIGLU_REL_ERR = 1e-2
 SWIGLU_COS = 0.9999
 CHILD_TIMEOUT_S = 150  # a child: every shape's checks and timings of one config
@@ -168,6 +189,189 @@ def child_baselines(quick: bool) -> list[dict]:
         q = w = x = wb = out = None  # free before the next shape's operands
         torch.cuda.empty_cache()
     return rows
+
+
+def _exact_int32_padded(q, w):
+    """torch._int_mm(q, w.t()); cuBLAS wants more than 16 rows, so a short q is zero-padded."""
+    import torch
+
+    M = q.shape[0]
+    if M <= 16:
+        qp = torch.zeros((32, q.shape[1]), dtype=q.dtype, device=q.device)
+        qp[:M] = q
+        return _exact_int32(qp, w)[:M].contiguous()
+    return _exact_int32(q, w)
+
+
+def _splitk_cfg(idx: int):
+    from comfyui_ideogram4_int8.kernels import gemm_gluon as G
+
+    return G.DEFAULT_CONFIG if idx < 0 else G.SPLITK_PROBE_CONFIGS[idx]
+
+
+def child_splitk_gluon(idx: int, quick: bool) -> list[dict]:
+    import torch
+    from comfyui_ideogram4_int8.kernels import gemm_gluon as G
+
+    cfg = _splitk_cfg(idx)
+    q, w, sa, sb, bias = _operands(300, 520, 4096)  # smoke launch (compiles; split where cfg splits)
+    out = torch.empty((300, 520), dtype=torch.bfloat16, device="cuda")
+    G.launch_gemm_gluon(q, w, sa, sb, bias, out, cfg=cfg)
+    torch.cuda.synchronize()
+    print("@@ALIVE", flush=True)
+    rows = []
+    for name, M, N, K in SPLITK_SHAPES:
+        row = {"kernel": cfg.key(), "shape": name, "M": M, "N": N, "K": K, "workspace": G.workspace_shape(cfg, M, N, K)}
+        try:
+            q, w, sa, sb, bias = _operands(M, N, K)
+            acc_ref = _exact_int32_padded(q, w)
+            raw = torch.full((M, N), SPLITK_SENTINEL, dtype=torch.int32, device="cuda")
+            t0 = time.time()
+            r = G.launch_gemm_gluon(q, w, None, None, None, raw, raw_int32=True, cfg=cfg)
+            torch.cuda.synchronize()
+            row["first_launch_s"] = round(time.time() - t0, 2)
+            if r is None:
+                row["error"] = "launcher refused (TMA alignment)"
+                rows.append(row)
+                continue
+            row["int32_exact"] = bool(torch.equal(raw, acc_ref))
+            raw.fill_(SPLITK_SENTINEL)  # the cached plan must write everything too
+            G.launch_gemm_gluon(q, w, None, None, None, raw, raw_int32=True, cfg=cfg)
+            torch.cuda.synchronize()
+            row["int32_exact_cached"] = bool(torch.equal(raw, acc_ref))
+            if not row["int32_exact_cached"]:
+                row["int32_mismatches"] = int((raw != acc_ref).sum())
+                row["sentinel_left"] = int((raw == SPLITK_SENTINEL).sum())
+            del raw
+            out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+            G.launch_gemm_gluon(q, w, sa, sb, bias, out, cfg=cfg)
+            torch.cuda.synchronize()
+            ref = (acc_ref.double() * sa.double()[:, None]) * sb.double()[None, :] + bias.double()[None, :]
+            row["unwritten"] = int(torch.isnan(out).sum())
+            row["rel_err"], row["cosine"] = _err(out, ref)
+            del acc_ref, ref
+            out.fill_(float("nan"))
+            ms = _bench(functools.partial(G.launch_gemm_gluon, q, w, sa, sb, bias, out, cfg=cfg), quick)
+            row["unwritten_after_bench"] = int(torch.isnan(out).sum())
+            row.update(ms=ms, tops=2.0 * M * N * K / (ms * 1e-3) / 1e12)
+            row["ok"] = bool(
+                row["int32_exact"] and row["int32_exact_cached"] and row["unwritten"] == 0
+                and row["unwritten_after_bench"] == 0 and row["rel_err"] <= SWIGLU_REL_ERR
+                and row["cosine"] >= SWIGLU_COS
+            )  # fmt: skip
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        rows.append(row)
+        q = w = out = None
+        torch.cuda.empty_cache()
+    return rows
+
+
+def child_splitk_baselines(quick: bool) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+    from comfyui_ideogram4_int8.kernels.configs import GemmConfig
+    from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
+
+    tcfg = GemmConfig(*SPLITK_TRITON)
+    print("@@ALIVE", flush=True)
+    rows = []
+    for name, M, N, K in SPLITK_SHAPES:
+        row = {"kernel": "triton_" + tcfg.key(), "shape": name, "M": M, "N": N, "K": K}
+        try:
+            q, w, sa, sb, bias = _operands(M, N, K)
+            out = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device="cuda")
+            launch_gemm(q, w, tcfg, sa, sb, bias, out)
+            torch.cuda.synchronize()
+            ref = (_exact_int32_padded(q, w).double() * sa.double()[:, None]) * sb.double()[None, :]
+            ref += bias.double()[None, :]
+            row["unwritten"] = int(torch.isnan(out).sum())
+            row["rel_err"], row["cosine"] = _err(out, ref)
+            del ref
+            ms = _bench(functools.partial(launch_gemm, q, w, tcfg, sa, sb, bias, out), quick)
+            row.update(ms=ms, tops=2.0 * M * N * K / (ms * 1e-3) / 1e12)
+        except Exception as exc:
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rows.append(row)
+        q = w = out = None
+        torch.cuda.empty_cache()
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        wb = torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
+        bb = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+        ms = _bench(functools.partial(F.linear, x, wb, bb), quick)
+        rows.append(
+            {"kernel": "torch_bf16_linear", "shape": name, "M": M, "N": N, "K": K, "ms": ms,
+             "tops": 2.0 * M * N * K / (ms * 1e-3) / 1e12}
+        )  # fmt: skip
+        x = wb = bb = None
+        torch.cuda.empty_cache()
+    return rows
+
+
+def print_splitk_table(rows: list[dict]) -> None:
+    names = [s[0] for s in SPLITK_SHAPES]
+    head = f"{'shape':<11} {'kernel':<46} {'ms':>8} {'TOPS':>6} {'int32==':>7} {'rel_err':>9} {'cos':>9} {'ok':>5}"
+    print(head + "  note")
+    for r in sorted(rows, key=lambda r: (names.index(r["shape"]), r.get("ms") or 1e9)):
+        ms = f"{r['ms']:.4f}" if r.get("ms") else "-"
+        tops = f"{r['tops']:.0f}" if r.get("tops") else "-"
+        ex = str(r["int32_exact"] and r["int32_exact_cached"]) if "int32_exact_cached" in r else "-"
+        re_ = f"{r['rel_err']:.2e}" if "rel_err" in r else "-"
+        cos = f"{r['cosine']:.6f}" if "cosine" in r else "-"
+        ok = str(r["ok"]) if "ok" in r else "-"
+        note = r.get("error", "")
+        for k in ("unwritten", "unwritten_after_bench", "int32_mismatches", "sentinel_left"):
+            if r.get(k):
+                note += f" {k}={r[k]}"
+        print(f"{r['shape']:<11} {r['kernel']:<46} {ms:>8} {tops:>6} {ex:>7} {re_:>9} {cos:>9} {ok:>5}  {note}")
+    for shape in names:
+        g = [r for r in rows if r["shape"] == shape and r["kernel"].startswith("gluon") and r.get("ms")]
+        t = [r for r in rows if r["shape"] == shape and r["kernel"].startswith("triton") and r.get("ms")]
+        b = [r for r in rows if r["shape"] == shape and r["kernel"].startswith("torch") and r.get("ms")]
+        if g and t:
+            best = min(g, key=lambda r: r["ms"])
+            vs_bf16 = f", {b[0]['ms'] / best['ms']:.3f}x bf16 F.linear" if b else ""
+            print(f"{shape:<11} best gluon {best['kernel']} {best['ms']:.4f} ms = "
+                  f"{t[0]['ms'] / best['ms']:.3f}x triton split-K 3{vs_bf16}")  # fmt: skip
+
+
+def _main_splitk(a, G, flags) -> int:
+    import torch
+
+    idxs = [int(i) for i in a.configs.split(",")] if a.configs is not None else range(len(G.SPLITK_PROBE_CONFIGS))
+    t_start = time.time()
+    rows: list[dict] = []
+    notes: dict[str, str] = {}
+    jobs = ([] if a.no_baselines else [("skbase", "split-K baselines")])
+    jobs += [(f"sk{i}", G.SPLITK_PROBE_CONFIGS[i].key()) for i in idxs] + [("sk-1", G.DEFAULT_CONFIG.key())]
+    for child, label in jobs:
+        t0 = time.time()
+        got, note = _run_child(["--child", child, *flags], CHILD_TIMEOUT_S, ALIVE_TIMEOUT_S)
+        rows += got
+        if note:
+            notes[label] = note
+        print(f"[{time.time() - t_start:6.1f}s] {label}: {len(got)} rows in {time.time() - t0:.1f}s {note[:500]}")
+        sys.stdout.flush()
+    print()
+    print_splitk_table(rows)
+    gl_rows = [r for r in rows if r["kernel"].startswith("gluon")]
+    bad = [r for r in gl_rows if not r.get("ok")]
+    killed = [k for k in notes if k != "split-K baselines"]
+    fail = bool(bad or killed or not gl_rows)
+    verdict = f"{len(bad)} gluon rows FAIL, {len(killed)} children failed" if fail else "all gluon rows pass"
+    print(f"split-K checks: {verdict}")
+    out_dir = os.environ.get("OUT")
+    if out_dir:
+        path = os.path.join(out_dir, "probe_gluon_splitk.json")
+        cfgs = {_splitk_cfg(i).key(): _splitk_cfg(i).__dict__ for i in [*idxs, -1]}
+        with open(path, "w") as f:
+            json.dump(
+                {"device": torch.cuda.get_device_name(), "triton": __import__("triton").__version__,
+                 "torch": torch.__version__, "configs": cfgs, "rows": rows, "notes": notes,
+                 "wall_s": time.time() - t_start}, f, indent=1,
+            )  # fmt: skip
+        print(f"wrote {path}")
+    return 2 if fail else 0
 
 
 def _swiglu_operands(M, F, K, seed=0):
@@ -369,12 +573,17 @@ def main(argv=None) -> int:
     ap.add_argument("--configs", default=None, help="comma-separated PROBE_CONFIGS indices (default: all)")
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--swiglu", action="store_true", help="probe the SwiGLU epilogue instead (SWIGLU_SHAPES)")
+    ap.add_argument("--splitk", action="store_true", help="probe the split-K variants instead (SPLITK_SHAPES)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
     if a.child is not None:  # in the child process: print the rows as one JSON line
         if a.child == "swbase":
             rows = child_swiglu_baselines(a.quick)
+        elif a.child == "skbase":
+            rows = child_splitk_baselines(a.quick)
+        elif a.child.startswith("sk"):
+            rows = child_splitk_gluon(int(a.child[2:]), a.quick)
         elif a.child.startswith("sw"):
             rows = child_swiglu_gluon(int(a.child[2:]), a.quick)
         else:
@@ -389,6 +598,8 @@ def main(argv=None) -> int:
     print(f"device: {torch.cuda.get_device_name() if torch.cuda.is_available() else None}; gluon: {why or 'ok'}")
     if why is not None:
         return 1
+    if a.splitk:
+        return _main_splitk(a, G, ["--quick"] if a.quick else [])
     if a.configs is not None:
         idxs = [int(i) for i in a.configs.split(",")]
     elif a.swiglu:  # chunk 128, as the Triton kernel (and dispatch) interleave

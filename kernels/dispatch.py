@@ -237,7 +237,8 @@ def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, 
     if cfg.gluon:  # record what really runs (a Gluon pick falls back where Gluon cannot run)
         ran = runnable_config(cfg, q, w, out, bool(swiglu_chunk), bias)
         if ran is not cfg:
-            cfg, source = ran, f"{source}; Gluon kernel unavailable here, Triton persistent kernel ran"
+            kind = "split-K" if ran.split_k > 1 else "persistent"
+            cfg, source = ran, f"{source}; Gluon kernel unavailable here, Triton {kind} kernel ran"
     with REGISTRY.timed(timed, q.device) if timed else contextlib.nullcontext():
         launch(cfg)
     REGISTRY.count_launch("gemm_triton")

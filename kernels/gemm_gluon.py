@@ -26,6 +26,15 @@ Three kernels, picked by ``GluonGemmConfig.mode``:
 * ``"pingpong"``: like ``"ws"`` but each consumer warpgroup owns whole tiles, alternating; one
   warpgroup's epilogue overlaps the other's main loop (the ring serializes their loads).
 
+Split-K (``split_k`` > 1, ws / pingpong only, not with SwiGLU): the persistent loop walks
+tiles x S work units, split-major (unit = split * tiles + tile); a unit covers the k steps
+[s * KPS, min(k_tiles, (s + 1) * KPS)) with KPS = cdiv(k_tiles, split_k) and S = cdiv(k_tiles, KPS),
+so no split is empty. Each unit TMA-stores its exact int32 partial into ws [S, M, N] through a 3-D
+descriptor (box [1, rows, epi_n]; rows past M clip inside the slice), and
+gemm_triton._reduce_epilogue sums the slices and applies scales + bias (or keeps the int32 sum).
+Producer and consumers derive the same ring positions (``_unit_slot``), so the mbarrier phases
+stay consistent across units of different lengths.
+
 Hopper facts the design leans on (checked on the 3.6.0 compiler, see bench/compile_gluon_sm90.py):
 * The weight [N, K] is K-contiguous: its smem tile [BLOCK_N, BLOCK_K] permuted to [BLOCK_K, BLOCK_N]
   is the K-major B operand int8 wgmma needs (no transposed copy).
@@ -131,6 +140,11 @@ SPLITK_PROBE_CONFIGS = (
     GluonGemmConfig(mode="pingpong", block_m=128, block_n=128, num_stages=5, epi_n=64, split_k=11),
     GluonGemmConfig(mode="pingpong", block_m=128, block_n=128, num_stages=5, epi_n=64, split_k=4),
     GluonGemmConfig(mode="ws", block_m=128, block_n=128, num_stages=5, epi_n=64, split_k=11),
+    # fewer splits, less workspace traffic (S x M x N x 4 B written and read back): 72 x 5 = 360
+    # units = 2.7 per SM, 72 x 9 = 648 = 4.9 per SM; 144 x 7 = 1008 = 7.6 per SM
+    GluonGemmConfig(mode="ws", num_stages=4, epi_n=64, split_k=5),
+    GluonGemmConfig(mode="ws", num_stages=4, epi_n=64, split_k=9),
+    GluonGemmConfig(mode="pingpong", block_m=128, block_n=128, num_stages=5, epi_n=64, split_k=7),
 )
 
 

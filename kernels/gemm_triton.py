@@ -251,6 +251,7 @@ def runnable_config(cfg, q, w, out, swiglu=False, bias=None):
     if not cfg.gluon:
         return cfg
     gluon_no = _gluon_unavailable(q.device) or q.shape[1] % 16 or not gemm_gluon.tma_ok(q, w, out)
+    gluon_no = gluon_no or (cfg.split_k > 1 and w.shape[0] % 4)  # the int32 workspace's TMA rows
     if gluon_no or (swiglu and bias is not None):
         if cfg.split_k > 1 and not swiglu:  # a Gluon split-K entry: the Triton split-K kernel
             return GemmConfig(128, 128, 128, cfg.group_m, cfg.split_k, 4, 3)

@@ -224,6 +224,33 @@ def test_gluon_kernel_runs_and_matches_float64(mode, gen):
     assert torch.equal(acc, torch._int_mm(q, w.t()))
 
 
+@pytest.mark.parametrize("m", [M_TEXT, 333, 77])
+def test_gluon_split_k_bit_exact_and_fully_written(m, gen):
+    """Gluon split-K (ws 128x256 / pingpong 128x128, 11 splits) at llm_cond_proj: int32 sums
+    bit-exact (sentinel poison: every workspace slice and output element written, rows past M
+    clipped inside their slice), bf16 + bias against float64 (NaN poison)."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon
+
+    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
+        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
+    n, k = IDEOGRAM_SHAPES["llm_cond_proj"]
+    q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
+    expect = torch._int_mm(q, w.t())
+    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") / 100
+    bias = torch.randn(n, generator=gen).cuda()
+    for cfg in (C.G(1, 128, 256, 4, split_k=11), C.G(2, 128, 128, 5, split_k=11), C.G(1, 128, 256, 4, split_k=6)):
+        for _ in range(2):  # the second call runs the cached plan
+            out = torch.full((m, n), -(2**31) + 7, dtype=torch.int32, device="cuda")
+            gemm_gluon.LAST_LAUNCH.clear()
+            gemm_triton.launch_gemm(q, w, cfg, out=out, raw_int32=True)
+            assert "kernel" in gemm_gluon.LAST_LAUNCH
+            assert torch.equal(out, expect), cfg.key()
+        y = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+        gemm_triton.launch_gemm(q, w, cfg, sa, sb, bias, y)
+        ref = (expect.double() * sa.double()[:, None]) * sb.double()[None, :] + bias.double()[None, :]
+        assert not y.isnan().any() and rel_err(y, ref) < 1e-2 and cosine(y, ref) > 0.9999, cfg.key()
+
+
 def test_gluon_pick_falls_back_where_tma_cannot_address_and_says_so(gen, monkeypatch):
     """A Gluon pick on operands TMA cannot address (K % 16 != 0) runs the Triton kernel, exactly,
     and the registry records the config that ran with the reason."""

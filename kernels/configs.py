@@ -125,6 +125,7 @@ _GLUON_SM90 = [
     G(2, 128, 128, 5, group_m=16),
     # split-K for the long-K, few-tile llm_cond_proj (M ~ 512, N 4608, K 53248: 72 / 144 tiles on
     # 132 SMs unsplit): 72 x 11 = 792 units = 6 waves, 144 x 11 = 1584 = 12 waves
+    G(1, 128, 256, 4, split_k=5),
     G(1, 128, 256, 4, split_k=6),
     G(1, 128, 256, 4, split_k=11),
     G(2, 128, 128, 5, split_k=4),

@@ -47,6 +47,16 @@ def _index(device: torch.device | None) -> int:
     return device.index
 
 
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (persistent grids size themselves by it)."""
+    return _sm_count(_index(device))
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
 @functools.cache
 def _cuda_facts(index: int) -> tuple[tuple[int, int], str]:
     # cached: these are asked on every GEMM call, and the answer never changes

@@ -49,6 +49,7 @@ import dataclasses
 
 import torch
 
+from .env import sm_count
 from .fast_launch import FastLauncher
 
 try:  # Gluon ships with triton >= 3.5; the pack must import without it.
@@ -684,8 +685,6 @@ if _IMPORT_ERROR is None:
 # host side
 # ---------------------------------------------------------------------------------------------
 
-_SM_COUNT: dict = {}
-
 _GL_DTYPE = {}
 if _IMPORT_ERROR is None:
     _GL_DTYPE = {
@@ -696,11 +695,6 @@ if _IMPORT_ERROR is None:
     }
 
 
-def _num_sms(device) -> int:
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
 
 
 def tma_ok(q, w, out) -> bool:
@@ -785,7 +779,7 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         )
         c_bytes = out.element_size()
     units = -(-M // bm) * -(-N // bn) * splits
-    grid = (max(1, min(num_sms or _num_sms(q.device), units)),)
+    grid = (max(1, min(num_sms or sm_count(q.device), units)),)
     dummy = w_scale if w_scale is not None else (ws if splits > 1 else out)
     args = (
         a_desc,

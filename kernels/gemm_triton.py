@@ -27,6 +27,7 @@ import triton.language as tl
 
 from . import gemm_gluon
 from .configs import GemmConfig
+from .env import sm_count
 from .fast_launch import FastLauncher
 from .reference import INT32_SAFE_MAX_K  # noqa: F401  (re-exported: the kernel's K limit)
 
@@ -296,7 +297,7 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
             if ran is not None:
                 return out
         cfg = runnable_config(cfg, q, w, out, swiglu, bias)
-    if cfg.persistent and tma_compatible(q, w, out):
+    if cfg.persistent and gemm_gluon.tma_ok(q, w, out):
         return _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu)
     k_per_split, even_k = _k_split(K, cfg)
     split_k = triton.cdiv(K, k_per_split)
@@ -343,21 +344,10 @@ def _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32):
     return out
 
 
-def tma_compatible(q, w, out) -> bool:
-    """TMA descriptors need 16-byte aligned bases and row strides."""
-    return all(t.data_ptr() % 16 == 0 and (t.stride(0) * t.element_size()) % 16 == 0 for t in (q, w, out))
-
-
-_SM_COUNT: dict = {}
-
-
 def _num_sms(device) -> int:
     if device.type != "cuda":
         return 4  # the CPU interpreter: a few programs exercise the persistent loop
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SM_COUNT:
-        _SM_COUNT[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return _SM_COUNT[idx]
+    return sm_count(device)
 
 
 def _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu=False):

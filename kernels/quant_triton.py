@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .env import interpreter_mode
+from .env import interpreter_mode, sm_count
 from .fast_launch import FastLauncher
 
 if interpreter_mode():
@@ -168,17 +168,11 @@ def quant_launch_params(M: int, K: int) -> dict:
     return dict(BLOCK_M=1, BLOCK_K=8192, ONE_PASS=False, num_warps=16, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)
 
 
-_SMS: dict = {}
-
-
 def _programs(M: int, block_m: int, per_sm: int, device) -> int:
     blocks = triton.cdiv(M, block_m)
     if per_sm <= 0 or device.type != "cuda":
         return blocks
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _SMS:
-        _SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return min(blocks, _SMS[idx] * per_sm)
+    return min(blocks, sm_count(device) * per_sm)
 
 
 def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, params: dict | None = None):

@@ -12,7 +12,8 @@ import sys
 
 import torch
 from comfyui_ideogram4_int8 import kernels as Kn
-from comfyui_ideogram4_int8.bench.gemm import SHAPES, _graph_ms
+from comfyui_ideogram4_int8.bench.gemm import SHAPES
+from comfyui_ideogram4_int8.bench.timing import graph_ms
 from comfyui_ideogram4_int8.kernels.configs import CONFIG_SPACES, GemmConfig
 from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
 
@@ -37,7 +38,7 @@ def main():
         for _ in range(5):
             for c in CANDIDATES:
                 fns = [lambda st=st, c=c: launch_gemm(st[0], st[1], c, st[2], st[3], st[4], st[5]) for st in sets]
-                times[c.key()].append(_graph_ms(fns, reps=5))
+                times[c.key()].append(graph_ms(fns, reps=5))
         ranked = sorted((sorted(v)[len(v) // 2], k) for k, v in times.items())
         flop = 2.0 * M * N * K
         print(f"{name} ({M}x{N}x{K}): " + ", ".join(f"{k} {ms:.3f} ({flop / ms / 1e9:.0f})" for ms, k in ranked[:4]),

@@ -7,24 +7,12 @@ from __future__ import annotations
 
 import cProfile
 import pstats
-import time
 
 import torch
 from comfyui_ideogram4_int8 import kernels as Kn
+from comfyui_ideogram4_int8.bench.timing import host_us
 from comfyui_ideogram4_int8.kernels import autotune, gemm_gluon, gemm_triton
 from comfyui_ideogram4_int8.kernels.configs import G, GemmConfig
-
-
-def host_us(fn, n=300):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    dt = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return dt
 
 
 def main():

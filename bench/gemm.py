@@ -25,6 +25,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from .timing import graph_ms
+
 SHAPES = {  # name: (M, N, K)
     "qkv": (4608, 13824, 4608),
     "o": (4608, 4608, 4608),
@@ -78,34 +80,6 @@ def _interleaved(fns: dict, quick: bool, calls: int = 12) -> dict[str, float]:
     return {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
 
 
-def _graph_ms(variants: list, calls: int = 10, reps: int = 15) -> float:
-    """Median GPU ms per call with the host out of the picture: ``calls`` calls (rotating over the
-    operand sets) captured in one CUDA graph and replayed. Raises if a peer cannot be captured."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up (compiles, autotunes, allocates) outside the capture
-        for f in variants:
-            f()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for i in range(calls):
-            variants[i % len(variants)]()
-    graph.replay()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) / calls)
-    del graph
-    return sorted(samples)[len(samples) // 2]
-
-
 def _time_peers(row: dict, peers: dict, sets: list, flop: float, quick: bool, speedup_peers) -> None:
     """Fill ``row`` with each peer's eager (back-to-back) and GPU-only (graph) time and our speedups."""
     variants = {k: [lambda f=f, st=st: f(st) for st in sets] for k, f in peers.items()}
@@ -117,7 +91,7 @@ def _time_peers(row: dict, peers: dict, sets: list, flop: float, quick: bool, sp
         # but cuBLAS picks slower bf16 kernels under capture (0.835 vs 0.746 ms at qkv, H100), so a
         # peer is never held to its slower measurement.
         try:
-            row[f"{label}_graph_ms"] = _graph_ms(fns, reps=7 if quick else 15)
+            row[f"{label}_graph_ms"] = graph_ms(fns, reps=7 if quick else 15)
             row[f"{label}_gpu_ms"] = min(row[f"{label}_graph_ms"], row[f"{label}_ms"])
         except Exception as exc:  # e.g. a peer that synchronizes inside: its eager time stands
             row[f"{label}_graph_error"] = f"{exc.__class__.__name__}: {str(exc)[:160]}"

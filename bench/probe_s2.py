@@ -11,57 +11,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from comfyui_ideogram4_int8 import kernels as Kn
+from comfyui_ideogram4_int8.bench.timing import graph_ms, host_us
 from comfyui_ideogram4_int8.kernels import dispatch
 from comfyui_ideogram4_int8.kernels.configs import GemmConfig as C
 from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
 from comfyui_ideogram4_int8.kernels.quant_triton import quantize_rows_triton
 
 RES: dict = {}
-
-
-def graph_ms(fns, calls=10, reps=15):
-    """Median ms per call: ``calls`` calls (rotating over fns) captured in one CUDA graph, replayed."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns:
-            f()
-            f()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            fns[i % len(fns)]()
-    g.replay()
-    torch.cuda.synchronize()
-    t = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        t.append(a.elapsed_time(b) / calls)
-    del g
-    return sorted(t)[len(t) // 2]
-
-
-def host_us(fn, n=300):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    dt = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return dt
 
 
 def host_section():

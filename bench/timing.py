@@ -1,0 +1,49 @@
+"""Timing helpers shared by the benchmark and the diagnostics: GPU time with the host out of the
+picture (CUDA-graph replay) and host time per call (the GPU never the limit)."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def graph_ms(variants: list, calls: int = 10, reps: int = 15) -> float:
+    """Median GPU ms per call with the host out of the picture: ``calls`` calls (rotating over the
+    operand sets) captured in one CUDA graph and replayed. Raises if a peer cannot be captured."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (compiles, autotunes, allocates) outside the capture
+        for f in variants:
+            f()
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            variants[i % len(variants)]()
+    graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        stop.record()
+        stop.synchronize()
+        samples.append(start.elapsed_time(stop) / calls)
+    del graph
+    return sorted(samples)[len(samples) // 2]
+
+
+def host_us(fn, n: int = 300) -> float:
+    """Host microseconds per call: ``n`` calls enqueued without synchronizing (use tiny operands)."""
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    dt = (time.perf_counter() - t) / n * 1e6
+    torch.cuda.synchronize()
+    return dt

@@ -102,6 +102,11 @@ def _exact_int32(q, w):
         return (q.double() @ w.double().t()).to(torch.int32)
 
 
+def _error_text(exc: Exception) -> str:
+    """First line of an exception, for a table row (the child keeps going with the next shape)."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+
+
 def _err(y, ref):
     import torch
 
@@ -148,7 +153,7 @@ def child_gluon(idx: int, quick: bool) -> list[dict]:
             row["ms"] = ms
             row["tops"] = 2.0 * M * N * K / (ms * 1e-3) / 1e12
         except Exception as exc:  # one failure must not hide the other shapes
-            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            row["error"] = _error_text(exc)
         rows.append(row)
         torch.cuda.empty_cache()
     return rows
@@ -192,15 +197,10 @@ def child_baselines(quick: bool) -> list[dict]:
 
 
 def _exact_int32_padded(q, w):
-    """torch._int_mm(q, w.t()); cuBLAS wants more than 16 rows, so a short q is zero-padded."""
-    import torch
+    """torch._int_mm(q, w.t()), short q zero-padded for cuBLAS (the pack's own helper)."""
+    from comfyui_ideogram4_int8.kernels.dispatch import _int_mm_padded
 
-    M = q.shape[0]
-    if M <= 16:
-        qp = torch.zeros((32, q.shape[1]), dtype=q.dtype, device=q.device)
-        qp[:M] = q
-        return _exact_int32(qp, w)[:M].contiguous()
-    return _exact_int32(q, w)
+    return _int_mm_padded(q, w).contiguous()
 
 
 def _splitk_cfg(idx: int):
@@ -260,7 +260,7 @@ def child_splitk_gluon(idx: int, quick: bool) -> list[dict]:
                 and row["cosine"] >= SWIGLU_COS
             )  # fmt: skip
         except Exception as exc:
-            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            row["error"] = _error_text(exc)
         rows.append(row)
         q = w = out = None
         torch.cuda.empty_cache()
@@ -448,7 +448,7 @@ def child_swiglu_gluon(idx: int, quick: bool) -> list[dict]:
             row["unwritten_after_bench"] = int(torch.isnan(out).sum())
             row.update(ms=ms, tops=2.0 * M * 2 * F_ * K / (ms * 1e-3) / 1e12)
         except Exception as exc:
-            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            row["error"] = _error_text(exc)
         rows.append(row)
         q = w13 = out = None
         torch.cuda.empty_cache()

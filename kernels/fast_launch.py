@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 
 import torch
+from triton import knobs
+from triton.runtime import driver
 
 ENV_FAST_LAUNCH = "IDEOGRAM4_INT8_FAST_LAUNCH"
 _MAX_ENTRIES = 512  # distinct signatures per kernel (token counts vary with resolution and batch)
@@ -60,8 +62,6 @@ class FastLauncher:
         self.direct_launches = 0  # tests read this to prove the shortcut ran
 
     def __call__(self, grid, *args, **options):
-        from triton import knobs
-
         hooks_off = not _active(knobs.runtime.launch_enter_hook) and not _active(knobs.runtime.launch_exit_hook)
         enabled = hooks_off and os.environ.get(ENV_FAST_LAUNCH, "1") != "0"
         params = args
@@ -73,8 +73,6 @@ class FastLauncher:
         key = (*options.items(), *map(_arg_key, params)) if enabled else None
         kernel = self._compiled.get(key) if enabled else None
         if kernel is not None:
-            from triton.runtime import driver
-
             g0, g1, g2 = (tuple(grid) + (1, 1))[:3]
             stream = driver.active.get_current_stream(driver.active.get_current_device())
             kernel.run(g0, g1, g2, stream, kernel.function, kernel.packed_metadata, None, None, None, *params)

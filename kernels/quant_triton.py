@@ -184,12 +184,7 @@ def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, pa
     scale = torch.empty((M,), dtype=torch.float32, device=x.device)
     if M == 0:
         return q, scale
-    if params:
-        p = {**quant_launch_params(M, K), **params}
-        grid = _programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], x.device)
-        plan = (grid, p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"], p["NUM_STAGES"], p["num_warps"], p["TAIL_K"])
-    else:
-        plan = _plan(M, K, x.device)
+    plan = _as_plan(M, {**quant_launch_params(M, K), **params}, x.device) if params else _plan(M, K, x.device)
     grid, block_m, block_k, one_pass, stages, warps, tail_k = plan
     _LAUNCH(
         (grid,), x, smooth if smooth is not None else x, q, scale, M, K, x.stride(0), q.stride(0),
@@ -200,8 +195,12 @@ def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, pa
 
 @functools.lru_cache(maxsize=1024)
 def _plan(M: int, K: int, device: torch.device) -> tuple:
-    """(programs, BLOCK_M, BLOCK_K, ONE_PASS, NUM_STAGES, num_warps, TAIL_K): the default heuristic, cached."""
-    p = quant_launch_params(M, K)
+    """The default heuristic's launch plan, cached (asked on every call)."""
+    return _as_plan(M, quant_launch_params(M, K), device)
+
+
+def _as_plan(M: int, p: dict, device) -> tuple:
+    """(programs, BLOCK_M, BLOCK_K, ONE_PASS, NUM_STAGES, num_warps, TAIL_K) of launch params ``p``."""
     return (_programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], device), p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"],
             p["NUM_STAGES"], p["num_warps"], p["TAIL_K"])  # fmt: skip
 

@@ -27,6 +27,19 @@ def interpreter_mode() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+ENV_PDL = "IDEOGRAM4_INT8_PDL"
+
+
+def pdl_enabled(device: torch.device) -> bool:
+    """Programmatic dependent launch between the activation quantizer and the GEMM after it
+    (griddepcontrol, sm_90+): the GEMM grid starts during the quantizer's last wave. Off on the
+    interpreter, before Hopper, and with IDEOGRAM4_INT8_PDL=0 (read on every call, for A/B runs)."""
+    if device.type != "cuda" or interpreter_mode() or os.environ.get(ENV_PDL, "1") == "0":
+        return False
+    cc = capability(device)
+    return cc is not None and cc >= (9, 0)
+
+
 def capability(device: torch.device | None = None) -> tuple[int, int] | None:
     if device is not None and device.type != "cuda":
         return None

@@ -294,3 +294,64 @@ def test_gluon_swiglu_epilogue_matches_float64_and_triton(m, gen):
     ref = g * torch.sigmoid(g) * u
     assert rel_err(outs["gluon"], ref) < 1e-2 and cosine(outs["gluon"], ref) > 0.9999
     assert rel_err(outs["gluon"], outs["triton"].double()) < 1e-3
+
+
+@pytest.mark.parametrize(
+    "shape,m,cfg",
+    [
+        ("o", M_COND, C.G(2, 128, 128, 5)),
+        ("w2", M_UNCOND, C.G(1, 128, 256, 4)),
+        ("llm_cond_proj", M_TEXT, C.G(1, 128, 256, 4, split_k=5)),
+    ],
+    ids=["o-pingpong", "w2-ws", "llm-splitk"],
+)
+def test_pdl_overlap_is_bit_identical_to_serial_launches(shape, m, cfg, gen, monkeypatch):
+    """Quantizer -> GEMM with programmatic dependent launch: the GEMM grid starts during the
+    quantizer's last wave and must wait for it before reading q / scales. Ten back-to-back linears on
+    fresh activations (the allocator hands each call the previous call's q buffer, so a read before
+    the wait would see stale rows) must equal, bit for bit, the same launches with PDL off; and
+    the PDL launch must really have been made."""
+    from comfyui_ideogram4_int8.kernels import autotune, gemm_gluon
+
+    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
+        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
+    n, k = IDEOGRAM_SHAPES[shape]
+    w, ws = weight(n, k, gen, "cuda")
+    bias = torch.randn(n, generator=gen).cuda()
+    xs = [activations(m, k, gen, torch.bfloat16, "cuda") for _ in range(10)]
+    monkeypatch.setattr(autotune.PICKER, "pick", lambda *a, **kw: (cfg, "test pin"))
+    outs = {}
+    for pdl in ("1", "0"):
+        monkeypatch.setenv("IDEOGRAM4_INT8_PDL", pdl)
+        gemm_gluon.LAST_LAUNCH.clear()
+        outs[pdl] = [K.w8a8_linear(x, w, ws, bias, path="triton-int8") for x in xs]
+        assert gemm_gluon.LAST_LAUNCH["kernel"].metadata.launch_pdl == (pdl == "1")
+    torch.cuda.synchronize()
+    for i, (a, b) in enumerate(zip(outs["1"], outs["0"], strict=True)):
+        assert torch.equal(a, b), f"call {i}: PDL output differs from the serial launch"
+    ref = reference_f64(*K.quantize_per_token_ref(xs[-1]), w, ws, bias)
+    assert rel_err(outs["1"][-1], ref) < 1e-2 and cosine(outs["1"][-1], ref) > 0.9999
+
+
+def test_pdl_swiglu_is_bit_identical_to_serial_launches(gen, monkeypatch):
+    """The fused gate/up GEMM behind the quantizer with PDL on and off: identical h."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon
+
+    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
+        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
+    f, k = 12288, 4608
+    w1, s1 = weight(f, k, gen, "cuda")
+    w3, s3 = weight(f, k, gen, "cuda")
+    chunk = K.swiglu_chunk_for(f)
+    w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, chunk)
+    xs = [activations(M_COND, k, gen, torch.bfloat16, "cuda") for _ in range(6)]
+    outs = {}
+    for pdl in ("1", "0"):
+        monkeypatch.setenv("IDEOGRAM4_INT8_PDL", pdl)
+        gemm_gluon.LAST_LAUNCH.clear()
+        outs[pdl] = [K.swiglu_w8a8_linear(x, w13, s13, chunk, path="triton-int8") for x in xs]
+        if "kernel" in gemm_gluon.LAST_LAUNCH:
+            assert gemm_gluon.LAST_LAUNCH["kernel"].metadata.launch_pdl == (pdl == "1")
+    torch.cuda.synchronize()
+    for a, b in zip(outs["1"], outs["0"], strict=True):
+        assert torch.equal(a, b)

@@ -1,0 +1,80 @@
+"""A/B of whole W8A8 linears (activation quant + GEMM) in interleaved rounds: tile configs and
+programmatic dependent launch (PDL) on / off.
+
+`ab_tiles.py` ranks GEMM-only launches; a whole linear can rank differently (the GEMM reads q
+right after the quantizer wrote it, and PDL overlaps the two). Every variant runs in each round,
+GPU time by CUDA-graph replay over two operand sets, median of the rounds.
+Usage: python bench/ab_linear.py [shape ...]   (JSON to $OUT/ab_linear.json)"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+from comfyui_ideogram4_int8 import kernels as Kn
+from comfyui_ideogram4_int8.bench.gemm import SHAPES
+from comfyui_ideogram4_int8.bench.timing import graph_ms
+from comfyui_ideogram4_int8.kernels import autotune
+from comfyui_ideogram4_int8.kernels.configs import G
+
+PINGPONG = G(2, 128, 128, 5)
+COOP = G(1, 128, 256, 4)
+COOP_256x128 = G(1, 256, 128, 3)
+CANDIDATES = {  # shape: configs to pin (None: whatever the picker chooses, i.e. the shipped table)
+    "o": [None, PINGPONG, COOP, COOP_256x128],
+    "uncond_o": [None, PINGPONG, COOP],
+    "w2": [None, PINGPONG, COOP],
+    "uncond_w2": [None, PINGPONG, COOP, COOP_256x128, G(1, 128, 256, 4, group_m=16)],
+    "qkv": [None, PINGPONG, COOP],
+    "uncond_qkv": [None],
+    "w1/w3": [None],
+    "uncond_w1/w3": [None],
+    "llm_cond_proj": [None, G(1, 128, 256, 4, split_k=5), G(1, 128, 256, 4, split_k=6), G(2, 128, 128, 5, split_k=4)],
+}
+
+
+def main():
+    names = sys.argv[1:] or list(CANDIDATES)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    result = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "shapes": {},
+    }
+    shipped_pick = autotune.PICKER.pick
+    for name in names:
+        M, N, K = SHAPES[name]
+        sets = []
+        for _ in range(2):
+            x = (torch.randn(M, K, device="cuda", generator=gen) * 0.5).bfloat16()
+            x[:, :: max(K // 37, 1)] *= 30
+            w, ws = Kn.quantize_weight_ref(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
+            sets.append((x, w, ws, torch.randn(N, device="cuda", generator=gen).bfloat16()))
+        times: dict[str, list[float]] = {}
+        for _ in range(5):
+            for cfg in CANDIDATES.get(name, [None]):
+                for pdl in ("0", "1"):
+                    os.environ["IDEOGRAM4_INT8_PDL"] = pdl
+                    autotune.PICKER.pick = shipped_pick if cfg is None else (lambda *a, c=cfg, **kw: (c, "ab pin"))
+                    fns = [lambda st=st: Kn.w8a8_linear(st[0], st[1], st[2], st[3], path="triton-int8") for st in sets]
+                    label = f"{'shipped' if cfg is None else cfg.key()} pdl={pdl}"
+                    try:
+                        times.setdefault(label, []).append(graph_ms(fns, reps=5))
+                    finally:
+                        autotune.PICKER.pick = shipped_pick
+        os.environ.pop("IDEOGRAM4_INT8_PDL", None)
+        ranked = sorted((sorted(v)[len(v) // 2], k) for k, v in times.items())
+        print(f"{name} ({M}x{N}x{K}): " + ", ".join(f"{k} {ms * 1e3:.1f}us" for ms, k in ranked), flush=True)
+        result["shapes"][name] = ranked
+        del sets
+        torch.cuda.empty_cache()
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], "ab_linear.json"), "w") as f:
+            json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

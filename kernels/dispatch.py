@@ -370,11 +370,11 @@ def _quantize_for_gemm(x2, smooth):
     it may be launched to overlap its last wave (Hopper; see env.pdl_enabled)."""
     if x2.stride(-1) != 1:
         q, s = quantize_per_token(x2, smooth)
-        return q, s, False
+        return q, s, 0
     from .quant_triton import quantize_rows_triton
 
     pdl = pdl_enabled(x2.device)
-    q, s = quantize_rows_triton(x2, smooth, pdl_trigger=pdl)
+    q, s = quantize_rows_triton(x2, smooth, pdl_trigger=pdl > 0)
     REGISTRY.count_launch("quant_triton")
     return q, s, pdl
 

@@ -491,7 +491,7 @@ if _IMPORT_ERROR is None:
         my_units = gl.cdiv(tiles * SPLIT_K - pid, nprog)
         nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
         pre = 0  # ring slots whose weight tile was requested before the grid dependency wait
-        if PDL:
+        if PDL == 2:
             # The weights are not written by the quantizer this grid overlaps: fetch the first
             # unit's first NUM_STAGES weight tiles now, the activation tiles after the wait.
             if my_units > 0:
@@ -502,6 +502,7 @@ if _IMPORT_ERROR is None:
                     bar = ready.index(i)
                     mbarrier.expect(bar, nbytes)  # A's bytes land on the same barrier below
                     tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, (k0 + i) * BLOCK_K], bar, b_bufs.index(i))
+        if PDL:
             _grid_dependency_wait()
         slot = 0
         for j in range(my_units):
@@ -846,12 +847,12 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         INSTR_N=instr_n,
         PINGPONG=cfg.mode == "pingpong",
         SPLIT_K=splits,
-        PDL=bool(pdl),
+        PDL=int(pdl),
         CONSUMER_REGS=cfg.consumer_regs,
         LOADER_REGS=cfg.loader_regs,
         num_warps=4,
         maxnreg=168,
-        launch_pdl=bool(pdl),
+        launch_pdl=bool(pdl),  # 1: wait only, 2: also fetch the first weight tiles before the wait
     )
     return _w8a8_gluon_ws_kernel, grid, args, kwargs
 

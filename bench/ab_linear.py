@@ -1,9 +1,10 @@
-"""A/B of whole W8A8 linears (activation quant + GEMM) in interleaved rounds: tile configs and
-programmatic dependent launch (PDL) on / off.
+"""A/B of whole W8A8 linears (activation quant + GEMM) in interleaved rounds, one tile config
+pinned at a time.
 
 `ab_tiles.py` ranks GEMM-only launches; a whole linear can rank differently (the GEMM reads q
-right after the quantizer wrote it, and PDL overlaps the two). Every variant runs in each round,
-GPU time by CUDA-graph replay over two operand sets, median of the rounds.
+right after the quantizer wrote it: uncond_w2 ranks cooperative 128x256 first here, ping-pong
+128x128 in GEMM-only runs). Every variant runs in each round, GPU time by CUDA-graph replay over
+two operand sets, median of the rounds.
 Usage: python bench/ab_linear.py [shape ...]   (JSON to $OUT/ab_linear.json)"""
 
 from __future__ import annotations
@@ -56,16 +57,13 @@ def main():
         times: dict[str, list[float]] = {}
         for _ in range(5):
             for cfg in CANDIDATES.get(name, [None]):
-                for pdl in ("0", "1"):
-                    os.environ["IDEOGRAM4_INT8_PDL"] = pdl
-                    autotune.PICKER.pick = shipped_pick if cfg is None else (lambda *a, c=cfg, **kw: (c, "ab pin"))
-                    fns = [lambda st=st: Kn.w8a8_linear(st[0], st[1], st[2], st[3], path="triton-int8") for st in sets]
-                    label = f"{'shipped' if cfg is None else cfg.key()} pdl={pdl}"
-                    try:
-                        times.setdefault(label, []).append(graph_ms(fns, reps=5))
-                    finally:
-                        autotune.PICKER.pick = shipped_pick
-        os.environ.pop("IDEOGRAM4_INT8_PDL", None)
+                autotune.PICKER.pick = shipped_pick if cfg is None else (lambda *a, c=cfg, **kw: (c, "ab pin"))
+                fns = [lambda st=st: Kn.w8a8_linear(st[0], st[1], st[2], st[3], path="triton-int8") for st in sets]
+                label = "shipped" if cfg is None else cfg.key()
+                try:
+                    times.setdefault(label, []).append(graph_ms(fns, reps=5))
+                finally:
+                    autotune.PICKER.pick = shipped_pick
         ranked = sorted((sorted(v)[len(v) // 2], k) for k, v in times.items())
         print(f"{name} ({M}x{N}x{K}): " + ", ".join(f"{k} {ms * 1e3:.1f}us" for ms, k in ranked), flush=True)
         result["shapes"][name] = ranked

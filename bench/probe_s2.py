@@ -40,7 +40,7 @@ def host_section():
     qq = torch.empty_like(q)
     ss = torch.empty_like(s)
     args = (x, x, qq, ss, 64, 256, x.stride(0), qq.stride(0), False, p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"],
-            p["NUM_STAGES"], p["TAIL_K"], False)
+            p["NUM_STAGES"], p["TAIL_K"])
     grid = (QT._programs(64, p["BLOCK_M"], 0, x.device), 1, 1)
     ck = QT._quantize_rows_kernel[grid[:1]](*args, num_warps=p["num_warps"])
     from triton.runtime import driver

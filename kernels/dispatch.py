@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from . import reference
 from .autotune import PICKER
-from .env import capability, interpreter_mode, pdl_enabled, triton_available
+from .env import capability, interpreter_mode, triton_available
 from .reference import INT32_SAFE_MAX_K
 from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_RANK, PATH_TRITON, PATHS, REGISTRY
 
@@ -216,12 +216,8 @@ def _out_buffer(out, m, n, dtype, device, where):
     return out
 
 
-def _launch_fused(
-    q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, swiglu_chunk=None, timed=None, pdl=False
-):
+def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, swiglu_chunk=None, timed=None):
     """Pick the tile config (may autotune on a shape's first call), then launch once.
-
-    ``pdl``: q and q_scale were just written by ``_quantize_for_gemm`` with its PDL trigger on.
 
     ``timed``: the registry path to time the launch under (GEMM timing). Only the launch is timed, never the
     picker: its one-time autotuning runs hundreds of trial launches that are not part of the GEMM.
@@ -234,8 +230,8 @@ def _launch_fused(
     if m == 0:
         return out, None, None
 
-    def launch(cfg, pdl=False):
-        return launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu=bool(swiglu_chunk), pdl=pdl)
+    def launch(cfg):
+        return launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu=bool(swiglu_chunk))
 
     cfg, source = PICKER.pick(q, w, launch, block_n=2 * swiglu_chunk if swiglu_chunk else None)
     if cfg.gluon:  # record what really runs (a Gluon pick falls back where Gluon cannot run)
@@ -244,7 +240,7 @@ def _launch_fused(
             kind = "split-K" if ran.split_k > 1 else "persistent"
             cfg, source = ran, f"{source}; Gluon kernel unavailable here, Triton {kind} kernel ran"
     with REGISTRY.timed(timed, q.device) if timed else contextlib.nullcontext():
-        launch(cfg, pdl)
+        launch(cfg)
     REGISTRY.count_launch("gemm_triton")
     return out, cfg, source
 
@@ -358,25 +354,16 @@ def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype):
         return y.to(out_dtype), None, None
     if chosen == PATH_TRITON:
         with REGISTRY.timed(PATH_TRITON, x2.device):
-            q, s, pdl = _quantize_for_gemm(x2, smooth)
-        return _launch_fused(q, w, s, w_scale, bias, out_dtype, raw_int32=False, timed=PATH_TRITON, pdl=pdl)
+            if x2.stride(-1) == 1:
+                from .quant_triton import quantize_rows_triton  # operands already validated: skip the public checks
+
+                q, s = quantize_rows_triton(x2, smooth)
+                REGISTRY.count_launch("quant_triton")
+            else:
+                q, s = quantize_per_token(x2, smooth)
+        return _launch_fused(q, w, s, w_scale, bias, out_dtype, raw_int32=False, timed=PATH_TRITON)
     q, s = quantize_per_token(x2, smooth)
     return _cublas_linear(q, s, w, w_scale, bias, out_dtype), None, None
-
-
-def _quantize_for_gemm(x2, smooth):
-    """The fused path's activation quantization of validated operands: (q, scale, pdl). pdl: the
-    quantizer was launched with its programmatic-dependent-launch trigger, so the GEMM right after
-    it may be launched to overlap its last wave (Hopper; see env.pdl_enabled)."""
-    if x2.stride(-1) != 1:
-        q, s = quantize_per_token(x2, smooth)
-        return q, s, 0
-    from .quant_triton import quantize_rows_triton
-
-    pdl = pdl_enabled(x2.device)
-    q, s = quantize_rows_triton(x2, smooth, pdl_trigger=pdl > 0)
-    REGISTRY.count_launch("quant_triton")
-    return q, s, pdl
 
 
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, site: str | None = None,
@@ -442,9 +429,9 @@ def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, ou
     with _timed_unless_fused(chosen, x.device):
         if chosen == PATH_TRITON:
             with REGISTRY.timed(PATH_TRITON, x.device):
-                q, s, pdl = _quantize_for_gemm(x2, smooth)
+                q, s = quantize_per_token(x2, smooth)
             h, cfg, source = _launch_fused(q, w13, s, s13, None, out_dtype, False, swiglu_chunk=chunk,
-                                           timed=PATH_TRITON, pdl=pdl)  # fmt: skip
+                                           timed=PATH_TRITON)  # fmt: skip
         else:
             y, _, _ = _w8a8_compute(x2, w13, s13, None, smooth, chosen, torch.float32)
             g, u = deinterleave_gate_up(y, chunk)

@@ -27,22 +27,6 @@ def interpreter_mode() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-ENV_PDL = "IDEOGRAM4_INT8_PDL"
-
-
-def pdl_enabled(device: torch.device) -> int:
-    """Programmatic dependent launch between the activation quantizer and the GEMM after it
-    (griddepcontrol, sm_90+): the GEMM grid starts during the quantizer's last wave. Off on the
-    interpreter, before Hopper, and with IDEOGRAM4_INT8_PDL=0 (read on every call, for A/B runs).
-    Returns the GEMM's PDL level: 0 off, 1 wait only, 2 (default) also fetch the first weight tiles
-    before the wait (IDEOGRAM4_INT8_PDL=wait picks 1)."""
-    env = os.environ.get(ENV_PDL, "1")
-    if device.type != "cuda" or interpreter_mode() or env == "0":
-        return 0
-    cc = capability(device)
-    return (1 if env == "wait" else 2) if cc is not None and cc >= (9, 0) else 0
-
-
 def capability(device: torch.device | None = None) -> tuple[int, int] | None:
     if device is not None and device.type != "cuda":
         return None

@@ -228,12 +228,6 @@ def gluon_available(device) -> str | None:
 if _IMPORT_ERROR is None:
 
     @gluon.jit
-    def _grid_dependency_wait():
-        # PDL (the launch lets this grid start while the activation quantizer still runs): block
-        # until the previous grid on the stream has finished and its writes are visible.
-        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
-
-    @gluon.jit
     def _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M: gl.constexpr):
         # grouped order, identical to gemm_triton._tile_coords
         group_id = tile_id // num_pid_in_group
@@ -472,8 +466,7 @@ if _IMPORT_ERROR is None:
     # -- "ws" / "pingpong": warp specialized ----------------------------------------------------
 
     @gluon.jit
-    def _ws_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr,
-                   PDL: gl.constexpr):
+    def _ws_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
         BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -490,20 +483,6 @@ if _IMPORT_ERROR is None:
         tiles = num_pid_m * num_pid_n
         my_units = gl.cdiv(tiles * SPLIT_K - pid, nprog)
         nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
-        pre = 0  # ring slots whose weight tile was requested before the grid dependency wait
-        if PDL == 2:
-            # The weights are not written by the quantizer this grid overlaps: fetch the first
-            # unit's first NUM_STAGES weight tiles now, the activation tiles after the wait.
-            if my_units > 0:
-                pid_m, pid_n, split, k0, nk = _unit(pid, tiles, num_pid_in_group, num_pid_m, k_tiles, KPS, GROUP_M,
-                                                    SPLIT_K)  # fmt: skip
-                pre = gl.minimum(nk, NUM_STAGES)
-                for i in range(pre):
-                    bar = ready.index(i)
-                    mbarrier.expect(bar, nbytes)  # A's bytes land on the same barrier below
-                    tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, (k0 + i) * BLOCK_K], bar, b_bufs.index(i))
-        if PDL:
-            _grid_dependency_wait()
         slot = 0
         for j in range(my_units):
             pid_m, pid_n, split, k0, nk = _unit(
@@ -513,15 +492,12 @@ if _IMPORT_ERROR is None:
             off_n = pid_n * BLOCK_N
             for kk in range(k0, k0 + nk):
                 s = slot % NUM_STAGES
+                # a fresh barrier passes a wait on parity 1: the first lap needs no release
+                mbarrier.wait(empty.index(s), ((slot // NUM_STAGES) & 1) ^ 1)
                 bar = ready.index(s)
-                if slot < pre:  # first lap, weight tile already in flight
-                    tma.async_copy_global_to_shared(a_desc, [off_m, kk * BLOCK_K], bar, a_bufs.index(s))
-                else:
-                    # a fresh barrier passes a wait on parity 1: the first lap needs no release
-                    mbarrier.wait(empty.index(s), ((slot // NUM_STAGES) & 1) ^ 1)
-                    mbarrier.expect(bar, nbytes)
-                    tma.async_copy_global_to_shared(a_desc, [off_m, kk * BLOCK_K], bar, a_bufs.index(s))
-                    tma.async_copy_global_to_shared(b_desc, [off_n, kk * BLOCK_K], bar, b_bufs.index(s))
+                mbarrier.expect(bar, nbytes)
+                tma.async_copy_global_to_shared(a_desc, [off_m, kk * BLOCK_K], bar, a_bufs.index(s))
+                tma.async_copy_global_to_shared(b_desc, [off_n, kk * BLOCK_K], bar, b_bufs.index(s))
                 slot += 1
 
     @gluon.jit
@@ -548,7 +524,6 @@ if _IMPORT_ERROR is None:
         GROUP_M: gl.constexpr,
         INSTR_N: gl.constexpr,
         SPLIT_K: gl.constexpr,
-        PDL: gl.constexpr,
     ):
         NUM_STAGES: gl.constexpr = a_bufs.shape[0]
         BLOCK_M: gl.constexpr = a_bufs.shape[1]
@@ -576,8 +551,6 @@ if _IMPORT_ERROR is None:
         step: gl.constexpr = 2 if PINGPONG else 1
         row0: gl.constexpr = 0 if PINGPONG else WG * ROWS
 
-        if PDL:  # the epilogue reads the quantizer's token scales
-            _grid_dependency_wait()
         acc = gl.zeros([ROWS, BLOCK_N], gl.int32, acc_layout)
         n = 0  # tiles this warpgroup has done
         for j in range(first, my_tiles, step):
@@ -627,17 +600,17 @@ if _IMPORT_ERROR is None:
     def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
-                      SPLIT_K: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+                      SPLIT_K: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, PDL)  # fmt: skip
+                     KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
 
     @gluon.jit
     def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
-                      SPLIT_K: gl.constexpr, PDL: gl.constexpr):  # fmt: skip
+                      SPLIT_K: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, PDL)  # fmt: skip
+                     KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
 
     @gluon.jit
     def _w8a8_gluon_ws_kernel(
@@ -660,7 +633,6 @@ if _IMPORT_ERROR is None:
         INSTR_N: gl.constexpr,
         PINGPONG: gl.constexpr,
         SPLIT_K: gl.constexpr,
-        PDL: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
         LOADER_REGS: gl.constexpr,
         num_warps: gl.constexpr,
@@ -695,14 +667,14 @@ if _IMPORT_ERROR is None:
                 (
                     _ws_consumer0,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, PDL),
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
                 ),
                 (
                     _ws_consumer1,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, PDL),
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
                 ),
-                (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K, PDL)),
+                (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K)),
             ],
             [4, 1],
             [CONSUMER_REGS, LOADER_REGS],
@@ -761,18 +733,12 @@ def _check_swiglu(cfg, w, bias, raw_int32) -> None:
         )
 
 
-def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, num_sms=None, swiglu=False, ws=None,
-                 pdl=False):
+def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, num_sms=None, swiglu=False, ws=None):
     """(kernel, grid, args, kwargs) of one launch, or None when TMA alignment rules it out.
     Device-free: the offline compile check (bench/compile_gluon_sm90.py) calls it with CPU tensors.
     swiglu: ``w`` holds gate/up rows interleaved in chunks of BLOCK_N // 2; out is [M, N // 2].
     Split-K (workspace_shape(cfg, M, N, K) not None): the kernel writes int32 partials into ``ws``
-    (that shape, contiguous int32) and ignores scales, bias and ``out``; the caller reduces.
-    pdl (ws / pingpong; ignored by "pipelined"): programmatic dependent launch. The grid may start
-    while the previous kernel on the stream runs; its loader requests the first weight tiles, then
-    every partition waits for that kernel (griddepcontrol.wait) before touching q, the token scales
-    or any output. Only for a launch right after our own quantizer (nothing before it on the
-    stream writes ``w``)."""
+    (that shape, contiguous int32) and ignores scales, bias and ``out``; the caller reduces."""
     cfg = cfg or DEFAULT_CONFIG
     if isinstance(cfg, dict):
         cfg = GluonGemmConfig.from_dict(cfg)
@@ -847,21 +813,18 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         INSTR_N=instr_n,
         PINGPONG=cfg.mode == "pingpong",
         SPLIT_K=splits,
-        PDL=int(pdl),
         CONSUMER_REGS=cfg.consumer_regs,
         LOADER_REGS=cfg.loader_regs,
         num_warps=4,
         maxnreg=168,
-        launch_pdl=bool(pdl),  # 1: wait only, 2: also fetch the first weight tiles before the wait
     )
     return _w8a8_gluon_ws_kernel, grid, args, kwargs
 
 
-def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, swiglu=False, pdl=False):
+def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, swiglu=False):
     """out = W8A8 GEMM of q [M, K] and w [N, K] (see module docstring); returns ``out``, or None
     when TMA cannot address the operands (K % 16, alignment): the caller then falls back.
-    swiglu=True: out [M, N // 2] = silu(gate) * up of the interleaved w (module docstring).
-    pdl=True: overlap the launch with the quantizer that produced q (see ``build_launch``)."""
+    swiglu=True: out [M, N // 2] = silu(gate) * up of the interleaved w (module docstring)."""
     cfg = cfg or DEFAULT_CONFIG
     if swiglu:
         _check_swiglu(cfg, w, bias, raw_int32)  # before the TMA test: misuse raises, never falls back
@@ -869,7 +832,7 @@ def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=No
         return None
     # cfg (a frozen dataclass) carries split_k; the shapes fix the workspace and its descriptor
     key = (cfg, q.shape, w.shape[0], q.stride(0), w.stride(0), out.stride(0), out.dtype, raw_int32,
-           q_scale is None, w_scale is None, bias is None, q.device, swiglu, pdl)  # fmt: skip
+           q_scale is None, w_scale is None, bias is None, q.device, swiglu)  # fmt: skip
     plan = _PLANS.get(key)
     ws_shape = workspace_shape(cfg, q.shape[0], w.shape[0], q.shape[1]) if cfg.split_k > 1 else None
     ws = torch.empty(ws_shape, dtype=torch.int32, device=q.device) if ws_shape else None
@@ -877,8 +840,7 @@ def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=No
         why = gluon_available(q.device)
         if why is not None:
             raise RuntimeError(why)
-        launch = build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=raw_int32, cfg=cfg, swiglu=swiglu, ws=ws,
-                              pdl=pdl)  # fmt: skip
+        launch = build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=raw_int32, cfg=cfg, swiglu=swiglu, ws=ws)
         if launch is None:
             return None
         kernel, grid, args, kwargs = launch

@@ -279,13 +279,12 @@ def _k_split(K: int, cfg) -> tuple[int, bool]:
     return k_per_split, even_k
 
 
-def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False, pdl=False):
+def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False):
     """Run the kernel with config ``cfg`` (see configs.GemmConfig). Writes into and returns ``out``.
 
     raw_int32=True returns the int32 accumulator (``out`` must be int32); otherwise ``out`` gets
     the dequantized, biased result in its own dtype. swiglu=True: ``w`` holds gate and up rows
     interleaved in chunks of BLOCK_N // 2 and ``out`` [M, N // 2] gets silu(gate) * up.
-    pdl=True: ``q`` comes straight from our quantizer; a Gluon launch overlaps its last wave.
     """
     M, K = q.shape
     N = w.shape[0]
@@ -294,9 +293,7 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
     if cfg.gluon:
         if not (swiglu and bias is not None) and not _gluon_unavailable(q.device):
             # returns None where TMA cannot address the operands: then the Triton fallback below
-            ran = gemm_gluon.launch_gemm_gluon(
-                q, w, q_scale, w_scale, bias, out, raw_int32, _gluon_config(cfg), swiglu, pdl
-            )
+            ran = gemm_gluon.launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32, _gluon_config(cfg), swiglu)
             if ran is not None:
                 return out
         cfg = runnable_config(cfg, q, w, out, swiglu, bias)

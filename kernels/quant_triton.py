@@ -29,7 +29,6 @@ if interpreter_mode():
 
 else:
     from triton.language.extra import libdevice
-    from triton.language.extra.cuda import gdc_launch_dependents
 
     @triton.jit
     def _round_half_even(v):
@@ -63,12 +62,7 @@ def _quantize_rows_kernel(
     ONE_PASS: tl.constexpr,
     NUM_STAGES: tl.constexpr,
     TAIL_K: tl.constexpr,
-    PDL_TRIGGER: tl.constexpr,
 ):
-    if PDL_TRIGGER:
-        # Let a GEMM launched with programmatic dependent launch start its grid once every
-        # program here has started (it waits for our writes itself: griddepcontrol.wait).
-        gdc_launch_dependents()
     # Persistent when launched with fewer programs than row blocks: each program strides over
     # row blocks (no partial last wave; the next block's loads can be pipelined).
     for blk in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=NUM_STAGES):
@@ -181,13 +175,10 @@ def _programs(M: int, block_m: int, per_sm: int, device) -> int:
     return min(blocks, sm_count(device) * per_sm)
 
 
-def quantize_rows_triton(
-    x: torch.Tensor, smooth: torch.Tensor | None = None, params: dict | None = None, pdl_trigger: bool = False
-):
+def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, params: dict | None = None):
     """x [M, K] (row stride arbitrary, unit column stride) -> (int8 [M, K], float32 [M]).
 
-    ``params`` overrides the launch heuristic (benchmark sweeps). ``pdl_trigger`` (sm_90+ only):
-    the next kernel, if launched with programmatic dependent launch, may start early."""
+    ``params`` overrides the launch heuristic (benchmark sweeps)."""
     M, K = x.shape
     q = torch.empty((M, K), dtype=torch.int8, device=x.device)
     scale = torch.empty((M,), dtype=torch.float32, device=x.device)
@@ -197,7 +188,7 @@ def quantize_rows_triton(
     grid, block_m, block_k, one_pass, stages, warps, tail_k = plan
     _LAUNCH(
         (grid,), x, smooth if smooth is not None else x, q, scale, M, K, x.stride(0), q.stride(0),
-        smooth is not None, block_m, block_k, one_pass, stages, tail_k, pdl_trigger, num_warps=warps,
+        smooth is not None, block_m, block_k, one_pass, stages, tail_k, num_warps=warps,
     )  # fmt: skip
     return q, scale
 

@@ -177,7 +177,7 @@ def bench_shape(name, M, N, K, quick, ck, gen):
         ),
         "quant-only": lambda st: Kn.quantize_per_token(st["x"]),
         "triton-gemm-only": lambda st: _launch_fused(
-            st["q"], st["w_q"], st["s"], st["w_s"], st["bias"].float(), torch.bfloat16, False
+            st["q"], st["w_q"], st["s"], st["w_s"], st["bias"], torch.bfloat16, False
         ),
     }
     if _fp8_available():

@@ -27,6 +27,7 @@ from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_RANK, PATH_TRITON, PATHS, 
 
 ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
 _QUANT_PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)
 
 
@@ -144,12 +145,17 @@ def _check_int8_2d(t: torch.Tensor, name: str) -> None:
         )
 
 
-def _vector(t: torch.Tensor | None, length: int, name: str, device: torch.device) -> torch.Tensor | None:
-    """Validate a per-channel vector ([L] or [L, 1], any float dtype) and return float32 [L]."""
+def _vector(
+    t: torch.Tensor | None, length: int, name: str, device: torch.device, keep_half: bool = False
+) -> torch.Tensor | None:
+    """Validate a per-channel vector ([L] or [L, 1], any float dtype) and return float32 [L].
+
+    ``keep_half``: a contiguous bf16/fp16 [L] is returned as it is (the fused kernels load the bias
+    in its own dtype and widen it exactly in registers: no conversion kernel per call)."""
     if t is None:
         return None
-    if type(t) is torch.Tensor and t.dtype is torch.float32 and t.dim() == 1 and t.shape[0] == length:
-        if t.device == device and t.is_contiguous():
+    if type(t) is torch.Tensor and t.dim() == 1 and t.shape[0] == length and t.device == device:
+        if (t.dtype is torch.float32 or (keep_half and t.dtype in _HALF_DTYPES)) and t.is_contiguous():
             return t  # the form modules keep: nothing to convert (this runs on every call)
     if not isinstance(t, torch.Tensor) or not t.is_floating_point():
         raise KernelInputError(f"{name} must be a floating-point tensor of {length} values")
@@ -263,7 +269,7 @@ def int8_matmul(q, w, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, out
     m, n = q.shape[0], w.shape[0]
     q_scale = _vector(q_scale, m, "int8_matmul: q_scale", q.device)
     w_scale = _vector(w_scale, n, "int8_matmul: w_scale", q.device)
-    bias = _vector(bias, n, "int8_matmul: bias", q.device)
+    bias = _vector(bias, n, "int8_matmul: bias", q.device, keep_half=True)
     if out_dtype not in _FLOAT_DTYPES:
         raise KernelInputError(f"int8_matmul: out_dtype must be float32/float16/bfloat16; got {out_dtype}")
     out, _, _ = _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32=False, out=out)
@@ -320,12 +326,12 @@ def w8a8_linear(
     if x.device != w.device:
         raise KernelInputError(f"w8a8_linear: x on {x.device}, w on {w.device}; move the weight to the input's device")
     _check_k(k, "w8a8_linear")
+    chosen, reason = select_path(x.device, n, k, path)
     w_scale = _vector(w_scale, n, "w8a8_linear: w_scale", x.device)
-    bias_v = _vector(bias, n, "w8a8_linear: bias", x.device)
+    bias_v = _vector(bias, n, "w8a8_linear: bias", x.device, keep_half=chosen == PATH_TRITON)
     smooth = _vector(smooth, k, "w8a8_linear: smooth", x.device)
     out_dtype = out_dtype or x.dtype
 
-    chosen, reason = select_path(x.device, n, k, path)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]

@@ -95,35 +95,30 @@ def _quantize_block(
     cols0 = tl.arange(0, BLOCK_K)
     INF: tl.constexpr = float("inf")
 
-    # Pass 1: absmax over finite values, and whether the row holds NaN/Inf.
-    # (x < inf) is False for both NaN and +-Inf on |x|.
+    # Pass 1: one max-reduction per row gives the absmax and whether the row holds NaN/Inf: a
+    # non-finite value counts as +inf ((x < inf) is False for NaN and +-Inf on |x|), and a row
+    # whose max is inf gets no finite scale anyway (one cross-warp reduction instead of two).
     if ONE_PASS:
         x, mask = _load_row_tile(x_ptr, smooth_ptr, rows, cols0, M, K, stride_xm, HAS_SMOOTH)
         ax = tl.abs(x)
-        finite = ax < INF
-        amax = tl.max(tl.where(finite, ax, 0.0), axis=1)
-        bad = tl.max(tl.where(finite, 0, 1), axis=1)
+        amax = tl.max(tl.where(ax < INF, ax, INF), axis=1)
         if TAIL_K > 0:
             cols_t = BLOCK_K + tl.arange(0, TAIL_K)
             xt, mask_t = _load_row_tile(x_ptr, smooth_ptr, rows, cols_t, M, K, stride_xm, HAS_SMOOTH)
             axt = tl.abs(xt)
-            finite_t = axt < INF
-            amax = tl.maximum(amax, tl.max(tl.where(finite_t, axt, 0.0), axis=1))
-            bad = tl.maximum(bad, tl.max(tl.where(finite_t, 0, 1), axis=1))
+            amax = tl.maximum(amax, tl.max(tl.where(axt < INF, axt, INF), axis=1))
     else:
         amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        bad = tl.zeros((BLOCK_M,), dtype=tl.int32)
         for k0 in range(0, K, BLOCK_K):
             x, mask = _load_row_tile(x_ptr, smooth_ptr, rows, k0 + cols0, M, K, stride_xm, HAS_SMOOTH)
             ax = tl.abs(x)
-            finite = ax < INF
-            amax = tl.maximum(amax, tl.max(tl.where(finite, ax, 0.0), axis=1))
-            bad = tl.maximum(bad, tl.max(tl.where(finite, 0, 1), axis=1))
+            amax = tl.maximum(amax, tl.max(tl.where(ax < INF, ax, INF), axis=1))
+    bad = amax == INF
 
-    ok = (bad == 0) & (amax > 0.0)
+    ok = (amax < INF) & (amax > 0.0)
     # One IEEE division per row, then multiplies: the twin does exactly the same.
     inv = tl.where(ok, tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), tl.where(ok, amax, 1.0)), 0.0)
-    scale = tl.where(bad == 0, tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)), float("nan"))
+    scale = tl.where(bad, float("nan"), tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)))
     tl.store(scale_ptr + rows, scale, mask=rows < M)
 
     # Pass 2: quantize. Non-finite rows write zeros (their scale is NaN, so the output row is NaN).

@@ -180,6 +180,33 @@ def test_w8a8_linear_zero_rows_give_exact_bias(gen):
         assert torch.isfinite(y).all(), path
 
 
+@pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float16])
+def test_half_bias_reaches_the_fused_kernel_unconverted_and_exact(bias_dtype, gen, monkeypatch):
+    """A bf16/fp16 bias goes into the fused kernel as it is (widened in registers, exactly): the
+    output equals the one with the same bias given in float32, and no float32 copy was made."""
+    from comfyui_ideogram4_int8.kernels import dispatch
+
+    n, k, m = 136, 288, 19
+    x = activations(m, k, gen, dtype=torch.bfloat16)
+    w, ws = weight(n, k, gen)
+    bias = (torch.randn(n, generator=gen) * 3).to(bias_dtype)
+    seen = []
+    real = dispatch._launch_fused
+    monkeypatch.setattr(
+        dispatch, "_launch_fused", lambda q, w, qs, s, b, *a, **kw: seen.append(b) or real(q, w, qs, s, b, *a, **kw)
+    )
+    y_half = K.w8a8_linear(x, w, ws, bias, path="triton-int8")
+    y_f32 = K.w8a8_linear(x, w, ws, bias.float(), path="triton-int8")
+    assert seen[0] is bias and seen[1].dtype == torch.float32
+    assert torch.equal(y_half, y_f32)
+    q, s = K.quantize_per_token(x)
+    out = torch.full((m, n), float("nan"), dtype=torch.float32)
+    assert torch.equal(
+        K.int8_matmul(q, w, s, ws, bias, torch.float32, out=out),
+        K.int8_matmul_ref(q, w, s, ws, bias.float(), torch.float32),
+    )
+
+
 def test_w8a8_linear_nan_row_confined(gen):
     n, k = 64, 128
     x = activations(4, k, gen)

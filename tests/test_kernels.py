@@ -547,3 +547,47 @@ def test_quantize_one_pass_with_tail_tile_identical_to_twin(k, block_k, tail_k, 
         qr, sr = K.quantize_per_token_ref(x, sm)
         assert torch.equal(q, qr)
         assert torch.equal(s.nan_to_num(-1.0), sr.nan_to_num(-1.0)) and s[1] == 0 and s[2].isnan()
+
+
+@pytest.mark.parametrize(
+    "m,n,k_tiles,nprog", [(512, 512, 13, 7), (333, 768, 5, 11), (64, 256, 40, 3), (300, 512, 2, 9)]
+)
+def test_stream_k_reduce_sums_exactly_the_slices_the_ctas_wrote(m, n, k_tiles, nprog, gen):
+    """The stream-K plan and reduce (CPU interpreter): CTA c owns the flattened (tile, k step)
+    iterations [c T / P, (c + 1) T / P); each of its tile segments leaves an exact int32 partial in
+    slice (c - first CTA of the tile). The rest of the workspace holds garbage the reduce must not
+    read. The reduced sum must equal torch's int matmul bit for bit, and the dequantized output the
+    twin's epilogue of that sum. (The Gluon kernel that writes the slices runs in the GPU tests.)"""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon, reference
+    from comfyui_ideogram4_int8.kernels.gemm_triton import _reduce_epilogue
+
+    cfg = gemm_gluon.GluonGemmConfig(mode="ws", block_m=128, block_n=256, block_k=128, stream_k=1)
+    k = k_tiles * 128
+    q, w = int8((m, k), gen), int8((n, k), gen)
+    p, slices = gemm_gluon.stream_k_plan(cfg, m, n, k, nprog)
+    assert p == nprog
+    ws = torch.randint(-(2**30), 2**30, (slices, m, n), generator=gen, dtype=torch.int32)  # garbage
+    num_pid_m = -(-m // 128)
+    total = num_pid_m * -(-n // 256) * k_tiles
+    starts = [c * total // p for c in range(p + 1)]
+    for c in range(p):
+        g = starts[c]
+        while g < starts[c + 1]:
+            tile, kk = divmod(g, k_tiles)
+            end = min(starts[c + 1], (tile + 1) * k_tiles)
+            first = max(i for i in range(p) if starts[i] <= tile * k_tiles)  # brute force, not the closed form
+            assert c - first < slices
+            r0, c0 = (tile % num_pid_m) * 128, (tile // num_pid_m) * 256
+            ks = slice(kk * 128, (end - tile * k_tiles) * 128)
+            part = q[r0 : r0 + 128, ks].long() @ w[c0 : c0 + 256, ks].long().t()
+            ws[c - first, r0 : r0 + 128, c0 : c0 + 256] = part.int()
+            g = end
+    stream_k = (128, 256, k_tiles, p)
+    acc = torch.full((m, n), 7, dtype=torch.int32)
+    _reduce_epilogue(ws, None, None, None, acc, True, stream_k)
+    assert torch.equal(acc, q.long().matmul(w.long().t()).int())
+    sa, sb = torch.rand(m, generator=gen) + 0.5, torch.rand(n, generator=gen) / 100
+    bias = torch.randn(n, generator=gen)
+    y = torch.full((m, n), float("nan"), dtype=torch.float32)
+    _reduce_epilogue(ws, sa, sb, bias, y, False, stream_k)
+    assert torch.allclose(y, reference.epilogue_ref(acc, sa, sb, bias, torch.float32), rtol=1e-6, atol=1e-5)

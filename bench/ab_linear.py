@@ -24,15 +24,15 @@ PINGPONG = G(2, 128, 128, 5)
 COOP = G(1, 128, 256, 4)
 COOP_256x128 = G(1, 256, 128, 3)
 CANDIDATES = {  # shape: configs to pin (None: whatever the picker chooses, i.e. the shipped table)
-    "o": [None, COOP],
+    "o": [None, PINGPONG, COOP, COOP_256x128],
     "uncond_o": [None, PINGPONG, COOP],
     "w2": [None, PINGPONG, COOP],
-    "uncond_w2": [None, PINGPONG],
+    "uncond_w2": [None, PINGPONG, COOP, COOP_256x128, G(1, 128, 256, 4, group_m=16)],
     "qkv": [None, PINGPONG, COOP],
     "uncond_qkv": [None],
     "w1/w3": [None],
     "uncond_w1/w3": [None],
-    "llm_cond_proj": [None, G(1, 128, 256, 4, split_k=5), G(1, 128, 256, 4, stream_k=1), G(1, 128, 128, 5, stream_k=1)],
+    "llm_cond_proj": [None, G(1, 128, 256, 4, split_k=5), G(1, 128, 256, 4, split_k=6), G(2, 128, 128, 5, split_k=4)],
 }
 
 

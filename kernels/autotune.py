@@ -119,7 +119,7 @@ class ConfigPicker:
         smem = getattr(props, "shared_memory_per_block_optin", None)
         candidates = config_space(arch, M, smem)
         if block_n is not None:  # the SwiGLU epilogue: the tile width is the weights' interleave
-            candidates = [c for c in candidates if c.block_n == block_n and c.split_k == 1 and not c.stream_k]
+            candidates = [c for c in candidates if c.block_n == block_n and c.split_k == 1]
         from .gemm_triton import _gluon_unavailable
 
         if _gluon_unavailable(device):

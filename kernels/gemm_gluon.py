@@ -90,7 +90,6 @@ class GluonGemmConfig:
     consumer_regs: int = 232  # ws/pingpong: setmaxnreg of the consumer warpgroups
     loader_regs: int = 40  # ws/pingpong: setmaxnreg of the TMA producer warp('s warpgroup)
     split_k: int = 1  # ws/pingpong: K splits; int32 partials to a [S, M, N] workspace, then a reduce
-    stream_k: int = 0  # ws only: equal shares of the (tile, k step) space per CTA; partials + a reduce
 
     def rows_per_consumer(self) -> int:
         if self.mode == "ws":
@@ -111,7 +110,7 @@ class GluonGemmConfig:
         return (
             f"gluon_{self.mode}_{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
             f"_g{self.group_m}_e{self.epi_n}" + (f"_w{self.num_warps}" if self.mode == "pipelined" else "")
-            + (f"_sk{self.split_k}" if self.split_k > 1 else "") + ("_streamk" if self.stream_k else "")
+            + (f"_sk{self.split_k}" if self.split_k > 1 else "")
         )
 
     @classmethod
@@ -198,8 +197,6 @@ def validate(cfg: GluonGemmConfig) -> str | None:
         return "num_stages >= 2"
     if cfg.split_k < 1 or (cfg.split_k > 1 and cfg.mode == "pipelined"):
         return "split_k >= 1; split_k > 1 runs in the ws / pingpong kernels only"
-    if cfg.stream_k and (cfg.mode != "ws" or cfg.split_k != 1):
-        return "stream_k runs in the cooperative ws kernel only, without split_k"
     if cfg.mode != "pipelined" and (cfg.consumer_regs % 8 or cfg.loader_regs % 8):
         return "setmaxnreg counts are multiples of 8"
     try:
@@ -615,90 +612,6 @@ if _IMPORT_ERROR is None:
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                      KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
 
-    # -- stream-K (cooperative ws only): every CTA gets an equal, contiguous share of the flattened
-    # (tile, k step) iteration space; a tile's k range is covered by 1-3 CTAs, each storing its int32
-    # partial into slice (cta - first cta of the tile) of the workspace.
-
-    @gluon.jit
-    def _sk_first_cta(x, nprog, total):
-        """The CTA whose share [c * total // nprog, (c + 1) * total // nprog) holds iteration x."""
-        return ((x + 1) * nprog - 1) // total
-
-    @gluon.jit
-    def _sk_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty):
-        BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-        BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-        NUM_STAGES: gl.constexpr = a_bufs.shape[0]
-        num_pid_m = gl.cdiv(a_desc.shape[0], BLOCK_M)
-        k_tiles = gl.cdiv(a_desc.shape[1], BLOCK_K)
-        total = num_pid_m * gl.cdiv(b_desc.shape[0], BLOCK_N) * k_tiles
-        pid = gl.program_id(0)
-        nprog = gl.num_programs(0)
-        g0 = pid * total // nprog
-        g1 = (pid + 1) * total // nprog
-        nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
-        for g in range(g0, g1):
-            slot = g - g0
-            s = slot % NUM_STAGES
-            tile = g // k_tiles
-            kk = g - tile * k_tiles
-            # tiles column-major (the row blocks of one weight strip are consecutive)
-            off_m = (tile % num_pid_m) * BLOCK_M
-            off_n = (tile // num_pid_m) * BLOCK_N
-            mbarrier.wait(empty.index(s), ((slot // NUM_STAGES) & 1) ^ 1)
-            bar = ready.index(s)
-            mbarrier.expect(bar, nbytes)
-            tma.async_copy_global_to_shared(a_desc, [off_m, kk * BLOCK_K], bar, a_bufs.index(s))
-            tma.async_copy_global_to_shared(b_desc, [off_n, kk * BLOCK_K], bar, b_bufs.index(s))
-
-    @gluon.jit
-    def _sk_consumer(a_bufs, b_bufs, ready, empty, c_bufs, c_desc, M, N, K, WG: gl.constexpr,
-                     INSTR_N: gl.constexpr):  # fmt: skip
-        NUM_STAGES: gl.constexpr = a_bufs.shape[0]
-        BLOCK_M: gl.constexpr = a_bufs.shape[1]
-        BLOCK_K: gl.constexpr = a_bufs.shape[2]
-        BLOCK_N: gl.constexpr = b_bufs.shape[1]
-        ROWS: gl.constexpr = c_desc.block_type.shape[1]
-        EPI_BUFS: gl.constexpr = c_bufs.shape[0] // 2
-        acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, INSTR_N, 32]
-        )
-        num_pid_m = gl.cdiv(M, BLOCK_M)
-        k_tiles = gl.cdiv(K, BLOCK_K)
-        total = num_pid_m * gl.cdiv(N, BLOCK_N) * k_tiles
-        pid = gl.program_id(0)
-        nprog = gl.num_programs(0)
-        g0 = pid * total // nprog
-        g1 = (pid + 1) * total // nprog
-        acc = gl.zeros([ROWS, BLOCK_N], gl.int32, acc_layout)
-        for g in range(g0, g1):
-            slot = g - g0
-            s = slot % NUM_STAGES
-            tile = g // k_tiles
-            kk = g - tile * k_tiles
-            mbarrier.wait(ready.index(s), (slot // NUM_STAGES) & 1)
-            a = a_bufs.index(s).slice(WG * ROWS, ROWS, dim=0)
-            acc = warpgroup_mma(a, b_bufs.index(s).permute((1, 0)), acc, use_acc=(kk > 0) & (g > g0), is_async=True)
-            acc = warpgroup_mma_wait(1, deps=(acc,))
-            # the previous step's wgmma has retired: hand its stage back to the loader
-            mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES), pred=slot > 0)
-            if (kk == k_tiles - 1) | (g == g1 - 1):  # this CTA's part of the tile ends here
-                acc = warpgroup_mma_wait(0, deps=(acc,))
-                part = pid - _sk_first_cta(tile * k_tiles, nprog, total)
-                off_m = (tile % num_pid_m) * BLOCK_M + WG * ROWS
-                _store_partial(acc, c_desc, c_bufs, part, off_m, (tile // num_pid_m) * BLOCK_N, WG * EPI_BUFS,
-                               EPI_BUFS)  # fmt: skip
-        tma.store_wait(0)
-
-    @gluon.jit
-    def _sk_consumer0(a_bufs, b_bufs, ready, empty, c_bufs, c_desc, M, N, K, INSTR_N: gl.constexpr):
-        _sk_consumer(a_bufs, b_bufs, ready, empty, c_bufs, c_desc, M, N, K, 0, INSTR_N)
-
-    @gluon.jit
-    def _sk_consumer1(a_bufs, b_bufs, ready, empty, c_bufs, c_desc, M, N, K, INSTR_N: gl.constexpr):
-        _sk_consumer(a_bufs, b_bufs, ready, empty, c_bufs, c_desc, M, N, K, 1, INSTR_N)
-
     @gluon.jit
     def _w8a8_gluon_ws_kernel(
         a_desc,
@@ -720,7 +633,6 @@ if _IMPORT_ERROR is None:
         INSTR_N: gl.constexpr,
         PINGPONG: gl.constexpr,
         SPLIT_K: gl.constexpr,
-        STREAM_K: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
         LOADER_REGS: gl.constexpr,
         num_warps: gl.constexpr,
@@ -732,7 +644,7 @@ if _IMPORT_ERROR is None:
 
         a_bufs = gl.allocate_shared_memory(gl.int8, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
         b_bufs = gl.allocate_shared_memory(gl.int8, [NUM_STAGES, BLOCK_N, BLOCK_K], b_desc.layout)
-        if SPLIT_K > 1 or STREAM_K:  # [1, ROWS, EPI_N] boxes of the 3-D workspace descriptor over ws [S, M, N]
+        if SPLIT_K > 1:  # [1, ROWS, EPI_N] boxes of the 3-D workspace descriptor over ws [S, M, N]
             ROWS: gl.constexpr = c_desc.block_type.shape[1]
             EPI_N: gl.constexpr = c_desc.block_type.shape[2]
             c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2 * EPI_BUFS, 1, ROWS, EPI_N], c_desc.layout)
@@ -750,34 +662,23 @@ if _IMPORT_ERROR is None:
         for i in gl.static_range(2):
             mbarrier.init(order.index(i), count=1)
 
-        if STREAM_K:
-            gl.warp_specialize(
-                [
-                    (_sk_consumer0, (a_bufs, b_bufs, ready, empty, c_bufs, c_desc, M, N, K, INSTR_N)),
-                    (_sk_consumer1, (a_bufs, b_bufs, ready, empty, c_bufs, c_desc, M, N, K, INSTR_N)),
-                    (_sk_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty)),
-                ],
-                [4, 1],
-                [CONSUMER_REGS, LOADER_REGS],
-            )
-        else:
-            gl.warp_specialize(
-                [
-                    (
-                        _ws_consumer0,
-                        (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                         KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
-                    ),
-                    (
-                        _ws_consumer1,
-                        (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                         KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
-                    ),
-                    (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K)),
-                ],
-                [4, 1],
-                [CONSUMER_REGS, LOADER_REGS],
-            )  # fmt: skip
+        gl.warp_specialize(
+            [
+                (
+                    _ws_consumer0,
+                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
+                ),
+                (
+                    _ws_consumer1,
+                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
+                ),
+                (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K)),
+            ],
+            [4, 1],
+            [CONSUMER_REGS, LOADER_REGS],
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------
@@ -815,20 +716,8 @@ def split_plan(cfg, K: int) -> tuple[int, int]:
     return kps, -(-k_tiles // kps)
 
 
-def stream_k_plan(cfg, M: int, N: int, K: int, num_sms: int) -> tuple[int, int]:
-    """(CTAs P, workspace slices S) of a stream-K launch: CTA c takes the flattened (tile, k step)
-    iterations [c * T // P, (c + 1) * T // P) of T = tiles x k_tiles; a tile's k_tiles steps meet
-    at most (k_tiles - 1) // (T // P) + 2 of those shares, hence S."""
-    k_tiles = -(-K // cfg.block_k)
-    total = -(-M // cfg.block_m) * -(-N // cfg.block_n) * k_tiles
-    nprog = max(1, min(num_sms, total))
-    return nprog, min(nprog, (k_tiles - 1) // (total // nprog) + 2)
-
-
-def workspace_shape(cfg, M: int, N: int, K: int, num_sms: int = 132) -> tuple[int, int, int] | None:
-    """The int32 workspace [S, M, N] a launch of ``cfg`` uses (split-K or stream-K), or None."""
-    if cfg.stream_k:
-        return (stream_k_plan(cfg, M, N, K, num_sms)[1], M, N)
+def workspace_shape(cfg, M: int, N: int, K: int) -> tuple[int, int, int] | None:
+    """The int32 split-K workspace [S, M, N] a launch of ``cfg`` uses, or None (no split)."""
     splits = split_plan(cfg, K)[1]
     return (splits, M, N) if splits > 1 else None
 
@@ -865,16 +754,11 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         raise ValueError(f"q [M, K] int8, w [N, K] int8, out [M, {'N // 2' if swiglu else 'N'}]")
     if raw_int32 != (out.dtype == torch.int32) or out.dtype not in _GL_DTYPE:
         raise ValueError("raw_int32 needs an int32 out; otherwise out is bf16/fp16/fp32")
-    if cfg.stream_k and (swiglu or cfg.split_k != 1):
-        raise ValueError(f"{cfg}: stream-K runs without SwiGLU and split_k")
     kps, splits = split_plan(cfg, K)
-    if cfg.stream_k:  # same workspace contract as split-K, S from the stream-K plan
-        nprog, splits = stream_k_plan(cfg, M, N, K, num_sms or sm_count(q.device))
-    use_ws = splits > 1 or bool(cfg.stream_k)
-    if use_ws and (ws is None or tuple(ws.shape) != (splits, M, N) or ws.dtype != torch.int32
+    if splits > 1 and (ws is None or tuple(ws.shape) != (splits, M, N) or ws.dtype != torch.int32
                        or not ws.is_contiguous()):  # fmt: skip
         raise ValueError(f"{cfg}: split-K needs a contiguous int32 workspace ws [{splits}, {M}, {N}]")
-    if K % 16 or not tma_ok(q, w, out) or (use_ws and (N % 4 or ws.data_ptr() & 15)):
+    if K % 16 or not tma_ok(q, w, out) or (splits > 1 and (N % 4 or ws.data_ptr() & 15)):
         return None
     if cfg.smem_bytes(out.element_size(), swiglu=swiglu) > _SMEM_LIMIT:
         raise ValueError(f"{cfg}: shared memory over the limit for {out.dtype}")
@@ -882,7 +766,7 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     a_desc = TensorDescriptor.from_tensor(q, [bm, bk], gl.NVMMASharedLayout.get_default_for([bm, bk], gl.int8))
     b_desc = TensorDescriptor.from_tensor(w, [bn, bk], gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8))
-    if use_ws:
+    if splits > 1:
         # 3-D over ws [S, M, N], box [1, rows, epi_n]: TMA clips a tile's rows at M inside its slice
         box = [1, rows, cfg.epi_n]
         c_desc = TensorDescriptor.from_tensor(ws, box, gl.NVMMASharedLayout.get_default_for(box, gl.int32))
@@ -895,8 +779,8 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         )
         c_bytes = out.element_size()
     units = -(-M // bm) * -(-N // bn) * splits
-    grid = (nprog,) if cfg.stream_k else (max(1, min(num_sms or sm_count(q.device), units)),)
-    dummy = w_scale if w_scale is not None else (ws if use_ws else out)
+    grid = (max(1, min(num_sms or sm_count(q.device), units)),)
+    dummy = w_scale if w_scale is not None else (ws if splits > 1 else out)
     args = (
         a_desc,
         b_desc,
@@ -928,8 +812,7 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         common,
         INSTR_N=instr_n,
         PINGPONG=cfg.mode == "pingpong",
-        SPLIT_K=1 if cfg.stream_k else splits,
-        STREAM_K=bool(cfg.stream_k),
+        SPLIT_K=splits,
         CONSUMER_REGS=cfg.consumer_regs,
         LOADER_REGS=cfg.loader_regs,
         num_warps=4,
@@ -951,9 +834,7 @@ def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=No
     key = (cfg, q.shape, w.shape[0], q.stride(0), w.stride(0), out.stride(0), out.dtype, raw_int32,
            q_scale is None, w_scale is None, bias is None, q.device, swiglu)  # fmt: skip
     plan = _PLANS.get(key)
-    ws_shape = None
-    if cfg.split_k > 1 or cfg.stream_k:
-        ws_shape = workspace_shape(cfg, q.shape[0], w.shape[0], q.shape[1], sm_count(q.device))
+    ws_shape = workspace_shape(cfg, q.shape[0], w.shape[0], q.shape[1]) if cfg.split_k > 1 else None
     ws = torch.empty(ws_shape, dtype=torch.int32, device=q.device) if ws_shape else None
     if plan is None:
         why = gluon_available(q.device)
@@ -984,8 +865,7 @@ def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=No
     if ws is not None:  # sum the S partial slices, then scales + bias (or the raw int32 sum)
         from .gemm_triton import _reduce_epilogue
 
-        stream_k = (cfg.block_m, cfg.block_n, -(-q.shape[1] // cfg.block_k), grid[0]) if cfg.stream_k else None
-        _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32, stream_k)
+        _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32)
     return out
 
 

@@ -223,36 +223,19 @@ def _split_k_epilogue_kernel(
     N,
     SPLITS,
     stride_cm,
-    K_TILES,
-    NPROG,
     HAS_BIAS: tl.constexpr,
     RAW_INT32: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    STREAM_K: tl.constexpr,
-    TILE_M: tl.constexpr,
-    TILE_N: tl.constexpr,
 ):
     """Sum the SPLITS int32 partial slices of a [SPLITS, M, N] workspace, then store the raw sum
-    (RAW_INT32) or the dequantized, biased result. SPLITS == 1 is the cuBLAS path's epilogue.
-    STREAM_K: the slices of the Gluon stream-K GEMM (TILE_M x TILE_N tiles in column-major order,
-    K_TILES k steps each, NPROG CTAs sharing the tiles x K_TILES iterations equally): only the
-    slices of the CTAs that met this block's tile were written; sum those."""
+    (RAW_INT32) or the dequantized, biased result. SPLITS == 1 is the cuBLAS path's epilogue."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     offs = rm[:, None].to(tl.int64) * N + rn[None, :]
     acc = tl.load(acc_ptr + offs, mask=mask, other=0)
-    n_slices = SPLITS
-    if STREAM_K:
-        num_pid_m = tl.cdiv(M, TILE_M)
-        tile = ((tl.program_id(1) * BLOCK_N) // TILE_N) * num_pid_m + (tl.program_id(0) * BLOCK_M) // TILE_M
-        total = num_pid_m * tl.cdiv(N, TILE_N) * K_TILES
-        # the CTA holding iteration x is ((x + 1) * NPROG - 1) // total (gemm_gluon._sk_first_cta)
-        first = ((tile * K_TILES + 1) * NPROG - 1) // total
-        last = (((tile + 1) * K_TILES) * NPROG - 1) // total
-        n_slices = last - first + 1
-    for s in range(1, n_slices):
+    for s in range(1, SPLITS):
         acc += tl.load(acc_ptr + s * M * N + offs, mask=mask, other=0)
     c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :]
     if RAW_INT32:
@@ -269,10 +252,10 @@ def runnable_config(cfg, q, w, out, swiglu=False, bias=None):
     if not cfg.gluon:
         return cfg
     gluon_no = _gluon_unavailable(q.device) or q.shape[1] % 16 or not gemm_gluon.tma_ok(q, w, out)
-    gluon_no = gluon_no or ((cfg.split_k > 1 or cfg.stream_k) and w.shape[0] % 4)  # the int32 workspace's TMA rows
+    gluon_no = gluon_no or (cfg.split_k > 1 and w.shape[0] % 4)  # the int32 workspace's TMA rows
     if gluon_no or (swiglu and bias is not None):
-        if (cfg.split_k > 1 or cfg.stream_k) and not swiglu:  # a Gluon split-/stream-K entry: Triton split-K
-            return GemmConfig(128, 128, 128, cfg.group_m, cfg.split_k if cfg.split_k > 1 else 3, 4, 3)
+        if cfg.split_k > 1 and not swiglu:  # a Gluon split-K entry: the Triton split-K kernel
+            return GemmConfig(128, 128, 128, cfg.group_m, cfg.split_k, 4, 3)
         big = cfg.block_m * cfg.block_n >= 128 * 256
         return GemmConfig(cfg.block_m, cfg.block_n, 128, cfg.group_m, 1, 8 if big else 4, 3 if big else 4,
                           persistent=1, subtile=1)  # fmt: skip
@@ -348,19 +331,15 @@ def apply_epilogue(acc, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, o
     return _reduce_epilogue(acc.contiguous().reshape(1, M, N), q_scale, w_scale, bias, out, raw_int32=False)
 
 
-def _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32, stream_k=None):
-    """``stream_k``: (tile_m, tile_n, k_tiles, ctas) of the Gluon stream-K launch that filled ``ws``."""
+def _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32):
     splits, M, N = ws.shape
     bm, bn = 32, 128
-    tile_m, tile_n, k_tiles, nprog = stream_k or (bm, bn, 1, 1)
-    bm, bn = min(bm, tile_m), min(bn, tile_n)  # a stream-K block must lie inside one GEMM tile
     _EPILOGUE(
         (triton.cdiv(M, bm), triton.cdiv(N, bn)), ws, out,
         q_scale if q_scale is not None else out,
         w_scale if w_scale is not None else out,
         bias if bias is not None else out,
-        M, N, splits, out.stride(0), k_tiles, nprog, bias is not None, raw_int32, bm, bn, stream_k is not None,
-        tile_m, tile_n, num_warps=4,
+        M, N, splits, out.stride(0), bias is not None, raw_int32, bm, bn, num_warps=4,
     )  # fmt: skip
     return out
 

@@ -19,20 +19,35 @@ from .env import interpreter_mode, sm_count
 from .fast_launch import FastLauncher
 
 if interpreter_mode():
-    # Triton's CPU interpreter has no libdevice.rint. Adding and subtracting 1.5 * 2**23 rounds
-    # an fp32 |v| < 2**22 to the nearest integer, ties to even, with plain IEEE adds (numpy
-    # does not contract or reassociate). The GPU build uses cvt.rni below; both round the
-    # same already-rounded product, so CPU tests check the same function the GPU runs.
+    # Triton's CPU interpreter has no libdevice. Adding and subtracting 1.5 * 2**23 rounds an
+    # fp32 |v| < 2**22 to the nearest integer, ties to even, with plain IEEE adds (numpy does not
+    # contract or reassociate). The GPU build converts with cvt.rni below; both round the same
+    # already-rounded, already-clamped product, so CPU tests check the function the GPU runs.
     @triton.jit
-    def _round_half_even(v):
-        return (v + 12582912.0) - 12582912.0
+    def _round_to_int(v):
+        return ((v + 12582912.0) - 12582912.0).to(tl.int32)
 
 else:
     from triton.language.extra import libdevice
 
     @triton.jit
-    def _round_half_even(v):
-        return libdevice.rint(v)
+    def _round_to_int(v):
+        # one cvt.rni.s32.f32 (round half to even and convert) instead of rint + convert
+        return libdevice.float2int_rn(v)
+
+
+@triton.jit
+def _max_nan(a, b):
+    # a NaN wins the max (max.NaN.f32): one compare per element finds absmax and non-finite rows
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _quantize_tile(x, inv, ok):
+    """int8 of x * inv per row, half to even; rows that are not ok (zero, non-finite, inv overflow)
+    give 0. No clamp: |x| <= amax and inv = RN(127 / amax) give |RN(x * inv)| <= 127 (1 + 2^-24)^2
+    < 127.5, so the rounded value already lies in [-127, 127]."""
+    return tl.where(ok[:, None], _round_to_int(x * inv[:, None]), 0).to(tl.int8)
 
 
 @triton.jit
@@ -95,51 +110,42 @@ def _quantize_block(
     cols0 = tl.arange(0, BLOCK_K)
     INF: tl.constexpr = float("inf")
 
-    # Pass 1: one max-reduction per row gives the absmax and whether the row holds NaN/Inf: a
-    # non-finite value counts as +inf ((x < inf) is False for NaN and +-Inf on |x|), and a row
-    # whose max is inf gets no finite scale anyway (one cross-warp reduction instead of two).
+    # Pass 1: one NaN-propagating max-reduction per row gives the absmax and whether the row holds
+    # NaN/Inf (its max is then NaN or inf): one compare per element, one cross-warp reduction.
     if ONE_PASS:
         x, mask = _load_row_tile(x_ptr, smooth_ptr, rows, cols0, M, K, stride_xm, HAS_SMOOTH)
-        ax = tl.abs(x)
-        amax = tl.max(tl.where(ax < INF, ax, INF), axis=1)
+        amax = tl.reduce(tl.abs(x), 1, _max_nan)
         if TAIL_K > 0:
             cols_t = BLOCK_K + tl.arange(0, TAIL_K)
             xt, mask_t = _load_row_tile(x_ptr, smooth_ptr, rows, cols_t, M, K, stride_xm, HAS_SMOOTH)
-            axt = tl.abs(xt)
-            amax = tl.maximum(amax, tl.max(tl.where(axt < INF, axt, INF), axis=1))
+            amax = _max_nan(amax, tl.reduce(tl.abs(xt), 1, _max_nan))
     else:
         amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             x, mask = _load_row_tile(x_ptr, smooth_ptr, rows, k0 + cols0, M, K, stride_xm, HAS_SMOOTH)
-            ax = tl.abs(x)
-            amax = tl.maximum(amax, tl.max(tl.where(ax < INF, ax, INF), axis=1))
-    bad = amax == INF
+            amax = _max_nan(amax, tl.reduce(tl.abs(x), 1, _max_nan))
+    not_finite = ~(amax < INF)  # NaN or inf
 
-    ok = (amax < INF) & (amax > 0.0)
-    # One IEEE division per row, then multiplies: the twin does exactly the same.
-    inv = tl.where(ok, tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), tl.where(ok, amax, 1.0)), 0.0)
-    scale = tl.where(bad, float("nan"), tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)))
+    # One IEEE division per row, then multiplies: the twin does exactly the same. A row whose
+    # 127 / amax overflows (amax < 3.8e-37) quantizes to zeros like an all-zero row.
+    inv = tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), tl.where(amax > 0.0, amax, 1.0))
+    ok = ~not_finite & (amax > 0.0) & (inv < INF)
+    inv = tl.where(ok, inv, 0.0)
+    scale = tl.where(not_finite, float("nan"), tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)))
     tl.store(scale_ptr + rows, scale, mask=rows < M)
 
     # Pass 2: quantize. Non-finite rows write zeros (their scale is NaN, so the output row is NaN).
     if ONE_PASS:
-        v = _round_half_even(x * inv[:, None])
-        v = tl.minimum(tl.maximum(v, -127.0), 127.0)
-        v = tl.where(ok[:, None], v, 0.0)
-        tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_qm + cols0[None, :], v.to(tl.int8), mask=mask)
+        q_row = q_ptr + rows[:, None].to(tl.int64) * stride_qm
+        tl.store(q_row + cols0[None, :], _quantize_tile(x, inv, ok), mask=mask)
         if TAIL_K > 0:
-            vt = _round_half_even(xt * inv[:, None])
-            vt = tl.minimum(tl.maximum(vt, -127.0), 127.0)
-            vt = tl.where(ok[:, None], vt, 0.0)
-            tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_qm + cols_t[None, :], vt.to(tl.int8), mask=mask_t)
+            tl.store(q_row + cols_t[None, :], _quantize_tile(xt, inv, ok), mask=mask_t)
     else:
         for k0 in range(0, K, BLOCK_K):
             cols = k0 + cols0
             x, mask = _load_row_tile(x_ptr, smooth_ptr, rows, cols, M, K, stride_xm, HAS_SMOOTH)
-            v = _round_half_even(x * inv[:, None])
-            v = tl.minimum(tl.maximum(v, -127.0), 127.0)
-            v = tl.where(ok[:, None], v, 0.0)
-            tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_qm + cols[None, :], v.to(tl.int8), mask=mask)
+            tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_qm + cols[None, :], _quantize_tile(x, inv, ok),
+                     mask=mask)  # fmt: skip
 
 
 def quant_launch_params(M: int, K: int) -> dict:

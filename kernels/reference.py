@@ -32,7 +32,9 @@ def quantize_per_token_ref(x: torch.Tensor, smooth: torch.Tensor | None = None):
     # the Triton kernel does exactly the same two roundings. Tensor / tensor on purpose: torch
     # computes `scalar / tensor` as scalar * reciprocal(tensor), a second rounding.
     qmax = torch.full_like(amax, QMAX)
-    inv = torch.where(finite & (amax > 0), qmax / amax, torch.zeros_like(amax))
+    inv = qmax / torch.where(amax > 0, amax, torch.ones_like(amax))
+    # a row whose 127 / amax overflows (amax < 3.8e-37) quantizes to zeros, like an all-zero row
+    inv = torch.where(finite & (amax > 0) & torch.isfinite(inv), inv, torch.zeros_like(amax))
     q = torch.round(xf * inv[:, None]).clamp_(-QMAX, QMAX)
     q = torch.where(torch.isfinite(q), q, torch.zeros_like(q)).to(torch.int8)
     scale = torch.where(finite, amax / qmax, torch.full_like(amax, float("nan")))

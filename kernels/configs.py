@@ -33,7 +33,6 @@ class GemmConfig:
     subtile: int = 0  # persistent only: epilogue stored as two half-width tiles
     gluon: int = 0  # Hopper Gluon kernel (gemm_gluon.py): 1 cooperative "ws", 2 "pingpong", 3 "pipelined"
     epi_n: int = 64  # gluon only: epilogue subtile width
-    split_atomic: int = 0  # gluon split-K only: partials red.add'ed into one zeroed int32 sum
 
     def smem_bytes(self, out_bytes: int = 4) -> int:
         """Shared memory: the pipelined int8 A and B tiles, plus (persistent kernel) the TMA
@@ -55,7 +54,7 @@ class GemmConfig:
         return GluonGemmConfig(
             block_m=self.block_m, block_n=self.block_n, block_k=self.block_k, num_stages=self.num_stages,
             group_m=self.group_m, mode=GLUON_MODES[self.gluon], epi_n=self.epi_n, num_warps=self.num_warps,
-            split_k=self.split_k, split_atomic=self.split_atomic,
+            split_k=self.split_k,
         )  # fmt: skip
 
     def key(self) -> str:
@@ -63,7 +62,7 @@ class GemmConfig:
             return (
                 f"gluon-{GLUON_MODES[self.gluon]}_{self.block_m}x{self.block_n}x{self.block_k}"
                 f"_g{self.group_m}_s{self.num_stages}_e{self.epi_n}"
-            ) + (f"_sk{self.split_k}" if self.split_k > 1 else "") + ("a" if self.split_atomic else "")
+            ) + (f"_sk{self.split_k}" if self.split_k > 1 else "")
         base = (
             f"{self.block_m}x{self.block_n}x{self.block_k}"
             f"_g{self.group_m}_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}"
@@ -85,13 +84,11 @@ GLUON_MODES = {1: "ws", 2: "pingpong", 3: "pipelined"}
 
 
 def G(
-    mode: int, bm: int, bn: int, stages: int, group_m: int = 8, epi_n: int = 64, bk: int = 128, split_k: int = 1,
-    split_atomic: int = 0,
+    mode: int, bm: int, bn: int, stages: int, group_m: int = 8, epi_n: int = 64, bk: int = 128, split_k: int = 1
 ) -> GemmConfig:
     """A Gluon (Hopper, warp-specialized) config; num_warps is the consumer warpgroup's 4.
     split_k > 1 (ws / pingpong): int32 partials of tiles x splits units, then one reduce kernel."""
-    return GemmConfig(bm, bn, bk, group_m, split_k, 4 if mode != 3 else 8, stages, gluon=mode, epi_n=epi_n,
-                      split_atomic=split_atomic)  # fmt: skip
+    return GemmConfig(bm, bn, bk, group_m, split_k, 4 if mode != 3 else 8, stages, gluon=mode, epi_n=epi_n)
 
 
 _LARGE_SM90 = [
@@ -133,9 +130,6 @@ _GLUON_SM90 = [
     G(1, 128, 256, 4, split_k=11),
     G(2, 128, 128, 5, split_k=4),
     G(2, 128, 128, 5, split_k=11),
-    # the same with the partials red.add'ed into one int32 sum (no S x M x N workspace round trip)
-    G(1, 128, 256, 4, split_k=5, split_atomic=1),
-    G(1, 128, 256, 4, split_k=11, split_atomic=1),
 ]
 _SPLITK_SM90 = [C(128, 128, 128, 8, s, 4, 3) for s in (2, 3, 4, 6, 8)] + [C(64, 128, 128, 8, s, 4, 4) for s in (2, 4)]
 

@@ -90,7 +90,6 @@ class GluonGemmConfig:
     consumer_regs: int = 232  # ws/pingpong: setmaxnreg of the consumer warpgroups
     loader_regs: int = 40  # ws/pingpong: setmaxnreg of the TMA producer warp('s warpgroup)
     split_k: int = 1  # ws/pingpong: K splits; int32 partials to a [S, M, N] workspace, then a reduce
-    split_atomic: int = 0  # split_k > 1: partials red.add'ed into one zeroed [1, M, N] sum instead
 
     def rows_per_consumer(self) -> int:
         if self.mode == "ws":
@@ -112,7 +111,6 @@ class GluonGemmConfig:
             f"gluon_{self.mode}_{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
             f"_g{self.group_m}_e{self.epi_n}" + (f"_w{self.num_warps}" if self.mode == "pipelined" else "")
             + (f"_sk{self.split_k}" if self.split_k > 1 else "")
-            + ("a" if self.split_atomic and self.split_k > 1 else "")
         )
 
     @classmethod
@@ -287,22 +285,6 @@ if _IMPORT_ERROR is None:
             buf.reshape([ROWS, EPI_N]).store(parts[i])
             fence_async_shared()
             tma.async_copy_shared_to_global(c_desc, [split, off_m, off_n + i * EPI_N], buf)
-
-    @gluon.jit
-    def _add_partial(acc, ws_ptr, off_m, off_n, M, N, EPI_N: gl.constexpr):
-        """Split-K, atomic form: the int32 partial acc [ROWS, BLOCK_N] is added into the zeroed sum
-        ws [M, N] with relaxed red.add, EPI_N columns at a time (int64 offsets per subtile, not per
-        tile). Integer addition commutes: the sum is exact in any order. Rows past M are masked."""
-        ROWS: gl.constexpr = acc.shape[0]
-        SPLITS: gl.constexpr = acc.shape[1] // EPI_N
-        parts = _split_n(acc, SPLITS)
-        lay: gl.constexpr = parts[0].type.layout
-        rm = off_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, lay))
-        for i in gl.static_range(SPLITS):
-            rn = off_n + i * EPI_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, lay))
-            offs = gl.expand_dims(rm.to(gl.int64) * N, 1) + gl.expand_dims(rn, 0)
-            mask = gl.expand_dims(rm < M, 1) & gl.expand_dims(rn < N, 0)
-            gl.atomic_add(ws_ptr + offs, parts[i], mask=mask, sem="relaxed")
 
     @gluon.jit
     def _split_n(x, SPLITS: gl.constexpr):
@@ -542,7 +524,6 @@ if _IMPORT_ERROR is None:
         GROUP_M: gl.constexpr,
         INSTR_N: gl.constexpr,
         SPLIT_K: gl.constexpr,
-        ATOMIC: gl.constexpr,
     ):
         NUM_STAGES: gl.constexpr = a_bufs.shape[0]
         BLOCK_M: gl.constexpr = a_bufs.shape[1]
@@ -602,9 +583,7 @@ if _IMPORT_ERROR is None:
                 mbarrier.arrive(order.index(1 - WG))
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES))
-            if SPLIT_K > 1 and ATOMIC:  # sa_ptr is the zeroed int32 sum ws [M, N] here
-                _add_partial(acc, sa_ptr, pid_m * BLOCK_M + row0, pid_n * BLOCK_N, M, N, c_bufs.shape[3])
-            elif SPLIT_K > 1:
+            if SPLIT_K > 1:
                 _store_partial(acc, c_desc, c_bufs, split, pid_m * BLOCK_M + row0, pid_n * BLOCK_N,
                                WG * EPI_BUFS, EPI_BUFS)  # fmt: skip
             else:
@@ -621,17 +600,17 @@ if _IMPORT_ERROR is None:
     def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
-                      SPLIT_K: gl.constexpr, ATOMIC: gl.constexpr):  # fmt: skip
+                      SPLIT_K: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, ATOMIC)  # fmt: skip
+                     KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
 
     @gluon.jit
     def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
-                      SPLIT_K: gl.constexpr, ATOMIC: gl.constexpr):  # fmt: skip
+                      SPLIT_K: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, ATOMIC)  # fmt: skip
+                     KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
 
     @gluon.jit
     def _w8a8_gluon_ws_kernel(
@@ -654,7 +633,6 @@ if _IMPORT_ERROR is None:
         INSTR_N: gl.constexpr,
         PINGPONG: gl.constexpr,
         SPLIT_K: gl.constexpr,
-        ATOMIC: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
         LOADER_REGS: gl.constexpr,
         num_warps: gl.constexpr,
@@ -689,12 +667,12 @@ if _IMPORT_ERROR is None:
                 (
                     _ws_consumer0,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, ATOMIC),
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
                 ),
                 (
                     _ws_consumer1,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, ATOMIC),
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
                 ),
                 (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K)),
             ],
@@ -739,12 +717,9 @@ def split_plan(cfg, K: int) -> tuple[int, int]:
 
 
 def workspace_shape(cfg, M: int, N: int, K: int) -> tuple[int, int, int] | None:
-    """The int32 split-K workspace [S, M, N] a launch of ``cfg`` uses, or None (no split).
-    split_atomic: one [1, M, N] sum, which must be zeroed before the launch."""
+    """The int32 split-K workspace [S, M, N] a launch of ``cfg`` uses, or None (no split)."""
     splits = split_plan(cfg, K)[1]
-    if splits <= 1:
-        return None
-    return (1 if cfg.split_atomic else splits, M, N)
+    return (splits, M, N) if splits > 1 else None
 
 
 def _check_swiglu(cfg, w, bias, raw_int32) -> None:
@@ -780,10 +755,9 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
     if raw_int32 != (out.dtype == torch.int32) or out.dtype not in _GL_DTYPE:
         raise ValueError("raw_int32 needs an int32 out; otherwise out is bf16/fp16/fp32")
     kps, splits = split_plan(cfg, K)
-    slices = 1 if cfg.split_atomic else splits
-    if splits > 1 and (ws is None or tuple(ws.shape) != (slices, M, N) or ws.dtype != torch.int32
+    if splits > 1 and (ws is None or tuple(ws.shape) != (splits, M, N) or ws.dtype != torch.int32
                        or not ws.is_contiguous()):  # fmt: skip
-        raise ValueError(f"{cfg}: split-K needs a contiguous int32 workspace ws [{slices}, {M}, {N}]")
+        raise ValueError(f"{cfg}: split-K needs a contiguous int32 workspace ws [{splits}, {M}, {N}]")
     if K % 16 or not tma_ok(q, w, out) or (splits > 1 and (N % 4 or ws.data_ptr() & 15)):
         return None
     if cfg.smem_bytes(out.element_size(), swiglu=swiglu) > _SMEM_LIMIT:
@@ -839,7 +813,6 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         INSTR_N=instr_n,
         PINGPONG=cfg.mode == "pingpong",
         SPLIT_K=splits,
-        ATOMIC=bool(cfg.split_atomic) and splits > 1,
         CONSUMER_REGS=cfg.consumer_regs,
         LOADER_REGS=cfg.loader_regs,
         num_warps=4,
@@ -862,9 +835,7 @@ def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=No
            q_scale is None, w_scale is None, bias is None, q.device, swiglu)  # fmt: skip
     plan = _PLANS.get(key)
     ws_shape = workspace_shape(cfg, q.shape[0], w.shape[0], q.shape[1]) if cfg.split_k > 1 else None
-    ws = None
-    if ws_shape:
-        ws = (torch.zeros if cfg.split_atomic else torch.empty)(ws_shape, dtype=torch.int32, device=q.device)
+    ws = torch.empty(ws_shape, dtype=torch.int32, device=q.device) if ws_shape else None
     if plan is None:
         why = gluon_available(q.device)
         if why is not None:

@@ -152,7 +152,7 @@ def quant_launch_params(M: int, K: int) -> dict:
     """Launch heuristic, from H100 sweeps (GPU time, CUDA-graph replay; bench/probe_s2.py quant):
     K = 4096 + 2^j (Ideogram's 4608) in one pass from registers; other rows of up to 8 K
     elements two at a time in 1 K chunks read twice (the second pass hits L2),
-    up to 16 K one row in 4 K chunks, long rows in 8 K chunks with 16 warps, two programs per SM."""
+    up to 16 K one row in 4 K chunks, long rows in 16 K chunks with 16 warps, two programs per SM."""
     if K <= 1024:
         block_k = triton.next_power_of_2(K)
         return dict(BLOCK_M=max(1, min(16, 4096 // block_k)), BLOCK_K=block_k, ONE_PASS=True, num_warps=4,
@@ -166,10 +166,10 @@ def quant_launch_params(M: int, K: int) -> dict:
         return dict(BLOCK_M=2, BLOCK_K=1024, ONE_PASS=False, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)
     if K <= 16384:
         return dict(BLOCK_M=1, BLOCK_K=4096, ONE_PASS=False, num_warps=8, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)
-    # Long rows (llm_cond_proj's 53248): two programs per SM walking the rows, loads pipelined. With
-    # one program per row all 512 rows (54 MB) are in flight at once and the second pass misses L2
-    # (probe-quant-H100-2026-11-22-s3: 49.5 -> 42.9 us).
-    return dict(BLOCK_M=1, BLOCK_K=8192, ONE_PASS=False, num_warps=16, PROGRAMS_PER_SM=2, NUM_STAGES=2, TAIL_K=0)
+    # Long rows (llm_cond_proj's 53248): two programs per SM walking the rows in 16 K chunks. With one
+    # program per row all 512 rows (54 MB) are in flight at once and the second pass misses L2
+    # (probe-quant-H100/H200-2026-11-22-s3-final: 47.0 -> 35.1 us on H100, 41.7 -> 27.8 us on H200).
+    return dict(BLOCK_M=1, BLOCK_K=16384, ONE_PASS=False, num_warps=16, PROGRAMS_PER_SM=2, NUM_STAGES=1, TAIL_K=0)
 
 
 def _programs(M: int, block_m: int, per_sm: int, device) -> int:

@@ -221,8 +221,8 @@ def _split_k_epilogue_kernel(
     bias_ptr,
     M,
     N,
-    SPLITS,
     stride_cm,
+    SPLITS: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     RAW_INT32: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -235,8 +235,8 @@ def _split_k_epilogue_kernel(
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     offs = rm[:, None].to(tl.int64) * N + rn[None, :]
     acc = tl.load(acc_ptr + offs, mask=mask, other=0)
-    for s in range(1, SPLITS):
-        acc += tl.load(acc_ptr + s * M * N + offs, mask=mask, other=0)
+    for s in tl.static_range(1, SPLITS):  # unrolled: every slice's load in flight at once
+        acc += tl.load(acc_ptr + (s * M).to(tl.int64) * N + offs, mask=mask, other=0)
     c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :]
     if RAW_INT32:
         tl.store(c_ptrs, acc, mask=mask)
@@ -339,7 +339,7 @@ def _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32):
         q_scale if q_scale is not None else out,
         w_scale if w_scale is not None else out,
         bias if bias is not None else out,
-        M, N, splits, out.stride(0), bias is not None, raw_int32, bm, bn, num_warps=4,
+        M, N, out.stride(0), splits, bias is not None, raw_int32, bm, bn, num_warps=4,
     )  # fmt: skip
     return out
 

@@ -12,6 +12,31 @@ from comfyui_ideogram4_int8.kernels import gemm_gluon as G
 needs_gluon = pytest.mark.skipif(G._IMPORT_ERROR is not None, reason=str(G._IMPORT_ERROR))
 
 
+def _language_namespaces():
+    import triton.language as tl
+
+    return (tl, tl.core, tl.core.tensor, tl.math, tl.core.tensor_descriptor_base)
+
+
+# Triton 3.6's interpreter patches triton.language builtins for every @jit helper call and never
+# restores them (InterpretedFunction.__call__), so a real compile later in the same process can fail
+# inside tl.cdiv. Snapshot the namespaces at collection (before any test runs a kernel on the
+# interpreter) and put them back before each offline compile.
+_PRISTINE = [(ns, dict(vars(ns))) for ns in _language_namespaces()]
+
+
+@pytest.fixture(autouse=True)
+def pristine_triton_language():
+    for ns, saved in _PRISTINE:
+        current = vars(ns)
+        for name in [n for n in current if n not in saved]:
+            delattr(ns, name)
+        for name, value in saved.items():
+            if current.get(name, value) is not value:
+                setattr(ns, name, value)
+    yield
+
+
 def _ptxas_present() -> bool:
     try:
         import triton

@@ -24,16 +24,18 @@ if interpreter_mode():
     # contract or reassociate). The GPU build converts with cvt.rni below; both round the same
     # already-rounded, already-clamped product, so CPU tests check the function the GPU runs.
     @triton.jit
-    def _round_to_int(v):
-        return ((v + 12582912.0) - 12582912.0).to(tl.int32)
+    def _round_to_int8(v, ok):
+        return tl.where(ok, ((v + 12582912.0) - 12582912.0).to(tl.int32), 0).to(tl.int8)
 
 else:
     from triton.language.extra import libdevice
 
     @triton.jit
-    def _round_to_int(v):
-        # one cvt.rni.s32.f32 (round half to even and convert) instead of rint + convert
-        return libdevice.float2int_rn(v)
+    def _round_to_int8(v, ok):
+        # One cvt.rni.s32.f32 (round half to even and convert), then the low byte. Rows that are not
+        # ok have inv = 0, so v is +-0 or NaN (from +-inf / NaN inputs); cvt turns NaN into 0 or
+        # 0x80000000, whose low byte is 0 as well: no per-element select needed.
+        return libdevice.float2int_rn(v).to(tl.int8)
 
 
 @triton.jit
@@ -47,7 +49,7 @@ def _quantize_tile(x, inv, ok):
     """int8 of x * inv per row, half to even; rows that are not ok (zero, non-finite, inv overflow)
     give 0. No clamp: |x| <= amax and inv = RN(127 / amax) give |RN(x * inv)| <= 127 (1 + 2^-24)^2
     < 127.5, so the rounded value already lies in [-127, 127]."""
-    return tl.where(ok[:, None], _round_to_int(x * inv[:, None]), 0).to(tl.int8)
+    return _round_to_int8(x * inv[:, None], ok[:, None])
 
 
 @triton.jit

@@ -195,8 +195,10 @@ def test_step_index_finds_every_step(name, gen):
         assert sa.step_index(s, float(s[i])) == i
         assert sa.step_index(s.double(), float(s[i].float())) == i  # float32 round trip of the same value
         mid = float(s[i + 1]) + float(torch.rand(1, generator=gen)) * (float(s[i]) - float(s[i + 1]))
-        if mid < float(s[i]) * (1 - 1e-4):
-            assert sa.step_index(s, mid) == i  # intermediate sigmas (2nd-order samplers) stay in their step
+        # intermediate sigmas (2nd-order samplers) stay in their step; a draw within step_index's 1e-5
+        # tolerance of either end is a round trip of that sigma by design, so it is skipped
+        if float(s[i + 1]) * (1 + 1e-4) < mid < float(s[i]) * (1 - 1e-4):
+            assert sa.step_index(s, mid) == i
     assert sa.step_index(s, 0.0) == p.steps - 1
     assert sa.step_index(s, 5.0) == 0
 

@@ -695,8 +695,6 @@ if _IMPORT_ERROR is None:
     }
 
 
-
-
 def tma_ok(q, w, out) -> bool:
     """TMA: 16-byte aligned bases and row strides, unit inner stride (asked on every launch: a plain loop)."""
     for t in (q, w, out):

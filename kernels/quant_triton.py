@@ -18,6 +18,13 @@ import triton.language as tl
 from .env import interpreter_mode, sm_count
 from .fast_launch import FastLauncher
 
+
+@triton.jit
+def _max_nan(a, b):
+    # a NaN wins the max (max.NaN.f32): one compare per element finds absmax and non-finite rows
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
 if interpreter_mode():
     # Triton's CPU interpreter has no libdevice. Adding and subtracting 1.5 * 2**23 rounds an
     # fp32 |v| < 2**22 to the nearest integer, ties to even, with plain IEEE adds (numpy does not
@@ -28,6 +35,13 @@ if interpreter_mode():
     def _round_to_int8(v, ok):
         return tl.where(ok, ((v + 12582912.0) - 12582912.0).to(tl.int32), 0).to(tl.int8)
 
+    # The interpreter runs a custom-combine tl.reduce element by element in Python; the built-in
+    # max over |x| with NaN mapped to inf gives the same amax test.
+    @triton.jit
+    def _row_absmax(x):
+        ax = tl.abs(x)
+        return tl.max(tl.where(ax < float("inf"), ax, float("inf")), axis=1)
+
 else:
     from triton.language.extra import libdevice
 
@@ -37,23 +51,6 @@ else:
         # ok have inv = 0, so v is +-0 or NaN (from +-inf / NaN inputs); cvt turns NaN into 0 or
         # 0x80000000, whose low byte is 0 as well: no per-element select needed.
         return libdevice.float2int_rn(v).to(tl.int8)
-
-
-@triton.jit
-def _max_nan(a, b):
-    # a NaN wins the max (max.NaN.f32): one compare per element finds absmax and non-finite rows
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-if interpreter_mode():
-    # The interpreter runs a custom-combine tl.reduce element by element in Python; the built-in
-    # max over |x| with NaN mapped to inf gives the same amax test.
-    @triton.jit
-    def _row_absmax(x):
-        ax = tl.abs(x)
-        return tl.max(tl.where(ax < float("inf"), ax, float("inf")), axis=1)
-
-else:
 
     @triton.jit
     def _row_absmax(x):
@@ -153,8 +150,8 @@ def _quantize_block(
     tl.store(scale_ptr + rows, scale, mask=rows < M)
 
     # Pass 2: quantize. Non-finite rows write zeros (their scale is NaN, so the output row is NaN).
+    q_row = q_ptr + rows[:, None].to(tl.int64) * stride_qm
     if ONE_PASS:
-        q_row = q_ptr + rows[:, None].to(tl.int64) * stride_qm
         tl.store(q_row + cols0[None, :], _quantize_tile(x, inv, ok), mask=mask)
         if TAIL_K > 0:
             tl.store(q_row + cols_t[None, :], _quantize_tile(xt, inv, ok), mask=mask_t)
@@ -162,8 +159,7 @@ def _quantize_block(
         for k0 in range(0, K, BLOCK_K):
             cols = k0 + cols0
             x, mask = _load_row_tile(x_ptr, smooth_ptr, rows, cols, M, K, stride_xm, HAS_SMOOTH)
-            tl.store(q_ptr + rows[:, None].to(tl.int64) * stride_qm + cols[None, :], _quantize_tile(x, inv, ok),
-                     mask=mask)  # fmt: skip
+            tl.store(q_row + cols[None, :], _quantize_tile(x, inv, ok), mask=mask)
 
 
 def quant_launch_params(M: int, K: int) -> dict:

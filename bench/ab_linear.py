@@ -16,7 +16,7 @@ import sys
 import torch
 from comfyui_ideogram4_int8 import kernels as Kn
 from comfyui_ideogram4_int8.bench.gemm import SHAPES
-from comfyui_ideogram4_int8.bench.timing import graph_ms
+from comfyui_ideogram4_int8.bench.timing import graph_ms, rank_interleaved
 from comfyui_ideogram4_int8.kernels import autotune
 from comfyui_ideogram4_int8.kernels.configs import G
 
@@ -36,6 +36,18 @@ CANDIDATES = {  # shape: configs to pin (None: whatever the picker chooses, i.e.
 }
 
 
+def _linear_ms(cfg, sets) -> float:
+    """GPU ms of one whole linear with ``cfg`` pinned (None: the picker's own choice), rotating over
+    the operand sets (x, w, w_scale, bias)."""
+    shipped_pick = autotune.PICKER.pick
+    if cfg is not None:
+        autotune.PICKER.pick = lambda *a, **kw: (cfg, "ab pin")
+    try:
+        return graph_ms([lambda st=st: Kn.w8a8_linear(*st, path="triton-int8") for st in sets], reps=5)
+    finally:
+        autotune.PICKER.pick = shipped_pick
+
+
 def main():
     names = sys.argv[1:] or list(CANDIDATES)
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -45,7 +57,6 @@ def main():
         "triton": __import__("triton").__version__,
         "shapes": {},
     }
-    shipped_pick = autotune.PICKER.pick
     for name in names:
         M, N, K = SHAPES[name]
         sets = []
@@ -54,17 +65,10 @@ def main():
             x[:, :: max(K // 37, 1)] *= 30
             w, ws = Kn.quantize_weight_ref(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
             sets.append((x, w, ws, torch.randn(N, device="cuda", generator=gen).bfloat16()))
-        times: dict[str, list[float]] = {}
-        for _ in range(5):
-            for cfg in CANDIDATES.get(name, [None]):
-                autotune.PICKER.pick = shipped_pick if cfg is None else (lambda *a, c=cfg, **kw: (c, "ab pin"))
-                fns = [lambda st=st: Kn.w8a8_linear(st[0], st[1], st[2], st[3], path="triton-int8") for st in sets]
-                label = "shipped" if cfg is None else cfg.key()
-                try:
-                    times.setdefault(label, []).append(graph_ms(fns, reps=5))
-                finally:
-                    autotune.PICKER.pick = shipped_pick
-        ranked = sorted((sorted(v)[len(v) // 2], k) for k, v in times.items())
+        ranked = rank_interleaved(
+            {"shipped" if c is None else c.key(): (lambda c=c, sets=sets: _linear_ms(c, sets))
+             for c in CANDIDATES.get(name, [None])}
+        )  # fmt: skip
         print(f"{name} ({M}x{N}x{K}): " + ", ".join(f"{k} {ms * 1e3:.1f}us" for ms, k in ranked), flush=True)
         result["shapes"][name] = ranked
         del sets

@@ -13,12 +13,17 @@ import sys
 import torch
 from comfyui_ideogram4_int8 import kernels as Kn
 from comfyui_ideogram4_int8.bench.gemm import SHAPES
-from comfyui_ideogram4_int8.bench.timing import graph_ms
+from comfyui_ideogram4_int8.bench.timing import graph_ms, rank_interleaved
 from comfyui_ideogram4_int8.kernels.configs import CONFIG_SPACES, GemmConfig
 from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
 
 # every Gluon config of the sm90 space, and the Triton persistent kernel for reference
 CANDIDATES = [c for c in CONFIG_SPACES["sm90"] if c.gluon] + [GemmConfig(128, 256, 128, 8, 1, 8, 3, 1, 0, 1)]
+
+
+def _gemm_ms(cfg, sets) -> float:
+    """GPU ms of one GEMM launch with ``cfg``, rotating over the operand sets."""
+    return graph_ms([lambda st=st: launch_gemm(st[0], st[1], cfg, st[2], st[3], st[4], st[5]) for st in sets], reps=5)
 
 
 def main():
@@ -34,12 +39,8 @@ def main():
             w, ws = Kn.quantize_weight_ref(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
             sets.append((q, w, s, ws.float().contiguous(), torch.randn(N, device="cuda", generator=gen),
                          torch.empty(M, N, device="cuda", dtype=torch.bfloat16)))
-        times = {c.key(): [] for c in CANDIDATES}
-        for _ in range(5):
-            for c in CANDIDATES:
-                fns = [lambda st=st, c=c: launch_gemm(st[0], st[1], c, st[2], st[3], st[4], st[5]) for st in sets]
-                times[c.key()].append(graph_ms(fns, reps=5))
-        ranked = sorted((sorted(v)[len(v) // 2], k) for k, v in times.items())
+
+        ranked = rank_interleaved({c.key(): (lambda c=c, sets=sets: _gemm_ms(c, sets)) for c in CANDIDATES})
         flop = 2.0 * M * N * K
         print(f"{name} ({M}x{N}x{K}): " + ", ".join(f"{k} {ms:.3f} ({flop / ms / 1e9:.0f})" for ms, k in ranked[:4]),
               flush=True)

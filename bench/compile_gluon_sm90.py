@@ -88,6 +88,21 @@ def cubin_stats(cubin: bytes) -> dict:
     return out
 
 
+def report(ck, head: str, dump: str | None, stem: str, **extra_ptx) -> None:
+    """Print one compiled kernel's OK line, PTX counts (plus ``extra_ptx``) and cubin resources;
+    with ``dump``, write its PTX, TTGIR and cubin there as ``stem``.*."""
+    print(f"OK   {head}")
+    print(f"     ptx: {ptx_stats(ck.asm['ptx']) | extra_ptx}")
+    print(f"     cubin: {cubin_stats(ck.asm['cubin']) if 'cubin' in ck.asm else {}}")
+    if dump:
+        d = pathlib.Path(dump)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{stem}.ptx").write_text(ck.asm["ptx"])
+        (d / f"{stem}.ttgir").write_text(ck.asm["ttgir"])
+        if "cubin" in ck.asm:
+            (d / f"{stem}.cubin").write_bytes(ck.asm["cubin"])
+
+
 def splitk_configs():
     from comfyui_ideogram4_int8.kernels import gemm_gluon as G
 
@@ -157,21 +172,9 @@ def main(argv=None) -> int:
                 failed += 1
                 print(f"FAIL {cfg.key()} [{vname}]: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
                 continue
-            st = ptx_stats(ck.asm["ptx"])
-            cb = cubin_stats(ck.asm["cubin"]) if "cubin" in ck.asm else {}
             md = ck.metadata
-            print(
-                f"OK   {cfg.key()} [{vname}] {time.time() - t0:.1f}s smem={md.shared}B warps={md.num_warps} grid={grid}"
-            )
-            print(f"     ptx: {st}")
-            print(f"     cubin: {cb}")
-            if a.dump:
-                d = pathlib.Path(a.dump)
-                d.mkdir(parents=True, exist_ok=True)
-                (d / f"{cfg.key()}_{vname}.ptx").write_text(ck.asm["ptx"])
-                (d / f"{cfg.key()}_{vname}.ttgir").write_text(ck.asm["ttgir"])
-                if "cubin" in ck.asm:
-                    (d / f"{cfg.key()}_{vname}.cubin").write_bytes(ck.asm["cubin"])
+            head = f"{cfg.key()} [{vname}] {time.time() - t0:.1f}s smem={md.shared}B warps={md.num_warps} grid={grid}"
+            report(ck, head, a.dump, f"{cfg.key()}_{vname}")
     if a.splitk or a.all:
         for cfg in splitk_configs():
             t0 = time.time()
@@ -181,19 +184,13 @@ def main(argv=None) -> int:
                 failed += 1
                 print(f"FAIL {cfg.key()} [split-K]: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
                 continue
-            st = ptx_stats(ck.asm["ptx"])
-            st["tma_store_3d"] = ck.asm["ptx"].count("cp.async.bulk.tensor.3d.global.shared")
-            cb = cubin_stats(ck.asm["cubin"]) if "cubin" in ck.asm else {}
-            print(
-                f"OK   {cfg.key()} [split-K int32 partials] {time.time() - t0:.1f}s smem={ck.metadata.shared}B "
-                f"grid={grid} SPLIT_K={kwargs['SPLIT_K']} KPS={args[9]} ws box={list(args[2].block_shape)}"
-            )
-            print(f"     ptx: {st}")
-            print(f"     cubin: {cb}")
-            if a.dump:
-                d = pathlib.Path(a.dump)
-                d.mkdir(parents=True, exist_ok=True)
-                (d / f"{cfg.key()}_splitk.ptx").write_text(ck.asm["ptx"])
+            report(
+                ck,
+                f"{cfg.key()} [split-K int32 partials] {time.time() - t0:.1f}s smem={ck.metadata.shared}B "
+                f"grid={grid} SPLIT_K={kwargs['SPLIT_K']} KPS={args[9]} ws box={list(args[2].block_shape)}",
+                a.dump, f"{cfg.key()}_splitk",
+                tma_store_3d=ck.asm["ptx"].count("cp.async.bulk.tensor.3d.global.shared"),
+            )  # fmt: skip
     return 1 if failed else 0
 
 

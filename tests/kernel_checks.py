@@ -60,3 +60,32 @@ def cosine(y, ref):
 
 def launches(name):
     return K.REGISTRY.launches[name]
+
+
+def check_quantize_edge_rows(k, gen, device="cpu", dtype=torch.float32):
+    """Rows at the edges of float32 among healthy ones, quantized on ``device`` and by the twin:
+    zero; NaN (one, and every 7th value); +Inf; -Inf; an absmax so small that 127 / amax overflows
+    (zeros, tiny finite scale); values near float32 max (|x * inv| must still round inside +-127);
+    +-2 x the row's absmax (exactly +-127); a linspace. Healthy rows drawn in ``dtype``, quantized
+    in float32. Identical output and scales, rejected rows all zero."""
+    from comfyui_ideogram4_int8 import kernels as K
+
+    x = activations(12, k, gen, dtype, device).float()
+    x[1] = 0.0
+    x[3, 17] = float("nan")
+    x[4, 5] = float("inf")
+    x[5, k - 1] = float("-inf")
+    x[6] = 0.0
+    x[6, 3], x[6, 9] = 1e-38, -2e-39  # 127 / 1e-38 overflows
+    x[7] *= 3e38 / x[7].abs().max()
+    x[8, 0], x[8, 1] = x[8].abs().max() * 2, -x[8].abs().max() * 2
+    x[9, ::7] = float("nan")
+    x[10] = torch.linspace(-1, 1, k, device=device)
+    q, s = K.quantize_per_token(x)
+    qr, sr = K.quantize_per_token_ref(x)
+    assert torch.equal(q, qr)
+    assert torch.equal(s.isnan(), sr.isnan()) and torch.equal(s[~s.isnan()], sr[~sr.isnan()])
+    for r in (1, 3, 4, 5, 6, 9):
+        assert (q[r] == 0).all(), r
+    assert s[6] > 0 and s[3].isnan() and s[4].isnan() and s[5].isnan() and s[9].isnan()
+    assert q[8, 0] == 127 and q[8, 1] == -127 and q.abs().max() <= 127

@@ -11,7 +11,16 @@ import torch
 from comfyui_ideogram4_int8 import kernels as K
 from comfyui_ideogram4_int8.kernels import configs as C
 from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
-from kernel_checks import activations, cosine, int8, launches, reference_f64, rel_err, weight
+from kernel_checks import (
+    activations,
+    check_quantize_edge_rows,
+    cosine,
+    int8,
+    launches,
+    reference_f64,
+    rel_err,
+    weight,
+)
 
 pytestmark = pytest.mark.skipif(
     K.triton_unavailable_reason(torch.device("cpu")) is not None,
@@ -129,22 +138,7 @@ def test_quantize_zero_nan_inf_rows_stay_confined(gen):
 
 @pytest.mark.parametrize("k", [256, 4608])
 def test_quantize_extreme_rows_match_twin(k, gen):
-    """Rows at the edges of float32: an absmax so small that 127 / amax overflows (zeros, tiny
-    finite scale), -inf only, values near float32 max (|x * inv| must still round inside +-127),
-    and +-amax itself (exactly +-127) all match the twin."""
-    x = activations(6, k, gen)
-    x[0] = 0.0
-    x[0, 3], x[0, 9] = 1e-38, -2e-39  # 127 / 1e-38 overflows
-    x[1, 7] = float("-inf")
-    x[2] *= 3e38 / x[2].abs().max()
-    x[3, 0], x[3, 1] = x[3].abs().max() * 2, -x[3].abs().max() * 2
-    x[4] = torch.linspace(-1, 1, k)
-    q, s = K.quantize_per_token(x)
-    qr, sr = K.quantize_per_token_ref(x)
-    assert torch.equal(q, qr) and torch.equal(s.isnan(), sr.isnan())
-    assert torch.equal(s[~s.isnan()], sr[~sr.isnan()])
-    assert (q[0] == 0).all() and s[0] > 0 and (q[1] == 0).all() and s[1].isnan()
-    assert q[3, 0] == 127 and q[3, 1] == -127 and q.abs().max() <= 127
+    check_quantize_edge_rows(k, gen)
 
 
 def test_quantize_keeps_leading_dims(gen):

@@ -32,10 +32,10 @@ SHAPES = {
     ],
     (4096, 4608): [one_pass(4096, 512, 2), one_pass(4096, 512, 8), one_pass(4096, 512, 4, per_sm=16, stages=2)],
     (4608, 12288): [
-        one_pass(8192, 4096, 8), one_pass(8192, 4096, 16), two_pass(4096, 8, per_sm=4), two_pass(4096, 8, per_sm=6),
+        one_pass(8192, 4096, 16), two_pass(4096, 8), two_pass(4096, 8, per_sm=4), two_pass(4096, 8, per_sm=6),
         two_pass(2048, 4), two_pass(4096, 4), two_pass(8192, 16),
     ],
-    (4096, 12288): [one_pass(8192, 4096, 16), two_pass(4096, 8, per_sm=4)],
+    (4096, 12288): [one_pass(8192, 4096, 16), two_pass(4096, 8), two_pass(4096, 8, per_sm=4)],
     (512, 53248): [
         two_pass(8192, 16, per_sm=1), two_pass(8192, 16, per_sm=2), two_pass(8192, 16, per_sm=3),
         two_pass(8192, 32, per_sm=1), two_pass(8192, 32, per_sm=2), two_pass(16384, 32, per_sm=1),

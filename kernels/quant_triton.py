@@ -38,9 +38,9 @@ if interpreter_mode():
     # The interpreter runs a custom-combine tl.reduce element by element in Python; the built-in
     # max over |x| with NaN mapped to inf gives the same amax test.
     @triton.jit
-    def _row_absmax(x):
+    def _absmax(x, AXIS: tl.constexpr):
         ax = tl.abs(x)
-        return tl.max(tl.where(ax < float("inf"), ax, float("inf")), axis=1)
+        return tl.max(tl.where(ax < float("inf"), ax, float("inf")), axis=AXIS)
 
 else:
     from triton.language.extra import libdevice
@@ -53,16 +53,22 @@ else:
         return libdevice.float2int_rn(v).to(tl.int8)
 
     @triton.jit
-    def _row_absmax(x):
-        return tl.reduce(tl.abs(x), 1, _max_nan)
+    def _absmax(x, AXIS: tl.constexpr):
+        return tl.reduce(tl.abs(x), AXIS, _max_nan)
+
+
+@triton.jit
+def _row_absmax(x):
+    return _absmax(x, 1)
 
 
 @triton.jit
 def _quantize_tile(x, inv, ok):
-    """int8 of x * inv per row, half to even; rows that are not ok (zero, non-finite, inv overflow)
-    give 0. No clamp: |x| <= amax and inv = RN(127 / amax) give |RN(x * inv)| <= 127 (1 + 2^-24)^2
-    < 127.5, so the rounded value already lies in [-127, 127]."""
-    return _round_to_int8(x * inv[:, None], ok[:, None])
+    """int8 of x * inv (inv, ok: [BLOCK_M, 1], or one row's scalars), half to even; rows that are
+    not ok (zero, non-finite, inv overflow) give 0. No clamp: |x| <= amax and inv = RN(127 / amax)
+    give |RN(x * inv)| <= 127 (1 + 2^-24)^2 < 127.5, so the rounded value already lies in
+    [-127, 127]."""
+    return _round_to_int8(x * inv, ok)
 
 
 @triton.jit
@@ -121,6 +127,8 @@ def _quantize_block(
 ):
     """ONE_PASS: the row is held in registers as a BLOCK_K tile, plus (TAIL_K > 0) a second
     TAIL_K tile at column BLOCK_K, so a K like 4608 = 4096 + 512 needs no half-masked 8192 tile."""
+    # One row in a head and a tail tile: its absmax, inv and ok are kept as scalars (see below).
+    ROW_SCALARS: tl.constexpr = ONE_PASS and TAIL_K > 0 and BLOCK_M == 1
     rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
     cols0 = tl.arange(0, BLOCK_K)
     INF: tl.constexpr = float("inf")
@@ -129,11 +137,18 @@ def _quantize_block(
     # NaN/Inf (its max is then NaN or inf): one compare per element, one cross-warp reduction.
     if ONE_PASS:
         x, mask = _load_row_tile(x_ptr, smooth_ptr, rows, cols0, M, K, stride_xm, HAS_SMOOTH)
-        amax = _row_absmax(x)
         if TAIL_K > 0:
             cols_t = BLOCK_K + tl.arange(0, TAIL_K)
             xt, mask_t = _load_row_tile(x_ptr, smooth_ptr, rows, cols_t, M, K, stride_xm, HAS_SMOOTH)
-            amax = _max_nan(amax, _row_absmax(xt))
+            if ROW_SCALARS:
+                # The two tiles have different register layouts. Combined as [1]-vectors, Triton
+                # moved the whole 4096-wide tile through shared memory into the tail's layout
+                # (4 rounds, 8 barriers per row); combined as scalars, nothing moves.
+                amax = _max_nan(_absmax(x, None), _absmax(xt, None))
+            else:
+                amax = _max_nan(_row_absmax(x), _row_absmax(xt))
+        else:
+            amax = _row_absmax(x)
     else:
         amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
@@ -149,6 +164,10 @@ def _quantize_block(
     scale = tl.where(not_finite, float("nan"), tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)))
     tl.store(scale_ptr + rows, scale, mask=rows < M)
 
+    if not ROW_SCALARS:
+        inv = inv[:, None]
+        ok = ok[:, None]
+
     # Pass 2: quantize. Non-finite rows write zeros (their scale is NaN, so the output row is NaN).
     q_row = q_ptr + rows[:, None].to(tl.int64) * stride_qm
     if ONE_PASS:
@@ -163,19 +182,20 @@ def _quantize_block(
 
 
 def quant_launch_params(M: int, K: int) -> dict:
-    """Launch heuristic, from H100 sweeps (GPU time, CUDA-graph replay; bench/probe_s2.py quant):
-    K = 4096 + 2^j (Ideogram's 4608) in one pass from registers; other rows of up to 8 K
-    elements two at a time in 1 K chunks read twice (the second pass hits L2),
+    """Launch heuristic, from H100 sweeps (GPU time, CUDA-graph replay; bench/probe_quant.py):
+    K = 4096 or 8192 + 2^j (Ideogram's 4608, 12288) in one pass from registers; other rows of up
+    to 8 K elements two at a time in 1 K chunks read twice (the second pass hits L2),
     up to 16 K one row in 4 K chunks, long rows in 16 K chunks with 16 warps, two programs per SM."""
     if K <= 1024:
         block_k = triton.next_power_of_2(K)
         return dict(BLOCK_M=max(1, min(16, 4096 // block_k)), BLOCK_K=block_k, ONE_PASS=True, num_warps=4,
                     PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)  # fmt: skip
     head = 1 << (K.bit_length() - 1)
-    if 4096 <= head < K <= 8192 and (K - head) & (K - head - 1) == 0:
-        # K = 4096 + a power of two (Ideogram's 4608 = 4096 + 512): one pass, row in registers
-        return dict(BLOCK_M=1, BLOCK_K=head, ONE_PASS=True, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1,
-                    TAIL_K=K - head)  # fmt: skip
+    if 4096 <= head < K <= 16384 and (K - head) & (K - head - 1) == 0:
+        # K = 4096 or 8192 + a power of two (Ideogram's 4608 = 4096 + 512, 12288 = 8192 + 4096): one
+        # pass, the row in registers as a head and a tail tile
+        return dict(BLOCK_M=1, BLOCK_K=head, ONE_PASS=True, num_warps=4 if head == 4096 else 8, PROGRAMS_PER_SM=0,
+                    NUM_STAGES=1, TAIL_K=K - head)  # fmt: skip
     if K <= 8192:
         return dict(BLOCK_M=2, BLOCK_K=1024, ONE_PASS=False, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)
     if K <= 16384:

@@ -546,10 +546,12 @@ def test_untimed_run_keeps_the_last_timed_result(gen, monkeypatch):
     assert reg.last_run()["gemm_ms_per_path"]["triton-int8"] == 0.0
 
 
-@pytest.mark.parametrize("k,block_k,tail_k", [(4608, 4096, 512), (1500, 1024, 512), (96, 64, 32)])
-def test_quantize_one_pass_with_tail_tile_identical_to_twin(k, block_k, tail_k, gen):
+@pytest.mark.parametrize("block_m", [1, 2])
+@pytest.mark.parametrize("k,block_k,tail_k", [(4608, 4096, 512), (12288, 8192, 4096), (1500, 1024, 512), (96, 64, 32)])
+def test_quantize_one_pass_with_tail_tile_identical_to_twin(k, block_k, tail_k, block_m, gen):
     """The one-pass quantizer holding a row as a BLOCK_K tile plus a TAIL_K tile (exact split and a
-    masked remainder): same bytes and scales as the twin, zero and NaN rows included."""
+    masked remainder): same bytes and scales as the twin, zero and NaN rows included. BLOCK_M = 1
+    keeps the row's absmax, inv and ok as scalars (the GPU default), BLOCK_M = 2 as vectors."""
     from comfyui_ideogram4_int8.kernels.quant_triton import quantize_rows_triton
 
     x = activations(6, k, gen, dtype=torch.bfloat16)
@@ -557,7 +559,8 @@ def test_quantize_one_pass_with_tail_tile_identical_to_twin(k, block_k, tail_k, 
     x[2, k - 1] = float("nan")
     smooth = torch.rand(k, generator=gen) + 0.5
     for sm in (None, smooth):
-        q, s = quantize_rows_triton(x, sm, dict(BLOCK_M=2, BLOCK_K=block_k, ONE_PASS=True, TAIL_K=tail_k, num_warps=4))
+        params = dict(BLOCK_M=block_m, BLOCK_K=block_k, ONE_PASS=True, TAIL_K=tail_k, num_warps=4)
+        q, s = quantize_rows_triton(x, sm, params)
         qr, sr = K.quantize_per_token_ref(x, sm)
         assert torch.equal(q, qr)
         assert torch.equal(s.nan_to_num(-1.0), sr.nan_to_num(-1.0)) and s[1] == 0 and s[2].isnan()

@@ -32,7 +32,13 @@ CANDIDATES = {  # shape: configs to pin (None: whatever the picker chooses, i.e.
     "uncond_qkv": [None],
     "w1/w3": [None],
     "uncond_w1/w3": [None],
-    "llm_cond_proj": [None, G(1, 128, 256, 4, split_k=5), G(1, 128, 256, 4, split_k=6), G(2, 128, 128, 5, split_k=4)],
+    "llm_cond_proj": [
+        None, G(1, 128, 256, 4, split_k=5), G(2, 128, 128, 5, split_k=4),
+        # partials TMA-reduce-added into one zeroed sum (split_add): more splits cost no extra traffic
+        G(1, 128, 256, 4, split_k=5, split_add=1), G(1, 128, 256, 4, split_k=6, split_add=1),
+        G(1, 128, 256, 4, split_k=11, split_add=1), G(2, 128, 128, 5, split_k=11, split_add=1),
+        G(2, 128, 128, 5, split_k=4, split_add=1),
+    ],
 }
 
 

@@ -52,6 +52,7 @@ def ptx_stats(ptx: str) -> dict:
         "tma_load": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::cluster\.global", ptx)),
         "tma_store": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)),
         "cp.async.bulk.tensor": ptx.count("cp.async.bulk.tensor"),
+        "tma_reduce_add": ptx.count("cp.reduce.async.bulk.tensor"),
         "mbarrier": ptx.count("mbarrier."),
         "setmaxnreg": sorted(
             set(" ".join(x.split()) for x in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+\d+", ptx))

@@ -32,6 +32,10 @@ tiles x S work units, split-major (unit = split * tiles + tile); a unit covers t
 so no split is empty. Each unit TMA-stores its exact int32 partial into ws [S, M, N] through a 3-D
 descriptor (box [1, rows, epi_n]; rows past M clip inside the slice), and
 gemm_triton._reduce_epilogue sums the slices and applies scales + bias (or keeps the int32 sum).
+With ``split_add`` the units instead TMA-reduce-add (cp.reduce.async.bulk.tensor .add.s32, done in
+L2) their partials into one zeroed ws [1, M, N]: integer addition is associative, so the sum is
+exact whatever order the units finish in, and the workspace traffic drops from S slices written
+and read back to one.
 Producer and consumers derive the same ring positions (``_unit_slot``), so the mbarrier phases
 stay consistent across units of different lengths.
 
@@ -90,6 +94,7 @@ class GluonGemmConfig:
     consumer_regs: int = 232  # ws/pingpong: setmaxnreg of the consumer warpgroups
     loader_regs: int = 40  # ws/pingpong: setmaxnreg of the TMA producer warp('s warpgroup)
     split_k: int = 1  # ws/pingpong: K splits; int32 partials to a [S, M, N] workspace, then a reduce
+    split_add: bool = False  # split-K: TMA reduce-add the partials into one zeroed [1, M, N] sum
 
     def rows_per_consumer(self) -> int:
         if self.mode == "ws":
@@ -110,7 +115,7 @@ class GluonGemmConfig:
         return (
             f"gluon_{self.mode}_{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
             f"_g{self.group_m}_e{self.epi_n}" + (f"_w{self.num_warps}" if self.mode == "pipelined" else "")
-            + (f"_sk{self.split_k}" if self.split_k > 1 else "")
+            + (f"_sk{self.split_k}{'a' if self.split_add else ''}" if self.split_k > 1 else "")
         )
 
     @classmethod
@@ -146,6 +151,11 @@ SPLITK_PROBE_CONFIGS = (
     GluonGemmConfig(mode="ws", num_stages=4, epi_n=64, split_k=5),
     GluonGemmConfig(mode="ws", num_stages=4, epi_n=64, split_k=9),
     GluonGemmConfig(mode="pingpong", block_m=128, block_n=128, num_stages=5, epi_n=64, split_k=7),
+    # the partials TMA-reduce-added into one [1, M, N] sum (L2) instead of S slices
+    GluonGemmConfig(mode="ws", num_stages=4, epi_n=64, split_k=5, split_add=True),
+    GluonGemmConfig(mode="ws", num_stages=4, epi_n=64, split_k=6, split_add=True),
+    GluonGemmConfig(mode="ws", num_stages=4, epi_n=64, split_k=11, split_add=True),
+    GluonGemmConfig(mode="pingpong", block_m=128, block_n=128, num_stages=5, epi_n=64, split_k=11, split_add=True),
 )
 
 
@@ -197,6 +207,8 @@ def validate(cfg: GluonGemmConfig) -> str | None:
         return "num_stages >= 2"
     if cfg.split_k < 1 or (cfg.split_k > 1 and cfg.mode == "pipelined"):
         return "split_k >= 1; split_k > 1 runs in the ws / pingpong kernels only"
+    if cfg.split_add and cfg.split_k <= 1:
+        return "split_add needs split_k > 1"
     if cfg.mode != "pipelined" and (cfg.consumer_regs % 8 or cfg.loader_regs % 8):
         return "setmaxnreg counts are multiples of 8"
     try:
@@ -226,6 +238,15 @@ def gluon_available(device) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 if _IMPORT_ERROR is None:
+    from triton._C.libtriton import ir as _ir
+    from triton.experimental.gluon.language._core import builtin as _builtin
+
+    @_builtin
+    def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+        """global[coord box] += smem ``src`` (cp.reduce.async.bulk.tensor .add), completed like a
+        TMA store (tma.store_wait). Triton 3.6 builds the op but Gluon exports no wrapper."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(_ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
 
     @gluon.jit
     def _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M: gl.constexpr):
@@ -270,10 +291,12 @@ if _IMPORT_ERROR is None:
         return slot
 
     @gluon.jit
-    def _store_partial(acc, c_desc, c_bufs, split, off_m, off_n, BUF0: gl.constexpr, NBUF: gl.constexpr):
+    def _store_partial(
+        acc, c_desc, c_bufs, split, off_m, off_n, BUF0: gl.constexpr, NBUF: gl.constexpr, ADD: gl.constexpr
+    ):
         """Split-K: the int32 partial acc [ROWS, BLOCK_N] -> ws[split, off_m:, off_n:] through a
         3-D TMA descriptor over ws [S, M, N] (box [1, ROWS, EPI_N]): rows past M are clipped at
-        M, never written into the next slice."""
+        M, never written into the next slice. ADD: reduce-added into ws[0] instead."""
         ROWS: gl.constexpr = acc.shape[0]
         BLOCK_N: gl.constexpr = acc.shape[1]
         EPI_N: gl.constexpr = c_bufs.shape[3]
@@ -284,7 +307,10 @@ if _IMPORT_ERROR is None:
             tma.store_wait(NBUF - 1)
             buf.reshape([ROWS, EPI_N]).store(parts[i])
             fence_async_shared()
-            tma.async_copy_shared_to_global(c_desc, [split, off_m, off_n + i * EPI_N], buf)
+            if ADD:
+                _tma_reduce_add(c_desc, [0, off_m, off_n + i * EPI_N], buf)
+            else:
+                tma.async_copy_shared_to_global(c_desc, [split, off_m, off_n + i * EPI_N], buf)
 
     @gluon.jit
     def _split_n(x, SPLITS: gl.constexpr):
@@ -524,6 +550,7 @@ if _IMPORT_ERROR is None:
         GROUP_M: gl.constexpr,
         INSTR_N: gl.constexpr,
         SPLIT_K: gl.constexpr,
+        SPLIT_ADD: gl.constexpr,
     ):
         NUM_STAGES: gl.constexpr = a_bufs.shape[0]
         BLOCK_M: gl.constexpr = a_bufs.shape[1]
@@ -585,7 +612,7 @@ if _IMPORT_ERROR is None:
             mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES))
             if SPLIT_K > 1:
                 _store_partial(acc, c_desc, c_bufs, split, pid_m * BLOCK_M + row0, pid_n * BLOCK_N,
-                               WG * EPI_BUFS, EPI_BUFS)  # fmt: skip
+                               WG * EPI_BUFS, EPI_BUFS, SPLIT_ADD)  # fmt: skip
             else:
                 _epilogue(
                     acc, c_desc, c_bufs, sa_ptr, sb_ptr, bias_ptr, pid_m * BLOCK_M + row0, pid_n * BLOCK_N, M, N,
@@ -600,17 +627,19 @@ if _IMPORT_ERROR is None:
     def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
-                      SPLIT_K: gl.constexpr):  # fmt: skip
+                      SPLIT_K: gl.constexpr, SPLIT_ADD: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
+                     KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K,
+                     SPLIT_ADD)  # fmt: skip
 
     @gluon.jit
     def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
-                      SPLIT_K: gl.constexpr):  # fmt: skip
+                      SPLIT_K: gl.constexpr, SPLIT_ADD: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
+                     KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K,
+                     SPLIT_ADD)  # fmt: skip
 
     @gluon.jit
     def _w8a8_gluon_ws_kernel(
@@ -633,6 +662,7 @@ if _IMPORT_ERROR is None:
         INSTR_N: gl.constexpr,
         PINGPONG: gl.constexpr,
         SPLIT_K: gl.constexpr,
+        SPLIT_ADD: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
         LOADER_REGS: gl.constexpr,
         num_warps: gl.constexpr,
@@ -667,12 +697,12 @@ if _IMPORT_ERROR is None:
                 (
                     _ws_consumer0,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, SPLIT_ADD),
                 ),
                 (
                     _ws_consumer1,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, SPLIT_ADD),
                 ),
                 (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K)),
             ],
@@ -715,9 +745,12 @@ def split_plan(cfg, K: int) -> tuple[int, int]:
 
 
 def workspace_shape(cfg, M: int, N: int, K: int) -> tuple[int, int, int] | None:
-    """The int32 split-K workspace [S, M, N] a launch of ``cfg`` uses, or None (no split)."""
+    """The int32 split-K workspace a launch of ``cfg`` uses: [S, M, N], or [1, M, N] (zeroed
+    before the launch) for ``split_add``; None when K is not split."""
     splits = split_plan(cfg, K)[1]
-    return (splits, M, N) if splits > 1 else None
+    if splits <= 1:
+        return None
+    return (1, M, N) if cfg.split_add else (splits, M, N)
 
 
 def _check_swiglu(cfg, w, bias, raw_int32) -> None:
@@ -753,9 +786,10 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
     if raw_int32 != (out.dtype == torch.int32) or out.dtype not in _GL_DTYPE:
         raise ValueError("raw_int32 needs an int32 out; otherwise out is bf16/fp16/fp32")
     kps, splits = split_plan(cfg, K)
-    if splits > 1 and (ws is None or tuple(ws.shape) != (splits, M, N) or ws.dtype != torch.int32
+    ws_shape = workspace_shape(cfg, M, N, K)
+    if splits > 1 and (ws is None or tuple(ws.shape) != ws_shape or ws.dtype != torch.int32
                        or not ws.is_contiguous()):  # fmt: skip
-        raise ValueError(f"{cfg}: split-K needs a contiguous int32 workspace ws [{splits}, {M}, {N}]")
+        raise ValueError(f"{cfg}: split-K needs a contiguous int32 workspace ws {list(ws_shape)}")
     if K % 16 or not tma_ok(q, w, out) or (splits > 1 and (N % 4 or ws.data_ptr() & 15)):
         return None
     if cfg.smem_bytes(out.element_size(), swiglu=swiglu) > _SMEM_LIMIT:
@@ -811,6 +845,7 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         INSTR_N=instr_n,
         PINGPONG=cfg.mode == "pingpong",
         SPLIT_K=splits,
+        SPLIT_ADD=bool(cfg.split_add) and splits > 1,
         CONSUMER_REGS=cfg.consumer_regs,
         LOADER_REGS=cfg.loader_regs,
         num_warps=4,
@@ -833,7 +868,9 @@ def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=No
            q_scale is None, w_scale is None, bias is None, q.device, swiglu)  # fmt: skip
     plan = _PLANS.get(key)
     ws_shape = workspace_shape(cfg, q.shape[0], w.shape[0], q.shape[1]) if cfg.split_k > 1 else None
-    ws = torch.empty(ws_shape, dtype=torch.int32, device=q.device) if ws_shape else None
+    ws = None
+    if ws_shape:  # split_add sums into ws[0] in place: it starts from zero
+        ws = (torch.zeros if cfg.split_add else torch.empty)(ws_shape, dtype=torch.int32, device=q.device)
     if plan is None:
         why = gluon_available(q.device)
         if why is not None:

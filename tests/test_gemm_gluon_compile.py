@@ -218,8 +218,33 @@ def test_splitk_host_rules():
 
 
 @needs_gluon
+def test_split_add_host_rules():
+    """split_add: one [1, M, N] workspace the units reduce-add into, started from zero."""
+    from comfyui_ideogram4_int8.kernels.configs import G as gcfg
+
+    cfg = G.GluonGemmConfig(mode="ws", num_stages=4, split_k=5, split_add=True)
+    assert G.validate(cfg) is None and cfg.key().endswith("_sk5a")
+    assert G.validate(G.GluonGemmConfig(mode="ws", split_add=True)) is not None  # needs split_k > 1
+    assert G.workspace_shape(cfg, 333, 4608, 53248) == (1, 333, 4608)
+    assert G.workspace_shape(cfg, 333, 4608, 128) is None  # one k step: not split
+    M, N, K = 333, 512, 53248
+    q, w, sa, sb, bias, out = _operands(M, N, K)
+    with pytest.raises(ValueError):  # the slice workspace of plain split-K is the wrong shape
+        G.build_launch(q, w, sa, sb, bias, out, cfg=cfg, num_sms=132, ws=torch.zeros(5, M, N, dtype=torch.int32))
+    ws = torch.zeros(1, M, N, dtype=torch.int32)
+    _, grid, args, kwargs = G.build_launch(q, w, sa, sb, bias, out, cfg=cfg, num_sms=132, ws=ws)
+    assert kwargs["SPLIT_K"] == 5 and kwargs["SPLIT_ADD"] is True and grid == (min(132, 3 * 2 * 5),)
+    assert list(args[2].shape) == [1, M, N] and args[2].base is ws
+    plain = G.build_launch(q, w, sa, sb, bias, out, cfg=G.GluonGemmConfig(mode="ws", num_stages=4, split_k=5),
+                           num_sms=132, ws=torch.empty(5, M, N, dtype=torch.int32))  # fmt: skip
+    assert plain[3]["SPLIT_ADD"] is False
+    gc = gcfg(1, 128, 256, 4, split_k=5, split_add=1)
+    assert gc.key().endswith("_sk5a") and gc.gluon_config() == cfg.__class__(**{**cfg.__dict__, "num_warps": 4})
+
+
+@needs_gluon
 @pytest.mark.skipif(not _ptxas_present(), reason="triton's bundled ptxas not found")
-@pytest.mark.parametrize("idx", [0, 2])  # ws 128x256 sk11, pingpong 128x128 sk11
+@pytest.mark.parametrize("idx", [0, 2, 8, 11])  # ws 128x256 sk11, pingpong 128x128 sk11, their split_add forms
 def test_offline_sm90a_compile_splitk(idx):
     from comfyui_ideogram4_int8.bench.compile_gluon_sm90 import compile_splitk, cubin_stats, ptx_stats
 
@@ -229,9 +254,14 @@ def test_offline_sm90a_compile_splitk(idx):
     st = ptx_stats(ptx)
     assert st["wgmma_shapes"] == ["wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8"]
     assert st["tma_load"] >= 2 and st["mbarrier"] > 0
-    # the partials leave through the 3-D workspace descriptor only, as int32 (no dequant)
-    assert st["tma_store"] >= cfg.block_n // cfg.epi_n
-    assert st["tma_store"] == ptx.count("cp.async.bulk.tensor.3d.global.shared")
+    # the partials leave through the 3-D workspace descriptor only, as int32 (no dequant): stored
+    # into their slice, or (split_add) reduce-added into the one sum, never both
+    leave, other = ("tma_reduce_add", "tma_store") if cfg.split_add else ("tma_store", "tma_reduce_add")
+    assert st[leave] >= cfg.block_n // cfg.epi_n and st[other] == 0
+    if cfg.split_add:
+        assert st[leave] == ptx.count("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add")
+    else:
+        assert st[leave] == ptx.count("cp.async.bulk.tensor.3d.global.shared")
     assert "cvt.rn.bf16" not in ptx
     assert "setmaxnreg.inc.sync.aligned.u32 232" in st["setmaxnreg"]
     assert "cubin" in ck.asm and ck.metadata.shared <= 227 * 1024

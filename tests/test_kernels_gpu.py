@@ -227,9 +227,10 @@ def test_gluon_kernel_runs_and_matches_float64(mode, gen):
 
 @pytest.mark.parametrize("m", [M_TEXT, 333, 77])
 def test_gluon_split_k_bit_exact_and_fully_written(m, gen):
-    """Gluon split-K (ws 128x256 / pingpong 128x128, 11 splits) at llm_cond_proj: int32 sums
-    bit-exact (sentinel poison: every workspace slice and output element written, rows past M
-    clipped inside their slice), bf16 + bias against float64 (NaN poison)."""
+    """Gluon split-K (ws 128x256 / pingpong 128x128, 11 splits; and the split_add form that
+    TMA-reduce-adds the partials into one zeroed sum) at llm_cond_proj: int32 sums bit-exact
+    (sentinel poison: every workspace slice and output element written, rows past M clipped inside
+    their slice), bf16 + bias against float64 (NaN poison)."""
     from comfyui_ideogram4_int8.kernels import gemm_gluon
 
     if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
@@ -239,7 +240,9 @@ def test_gluon_split_k_bit_exact_and_fully_written(m, gen):
     expect = torch._int_mm(q, w.t())
     sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") / 100
     bias = torch.randn(n, generator=gen).cuda()
-    for cfg in (C.G(1, 128, 256, 4, split_k=11), C.G(2, 128, 128, 5, split_k=11), C.G(1, 128, 256, 4, split_k=6)):
+    configs = [C.G(1, 128, 256, 4, split_k=s) for s in (11, 6)] + [C.G(2, 128, 128, 5, split_k=11)]
+    configs += [C.G(1, 128, 256, 4, split_k=5, split_add=1), C.G(2, 128, 128, 5, split_k=11, split_add=1)]
+    for cfg in configs:
         for _ in range(2):  # the second call runs the cached plan
             out = torch.full((m, n), -(2**31) + 7, dtype=torch.int32, device="cuda")
             gemm_gluon.LAST_LAUNCH.clear()

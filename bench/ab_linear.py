@@ -37,9 +37,21 @@ CANDIDATES = {  # shape: configs to pin (None: whatever the picker chooses, i.e.
         # partials TMA-reduce-added into one zeroed sum (split_add): more splits cost no extra traffic
         G(1, 128, 256, 4, split_k=5, split_add=1), G(1, 128, 256, 4, split_k=6, split_add=1),
         G(1, 128, 256, 4, split_k=11, split_add=1), G(2, 128, 128, 5, split_k=11, split_add=1),
-        G(2, 128, 128, 5, split_k=4, split_add=1),
+        G(1, 128, 256, 4, split_k=7, split_add=1), G(1, 128, 256, 4, split_k=9, split_add=1),
+        G(2, 128, 128, 5, split_k=10, split_add=1),
     ],
 }
+
+
+def operand_sets(M, N, K, gen, count=2) -> list[tuple]:
+    """``count`` sets (x with outlier channels, w int8, w_scale, bf16 bias); two exceed L2 together."""
+    sets = []
+    for _ in range(count):
+        x = (torch.randn(M, K, device="cuda", generator=gen) * 0.5).bfloat16()
+        x[:, :: max(K // 37, 1)] *= 30
+        w, ws = Kn.quantize_weight_ref(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
+        sets.append((x, w, ws, torch.randn(N, device="cuda", generator=gen).bfloat16()))
+    return sets
 
 
 def _linear_ms(cfg, sets) -> float:
@@ -65,12 +77,7 @@ def main():
     }
     for name in names:
         M, N, K = SHAPES[name]
-        sets = []
-        for _ in range(2):
-            x = (torch.randn(M, K, device="cuda", generator=gen) * 0.5).bfloat16()
-            x[:, :: max(K // 37, 1)] *= 30
-            w, ws = Kn.quantize_weight_ref(torch.randn(N, K, device="cuda", generator=gen) * 0.02)
-            sets.append((x, w, ws, torch.randn(N, device="cuda", generator=gen).bfloat16()))
+        sets = operand_sets(M, N, K, gen)
         ranked = rank_interleaved(
             {"shipped" if c is None else c.key(): (lambda c=c, sets=sets: _linear_ms(c, sets))
              for c in CANDIDATES.get(name, [None])}

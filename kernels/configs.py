@@ -55,7 +55,7 @@ class GemmConfig:
         return GluonGemmConfig(
             block_m=self.block_m, block_n=self.block_n, block_k=self.block_k, num_stages=self.num_stages,
             group_m=self.group_m, mode=GLUON_MODES[self.gluon], epi_n=self.epi_n, num_warps=self.num_warps,
-            split_k=self.split_k, split_add=bool(self.split_add),
+            split_k=self.split_k, split_add=bool(self.split_add)
         )  # fmt: skip
 
     def key(self) -> str:
@@ -63,7 +63,7 @@ class GemmConfig:
             return (
                 f"gluon-{GLUON_MODES[self.gluon]}_{self.block_m}x{self.block_n}x{self.block_k}"
                 f"_g{self.group_m}_s{self.num_stages}_e{self.epi_n}"
-            ) + (f"_sk{self.split_k}{'a' if self.split_add else ''}" if self.split_k > 1 else "")
+            ) + (f"_sk{self.split_k}" + ("a" if self.split_add else "") if self.split_k > 1 else "")
         base = (
             f"{self.block_m}x{self.block_n}x{self.block_k}"
             f"_g{self.group_m}_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}"

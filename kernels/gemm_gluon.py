@@ -115,7 +115,7 @@ class GluonGemmConfig:
         return (
             f"gluon_{self.mode}_{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
             f"_g{self.group_m}_e{self.epi_n}" + (f"_w{self.num_warps}" if self.mode == "pipelined" else "")
-            + (f"_sk{self.split_k}{'a' if self.split_add else ''}" if self.split_k > 1 else "")
+            + (f"_sk{self.split_k}" + ("a" if self.split_add else "") if self.split_k > 1 else "")
         )
 
     @classmethod
@@ -292,11 +292,11 @@ if _IMPORT_ERROR is None:
 
     @gluon.jit
     def _store_partial(
-        acc, c_desc, c_bufs, split, off_m, off_n, BUF0: gl.constexpr, NBUF: gl.constexpr, ADD: gl.constexpr
+        acc, c_desc, c_bufs, split, off_m, off_n, BUF0: gl.constexpr, NBUF: gl.constexpr, MODE: gl.constexpr
     ):
         """Split-K: the int32 partial acc [ROWS, BLOCK_N] -> ws[split, off_m:, off_n:] through a
         3-D TMA descriptor over ws [S, M, N] (box [1, ROWS, EPI_N]): rows past M are clipped at
-        M, never written into the next slice. ADD: reduce-added into ws[0] instead."""
+        M, never written into the next slice. MODE 1: reduce-added into ws[0] instead."""
         ROWS: gl.constexpr = acc.shape[0]
         BLOCK_N: gl.constexpr = acc.shape[1]
         EPI_N: gl.constexpr = c_bufs.shape[3]
@@ -307,7 +307,7 @@ if _IMPORT_ERROR is None:
             tma.store_wait(NBUF - 1)
             buf.reshape([ROWS, EPI_N]).store(parts[i])
             fence_async_shared()
-            if ADD:
+            if MODE == 1:
                 _tma_reduce_add(c_desc, [0, off_m, off_n + i * EPI_N], buf)
             else:
                 tma.async_copy_shared_to_global(c_desc, [split, off_m, off_n + i * EPI_N], buf)
@@ -550,7 +550,7 @@ if _IMPORT_ERROR is None:
         GROUP_M: gl.constexpr,
         INSTR_N: gl.constexpr,
         SPLIT_K: gl.constexpr,
-        SPLIT_ADD: gl.constexpr,
+        SPLIT_MODE: gl.constexpr,
     ):
         NUM_STAGES: gl.constexpr = a_bufs.shape[0]
         BLOCK_M: gl.constexpr = a_bufs.shape[1]
@@ -612,7 +612,7 @@ if _IMPORT_ERROR is None:
             mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES))
             if SPLIT_K > 1:
                 _store_partial(acc, c_desc, c_bufs, split, pid_m * BLOCK_M + row0, pid_n * BLOCK_N,
-                               WG * EPI_BUFS, EPI_BUFS, SPLIT_ADD)  # fmt: skip
+                               WG * EPI_BUFS, EPI_BUFS, SPLIT_MODE)  # fmt: skip
             else:
                 _epilogue(
                     acc, c_desc, c_bufs, sa_ptr, sb_ptr, bias_ptr, pid_m * BLOCK_M + row0, pid_n * BLOCK_N, M, N,
@@ -627,19 +627,19 @@ if _IMPORT_ERROR is None:
     def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
-                      SPLIT_K: gl.constexpr, SPLIT_ADD: gl.constexpr):  # fmt: skip
+                      SPLIT_K: gl.constexpr, SPLIT_MODE: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                      KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K,
-                     SPLIT_ADD)  # fmt: skip
+                     SPLIT_MODE)  # fmt: skip
 
     @gluon.jit
     def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                       KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
-                      SPLIT_K: gl.constexpr, SPLIT_ADD: gl.constexpr):  # fmt: skip
+                      SPLIT_K: gl.constexpr, SPLIT_MODE: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
                      KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K,
-                     SPLIT_ADD)  # fmt: skip
+                     SPLIT_MODE)  # fmt: skip
 
     @gluon.jit
     def _w8a8_gluon_ws_kernel(
@@ -662,7 +662,7 @@ if _IMPORT_ERROR is None:
         INSTR_N: gl.constexpr,
         PINGPONG: gl.constexpr,
         SPLIT_K: gl.constexpr,
-        SPLIT_ADD: gl.constexpr,
+        SPLIT_MODE: gl.constexpr,
         CONSUMER_REGS: gl.constexpr,
         LOADER_REGS: gl.constexpr,
         num_warps: gl.constexpr,
@@ -697,12 +697,12 @@ if _IMPORT_ERROR is None:
                 (
                     _ws_consumer0,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, SPLIT_ADD),
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, SPLIT_MODE),
                 ),
                 (
                     _ws_consumer1,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, SPLIT_ADD),
+                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, SPLIT_MODE),
                 ),
                 (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K)),
             ],
@@ -845,7 +845,7 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         INSTR_N=instr_n,
         PINGPONG=cfg.mode == "pingpong",
         SPLIT_K=splits,
-        SPLIT_ADD=bool(cfg.split_add) and splits > 1,
+        SPLIT_MODE=int(bool(cfg.split_add) and splits > 1),  # 0: one slice per split, 1: reduce-add
         CONSUMER_REGS=cfg.consumer_regs,
         LOADER_REGS=cfg.loader_regs,
         num_warps=4,

@@ -233,11 +233,11 @@ def test_split_add_host_rules():
         G.build_launch(q, w, sa, sb, bias, out, cfg=cfg, num_sms=132, ws=torch.zeros(5, M, N, dtype=torch.int32))
     ws = torch.zeros(1, M, N, dtype=torch.int32)
     _, grid, args, kwargs = G.build_launch(q, w, sa, sb, bias, out, cfg=cfg, num_sms=132, ws=ws)
-    assert kwargs["SPLIT_K"] == 5 and kwargs["SPLIT_ADD"] is True and grid == (min(132, 3 * 2 * 5),)
+    assert kwargs["SPLIT_K"] == 5 and kwargs["SPLIT_MODE"] == 1 and grid == (min(132, 3 * 2 * 5),)
     assert list(args[2].shape) == [1, M, N] and args[2].base is ws
     plain = G.build_launch(q, w, sa, sb, bias, out, cfg=G.GluonGemmConfig(mode="ws", num_stages=4, split_k=5),
                            num_sms=132, ws=torch.empty(5, M, N, dtype=torch.int32))  # fmt: skip
-    assert plain[3]["SPLIT_ADD"] is False
+    assert plain[3]["SPLIT_MODE"] == 0
     gc = gcfg(1, 128, 256, 4, split_k=5, split_add=1)
     assert gc.key().endswith("_sk5a") and gc.gluon_config() == cfg.__class__(**{**cfg.__dict__, "num_warps": 4})
 

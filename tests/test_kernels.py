@@ -6,6 +6,8 @@ twin, or with float64 references of the same quantized operands.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from comfyui_ideogram4_int8 import kernels as K
@@ -362,6 +364,23 @@ def test_heuristic_splits_long_k_few_tiles():
     cfg = C.heuristic_config("sm90", 512, 4608, 53248)
     assert cfg.split_k > 1
     assert C.heuristic_config("sm90", 4608, 13824, 4608).split_k == 1
+
+
+def test_shipped_table_entries_are_valid_configs():
+    """Every shipped pick parses into a config whose Gluon form validates; the H100 text projection
+    ships the reduce-add split-K (bench/results/ab-linear-splitadd-H100-2026-11-24-s5.log)."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon
+
+    for gpus in C.shipped_table().values():
+        for gpu, entries in gpus.items():
+            for key, d in entries.items():
+                cfg = C.GemmConfig.from_dict(d)
+                assert set(d) <= {f.name for f in dataclasses.fields(C.GemmConfig)}, (gpu, key)
+                if cfg.gluon and gemm_gluon._IMPORT_ERROR is None:
+                    assert gemm_gluon.validate(cfg.gluon_config()) is None, (gpu, key)
+    cfg, source = C.shipped_config("sm90", "NVIDIA H100 80GB HBM3", 512, 4608, 53248)
+    assert cfg.gluon and cfg.split_k == 5 and cfg.split_add and cfg.key().endswith("_sk5a"), source
+    assert cfg.gluon_config().split_add is True
 
 
 # -- fused gate/up + SwiGLU -------------------------------------------------------------------------

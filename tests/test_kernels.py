@@ -381,6 +381,12 @@ def test_shipped_table_entries_are_valid_configs():
     cfg, source = C.shipped_config("sm90", "NVIDIA H100 80GB HBM3", 512, 4608, 53248)
     assert cfg.gluon and cfg.split_k == 5 and cfg.split_add and cfg.key().endswith("_sk5a"), source
     assert cfg.gluon_config().split_add is True
+    # the H200 has its own picks where its A/B differed (bench/results/ab-linear-H200-2026-11-24-s5.log)
+    # and borrows the H100's elsewhere
+    cfg, source = C.shipped_config("sm90", "NVIDIA H200", 4096, 4608, 12288)
+    assert cfg.gluon == 2 and source == "shipped table (NVIDIA H200)"
+    cfg, source = C.shipped_config("sm90", "NVIDIA H200", 4608, 13824, 4608)
+    assert cfg.gluon and "same arch" in source
 
 
 # -- fused gate/up + SwiGLU -------------------------------------------------------------------------

@@ -291,26 +291,32 @@ if _IMPORT_ERROR is None:
         return slot
 
     @gluon.jit
+    def _stage_store(val, desc, coord, buf, NBUF: gl.constexpr, REDUCE_ADD: gl.constexpr = False):
+        """val -> smem staging ``buf`` -> global at ``coord`` through ``desc`` (TMA store, or
+        reduce-add). Waits first until the store that last used ``buf`` has read it (NBUF buffers
+        alternate); this store stays in flight."""
+        tma.store_wait(NBUF - 1)
+        buf.reshape(val.shape).store(val)  # a [1, R, C] box of the 3-D workspace takes [R, C]
+        fence_async_shared()
+        if REDUCE_ADD:
+            _tma_reduce_add(desc, coord, buf)
+        else:
+            tma.async_copy_shared_to_global(desc, coord, buf)
+
+    @gluon.jit
     def _store_partial(
         acc, c_desc, c_bufs, split, off_m, off_n, BUF0: gl.constexpr, NBUF: gl.constexpr, MODE: gl.constexpr
     ):
         """Split-K: the int32 partial acc [ROWS, BLOCK_N] -> ws[split, off_m:, off_n:] through a
         3-D TMA descriptor over ws [S, M, N] (box [1, ROWS, EPI_N]): rows past M are clipped at
         M, never written into the next slice. MODE 1: reduce-added into ws[0] instead."""
-        ROWS: gl.constexpr = acc.shape[0]
         BLOCK_N: gl.constexpr = acc.shape[1]
         EPI_N: gl.constexpr = c_bufs.shape[3]
         SPLITS: gl.constexpr = BLOCK_N // EPI_N
         parts = _split_n(acc, SPLITS)
         for i in gl.static_range(SPLITS):
-            buf = c_bufs.index(BUF0 + i % NBUF)  # [1, ROWS, EPI_N]
-            tma.store_wait(NBUF - 1)
-            buf.reshape([ROWS, EPI_N]).store(parts[i])
-            fence_async_shared()
-            if MODE == 1:
-                _tma_reduce_add(c_desc, [0, off_m, off_n + i * EPI_N], buf)
-            else:
-                tma.async_copy_shared_to_global(c_desc, [split, off_m, off_n + i * EPI_N], buf)
+            coord = [0 if MODE == 1 else split, off_m, off_n + i * EPI_N]
+            _stage_store(parts[i], c_desc, coord, c_bufs.index(BUF0 + i % NBUF), NBUF, MODE == 1)
 
     @gluon.jit
     def _split_n(x, SPLITS: gl.constexpr):
@@ -373,11 +379,7 @@ if _IMPORT_ERROR is None:
                 u = parts[HALF + i].to(gl.float32) * sa
                 u = u * gl.expand_dims(su, 0)
                 h = (g * _sigmoid(g) * u).to(c_desc.dtype)
-                buf = c_bufs.index(BUF0 + i % NBUF)
-                tma.store_wait(NBUF - 1)  # the store that last used this buffer has read it
-                buf.store(h)
-                fence_async_shared()
-                tma.async_copy_shared_to_global(c_desc, [off_m, off_n // 2 + i * EPI_N], buf)
+                _stage_store(h, c_desc, [off_m, off_n // 2 + i * EPI_N], c_bufs.index(BUF0 + i % NBUF), NBUF)
         else:
             for i in gl.static_range(SPLITS):
                 part = parts[i]
@@ -394,11 +396,7 @@ if _IMPORT_ERROR is None:
                         bias = gl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(gl.float32)
                         y = y + gl.expand_dims(bias, 0)
                     y = y.to(c_desc.dtype)
-                buf = c_bufs.index(BUF0 + i % NBUF)
-                tma.store_wait(NBUF - 1)  # the store that last used this buffer has read it
-                buf.store(y)
-                fence_async_shared()
-                tma.async_copy_shared_to_global(c_desc, [off_m, off_n + i * EPI_N], buf)
+                _stage_store(y, c_desc, [off_m, off_n + i * EPI_N], c_bufs.index(BUF0 + i % NBUF), NBUF)
 
     # -- "pipelined": one partition, software pipelined -----------------------------------------
 

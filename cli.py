@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
     p_bench.add_argument("--tune", action="store_true", help="first time every tile config per shape (table source)")
     p_bench.add_argument("--quant-sweep", action="store_true", help="also time the quantizer's launch variants")
+    p_bench.add_argument(
+        "--sustained", type=float, default=0.0, metavar="SECONDS",
+        help="also time bf16 / FP8 / comfy-kitchen / ours under sustained load: each replayed back to back "
+        "for SECONDS per round (the board at its power limit, as in a sampling loop); 0: off",
+    )  # fmt: skip
     p_bench.set_defaults(func=_cmd_bench)
     return parser
 

@@ -25,7 +25,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .timing import graph_ms
+from .timing import graph_ms, sustained_ms
 
 SHAPES = {  # name: (M, N, K)
     "qkv": (4608, 13824, 4608),
@@ -80,8 +80,13 @@ def _interleaved(fns: dict, quick: bool, calls: int = 12) -> dict[str, float]:
     return {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
 
 
-def _time_peers(row: dict, peers: dict, sets: list, flop: float, quick: bool, speedup_peers) -> None:
-    """Fill ``row`` with each peer's eager (back-to-back) and GPU-only (graph) time and our speedups."""
+SUSTAINED_PEERS = ("triton-int8", "bf16", "ck-int8", "fp8-rowwise")
+
+
+def _time_peers(row: dict, peers: dict, sets: list, flop: float, quick: bool, speedup_peers, sustained=0.0) -> None:
+    """Fill ``row`` with each peer's eager (back-to-back) and GPU-only (graph) time and our speedups;
+    with ``sustained`` seconds, also the target peers' time under sustained load (power-capped
+    clocks, timing.sustained_ms)."""
     variants = {k: [lambda f=f, st=st: f(st) for st in sets] for k, f in peers.items()}
     for label, ms in _interleaved(variants, quick).items():
         row[f"{label}_ms"] = ms
@@ -102,6 +107,16 @@ def _time_peers(row: dict, peers: dict, sets: list, flop: float, quick: bool, sp
             row[f"speedup_vs_{peer}"] = row[f"{peer}_ms"] / row["triton-int8_ms"]
         if f"{peer}_gpu_ms" in row and "triton-int8_gpu_ms" in row:
             row[f"gpu_speedup_vs_{peer}"] = row[f"{peer}_gpu_ms"] / row["triton-int8_gpu_ms"]
+    if sustained:
+        chosen = {k: v for k, v in variants.items() if k in SUSTAINED_PEERS}
+        for label, res in sustained_ms(chosen, seconds=sustained, rounds=2 if quick else 3).items():
+            if isinstance(res, str):
+                row[f"{label}_sustained_error"] = res
+                continue
+            row[f"{label}_sustained_ms"], row[f"{label}_sustained_mhz"] = res
+        for peer in SUSTAINED_PEERS[1:]:
+            if f"{peer}_sustained_ms" in row and "triton-int8_sustained_ms" in row:
+                row[f"sustained_speedup_vs_{peer}"] = row[f"{peer}_sustained_ms"] / row["triton-int8_sustained_ms"]
 
 
 def _sm_clock_mhz() -> int | None:
@@ -138,7 +153,7 @@ def _fp8_available() -> bool:
     return hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability() >= (8, 9)
 
 
-def bench_shape(name, M, N, K, quick, ck, gen):
+def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0):
     from comfyui_ideogram4_int8 import kernels as Kn
     from comfyui_ideogram4_int8.kernels.dispatch import _launch_fused
 
@@ -198,7 +213,9 @@ def bench_shape(name, M, N, K, quick, ck, gen):
     del ref
     for st in sets:
         del st["w_f"]
-    _time_peers(row, peers, sets, flop, quick, ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "dequant-bf16"))
+    _time_peers(
+        row, peers, sets, flop, quick, ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "dequant-bf16"), sustained
+    )
     rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
     row["triton_config"], row["triton_config_source"] = rec.config, rec.config_source
     quant_ms = row.get("quant-only_gpu_ms", row["quant-only_ms"])
@@ -211,7 +228,7 @@ def bench_shape(name, M, N, K, quick, ck, gen):
     return row
 
 
-def bench_swiglu(name, M, F_, K, quick, ck, gen):
+def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0):
     """The FFN gate/up pair: silu(x W1^T) * (x W3^T), each peer from a bf16 x to a bf16 h."""
     from comfyui_ideogram4_int8 import kernels as Kn
 
@@ -277,7 +294,10 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen):
     del ref
     for st in sets:
         del st["w1_f"], st["w3_f"]
-    _time_peers(row, peers, sets, flop, quick, ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused"))
+    _time_peers(
+        row, peers, sets, flop, quick, ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused"),
+        sustained,
+    )
     rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
     row["triton_config"], row["triton_config_source"] = rec.config, rec.config_source
     row["sm_clock_mhz_after"] = _sm_clock_mhz()
@@ -391,8 +411,27 @@ def print_table(rows, copy_gbps):
             qbw = f"{100 * r['quant_gbps'] / copy_gbps:.0f}%" if "quant_gbps" in r else "-"
             line += f"{qbw:>9}  {r.get('triton_config')}"
             print(line)
+    if any("triton-int8_sustained_ms" in r for r in rows):
+        print_sustained(rows)
     print(f"targets: x bf16 >= {TARGETS['bf16']}, x ck >= {TARGETS['ck-int8']}, x fp8 >= {TARGETS['fp8-rowwise']};"
           " quant >= 70% of copy bandwidth (GPU time)")  # fmt: skip
+
+
+def print_sustained(rows) -> None:
+    """The third block: each target peer replayed back to back for a sustained window (the board at
+    its power limit, as in a sampling loop), with the median SM clock NVML read during it."""
+    print("\nsustained load: graph replays back to back, interleaved rounds (ms per call @ median SM MHz)")
+    cols = SUSTAINED_PEERS[1:] + SUSTAINED_PEERS[:1]
+    print(f"{'shape':<18}" + "".join(f"{c:>20}" for c in cols) + f"{'x bf16':>8}{'x ck':>7}{'x fp8':>7}")
+    for r in rows:
+        line = f"{r['shape']:<18}"
+        for c in cols:
+            ms, mhz = r.get(f"{c}_sustained_ms"), r.get(f"{c}_sustained_mhz")
+            line += f"{ms:>9.3f}ms @{mhz or 0:>5.0f}MHz" if ms else f"{'-':>20}"
+        for peer in ("bf16", "ck-int8", "fp8-rowwise"):
+            v = r.get(f"sustained_speedup_vs_{peer}")
+            line += f"{v:>7.2f}x" if v else f"{'-':>8}"
+        print(line)
 
 
 def run_bench(args) -> int:
@@ -446,7 +485,7 @@ def run_bench(args) -> int:
     for name in names:
         try:
             fn = bench_swiglu if name in SWIGLU_SHAPES else bench_shape
-            rows.append(fn(name, *SHAPES[name], args.quick, ck, gen))
+            rows.append(fn(name, *SHAPES[name], args.quick, ck, gen, getattr(args, "sustained", 0.0)))
         except Exception as exc:  # keep the other shapes' numbers
             print(f"shape {name} failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
             result.setdefault("failed", {})[name] = f"{exc.__class__.__name__}: {exc}"

@@ -3,6 +3,7 @@ picture (CUDA-graph replay) and host time per call (the GPU never the limit)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
@@ -57,3 +58,78 @@ def rank_interleaved(measures: dict, rounds: int = 5) -> list[tuple[float, str]]
         for label, measure in measures.items():
             times[label].append(measure())
     return sorted((sorted(v)[len(v) // 2], label) for label, v in times.items())
+
+
+def _nvml_sm_mhz() -> float | None:
+    try:
+        return float(torch.cuda.clock_rate())  # NVML's current SM clock
+    except Exception:  # no pynvml, or NVML refused
+        return None
+
+
+def _poll_clock(done: threading.Event, clocks: list, every_s: float = 0.02) -> None:
+    """NVML SM clock readings into ``clocks`` until ``done``, skipping the first 50 ms (the clock
+    is still leaving the previous window's state)."""
+    t0 = time.perf_counter()
+    while not done.wait(every_s):
+        if time.perf_counter() - t0 > 0.05:
+            mhz = _nvml_sm_mhz()
+            if mhz is not None:
+                clocks.append(mhz)
+
+
+def sustained_ms(variants: dict, seconds: float = 0.5, rounds: int = 3, calls: int = 10) -> dict:
+    """{label: (median ms per call, median SM MHz)} under sustained load: each peer's ``calls``
+    calls are captured in one CUDA graph, and in each round every peer (order rotating) replays
+    its graph back to back for ~``seconds``. A diffusion sampler keeps the GPU busy for seconds, so
+    the board sits at its power limit and the SM clock drops (H100 SXM at 700 W: ~1.3 GHz for a bf16
+    GEMM, ~1.75 GHz for the W8A8 one); a burst timed from idle runs near the boost clock instead.
+    The SM clock is the median of NVML readings taken every 20 ms during each window. A peer whose
+    graph cannot be captured is left out (its label maps to its error string)."""
+    graphs, out = {}, {}
+    for label, fns in variants.items():
+        try:
+            for f in fns:
+                f()
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for i in range(calls):
+                    fns[i % len(fns)]()
+            g.replay()
+            torch.cuda.synchronize()
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            g.replay()
+            stop.record()
+            stop.synchronize()
+            graphs[label] = (g, max(1, int(seconds * 1e3 / max(start.elapsed_time(stop), 1e-3))))
+        except Exception as exc:
+            torch.cuda.synchronize()
+            out[label] = f"{exc.__class__.__name__}: {str(exc)[:160]}"
+    samples = {label: ([], []) for label in graphs}
+    labels = list(graphs)
+    for r in range(rounds + 1):  # round 0 brings the board to its steady power state: not kept
+        for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
+            g, reps = graphs[label]
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            clocks, done = [], threading.Event()
+            # a thread reads the clock while the window runs: the host's enqueueing of the replays
+            # blocks once the launch queue is full, so this thread cannot wait for it to finish
+            poller = threading.Thread(target=_poll_clock, args=(done, clocks), daemon=True)
+            start.record()
+            poller.start()
+            for _ in range(reps):
+                g.replay()
+            stop.record()
+            stop.synchronize()
+            done.set()
+            poller.join()
+            if r:
+                samples[label][0].append(start.elapsed_time(stop) / (reps * calls))
+                if clocks:
+                    samples[label][1].append(sorted(clocks)[len(clocks) // 2])
+    for label, (ms, mhz) in samples.items():
+        out[label] = (sorted(ms)[len(ms) // 2], sorted(mhz)[len(mhz) // 2] if mhz else None)
+    del graphs
+    return out

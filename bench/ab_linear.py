@@ -5,7 +5,10 @@ pinned at a time.
 right after the quantizer wrote it: uncond_w2 ranks cooperative 128x256 first here, ping-pong
 128x128 in GEMM-only runs). Every variant runs in each round, GPU time by CUDA-graph replay over
 two operand sets, median of the rounds.
-Usage: python bench/ab_linear.py [shape ...]   (JSON to $OUT/ab_linear.json)"""
+With ``--sustained SECONDS`` the variants (and bf16 F.linear, for the ratio) are instead timed under
+sustained load (timing.sustained_ms: interleaved windows of back-to-back graph replays, the board at
+its power cap as in a sampling loop), with the median SM clock of each.
+Usage: python bench/ab_linear.py [--sustained SECONDS] [shape ...]   (JSON to $OUT/ab_linear.json)"""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import sys
 import torch
 from comfyui_ideogram4_int8 import kernels as Kn
 from comfyui_ideogram4_int8.bench.gemm import SHAPES
-from comfyui_ideogram4_int8.bench.timing import graph_ms, rank_interleaved
+from comfyui_ideogram4_int8.bench.timing import graph_ms, rank_interleaved, sustained_ms
 from comfyui_ideogram4_int8.kernels import autotune
 from comfyui_ideogram4_int8.kernels.configs import G
 
@@ -66,8 +69,36 @@ def _linear_ms(cfg, sets) -> float:
         autotune.PICKER.pick = shipped_pick
 
 
+def _pinned_call(cfg, st):
+    """One whole linear with ``cfg`` pinned (None: the picker's choice); the pin is host-side, so a
+    graph captured around this call replays the pinned kernels."""
+    shipped_pick = autotune.PICKER.pick
+    if cfg is not None:
+        autotune.PICKER.pick = lambda *a, **kw: (cfg, "ab pin")
+    try:
+        return Kn.w8a8_linear(*st, path="triton-int8")
+    finally:
+        autotune.PICKER.pick = shipped_pick
+
+
+def _sustained(name, sets, seconds) -> list:
+    """[(ms, label, MHz)] fastest first under sustained load, bf16 F.linear among them."""
+    variants = {
+        "shipped" if c is None else c.key(): [lambda c=c, st=st: _pinned_call(c, st) for st in sets]
+        for c in CANDIDATES.get(name, [None])
+    }
+    bf = [(st[0], (st[1].float() * st[2].float().reshape(-1, 1)).bfloat16(), st[3]) for st in sets]
+    variants["bf16"] = [lambda b=b: torch.nn.functional.linear(*b) for b in bf]
+    res = sustained_ms(variants, seconds=seconds)
+    return sorted((ms, label, mhz) for label, (ms, mhz) in ((k, v) for k, v in res.items() if not isinstance(v, str)))
+
+
 def main():
-    names = sys.argv[1:] or list(CANDIDATES)
+    argv = sys.argv[1:]
+    seconds = 0.0
+    if argv[:1] == ["--sustained"]:
+        seconds, argv = float(argv[1]), argv[2:]
+    names = argv or list(CANDIDATES)
     gen = torch.Generator(device="cuda").manual_seed(0)
     result = {
         "gpu": torch.cuda.get_device_name(),
@@ -78,6 +109,16 @@ def main():
     for name in names:
         M, N, K = SHAPES[name]
         sets = operand_sets(M, N, K, gen)
+        if seconds:
+            ranked = _sustained(name, sets, seconds)
+            bf16_ms = next(ms for ms, label, _ in ranked if label == "bf16")
+            print(f"{name} ({M}x{N}x{K}) sustained: " + ", ".join(
+                f"{k} {ms * 1e3:.1f}us @{mhz or 0:.0f}MHz ({bf16_ms / ms:.3f}x bf16)" for ms, k, mhz in ranked
+            ), flush=True)  # fmt: skip
+            result["shapes"][name] = ranked
+            del sets
+            torch.cuda.empty_cache()
+            continue
         ranked = rank_interleaved(
             {"shipped" if c is None else c.key(): (lambda c=c, sets=sets: _linear_ms(c, sets))
              for c in CANDIDATES.get(name, [None])}

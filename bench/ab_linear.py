@@ -57,16 +57,9 @@ def operand_sets(M, N, K, gen, count=2) -> list[tuple]:
     return sets
 
 
-def _linear_ms(cfg, sets) -> float:
-    """GPU ms of one whole linear with ``cfg`` pinned (None: the picker's own choice), rotating over
-    the operand sets (x, w, w_scale, bias)."""
-    shipped_pick = autotune.PICKER.pick
-    if cfg is not None:
-        autotune.PICKER.pick = lambda *a, **kw: (cfg, "ab pin")
-    try:
-        return graph_ms([lambda st=st: Kn.w8a8_linear(*st, path="triton-int8") for st in sets], reps=5)
-    finally:
-        autotune.PICKER.pick = shipped_pick
+def bf16_operands(sets) -> list[tuple]:
+    """(x, bf16 weight = dequantized int8 rows, bias) per operand set: the bf16 peer of the same linear."""
+    return [(st[0], (st[1].float() * st[2].float().reshape(-1, 1)).bfloat16(), st[3]) for st in sets]
 
 
 def _pinned_call(cfg, st):
@@ -81,14 +74,19 @@ def _pinned_call(cfg, st):
         autotune.PICKER.pick = shipped_pick
 
 
+def _linear_ms(cfg, sets) -> float:
+    """GPU ms of one whole linear with ``cfg`` pinned (None: the picker's own choice), rotating over
+    the operand sets (x, w, w_scale, bias)."""
+    return graph_ms([lambda st=st: _pinned_call(cfg, st) for st in sets], reps=5)
+
+
 def _sustained(name, sets, seconds) -> list:
     """[(ms, label, MHz)] fastest first under sustained load, bf16 F.linear among them."""
     variants = {
         "shipped" if c is None else c.key(): [lambda c=c, st=st: _pinned_call(c, st) for st in sets]
         for c in CANDIDATES.get(name, [None])
     }
-    bf = [(st[0], (st[1].float() * st[2].float().reshape(-1, 1)).bfloat16(), st[3]) for st in sets]
-    variants["bf16"] = [lambda b=b: torch.nn.functional.linear(*b) for b in bf]
+    variants["bf16"] = [lambda b=b: torch.nn.functional.linear(*b) for b in bf16_operands(sets)]
     res = sustained_ms(variants, seconds=seconds)
     return sorted((ms, label, mhz) for label, (ms, mhz) in ((k, v) for k, v in res.items() if not isinstance(v, str)))
 

@@ -22,8 +22,9 @@ import time
 import torch
 import torch.nn.functional as F
 from comfyui_ideogram4_int8 import kernels as Kn
-from comfyui_ideogram4_int8.bench.ab_linear import operand_sets
+from comfyui_ideogram4_int8.bench.ab_linear import bf16_operands, operand_sets
 from comfyui_ideogram4_int8.bench.gemm import SHAPES
+from comfyui_ideogram4_int8.bench.timing import capture_graph
 
 QUERY = "clocks.sm,power.draw,clocks_event_reasons.active"
 
@@ -40,28 +41,14 @@ def _poll(stop: threading.Event, rows: list) -> None:
         time.sleep(0.05)
 
 
-def _graph(fns, calls=10):
-    for f in fns:
-        f()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(calls):
-            fns[i % len(fns)]()
-    g.replay()
-    torch.cuda.synchronize()
-    return g
-
-
 def sustain(name: str, path: str, seconds: float = 2.0) -> dict:
     M, N, K = SHAPES[name]
     sets = operand_sets(M, N, K, torch.Generator(device="cuda").manual_seed(0))
     if path == "bf16":
-        xs = [(st[0].to(torch.bfloat16), (st[1].float() * st[2][:, None]).to(torch.bfloat16), st[3]) for st in sets]
-        fns = [lambda a=a: F.linear(*a) for a in xs]
+        fns = [lambda a=a: F.linear(*a) for a in bf16_operands(sets)]
     else:
         fns = [lambda st=st: Kn.w8a8_linear(*st, path=path) for st in sets]
-    g = _graph(fns)
+    g = capture_graph(fns)
     rows, stop = [], threading.Event()
     th = threading.Thread(target=_poll, args=(stop, rows), daemon=True)
     th.start()

@@ -16,6 +16,7 @@ import torch
 from comfyui_ideogram4_int8 import kernels as Kn
 from comfyui_ideogram4_int8.bench.ab_linear import CANDIDATES, operand_sets
 from comfyui_ideogram4_int8.bench.gemm import SHAPES
+from comfyui_ideogram4_int8.bench.timing import capture_graph
 from comfyui_ideogram4_int8.kernels import autotune
 
 CALLS, REPLAYS = 10, 5
@@ -27,16 +28,7 @@ def kernel_us(cfg, sets) -> dict[str, float]:
     if cfg is not None:
         autotune.PICKER.pick = lambda *a, **kw: (cfg, "prof pin")
     try:
-        calls = [lambda st=st: Kn.w8a8_linear(*st, path="triton-int8") for st in sets]
-        for f in calls:  # compile, plan and allocate outside the capture
-            f()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for i in range(CALLS):
-                calls[i % len(calls)]()
-        graph.replay()
-        torch.cuda.synchronize()
+        graph = capture_graph([lambda st=st: Kn.w8a8_linear(*st, path="triton-int8") for st in sets], CALLS)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             for _ in range(REPLAYS):
                 graph.replay()

@@ -9,12 +9,13 @@ import time
 import torch
 
 
-def graph_ms(variants: list, calls: int = 10, reps: int = 15) -> float:
-    """Median GPU ms per call with the host out of the picture: ``calls`` calls (rotating over the
-    operand sets) captured in one CUDA graph and replayed. Raises if a peer cannot be captured."""
+def capture_graph(variants: list, calls: int = 10) -> torch.cuda.CUDAGraph:
+    """``calls`` calls (rotating over ``variants``) captured in one CUDA graph, replayed once. Every
+    variant runs first on a side stream (compiles, autotunes, allocates outside the capture).
+    Raises if a variant cannot be captured."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up (compiles, autotunes, allocates) outside the capture
+    with torch.cuda.stream(side):
         for f in variants:
             f()
     torch.cuda.current_stream().wait_stream(side)
@@ -25,16 +26,27 @@ def graph_ms(variants: list, calls: int = 10, reps: int = 15) -> float:
             variants[i % len(variants)]()
     graph.replay()
     torch.cuda.synchronize()
-    samples = []
+    return graph
+
+
+def _replay_ms(graph, reps: int = 1) -> float:
+    """GPU ms of ``reps`` back-to-back replays of ``graph`` between two events."""
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
     for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
         graph.replay()
-        stop.record()
-        stop.synchronize()
-        samples.append(start.elapsed_time(stop) / calls)
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop)
+
+
+def graph_ms(variants: list, calls: int = 10, reps: int = 15) -> float:
+    """Median GPU ms per call with the host out of the picture: ``calls`` calls (rotating over the
+    operand sets) captured in one CUDA graph and replayed. Raises if a peer cannot be captured."""
+    graph = capture_graph(variants, calls)
+    samples = sorted(_replay_ms(graph) / calls for _ in range(reps))
     del graph
-    return sorted(samples)[len(samples) // 2]
+    return samples[len(samples) // 2]
 
 
 def host_us(fn, n: int = 300) -> float:
@@ -89,21 +101,8 @@ def sustained_ms(variants: dict, seconds: float = 0.5, rounds: int = 3, calls: i
     graphs, out = {}, {}
     for label, fns in variants.items():
         try:
-            for f in fns:
-                f()
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for i in range(calls):
-                    fns[i % len(fns)]()
-            g.replay()
-            torch.cuda.synchronize()
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            g.replay()
-            stop.record()
-            stop.synchronize()
-            graphs[label] = (g, max(1, int(seconds * 1e3 / max(start.elapsed_time(stop), 1e-3))))
+            g = capture_graph(fns, calls)
+            graphs[label] = (g, max(1, int(seconds * 1e3 / max(_replay_ms(g), 1e-3))))
         except Exception as exc:
             torch.cuda.synchronize()
             out[label] = f"{exc.__class__.__name__}: {str(exc)[:160]}"
@@ -112,21 +111,16 @@ def sustained_ms(variants: dict, seconds: float = 0.5, rounds: int = 3, calls: i
     for r in range(rounds + 1):  # round 0 brings the board to its steady power state: not kept
         for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
             g, reps = graphs[label]
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             clocks, done = [], threading.Event()
             # a thread reads the clock while the window runs: the host's enqueueing of the replays
             # blocks once the launch queue is full, so this thread cannot wait for it to finish
             poller = threading.Thread(target=_poll_clock, args=(done, clocks), daemon=True)
-            start.record()
             poller.start()
-            for _ in range(reps):
-                g.replay()
-            stop.record()
-            stop.synchronize()
+            ms = _replay_ms(g, reps)
             done.set()
             poller.join()
             if r:
-                samples[label][0].append(start.elapsed_time(stop) / (reps * calls))
+                samples[label][0].append(ms / (reps * calls))
                 if clocks:
                     samples[label][1].append(sorted(clocks)[len(clocks) // 2])
     for label, (ms, mhz) in samples.items():

@@ -34,6 +34,8 @@ class GemmConfig:
     gluon: int = 0  # Hopper Gluon kernel (gemm_gluon.py): 1 cooperative "ws", 2 "pingpong", 3 "pipelined"
     epi_n: int = 64  # gluon only: epilogue subtile width
     split_add: int = 0  # gluon split-K only: partials TMA-reduce-added into one int32 sum
+    n256: int = 0  # gluon 64 x 256 per warpgroup only: one m64n256k32 wgmma per k32 step (wgmma_n256.py)
+    sched: int = 0  # gluon ws split_add only: balanced per-CTA work lists of ~sched units (splitk_schedule.py)
 
     def smem_bytes(self, out_bytes: int = 4) -> int:
         """Shared memory: the pipelined int8 A and B tiles, plus (persistent kernel) the TMA
@@ -55,7 +57,8 @@ class GemmConfig:
         return GluonGemmConfig(
             block_m=self.block_m, block_n=self.block_n, block_k=self.block_k, num_stages=self.num_stages,
             group_m=self.group_m, mode=GLUON_MODES[self.gluon], epi_n=self.epi_n, num_warps=self.num_warps,
-            split_k=self.split_k, split_add=bool(self.split_add)
+            split_k=self.split_k, split_add=bool(self.split_add), wgmma_n256=bool(self.n256),
+            sched_units=self.sched,
         )  # fmt: skip
 
     def key(self) -> str:
@@ -63,7 +66,9 @@ class GemmConfig:
             return (
                 f"gluon-{GLUON_MODES[self.gluon]}_{self.block_m}x{self.block_n}x{self.block_k}"
                 f"_g{self.group_m}_s{self.num_stages}_e{self.epi_n}"
-            ) + (f"_sk{self.split_k}" + ("a" if self.split_add else "") if self.split_k > 1 else "")
+            ) + (f"_sk{self.split_k}" + ("a" if self.split_add else "") if self.split_k > 1 else "") + (
+                "_n256" if self.n256 else ""
+            ) + (f"_lpt{self.sched}" if self.sched else "")
         base = (
             f"{self.block_m}x{self.block_n}x{self.block_k}"
             f"_g{self.group_m}_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}"
@@ -87,12 +92,15 @@ GLUON_MODES = {1: "ws", 2: "pingpong", 3: "pipelined"}
 def G(
     mode: int, bm: int, bn: int, stages: int, group_m: int = 8, epi_n: int = 64, bk: int = 128, split_k: int = 1,
     split_add: int = 0,
+    n256: int = 0,
+    sched: int = 0,
 ) -> GemmConfig:
     """A Gluon (Hopper, warp-specialized) config; num_warps is the consumer warpgroup's 4.
     split_k > 1 (ws / pingpong): int32 partials of tiles x splits units, then one reduce kernel;
     split_add: the partials TMA-reduce-added into one sum instead of one slice per split."""
     return GemmConfig(
-        bm, bn, bk, group_m, split_k, 4 if mode != 3 else 8, stages, gluon=mode, epi_n=epi_n, split_add=split_add
+        bm, bn, bk, group_m, split_k, 4 if mode != 3 else 8, stages, gluon=mode, epi_n=epi_n, split_add=split_add,
+        n256=n256, sched=sched,
     )
 
 
@@ -132,6 +140,9 @@ _GLUON_SM90 = [
     # 132 SMs unsplit): 72 x 11 = 792 units = 6 waves, 144 x 11 = 1584 = 12 waves
     G(1, 128, 256, 4, split_k=5),
     G(1, 128, 256, 4, split_k=5, split_add=1),
+    # one m64n256k32 wgmma per k32 step instead of two n = 128 halves (wgmma_n256.py): -1.4% on H100
+    G(1, 128, 256, 4, split_k=5, split_add=1, n256=1),
+    G(1, 128, 256, 4, n256=1),
     G(1, 128, 256, 4, split_k=6),
     G(1, 128, 256, 4, split_k=11),
     G(2, 128, 128, 5, split_k=4),

@@ -13,6 +13,7 @@ reason a faster one was not taken in ``registry.REGISTRY``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 
@@ -247,6 +248,12 @@ def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, 
             cfg, source = ran, f"{source}; Gluon kernel unavailable here, Triton {kind} kernel ran"
     with REGISTRY.timed(timed, q.device) if timed else contextlib.nullcontext():
         launch(cfg)
+    if cfg.n256:  # the n = 256 wgmma rewrite falls back to the kernel as compiled if the PTX does not match
+        from .gemm_gluon import N256_FALLBACKS
+
+        why = N256_FALLBACKS.get(cfg.gluon_config().key())
+        if why:
+            cfg, source = dataclasses.replace(cfg, n256=0), f"{source}; n=256 wgmma rewrite not applied: {why}"
     REGISTRY.count_launch("gemm_triton")
     return out, cfg, source
 

@@ -95,6 +95,8 @@ class GluonGemmConfig:
     loader_regs: int = 40  # ws/pingpong: setmaxnreg of the TMA producer warp('s warpgroup)
     split_k: int = 1  # ws/pingpong: K splits; int32 partials to a [S, M, N] workspace, then a reduce
     split_add: bool = False  # split-K: TMA reduce-add the partials into one zeroed [1, M, N] sum
+    wgmma_n256: bool = False  # ws/pingpong, 64 x 256 per warpgroup: one m64n256k32 per k32 step (wgmma_n256.py)
+    sched_units: int = 0  # ws split_add: balanced per-CTA work lists of ~this many units (splitk_schedule.py)
 
     def rows_per_consumer(self) -> int:
         if self.mode == "ws":
@@ -116,6 +118,8 @@ class GluonGemmConfig:
             f"gluon_{self.mode}_{self.block_m}x{self.block_n}x{self.block_k}_s{self.num_stages}"
             f"_g{self.group_m}_e{self.epi_n}" + (f"_w{self.num_warps}" if self.mode == "pipelined" else "")
             + (f"_sk{self.split_k}" + ("a" if self.split_add else "") if self.split_k > 1 else "")
+            + ("_n256" if self.wgmma_n256 else "")
+            + (f"_lpt{self.sched_units}" if self.sched_units else "")
         )
 
     @classmethod
@@ -209,12 +213,16 @@ def validate(cfg: GluonGemmConfig) -> str | None:
         return "split_k >= 1; split_k > 1 runs in the ws / pingpong kernels only"
     if cfg.split_add and cfg.split_k <= 1:
         return "split_add needs split_k > 1"
+    if cfg.sched_units and (cfg.mode != "ws" or not cfg.split_add or cfg.sched_units < 1):
+        return "sched_units (scheduled split-K) needs the cooperative ws kernel with split_add"
     if cfg.mode != "pipelined" and (cfg.consumer_regs % 8 or cfg.loader_regs % 8):
         return "setmaxnreg counts are multiples of 8"
     try:
-        _mma_shape(rows, cfg.block_n, warps)
+        _, instr_n = _mma_shape(rows, cfg.block_n, warps)
     except ValueError as exc:
         return str(exc)
+    if cfg.wgmma_n256 and (cfg.mode == "pipelined" or rows != 64 or cfg.block_n != 256 or instr_n != 128):
+        return "wgmma_n256 needs ws/pingpong with a 64 x 256 accumulator per warpgroup"
     if cfg.smem_bytes(4) > _SMEM_LIMIT:  # int32 (RAW_INT32) staging with one buffer must fit too
         return f"shared memory {cfg.smem_bytes(4)} B > {_SMEM_LIMIT} B"
     return None
@@ -291,6 +299,22 @@ if _IMPORT_ERROR is None:
         return slot
 
     @gluon.jit
+    def _unit_count(sched_ptr, pid, nprog, tiles, KPS, SPLIT_K: gl.constexpr, SPLIT_MODE: gl.constexpr):
+        """Work units of this CTA: its work list's length (SPLIT_MODE 2, KPS = the list's row stride),
+        else every nprog-th of the tiles x splits units."""
+        if SPLIT_MODE == 2:
+            n = gl.load(sched_ptr + pid * KPS)
+        else:
+            n = gl.cdiv(tiles * SPLIT_K - pid, nprog)
+        return n
+
+    @gluon.jit
+    def _listed_unit(sched_ptr, pid, j, KPS):
+        """The j-th unit of this CTA's work list (splitk_schedule.table): (pid_m, pid_n, 0, k0, k steps)."""
+        row = sched_ptr + pid * KPS + 1 + 4 * j
+        return gl.load(row), gl.load(row + 1), 0, gl.load(row + 2), gl.load(row + 3)
+
+    @gluon.jit
     def _stage_store(val, desc, coord, buf, NBUF: gl.constexpr, REDUCE_ADD: gl.constexpr = False):
         """val -> smem staging ``buf`` -> global at ``coord`` through ``desc`` (TMA store, or
         reduce-add). Waits first until the store that last used ``buf`` has read it (NBUF buffers
@@ -309,14 +333,14 @@ if _IMPORT_ERROR is None:
     ):
         """Split-K: the int32 partial acc [ROWS, BLOCK_N] -> ws[split, off_m:, off_n:] through a
         3-D TMA descriptor over ws [S, M, N] (box [1, ROWS, EPI_N]): rows past M are clipped at
-        M, never written into the next slice. MODE 1: reduce-added into ws[0] instead."""
+        M, never written into the next slice. MODE 1 / 2: reduce-added into ws[0] instead."""
         BLOCK_N: gl.constexpr = acc.shape[1]
         EPI_N: gl.constexpr = c_bufs.shape[3]
         SPLITS: gl.constexpr = BLOCK_N // EPI_N
         parts = _split_n(acc, SPLITS)
         for i in gl.static_range(SPLITS):
-            coord = [0 if MODE == 1 else split, off_m, off_n + i * EPI_N]
-            _stage_store(parts[i], c_desc, coord, c_bufs.index(BUF0 + i % NBUF), NBUF, MODE == 1)
+            coord = [0 if MODE >= 1 else split, off_m, off_n + i * EPI_N]
+            _stage_store(parts[i], c_desc, coord, c_bufs.index(BUF0 + i % NBUF), NBUF, MODE >= 1)
 
     @gluon.jit
     def _split_n(x, SPLITS: gl.constexpr):
@@ -490,7 +514,8 @@ if _IMPORT_ERROR is None:
     # -- "ws" / "pingpong": warp specialized ----------------------------------------------------
 
     @gluon.jit
-    def _ws_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
+    def _ws_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, sched_ptr, GROUP_M: gl.constexpr,
+                   SPLIT_K: gl.constexpr, SPLIT_MODE: gl.constexpr):  # fmt: skip
         BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
@@ -505,13 +530,16 @@ if _IMPORT_ERROR is None:
         num_pid_in_group = GROUP_M * num_pid_n
         k_tiles = gl.cdiv(K, BLOCK_K)
         tiles = num_pid_m * num_pid_n
-        my_units = gl.cdiv(tiles * SPLIT_K - pid, nprog)
+        my_units = _unit_count(sched_ptr, pid, nprog, tiles, KPS, SPLIT_K, SPLIT_MODE)
         nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
         slot = 0
         for j in range(my_units):
-            pid_m, pid_n, split, k0, nk = _unit(
-                pid + j * nprog, tiles, num_pid_in_group, num_pid_m, k_tiles, KPS, GROUP_M, SPLIT_K
-            )
+            if SPLIT_MODE == 2:
+                pid_m, pid_n, split, k0, nk = _listed_unit(sched_ptr, pid, j, KPS)
+            else:
+                pid_m, pid_n, split, k0, nk = _unit(
+                    pid + j * nprog, tiles, num_pid_in_group, num_pid_m, k_tiles, KPS, GROUP_M, SPLIT_K
+                )
             off_m = pid_m * BLOCK_M
             off_n = pid_n * BLOCK_N
             for kk in range(k0, k0 + nk):
@@ -540,6 +568,7 @@ if _IMPORT_ERROR is None:
         N,
         K,
         KPS,
+        sched_ptr,
         WG: gl.constexpr,
         PINGPONG: gl.constexpr,
         HAS_BIAS: gl.constexpr,
@@ -570,7 +599,7 @@ if _IMPORT_ERROR is None:
         num_pid_in_group = GROUP_M * num_pid_n
         k_tiles = gl.cdiv(K, BLOCK_K)
         tiles = num_pid_m * num_pid_n
-        my_tiles = gl.cdiv(tiles * SPLIT_K - pid, nprog)  # work units: tiles x K splits
+        my_tiles = _unit_count(sched_ptr, pid, nprog, tiles, KPS, SPLIT_K, SPLIT_MODE)  # work units
         # pingpong: warpgroup WG takes local tiles WG, WG + 2, ...; cooperative: rows WG * ROWS + [0, ROWS)
         first: gl.constexpr = WG if PINGPONG else 0
         step: gl.constexpr = 2 if PINGPONG else 1
@@ -578,12 +607,15 @@ if _IMPORT_ERROR is None:
 
         acc = gl.zeros([ROWS, BLOCK_N], gl.int32, acc_layout)
         n = 0  # tiles this warpgroup has done
+        slot = 0  # ring position of the next k step (the loader's order)
         for j in range(first, my_tiles, step):
-            pid_m, pid_n, split, k0, nk = _unit(
-                pid + j * nprog, tiles, num_pid_in_group, num_pid_m, k_tiles, KPS, GROUP_M, SPLIT_K
-            )
-            # ring position of this unit's first k step (the loader's order)
-            slot = _unit_slot(j, pid, nprog, tiles, k_tiles, KPS, SPLIT_K)
+            if SPLIT_MODE == 2:  # cooperative only: both warpgroups run every listed unit, slot runs on
+                pid_m, pid_n, split, k0, nk = _listed_unit(sched_ptr, pid, j, KPS)
+            else:
+                pid_m, pid_n, split, k0, nk = _unit(
+                    pid + j * nprog, tiles, num_pid_in_group, num_pid_m, k_tiles, KPS, GROUP_M, SPLIT_K
+                )
+                slot = _unit_slot(j, pid, nprog, tiles, k_tiles, KPS, SPLIT_K)
             if PINGPONG:
                 # Main loops take turns (order[WG] completes when the other warpgroup's main loop
                 # has issued its last wgmma). Besides pingponging the tensor cores, this keeps a
@@ -623,20 +655,20 @@ if _IMPORT_ERROR is None:
     # (worker partition arguments are passed through IR block arguments).
     @gluon.jit
     def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                      KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
+                      KPS, sched_ptr, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
                       SPLIT_K: gl.constexpr, SPLIT_MODE: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K,
+                     KPS, sched_ptr, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K,
                      SPLIT_MODE)  # fmt: skip
 
     @gluon.jit
     def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                      KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
+                      KPS, sched_ptr, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
                       SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
                       SPLIT_K: gl.constexpr, SPLIT_MODE: gl.constexpr):  # fmt: skip
         _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K,
+                     KPS, sched_ptr, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K,
                      SPLIT_MODE)  # fmt: skip
 
     @gluon.jit
@@ -651,6 +683,7 @@ if _IMPORT_ERROR is None:
         N,
         K,
         KPS,
+        sched_ptr,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
         SWIGLU: gl.constexpr,
@@ -695,14 +728,15 @@ if _IMPORT_ERROR is None:
                 (
                     _ws_consumer0,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, SPLIT_MODE),
+                     KPS, sched_ptr, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, SPLIT_MODE),
                 ),
                 (
                     _ws_consumer1,
                     (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, SPLIT_MODE),
+                     KPS, sched_ptr, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K, SPLIT_MODE),
                 ),
-                (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K)),
+                (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, sched_ptr, GROUP_M, SPLIT_K,
+                              SPLIT_MODE)),
             ],
             [4, 1],
             [CONSUMER_REGS, LOADER_REGS],
@@ -810,6 +844,12 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
         c_bytes = out.element_size()
     units = -(-M // bm) * -(-N // bn) * splits
     grid = (max(1, min(num_sms or sm_count(q.device), units)),)
+    split_mode = int(bool(cfg.split_add) and splits > 1)  # 0: one slice per split, 1: reduce-add
+    sched = _dummy_i32(q.device)
+    if splits > 1 and cfg.sched_units:  # 2: reduce-add, each CTA walking its own balanced work list
+        ctas = num_sms or sm_count(q.device)
+        sched, kps = _work_lists(-(-M // bm), -(-N // bn), -(-K // bk), ctas, cfg.sched_units, q.device)
+        grid, split_mode = (ctas,), 2
     dummy = w_scale if w_scale is not None else (ws if splits > 1 else out)
     args = (
         a_desc,
@@ -837,13 +877,13 @@ def build_launch(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=None, n
     _, instr_n = _mma_shape(rows, bn, 4)
     # 4 + 4 + 1 warps round up to 3 warpgroups: the launch register cap must fit 12 warps
     # (65536 / (12 * 32) = 170 -> 168); setmaxnreg then moves the loader's share to the consumers.
-    args = args + (kps,)
+    args = args + (kps, sched)
     kwargs = dict(
         common,
         INSTR_N=instr_n,
         PINGPONG=cfg.mode == "pingpong",
         SPLIT_K=splits,
-        SPLIT_MODE=int(bool(cfg.split_add) and splits > 1),  # 0: one slice per split, 1: reduce-add
+        SPLIT_MODE=split_mode,
         CONSUMER_REGS=cfg.consumer_regs,
         LOADER_REGS=cfg.loader_regs,
         num_warps=4,
@@ -877,6 +917,8 @@ def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=No
         if launch is None:
             return None
         kernel, grid, args, kwargs = launch
+        if cfg.wgmma_n256:
+            kwargs = with_n256_override(kernel, grid, args, kwargs, cfg)
         LAST_LAUNCH["kernel"] = _LAUNCHERS[kernel](grid, *args, **kwargs)
         if len(_PLANS) > 512:
             _PLANS.clear()
@@ -903,6 +945,47 @@ def launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32=False, cfg=No
 
 
 _PLANS: dict = {}
+_DUMMIES: dict = {}
+_WORK_LISTS: dict = {}
+
+
+def _dummy_i32(device):
+    """A placeholder for the work-list pointer of launches without one (never read)."""
+    if device not in _DUMMIES:
+        _DUMMIES[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return _DUMMIES[device]
+
+
+def _work_lists(num_pid_m, num_pid_n, k_tiles, ctas, units_per_cta, device):
+    """(int32 [ctas, 1 + 4 U] work-list table on ``device``, its row stride), built once per shape:
+    the launch plan keeps the tensor, so CUDA-graph replays read the same memory."""
+    from . import splitk_schedule as S
+
+    key = (num_pid_m, num_pid_n, k_tiles, ctas, units_per_cta, device)
+    if key not in _WORK_LISTS:
+        rows, u = S.build(num_pid_m, num_pid_n, k_tiles, ctas, units_per_cta)
+        S.check_cover(rows, num_pid_m, num_pid_n, k_tiles)
+        _WORK_LISTS[key] = torch.tensor(S.table(rows, u), dtype=torch.int32, device=device)
+    t = _WORK_LISTS[key]
+    return t, t.shape[1]
+# config key -> why its n = 256 rewrite was not applied (the kernel then runs as Triton compiled it)
+N256_FALLBACKS: dict = {}
+
+
+def with_n256_override(kernel, grid, args, kwargs, cfg) -> dict:
+    """``kwargs`` plus Triton's ``ir_override`` option naming the PTX with merged n = 256 wgmma
+    (wgmma_n256.py) of this launch's kernel, compiled once without launching to read its PTX. When
+    the PTX does not match the rewrite's pattern: ``kwargs`` unchanged, the reason in N256_FALLBACKS."""
+    from . import wgmma_n256
+
+    compiled = kernel.warmup(*args, grid=grid, **kwargs)
+    try:
+        path = wgmma_n256.override_path(compiled.asm["ptx"], wgmma_n256.default_cache_dir(), row_bytes=cfg.block_k)
+    except wgmma_n256.MergeError as exc:
+        N256_FALLBACKS[cfg.key()] = str(exc)
+        return kwargs
+    N256_FALLBACKS.pop(cfg.key(), None)
+    return dict(kwargs, ir_override=path)
 
 
 def _desc_fields(desc) -> dict:

@@ -368,7 +368,9 @@ def test_heuristic_splits_long_k_few_tiles():
 
 def test_shipped_table_entries_are_valid_configs():
     """Every shipped pick parses into a config whose Gluon form validates; the H100 text projection
-    ships the reduce-add split-K (bench/results/ab-linear-splitadd-H100-2026-11-24-s5.log)."""
+    ships the reduce-add split-K (bench/results/ab-linear-splitadd-H100-2026-11-24-s5.log) with the
+    n = 256 wgmma rewrite (probe-n256-H100-2026-11-24-s8.log) and balanced work lists of ~2 units
+    per CTA (probe-sched-H100-2026-11-24-s8.log)."""
     from comfyui_ideogram4_int8.kernels import gemm_gluon
 
     for gpus in C.shipped_table().values():
@@ -379,8 +381,9 @@ def test_shipped_table_entries_are_valid_configs():
                 if cfg.gluon and gemm_gluon._IMPORT_ERROR is None:
                     assert gemm_gluon.validate(cfg.gluon_config()) is None, (gpu, key)
     cfg, source = C.shipped_config("sm90", "NVIDIA H100 80GB HBM3", 512, 4608, 53248)
-    assert cfg.gluon and cfg.split_k == 5 and cfg.split_add and cfg.key().endswith("_sk5a"), source
-    assert cfg.gluon_config().split_add is True
+    assert cfg.gluon and cfg.split_k == 5 and cfg.split_add and cfg.key().endswith("_sk5a_n256_lpt2"), source
+    gc = cfg.gluon_config()
+    assert gc.split_add is True and gc.wgmma_n256 is True and gc.sched_units == 2 and gemm_gluon.validate(gc) is None
     # the H200 has its own picks where its A/B differed (bench/results/ab-linear-H200-2026-11-24-s5.log)
     # and borrows the H100's elsewhere
     cfg, source = C.shipped_config("sm90", "NVIDIA H200", 4096, 4608, 12288)

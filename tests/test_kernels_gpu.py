@@ -227,8 +227,9 @@ def test_gluon_kernel_runs_and_matches_float64(mode, gen):
 
 @pytest.mark.parametrize("m", [M_TEXT, 333, 77])
 def test_gluon_split_k_bit_exact_and_fully_written(m, gen):
-    """Gluon split-K (ws 128x256 / pingpong 128x128, 11 splits; and the split_add form that
-    TMA-reduce-adds the partials into one zeroed sum) at llm_cond_proj: int32 sums bit-exact
+    """Gluon split-K (ws 128x256 / pingpong 128x128, 11 splits; the split_add form that
+    TMA-reduce-adds the partials into one zeroed sum; its balanced work lists) at llm_cond_proj:
+    int32 sums bit-exact
     (sentinel poison: every workspace slice and output element written, rows past M clipped inside
     their slice), bf16 + bias against float64 (NaN poison)."""
     from comfyui_ideogram4_int8.kernels import gemm_gluon
@@ -242,6 +243,10 @@ def test_gluon_split_k_bit_exact_and_fully_written(m, gen):
     bias = torch.randn(n, generator=gen).cuda()
     configs = [C.G(1, 128, 256, 4, split_k=s) for s in (11, 6)] + [C.G(2, 128, 128, 5, split_k=11)]
     configs += [C.G(1, 128, 256, 4, split_k=5, split_add=1), C.G(2, 128, 128, 5, split_k=11, split_add=1)]
+    configs += [C.G(1, 128, 256, 4, split_k=5, split_add=1, n256=1)]
+    # balanced per-CTA work lists (SPLIT_MODE 2), with the n = 256 rewrite (the shipped H100 pick) and without
+    configs += [C.G(1, 128, 256, 4, split_k=5, split_add=1, n256=1, sched=2)]
+    configs += [C.G(1, 128, 256, 4, split_k=5, split_add=1, sched=3)]
     for cfg in configs:
         for _ in range(2):  # the second call runs the cached plan
             out = torch.full((m, n), -(2**31) + 7, dtype=torch.int32, device="cuda")
@@ -249,10 +254,47 @@ def test_gluon_split_k_bit_exact_and_fully_written(m, gen):
             gemm_triton.launch_gemm(q, w, cfg, out=out, raw_int32=True)
             assert "kernel" in gemm_gluon.LAST_LAUNCH
             assert torch.equal(out, expect), cfg.key()
+            _assert_n256_ran(cfg, gemm_gluon.LAST_LAUNCH["kernel"])
         y = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
         gemm_triton.launch_gemm(q, w, cfg, sa, sb, bias, y)
         ref = (expect.double() * sa.double()[:, None]) * sb.double()[None, :] + bias.double()[None, :]
         assert not y.isnan().any() and rel_err(y, ref) < 1e-2 and cosine(y, ref) > 0.9999, cfg.key()
+
+
+def _assert_n256_ran(cfg, kernel):
+    """An n256 config ran the rewritten PTX (one m64n256k32 per k32 step), any other the compiled one."""
+    ptx = kernel.asm["ptx"]
+    if cfg.n256:
+        assert kernel.metadata.ir_override and "m64n256k32.s32.s8.s8" in ptx and "m64n128k32" not in ptx, cfg.key()
+    else:
+        assert not kernel.metadata.ir_override and "m64n256k32" not in ptx, cfg.key()
+
+
+@pytest.mark.parametrize("m,n", [(M_COND, 13824), (M_UNCOND, 4608), (77, 4624)])
+def test_gluon_n256_rewrite_bit_exact(m, n, gen):
+    """The n = 256 wgmma rewrite (cooperative 128x256 and ping-pong 64x256) at Ideogram shapes and an odd
+    one: int32 bit-exact vs torch._int_mm (sentinel poison), the rewritten kernel really ran, and the
+    whole W8A8 linear is bit-identical to the same config without the rewrite."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon
+
+    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
+        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
+    k = 4608
+    q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
+    expect = torch._int_mm(q, w.t())
+    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") / 100
+    bias = torch.randn(n, generator=gen).cuda().bfloat16()
+    for cfg in (C.G(1, 128, 256, 4, n256=1), C.G(2, 64, 256, 4, n256=1)):
+        out = torch.full((m, n), -(2**31) + 7, dtype=torch.int32, device="cuda")
+        gemm_triton.launch_gemm(q, w, cfg, out=out, raw_int32=True)
+        assert torch.equal(out, expect), cfg.key()
+        _assert_n256_ran(cfg, gemm_gluon.LAST_LAUNCH["kernel"])
+        plain = C.GemmConfig(**{**cfg.as_dict(), "n256": 0})
+        y = [torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+        gemm_triton.launch_gemm(q, w, cfg, sa, sb, bias, y[0])
+        gemm_triton.launch_gemm(q, w, plain, sa, sb, bias, y[1])
+        _assert_n256_ran(plain, gemm_gluon.LAST_LAUNCH["kernel"])
+        assert not y[0].isnan().any() and torch.equal(y[0], y[1]), cfg.key()
 
 
 def test_gluon_pick_falls_back_where_tma_cannot_address_and_says_so(gen, monkeypatch):

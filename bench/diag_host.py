@@ -39,12 +39,26 @@ def main():
         autotune.PICKER.pick = lambda *a, cfg=cfg, **kw: (cfg, "diag pin")
         t = host_us(lambda: Kn.w8a8_linear(x, wq, ws, bias, path="triton-int8", site="diag/x"))
         print(f"{'w8a8_linear ' + name:<34}{t:>9.1f}")
+    # split-K (llm_cond_proj's kernel family) on a long-K small operand: the host path of the workspace,
+    # the reduce kernel, the n = 256 override and the work-list table
+    xk = torch.randn(128, 8192, device="cuda").bfloat16()
+    wk, wsk = Kn.quantize_weight_ref(torch.randn(n, 8192, device="cuda"))
+    wsk = wsk.float().contiguous()
+    split = {
+        "gluon-ws sk5a": G(1, 128, 256, 4, split_k=5, split_add=1),
+        "gluon-ws sk5a_n256": G(1, 128, 256, 4, split_k=5, split_add=1, n256=1),
+        "gluon-ws sk5a_n256_lpt2": G(1, 128, 256, 4, split_k=5, split_add=1, n256=1, sched=2),
+    }
+    for name, cfg in split.items():
+        autotune.PICKER.pick = lambda *a, cfg=cfg, **kw: (cfg, "diag pin")
+        t = host_us(lambda: Kn.w8a8_linear(xk, wk, wsk, bias, path="triton-int8", site="diag/k"))
+        print(f"{'w8a8_linear ' + name:<34}{t:>9.1f}")
     print("gluon direct launches:", [fl.direct_launches for fl in gemm_gluon._LAUNCHERS.values()])
-    autotune.PICKER.pick = lambda *a, **kw: (cfgs["gluon-pingpong"], "diag pin")
+    autotune.PICKER.pick = lambda *a, **kw: (split["gluon-ws sk5a_n256_lpt2"], "diag pin")
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(300):
-        Kn.w8a8_linear(x, wq, ws, bias, path="triton-int8", site="diag/x")
+        Kn.w8a8_linear(xk, wk, wsk, bias, path="triton-int8", site="diag/k")
     prof.disable()
     torch.cuda.synchronize()
     pstats.Stats(prof).sort_stats("tottime").print_stats(18)

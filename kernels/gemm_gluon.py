@@ -38,6 +38,12 @@ exact whatever order the units finish in, and the workspace traffic drops from S
 and read back to one.
 Producer and consumers derive the same ring positions (``_unit_slot``), so the mbarrier phases
 stay consistent across units of different lengths.
+With ``sched_units`` (ws + split_add; SPLIT_MODE 2) each CTA instead walks its own work list, an int32
+table row built on the host by splitk_schedule.py (balanced loads: every CTA about the same k steps);
+KPS is then the table's row stride and the ring position a running sum of the listed units' k steps.
+
+``wgmma_n256`` (64 x 256 per warpgroup): the compiled PTX is rewritten to one m64n256k32 per k32 step
+(wgmma_n256.py) and compiled again through Triton's ``ir_override`` option.
 
 Hopper facts the design leans on (checked on the 3.6.0 compiler, see bench/compile_gluon_sm90.py):
 * The weight [N, K] is K-contiguous: its smem tile [BLOCK_N, BLOCK_K] permuted to [BLOCK_K, BLOCK_N]

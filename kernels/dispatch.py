@@ -250,8 +250,9 @@ def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, 
         launch(cfg)
     if cfg.n256:  # the n = 256 wgmma rewrite falls back to the kernel as compiled if the PTX does not match
         from .gemm_gluon import N256_FALLBACKS
+        from .gemm_triton import _gluon_config
 
-        why = N256_FALLBACKS.get(cfg.gluon_config().key())
+        why = N256_FALLBACKS.get(_gluon_config(cfg).key())
         if why:
             cfg, source = dataclasses.replace(cfg, n256=0), f"{source}; n=256 wgmma rewrite not applied: {why}"
     REGISTRY.count_launch("gemm_triton")

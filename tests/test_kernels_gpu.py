@@ -313,6 +313,35 @@ def test_gluon_pick_falls_back_where_tma_cannot_address_and_says_so(gen, monkeyp
     assert rel_err(y, ref) < 1e-2 and cosine(y, ref) > 0.9999
 
 
+def test_n256_rewrite_refused_runs_the_compiled_kernel_and_says_so(gen, monkeypatch):
+    """When the PTX does not match the n = 256 rewrite's pattern, the kernel runs as Triton compiled it
+    (two n = 128 halves), exactly, and the registry records the config without n256 and the reason."""
+    from comfyui_ideogram4_int8.kernels import autotune, gemm_gluon, wgmma_n256
+
+    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
+        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
+
+    def refuse(ptx, row_bytes=128):
+        raise wgmma_n256.MergeError("test: pattern not found")
+
+    monkeypatch.setattr(wgmma_n256, "merge_n128_pairs", refuse)
+    m, n, k = 208, 768, 2048  # a shape no other test builds a plan for
+    x = activations(m, k, gen, torch.bfloat16, "cuda")
+    w, ws = weight(n, k, gen, "cuda")
+    cfg = C.G(1, 128, 256, 4, n256=1)
+    monkeypatch.setattr(autotune.PICKER, "pick", lambda *a, **kw: (cfg, "test pin"))
+    try:
+        y = K.w8a8_linear(x, w, ws, path="triton-int8", site="n256fb/x")
+        _assert_n256_ran(C.GemmConfig(**{**cfg.as_dict(), "n256": 0}), gemm_gluon.LAST_LAUNCH["kernel"])
+        rec = next(r for r in K.REGISTRY.layers("n256fb") if r.layer == "x")
+        assert rec.config.startswith("gluon") and "_n256" not in rec.config, rec.config
+        assert "n=256 wgmma rewrite not applied: test: pattern not found" in rec.config_source
+        ref = reference_f64(*K.quantize_per_token(x), w, ws)
+        assert rel_err(y, ref) < 1e-2 and cosine(y, ref) > 0.9999
+    finally:
+        gemm_gluon.N256_FALLBACKS.pop(cfg.gluon_config().key(), None)
+
+
 @pytest.mark.parametrize("m", [M_COND, 333])
 def test_gluon_swiglu_epilogue_matches_float64_and_triton(m, gen):
     """The fused gate/up GEMM on the Gluon kernel: every output element written (NaN poison),

@@ -91,6 +91,27 @@ def _sustained(name, sets, seconds) -> list:
     return sorted((ms, label, mhz) for label, (ms, mhz) in ((k, v) for k, v in res.items() if not isinstance(v, str)))
 
 
+def rank_burst(name, candidates, gen) -> list:
+    """[(ms, label)] fastest first of the whole linear at shape ``name`` with each candidate config
+    pinned (None: the shipped pick), interleaved rounds of CUDA-graph replays; printed as one line."""
+    M, N, K = SHAPES[name]
+    sets = operand_sets(M, N, K, gen)
+    ranked = rank_interleaved(
+        {"shipped" if c is None else c.key(): (lambda c=c, sets=sets: _linear_ms(c, sets)) for c in candidates}
+    )
+    print(f"{name} ({M}x{N}x{K}): " + ", ".join(f"{k} {ms * 1e3:.1f}us" for ms, k in ranked), flush=True)
+    del sets
+    torch.cuda.empty_cache()
+    return ranked
+
+
+def save_out(filename: str, result: dict) -> None:
+    """``result`` as JSON to $OUT/``filename`` when $OUT is set (the device run's returned folder)."""
+    if os.environ.get("OUT"):
+        with open(os.path.join(os.environ["OUT"], filename), "w") as f:
+            json.dump(result, f, indent=1)
+
+
 def main():
     argv = sys.argv[1:]
     seconds = 0.0
@@ -105,29 +126,20 @@ def main():
         "shapes": {},
     }
     for name in names:
+        if not seconds:
+            result["shapes"][name] = rank_burst(name, CANDIDATES.get(name, [None]), gen)
+            continue
         M, N, K = SHAPES[name]
         sets = operand_sets(M, N, K, gen)
-        if seconds:
-            ranked = _sustained(name, sets, seconds)
-            bf16_ms = next(ms for ms, label, _ in ranked if label == "bf16")
-            print(f"{name} ({M}x{N}x{K}) sustained: " + ", ".join(
-                f"{k} {ms * 1e3:.1f}us @{mhz or 0:.0f}MHz ({bf16_ms / ms:.3f}x bf16)" for ms, k, mhz in ranked
-            ), flush=True)  # fmt: skip
-            result["shapes"][name] = ranked
-            del sets
-            torch.cuda.empty_cache()
-            continue
-        ranked = rank_interleaved(
-            {"shipped" if c is None else c.key(): (lambda c=c, sets=sets: _linear_ms(c, sets))
-             for c in CANDIDATES.get(name, [None])}
-        )  # fmt: skip
-        print(f"{name} ({M}x{N}x{K}): " + ", ".join(f"{k} {ms * 1e3:.1f}us" for ms, k in ranked), flush=True)
+        ranked = _sustained(name, sets, seconds)
+        bf16_ms = next(ms for ms, label, _ in ranked if label == "bf16")
+        print(f"{name} ({M}x{N}x{K}) sustained: " + ", ".join(
+            f"{k} {ms * 1e3:.1f}us @{mhz or 0:.0f}MHz ({bf16_ms / ms:.3f}x bf16)" for ms, k, mhz in ranked
+        ), flush=True)  # fmt: skip
         result["shapes"][name] = ranked
         del sets
         torch.cuda.empty_cache()
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "ab_linear.json"), "w") as f:
-            json.dump(result, f, indent=1)
+    save_out("ab_linear.json", result)
 
 
 if __name__ == "__main__":

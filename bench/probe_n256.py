@@ -10,14 +10,10 @@ Usage: python bench/probe_n256.py [shape ...]   (JSON to $OUT/probe_n256.json)""
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 import torch
-from comfyui_ideogram4_int8.bench.ab_linear import _linear_ms, _pinned_call, operand_sets
-from comfyui_ideogram4_int8.bench.gemm import SHAPES
-from comfyui_ideogram4_int8.bench.timing import rank_interleaved
+from comfyui_ideogram4_int8.bench.ab_linear import _pinned_call, operand_sets, rank_burst, save_out
 from comfyui_ideogram4_int8.kernels import gemm_gluon as GG
 from comfyui_ideogram4_int8.kernels.configs import G
 
@@ -88,19 +84,8 @@ def main():
     result = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
               "triton": __import__("triton").__version__, "exact": exactness(gen), "shapes": {}}  # fmt: skip
     for name in names:
-        M, N, K = SHAPES[name]
-        sets = operand_sets(M, N, K, gen)
-        ranked = rank_interleaved(
-            {"shipped" if c is None else c.key(): (lambda c=c, sets=sets: _linear_ms(c, sets))
-             for c in CANDIDATES[name]}
-        )  # fmt: skip
-        print(f"{name} ({M}x{N}x{K}): " + ", ".join(f"{k} {ms * 1e3:.1f}us" for ms, k in ranked), flush=True)
-        result["shapes"][name] = ranked
-        del sets
-        torch.cuda.empty_cache()
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "probe_n256.json"), "w") as f:
-            json.dump(result, f, indent=1)
+        result["shapes"][name] = rank_burst(name, CANDIDATES[name], gen)
+    save_out("probe_n256.json", result)
 
 
 if __name__ == "__main__":

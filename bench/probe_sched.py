@@ -6,11 +6,8 @@ Usage: python bench/probe_sched.py   (JSON to $OUT/probe_sched.json)"""
 
 from __future__ import annotations
 
-import json
-import os
-
 import torch
-from comfyui_ideogram4_int8.bench.ab_linear import _linear_ms, operand_sets
+from comfyui_ideogram4_int8.bench.ab_linear import _linear_ms, operand_sets, save_out
 from comfyui_ideogram4_int8.bench.gemm import SHAPES
 from comfyui_ideogram4_int8.bench.timing import rank_interleaved
 from comfyui_ideogram4_int8.kernels import splitk_schedule as S
@@ -39,9 +36,7 @@ def main():
     ranked = rank_interleaved(variants)
     for ms, k in ranked:
         print(f"{ms * 1e3:7.1f} us  {k}", flush=True)
-    if os.environ.get("OUT"):
-        with open(os.path.join(os.environ["OUT"], "probe_sched.json"), "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "ranked": ranked}, f, indent=1)
+    save_out("probe_sched.json", {"gpu": torch.cuda.get_device_name(), "ranked": ranked})
 
 
 if __name__ == "__main__":

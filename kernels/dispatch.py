@@ -229,7 +229,7 @@ def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, 
     ``timed``: the registry path to time the launch under (GEMM timing). Only the launch is timed, never the
     picker: its one-time autotuning runs hundreds of trial launches that are not part of the GEMM.
     """
-    from .gemm_triton import launch_gemm, runnable_config
+    from .gemm_triton import _gluon_config, launch_gemm, runnable_config
 
     m, n = q.shape[0], w.shape[0]
     n_out = n // 2 if swiglu_chunk else n
@@ -250,7 +250,6 @@ def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, 
         launch(cfg)
     if cfg.n256:  # the n = 256 wgmma rewrite falls back to the kernel as compiled if the PTX does not match
         from .gemm_gluon import N256_FALLBACKS
-        from .gemm_triton import _gluon_config
 
         why = N256_FALLBACKS.get(_gluon_config(cfg).key())
         if why:

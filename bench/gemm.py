@@ -12,7 +12,7 @@ between repetitions), starting from a bf16 activation and ending with a bf16 out
   ck-int8         comfy-kitchen's int8_linear (ComfyUI's native INT8 path), when importable
 plus the parts of ours (quant alone, fused GEMM alone) and the device copy bandwidth.
 ``--tune`` first times every config of this GPU's space per shape and writes the winners as a
-shipped-table fragment (``kernels/tuned_configs.json`` format).
+list of tuning-table entries (``kernels/tuning_table.json`` format) and times the comparison with them.
 """
 
 from __future__ import annotations
@@ -309,7 +309,8 @@ def tune_shape(M, N, K, quick, gen):
     from comfyui_ideogram4_int8 import kernels as Kn
     from comfyui_ideogram4_int8.kernels import configs as C
     from comfyui_ideogram4_int8.kernels.env import arch_name
-    from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
+    from comfyui_ideogram4_int8.kernels.fused import launch_config
+    from comfyui_ideogram4_int8.kernels.tuning import runnable_kernels
 
     q = torch.randint(-127, 128, (M, K), device="cuda", dtype=torch.int8, generator=gen)
     w = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8, generator=gen)
@@ -320,12 +321,13 @@ def tune_shape(M, N, K, quick, gen):
     arch = arch_name(torch.cuda.get_device_capability())
     results = []
     expect = Kn.int8_matmul_int32_ref(q.cpu(), w.cpu()) if M * N * K < 2**34 else None
-    for cfg in C.config_space(arch, M, getattr(props, "shared_memory_per_block_optin", None)):
+    smem = getattr(props, "shared_memory_per_block_optin", None)
+    for cfg in C.config_space(arch, M, smem, runnable_kernels(torch.device("cuda"))):
         try:
-            ms = _bench(lambda cfg=cfg: launch_gemm(q, w, cfg, s, ws, None, out), quick)
+            ms = _bench(lambda cfg=cfg: launch_config(cfg, q, w, s, ws, None, out, False, False), quick)
             if expect is not None:
                 acc = torch.empty(M, N, device="cuda", dtype=torch.int32)
-                launch_gemm(q, w, cfg, out=acc, raw_int32=True)
+                launch_config(cfg, q, w, None, None, None, acc, True, False)
                 if not torch.equal(acc.cpu(), expect):
                     print(f"  {cfg.key()}: WRONG RESULT, skipped", file=sys.stderr)
                     continue
@@ -448,30 +450,25 @@ def run_bench(args) -> int:
     info = environment(ck_note)
     result = {"info": info}
     if getattr(args, "tune", False):
+        from comfyui_ideogram4_int8.kernels import tuning
         from comfyui_ideogram4_int8.kernels.configs import m_bucket
         from comfyui_ideogram4_int8.kernels.env import arch_name
 
-        table = {}
+        arch, entries = arch_name(torch.cuda.get_device_capability()), []
         for name in names:
             M, N, K = SHAPES[name]
-            if name in SWIGLU_SHAPES:
-                continue  # tuned on first use (block_n pinned by the interleave chunk)
-            if any(k == f"{N},{K},{m_bucket(M)}" for k in table):
-                continue
+            if name in SWIGLU_SHAPES or any((e["N"], e["K"], e["m_bucket"]) == (N, K, m_bucket(M)) for e in entries):
+                continue  # SwiGLU: tuned on first use (block_n pinned by the interleave chunk)
             ranked = tune_shape(M, N, K, True, gen)  # ranking only: short repetitions
             if ranked:
-                table[f"{N},{K},{m_bucket(M)}"] = ranked[0][1].as_dict()
+                entries.append({"arch": arch, "gpu": info["gpu"], "triton": tuning.triton_line(), "N": N, "K": K,
+                                "m_bucket": m_bucket(M), "epilogue": "linear", "config": ranked[0][1].as_dict(),
+                                "measured": f"bench --tune, {info['gpu']}, {info['date']} (commit ...)"})  # fmt: skip
                 print(f"tune {name}: " + ", ".join(f"{c.key()} {ms:.3f}" for ms, c in ranked[:4]), flush=True)
             result.setdefault("tuning", {})[name] = [(ms, c.key()) for ms, c in ranked]
-        arch = arch_name(torch.cuda.get_device_capability())
-        result["tuned_table"] = {arch: {info["gpu"]: table}}
-        # use the fresh picks for the timed comparison below
-        from comfyui_ideogram4_int8.kernels import autotune, configs
-
-        configs.shipped_table.cache_clear()
-        merged = configs.shipped_table()
-        merged.setdefault(arch, {}).setdefault(info["gpu"], {}).update(table)
-        autotune.PICKER.clear()
+        result["tuning_table_entries"] = entries
+        tuning.shipped_table()[:0] = entries  # the fresh picks serve the timed comparison below
+        tuning.PICKER.clear()
     copy_gbps = _copy_bandwidth(args.quick)
     info["copy_gbps"] = copy_gbps
     if getattr(args, "quant_sweep", False):

@@ -49,29 +49,6 @@ def graph_ms(variants: list, calls: int = 10, reps: int = 15) -> float:
     return samples[len(samples) // 2]
 
 
-def host_us(fn, n: int = 300) -> float:
-    """Host microseconds per call: ``n`` calls enqueued without synchronizing (use tiny operands)."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(n):
-        fn()
-    dt = (time.perf_counter() - t) / n * 1e6
-    torch.cuda.synchronize()
-    return dt
-
-
-def rank_interleaved(measures: dict, rounds: int = 5) -> list[tuple[float, str]]:
-    """[(median ms, label)] fastest first, for ``measures`` {label: () -> ms}: every variant is measured
-    once per round, so clock and thermal drift hit all alike (A/B scripts)."""
-    times: dict[str, list[float]] = {label: [] for label in measures}
-    for _ in range(rounds):
-        for label, measure in measures.items():
-            times[label].append(measure())
-    return sorted((sorted(v)[len(v) // 2], label) for label, v in times.items())
-
-
 def _nvml_sm_mhz() -> float | None:
     try:
         return float(torch.cuda.clock_rate())  # NVML's current SM clock

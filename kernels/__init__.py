@@ -5,6 +5,7 @@ Public names (stable, see DESIGN.md §6): ``quantize_per_token``, ``int8_matmul`
 ``int8_matmul_int32``, ``w8a8_linear``.
 """
 
+from .backends import DEMOTIONS
 from .dispatch import (
     ENV_PATH,
     GemmPathUnavailable,
@@ -49,6 +50,7 @@ __all__ = [
     "select_path",
     "triton_unavailable_reason",
     "environment_report",
+    "DEMOTIONS",
     "REGISTRY",
     "PATHS",
     "PATH_TRITON",

@@ -1,189 +1,240 @@
-"""GEMM tile configurations: per-architecture search spaces, a heuristic, and the shipped table.
+"""GEMM tile configurations: one config class, the per-architecture search spaces, a heuristic.
 
-Config spaces (what the autotuner may try), by architecture family:
+A ``GemmConfig`` names the kernel that runs it and its tile; ``key()`` is its one string form
+(registry, panel, tuning table, autotune cache). Kernels:
 
-* ``sm90`` (H100/H200, 227 KB smem/block): measured. Tiles with BLOCK_M % 64 == 0,
+* ``triton``: the portable pointer-based Triton kernel (sm_80+), split-K capable;
+* ``triton-tma``: the portable persistent kernel with TMA descriptors (sm_90);
+* ``gluon-ws`` / ``gluon-pingpong``: the Hopper Gluon kernels (gemm_gluon.py), cooperative or
+  ping-pong warp specialization; split-K writes int32 partial slices that one kernel reduces.
+
+Search spaces (what autotuning may try), by architecture family:
+
+* ``sm90`` (H100/H200, 227 KB smem/block): measured. Large tiles keep BLOCK_M % 64 == 0,
   num_warps % 4 == 0 and BLOCK_K >= 32 so Triton emits int8 wgmma.
 * ``sm80`` (A100, 163 KB): reasoned, not measured here (no Ampere GPU at hand).
 * ``sm86`` / ``sm89`` (RTX 30xx/A40, RTX 40xx/L40, ~99 KB smem/block): reasoned, not measured.
-  Every tile's pipelined footprint ``num_stages * (BLOCK_M + BLOCK_N) * BLOCK_K`` stays <= 96 KB.
 Small-M tiles (BLOCK_M 16/32) compile to mma.sync everywhere; they serve M <= 64.
-Split-K variants serve the long-K, few-tile ``llm_cond_proj`` (M ~ 512, K = 53248).
+
+Nothing here imports Triton: the offline compile check and the tuning table use it on any machine.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
-import pathlib
+
+KERNELS = ("triton", "triton-tma", "gluon-ws", "gluon-pingpong")
+# which backend runs a kernel (backends.py): the ladder demotes gluon -> triton -> cuBLAS int8
+BACKEND_OF = {"triton": "triton", "triton-tma": "triton", "gluon-ws": "gluon", "gluon-pingpong": "gluon"}
+
+GLUON_SMEM_LIMIT = 227 * 1024
+GLUON_CONSUMER_REGS = 232  # setmaxnreg of the two consumer warpgroups
+GLUON_LOADER_REGS = 40  # setmaxnreg of the TMA producer warp's warpgroup
+# n of the int8 wgmma instructions Triton's lowering accepts (m64nNk32), largest first
+_INT8_WGMMA_N = (224, 208, 192, 176, 160, 144, 128, 112, 96, 80, 64, 48, 32, 24, 16, 8)
 
 
 @dataclasses.dataclass(frozen=True)
 class GemmConfig:
-    block_m: int
-    block_n: int
-    block_k: int
-    group_m: int = 8
-    split_k: int = 1
-    num_warps: int = 4
+    kernel: str = "triton"
+    block_m: int = 128
+    block_n: int = 128
+    block_k: int = 128
+    group_m: int = 8  # grouped tile order: GROUP_M row tiles share each weight panel in L2
+    num_warps: int = 4  # gluon: the consumer warpgroup's 4
     num_stages: int = 3
-    persistent: int = 0  # 1: persistent TMA kernel (split_k must be 1)
-    warp_specialize: int = 0  # persistent only: producer/consumer warp specialization
-    subtile: int = 0  # persistent only: epilogue stored as two half-width tiles
-    gluon: int = 0  # Hopper Gluon kernel (gemm_gluon.py): 1 cooperative "ws", 2 "pingpong", 3 "pipelined"
-    epi_n: int = 64  # gluon only: epilogue subtile width
-    split_add: int = 0  # gluon split-K only: partials TMA-reduce-added into one int32 sum
-    n256: int = 0  # gluon 64 x 256 per warpgroup only: one m64n256k32 wgmma per k32 step (wgmma_n256.py)
-    sched: int = 0  # gluon ws split_add only: balanced per-CTA work lists of ~sched units (splitk_schedule.py)
+    split_k: int = 1  # K splits; exact int32 partials summed by a reduce kernel
+    subtile: bool = False  # triton-tma: the epilogue stored as two half-width tiles
+    epi_n: int = 64  # gluon: epilogue subtile width (TMA store box)
 
-    def smem_bytes(self, out_bytes: int = 4) -> int:
-        """Shared memory: the pipelined int8 A and B tiles, plus (persistent kernel) the TMA
-        staging buffer of the epilogue (BLOCK_M x BLOCK_N, halved when subtiled)."""
-        if self.gluon:
-            return self.gluon_config().smem_bytes(2)
-        pipeline = self.num_stages * (self.block_m + self.block_n) * self.block_k
-        if self.persistent:
-            pipeline += self.block_m * (self.block_n // (2 if self.subtile else 1)) * out_bytes
-        return pipeline
+    @property
+    def backend(self) -> str:
+        return BACKEND_OF.get(self.kernel, "unknown")
 
-    def uses_wgmma_on_hopper(self) -> bool:
-        return self.block_m % 64 == 0 and self.num_warps % 4 == 0 and self.block_k >= 32
-
-    def gluon_config(self):
-        """The Gluon kernel's own config for a ``gluon`` entry."""
-        from .gemm_gluon import GluonGemmConfig
-
-        return GluonGemmConfig(
-            block_m=self.block_m, block_n=self.block_n, block_k=self.block_k, num_stages=self.num_stages,
-            group_m=self.group_m, mode=GLUON_MODES[self.gluon], epi_n=self.epi_n, num_warps=self.num_warps,
-            split_k=self.split_k, split_add=bool(self.split_add), wgmma_n256=bool(self.n256),
-            sched_units=self.sched,
-        )  # fmt: skip
+    @property
+    def is_gluon(self) -> bool:
+        return self.backend == "gluon"
 
     def key(self) -> str:
-        if self.gluon:
-            return (
-                f"gluon-{GLUON_MODES[self.gluon]}_{self.block_m}x{self.block_n}x{self.block_k}"
-                f"_g{self.group_m}_s{self.num_stages}_e{self.epi_n}"
-            ) + (f"_sk{self.split_k}" + ("a" if self.split_add else "") if self.split_k > 1 else "") + (
-                "_n256" if self.n256 else ""
-            ) + (f"_lpt{self.sched}" if self.sched else "")
-        base = (
-            f"{self.block_m}x{self.block_n}x{self.block_k}"
-            f"_g{self.group_m}_sk{self.split_k}_w{self.num_warps}_s{self.num_stages}"
-        )
-        if self.persistent:
-            base += "_P" + ("ws" if self.warp_specialize else "") + ("st" if self.subtile else "")
-        return base
+        key = f"{self.kernel}/{self.block_m}x{self.block_n}x{self.block_k}/g{self.group_m}/w{self.num_warps}"
+        key += f"/s{self.num_stages}"
+        if self.split_k > 1:
+            key += f"/sk{self.split_k}"
+        if self.is_gluon:
+            key += f"/e{self.epi_n}"
+        if self.subtile:
+            key += "/sub"
+        return key
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> GemmConfig:
-        return cls(**{f.name: int(d[f.name]) for f in dataclasses.fields(cls) if f.name in d})
+        """Strict: an unknown field or a field of the wrong type raises ValueError naming it."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown GemmConfig field(s) {unknown}; known: {sorted(fields)}")
+        for name, value in d.items():
+            want = (str,) if name == "kernel" else (bool,) if name == "subtile" else (int,)
+            if not isinstance(value, want) or (want == (int,) and isinstance(value, bool)):
+                raise ValueError(f"GemmConfig.{name} = {value!r}: expected {want[0].__name__}")
+        cfg = cls(**d)
+        why = cfg.problem()
+        if why:
+            raise ValueError(f"{cfg.key()}: {why}")
+        return cfg
+
+    # -- rules ---------------------------------------------------------------------------------
+    def problem(self, out_bytes: int = 4, swiglu: bool = False) -> str | None:
+        """None when the config can compile (shared memory for ``out_bytes`` outputs), else why not."""
+        if self.kernel not in KERNELS:
+            return f"kernel must be one of {KERNELS}"
+        if min(self.block_m, self.block_n, self.block_k) < 16 or any(
+            v & (v - 1) for v in (self.block_m, self.block_n, self.block_k)
+        ):
+            return "block sizes must be powers of two >= 16"
+        if self.num_stages < 1 or self.num_warps not in (1, 2, 4, 8, 16) or self.split_k < 1 or self.group_m < 1:
+            return "num_stages >= 1, num_warps a power of two <= 16, split_k >= 1, group_m >= 1"
+        if swiglu and self.split_k > 1:
+            return "the SwiGLU epilogue cannot run split-K"
+        if self.kernel == "triton-tma" and self.split_k > 1:
+            return "triton-tma runs unsplit (split-K runs in the pointer kernel)"
+        if self.subtile and self.kernel != "triton-tma":
+            return "subtile is a triton-tma option"
+        if self.is_gluon:
+            return _gluon_problem(self, out_bytes, swiglu)
+        return None
+
+    def uses_wgmma_on_hopper(self) -> bool:
+        return self.is_gluon or (self.block_m % 64 == 0 and self.num_warps % 4 == 0 and self.block_k >= 32)
+
+    def smem_bytes(self, out_bytes: int = 4, swiglu: bool = False) -> int:
+        """Shared memory: the pipelined int8 A and B tiles, plus the epilogue's TMA staging."""
+        ring = self.num_stages * (self.block_m + self.block_n) * self.block_k
+        if self.is_gluon:
+            consumers_rows = 2 * gluon_rows_per_consumer(self)
+            nbuf = gluon_epi_bufs(self, out_bytes, swiglu)
+            return ring + consumers_rows * nbuf * self.epi_n * out_bytes + 2 * self.num_stages * 8
+        if self.kernel == "triton-tma":
+            ring += self.block_m * (self.block_n // (2 if self.subtile or swiglu else 1)) * out_bytes
+        return ring
 
 
-C = GemmConfig
-GLUON_MODES = {1: "ws", 2: "pingpong", 3: "pipelined"}
+# -- Gluon rules (pure Python: the host side of gemm_gluon.py and the offline compile check) ------
 
 
-def G(
-    mode: int, bm: int, bn: int, stages: int, group_m: int = 8, epi_n: int = 64, bk: int = 128, split_k: int = 1,
-    split_add: int = 0,
-    n256: int = 0,
-    sched: int = 0,
-) -> GemmConfig:
-    """A Gluon (Hopper, warp-specialized) config; num_warps is the consumer warpgroup's 4.
-    split_k > 1 (ws / pingpong): int32 partials of tiles x splits units, then one reduce kernel;
-    split_add: the partials TMA-reduce-added into one sum instead of one slice per split."""
-    return GemmConfig(
-        bm, bn, bk, group_m, split_k, 4 if mode != 3 else 8, stages, gluon=mode, epi_n=epi_n, split_add=split_add,
-        n256=n256, sched=sched,
-    )
+def gluon_rows_per_consumer(cfg: GemmConfig) -> int:
+    """Cooperative: each of the two consumer warpgroups owns half the rows; ping-pong: whole tiles."""
+    return cfg.block_m // 2 if cfg.kernel == "gluon-ws" else cfg.block_m
 
 
-_LARGE_SM90 = [
-    C(128, 128, 128, 8, 1, 4, 3),
-    C(128, 128, 128, 8, 1, 4, 4),
-    C(128, 128, 128, 8, 1, 8, 3),
-    C(128, 256, 128, 8, 1, 8, 3),
-    C(256, 128, 128, 8, 1, 8, 3),
-    C(128, 256, 64, 8, 1, 8, 4),
-    C(256, 128, 64, 8, 1, 8, 4),
-    C(128, 128, 64, 8, 1, 4, 5),
-    C(64, 256, 128, 8, 1, 4, 3),
-    C(128, 64, 128, 8, 1, 4, 4),
-    C(64, 128, 128, 8, 1, 4, 4),
+def gluon_instr_n(block_n: int) -> int:
+    """n of the m64nNk32 int8 wgmma covering a consumer warpgroup's [rows, block_n] accumulator
+    (rows a multiple of 64: the warpgroup's 4 warps all lie along M)."""
+    for n in _INT8_WGMMA_N:
+        if block_n % n == 0:
+            return n
+    raise ValueError(f"no int8 wgmma shape for block_n = {block_n}")
+
+
+def gluon_epi_bufs(cfg: GemmConfig, out_bytes: int = 2, swiglu: bool = False) -> int:
+    """Epilogue staging buffers per consumer: two alternate (store_wait(1) frees the older) when the
+    subtile count per tile is even and they fit; else one. SwiGLU stores half the subtiles."""
+    subtiles = cfg.block_n // (2 if swiglu else 1) // cfg.epi_n
+    ring = cfg.num_stages * (cfg.block_m + cfg.block_n) * cfg.block_k
+    two = ring + 2 * gluon_rows_per_consumer(cfg) * 2 * cfg.epi_n * out_bytes + 2 * cfg.num_stages * 8
+    return 1 if subtiles % 2 or two > GLUON_SMEM_LIMIT else 2
+
+
+def _gluon_problem(cfg: GemmConfig, out_bytes: int, swiglu: bool) -> str | None:
+    rows = gluon_rows_per_consumer(cfg)
+    if rows % 64 or cfg.num_warps != 4:
+        return "wgmma needs >= 64 rows per consumer warpgroup (multiple of 64); num_warps is the warpgroup's 4"
+    if cfg.block_k % 32 or cfg.block_k > 128 or cfg.epi_n < 16 or cfg.block_n % cfg.epi_n:
+        return "block_k must be 32..128 (multiple of 32); epi_n >= 16 must divide block_n"
+    if cfg.num_stages < 2:
+        return "num_stages >= 2"
+    if swiglu and (cfg.block_n // 2) % cfg.epi_n:
+        return "SwiGLU: epi_n must divide block_n // 2 (a subtile may not straddle gate and up)"
+    try:
+        gluon_instr_n(cfg.block_n)
+    except ValueError as exc:
+        return str(exc)
+    if cfg.smem_bytes(out_bytes, swiglu) > GLUON_SMEM_LIMIT:
+        return f"shared memory {cfg.smem_bytes(out_bytes, swiglu)} B > {GLUON_SMEM_LIMIT} B"
+    return None
+
+
+# -- search spaces ---------------------------------------------------------------------------------
+
+
+def _c(kernel: str, tile: str, warps: int = 4, stages: int = 3, **kw) -> GemmConfig:
+    bm, bn, bk = (int(v) for v in tile.split("x"))
+    return GemmConfig(kernel, bm, bn, bk, num_warps=warps, num_stages=stages, **kw)
+
+
+_GLUON_SM90 = [  # 1.27-1.40x the Triton persistent kernel on the H100 at the large Ideogram shapes
+    _c("gluon-ws", "128x256x128", stages=4),
+    _c("gluon-ws", "128x256x128", stages=3, epi_n=128),
+    _c("gluon-ws", "256x128x128", stages=3),
+    _c("gluon-pingpong", "128x128x128", stages=5),
+    _c("gluon-ws", "128x256x128", stages=4, group_m=16),
+    _c("gluon-pingpong", "128x128x128", stages=5, group_m=16),
+    # llm_cond_proj (M ~ 512, N 4608, K 53248: 72 tiles of 128x256 for 132 SMs): split K
+    _c("gluon-ws", "128x256x128", stages=4, split_k=5),
+    _c("gluon-ws", "128x256x128", stages=4, split_k=6),
+    _c("gluon-pingpong", "128x128x128", stages=5, split_k=4),
 ]
-_PERSISTENT_SM90 = [  # measured best on H100 at every large Ideogram 4 shape: 128x256x128, 8 warps, subtiled
-    C(128, 256, 128, 8, 1, 8, 3, 1, 0, 1),
-    C(128, 256, 128, 4, 1, 8, 3, 1, 0, 1),
-    C(128, 256, 128, 16, 1, 8, 3, 1, 0, 1),
-    C(256, 128, 128, 8, 1, 8, 3, 1, 0, 1),
-    C(128, 256, 64, 8, 1, 8, 5, 1, 0, 1),
-    C(128, 128, 128, 8, 1, 4, 4, 1, 0, 1),
-    C(128, 128, 128, 8, 1, 8, 3, 1, 0, 1),
-    C(128, 256, 128, 8, 1, 8, 3, 1, 1, 1),
+_TMA_SM90 = [  # best portable kernel on the H100 at every large shape: 128x256x128, 8 warps, subtiled
+    _c("triton-tma", "128x256x128", warps=8, stages=3, subtile=True),
+    _c("triton-tma", "128x256x128", warps=8, stages=3, group_m=16, subtile=True),
+    _c("triton-tma", "256x128x128", warps=8, stages=3, subtile=True),
+    _c("triton-tma", "128x128x128", warps=4, stages=4, subtile=True),
 ]
-# Gluon kernels (sm_90a only): measured 1.27-1.40x the Triton persistent kernel on H100 at the
-# large Ideogram shapes (bench/results/probe-gluon-H100-2026-11-22.log).
-_GLUON_SM90 = [
-    G(1, 128, 256, 4),
-    G(1, 128, 256, 3, epi_n=128),
-    G(1, 256, 128, 3),
-    G(2, 128, 128, 5),
-    G(1, 128, 256, 4, group_m=16),
-    G(2, 128, 128, 5, group_m=16),
-    # split-K for the long-K, few-tile llm_cond_proj (M ~ 512, N 4608, K 53248: 72 / 144 tiles on
-    # 132 SMs unsplit): 72 x 11 = 792 units = 6 waves, 144 x 11 = 1584 = 12 waves
-    G(1, 128, 256, 4, split_k=5),
-    G(1, 128, 256, 4, split_k=5, split_add=1),
-    # one m64n256k32 wgmma per k32 step instead of two n = 128 halves (wgmma_n256.py): -1.4% on H100
-    G(1, 128, 256, 4, split_k=5, split_add=1, n256=1),
-    G(1, 128, 256, 4, n256=1),
-    G(1, 128, 256, 4, split_k=6),
-    G(1, 128, 256, 4, split_k=11),
-    G(2, 128, 128, 5, split_k=4),
-    G(2, 128, 128, 5, split_k=11),
-]
-_SPLITK_SM90 = [C(128, 128, 128, 8, s, 4, 3) for s in (2, 3, 4, 6, 8)] + [C(64, 128, 128, 8, s, 4, 4) for s in (2, 4)]
-
+_POINTER_SM90 = [
+    _c("triton", "128x128x128", warps=4, stages=3),
+    _c("triton", "128x128x128", warps=4, stages=4),
+    _c("triton", "128x256x128", warps=8, stages=3),
+    _c("triton", "256x128x128", warps=8, stages=3),
+    _c("triton", "128x256x64", warps=8, stages=4),
+    _c("triton", "64x128x128", warps=4, stages=4),
+] + [_c("triton", "128x128x128", warps=4, stages=3, split_k=s) for s in (2, 4, 6, 8)]
 _LARGE_SM80 = [
-    C(128, 128, 64, 8, 1, 4, 4),
-    C(128, 256, 64, 8, 1, 8, 3),
-    C(256, 128, 64, 8, 1, 8, 3),
-    C(128, 128, 128, 8, 1, 4, 3),
-    C(128, 128, 128, 8, 1, 8, 4),
-    C(64, 128, 128, 8, 1, 4, 4),
-    C(128, 64, 128, 8, 1, 4, 4),
+    _c("triton", "128x128x64", warps=4, stages=4),
+    _c("triton", "128x256x64", warps=8, stages=3),
+    _c("triton", "256x128x64", warps=8, stages=3),
+    _c("triton", "128x128x128", warps=4, stages=3),
+    _c("triton", "128x128x128", warps=8, stages=4),
+    _c("triton", "64x128x128", warps=4, stages=4),
+    _c("triton", "128x64x128", warps=4, stages=4),
 ]
 _LARGE_SM86 = [  # <= 96 KB of pipelined tiles
-    C(128, 128, 64, 8, 1, 4, 4),
-    C(128, 128, 64, 8, 1, 8, 3),
-    C(128, 256, 64, 8, 1, 8, 3),
-    C(256, 128, 64, 8, 1, 8, 3),
-    C(128, 128, 128, 8, 1, 4, 2),
-    C(64, 128, 128, 8, 1, 4, 3),
-    C(128, 64, 128, 8, 1, 4, 3),
-    C(64, 64, 128, 8, 1, 4, 4),
+    _c("triton", "128x128x64", warps=4, stages=4),
+    _c("triton", "128x128x64", warps=8, stages=3),
+    _c("triton", "128x256x64", warps=8, stages=3),
+    _c("triton", "256x128x64", warps=8, stages=3),
+    _c("triton", "128x128x128", warps=4, stages=2),
+    _c("triton", "64x128x128", warps=4, stages=3),
+    _c("triton", "128x64x128", warps=4, stages=3),
+    _c("triton", "64x64x128", warps=4, stages=4),
 ]
-_SPLITK_AMPERE = [C(128, 128, 64, 8, s, 4, 4) for s in (2, 4, 8)]
-_SMALL_M = [
-    C(16, 64, 128, 1, 1, 4, 4),
-    C(16, 128, 128, 1, 1, 4, 4),
-    C(32, 64, 128, 1, 1, 4, 4),
-    C(32, 128, 128, 1, 1, 4, 3),
-    C(64, 64, 128, 1, 1, 4, 4),
-    C(64, 128, 128, 1, 1, 4, 3),
-    C(16, 128, 128, 1, 4, 4, 4),
-    C(32, 128, 128, 1, 4, 4, 3),
+_SPLITK_AMPERE = [_c("triton", "128x128x64", warps=4, stages=4, split_k=s) for s in (2, 4, 8)]
+_SMALL_M = [  # M <= 64 (adaLN modulation, short prompts): mma.sync tiles
+    _c("triton", "16x64x128", stages=4, group_m=1),
+    _c("triton", "16x128x128", stages=4, group_m=1),
+    _c("triton", "32x64x128", stages=4, group_m=1),
+    _c("triton", "32x128x128", stages=3, group_m=1),
+    _c("triton", "64x64x128", stages=4, group_m=1),
+    _c("triton", "64x128x128", stages=3, group_m=1),
+    _c("triton", "16x128x128", stages=4, group_m=1, split_k=4),
+    _c("triton", "32x128x128", stages=3, group_m=1, split_k=4),
 ]
 
 CONFIG_SPACES: dict[str, list[GemmConfig]] = {
-    "sm90": _GLUON_SM90 + _LARGE_SM90 + _PERSISTENT_SM90 + _SPLITK_SM90 + _SMALL_M,
-    "sm100": _LARGE_SM90 + _PERSISTENT_SM90 + _SPLITK_SM90 + _SMALL_M,
+    "sm90": _GLUON_SM90 + _TMA_SM90 + _POINTER_SM90 + _SMALL_M,
+    "sm100": _TMA_SM90 + _POINTER_SM90 + _SMALL_M,
     "sm80": _LARGE_SM80 + _SPLITK_AMPERE + _SMALL_M,
     "sm86": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,
     "sm89": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,
@@ -194,64 +245,44 @@ MEASURED_ARCHS = ("sm90",)
 
 
 def m_bucket(M: int) -> int:
-    """Autotune key bucket for the token count: the next power of two, at least 16."""
+    """Tuning key bucket for the token count: the next power of two, at least 16."""
     b = 16
     while b < M:
         b *= 2
     return b
 
 
-def config_space(arch: str, M: int, smem_limit: int | None = None) -> list[GemmConfig]:
-    """Candidate configs for ``arch`` that fit its shared memory and make sense for M."""
+def config_space(arch: str, M: int, smem_limit: int | None = None, kernels=KERNELS) -> list[GemmConfig]:
+    """Candidate configs for ``arch`` that fit its shared memory, make sense for M and run one of ``kernels``."""
     space = CONFIG_SPACES.get(arch, CONFIG_SPACES["sm80"])
     limit = smem_limit or SMEM_LIMIT.get(arch, 99 * 1024)
     # a little headroom for the epilogue / barriers
-    out = [c for c in space if c.smem_bytes() <= limit - 2048]
+    out = [c for c in space if c.kernel in kernels and c.smem_bytes() <= limit - 2048]
     if M <= 64:
-        out = [c for c in out if c.block_m <= 64]
-    else:
-        out = [c for c in out if c.block_m >= 64 or M <= 128]
-    return out
+        return [c for c in out if c.block_m <= 64]
+    return [c for c in out if c.block_m >= 64 or M <= 128]
 
 
 def heuristic_config(arch: str, M: int, N: int, K: int) -> GemmConfig:
-    """A sensible untuned pick (used when neither the shipped table nor autotuning has one)."""
+    """A sensible untuned pick of the portable kernel (no table entry, no autotuning)."""
     if M <= 16:
-        return C(16, 128, 128, 1, 1, 4, 4)
+        return _c("triton", "16x128x128", stages=4, group_m=1)
     if M <= 64:
-        return C(32 if M <= 32 else 64, 128, 128, 1, 1, 4, 3)
-    if arch in ("sm86", "sm89"):
-        base = C(128, 128, 64, 8, 1, 4, 4)
-    elif arch == "sm80":
-        base = C(128, 128, 64, 8, 1, 4, 4)
-    else:
-        base = C(128, 128, 128, 8, 1, 4, 3)
+        return _c("triton", f"{32 if M <= 32 else 64}x128x128", stages=3, group_m=1)
+    base = _c("triton", "128x128x64", stages=4) if arch in ("sm80", "sm86", "sm89") else _c("triton", "128x128x128")
     tiles = -(-M // base.block_m) * -(-N // base.block_n)
     if K >= 16384 and tiles < 256:
         # few output tiles and a long K: split K so every SM gets work
-        split = 8 if tiles <= 64 else 4 if tiles <= 160 else 2
-        return dataclasses.replace(base, split_k=split)
+        return dataclasses.replace(base, split_k=8 if tiles <= 64 else 4 if tiles <= 160 else 2)
     return base
 
 
-_TABLE_PATH = pathlib.Path(__file__).with_name("tuned_configs.json")
-
-
-@functools.lru_cache(maxsize=1)
-def shipped_table() -> dict:
-    """{arch: {gpu_name: {"N,K,Mbucket": config dict}}} measured on real GPUs (see bench/)."""
-    if not _TABLE_PATH.exists():
-        return {}
-    return json.loads(_TABLE_PATH.read_text())
-
-
-def shipped_config(arch: str, gpu_name: str | None, M: int, N: int, K: int) -> tuple[GemmConfig, str] | None:
-    """Look up the shipped pick: an exact GPU match first, then any GPU of the same arch."""
-    per_arch = shipped_table().get(arch, {})
-    key = f"{N},{K},{m_bucket(M)}"
-    if gpu_name and key in per_arch.get(gpu_name, {}):
-        return GemmConfig.from_dict(per_arch[gpu_name][key]), f"shipped table ({gpu_name})"
-    for name, entries in per_arch.items():
-        if key in entries:
-            return GemmConfig.from_dict(entries[key]), f"shipped table ({name}, same arch)"
-    return None
+def portable_twin(cfg: GemmConfig, swiglu: bool = False) -> GemmConfig:
+    """The portable Triton config a Gluon pick is demoted to (same tile where the portable kernels can run it)."""
+    if not cfg.is_gluon:
+        return cfg
+    if cfg.split_k > 1:
+        return _c("triton", "128x128x128", split_k=cfg.split_k, group_m=cfg.group_m)
+    big = cfg.block_m * cfg.block_n >= 128 * 256
+    return _c("triton-tma", f"{cfg.block_m}x{cfg.block_n}x128", warps=8 if big else 4, stages=3 if big else 4,
+              group_m=cfg.group_m, subtile=not swiglu)  # fmt: skip

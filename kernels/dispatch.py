@@ -13,7 +13,6 @@ reason a faster one was not taken in ``registry.REGISTRY``.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import os
 
@@ -21,8 +20,8 @@ import torch
 import torch.nn.functional as F
 
 from . import reference
-from .autotune import PICKER
-from .env import capability, interpreter_mode, triton_available
+from .backends import cublas_unavailable, triton_unavailable
+from .fused import FusedUnavailable, run_fused
 from .reference import INT32_SAFE_MAX_K
 from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_RANK, PATH_TRITON, PATHS, REGISTRY
 
@@ -45,35 +44,14 @@ class GemmPathUnavailable(ValueError):
 
 def triton_unavailable_reason(device: torch.device) -> str | None:
     """None when the fused Triton kernel can run on ``device``; else why not (for the panel)."""
-    if not triton_available():
-        return "Triton is not installed (Linux CUDA builds of torch bring it; Windows needs triton-windows)"
-    if device.type == "cuda":
-        if interpreter_mode():
-            return "TRITON_INTERPRET=1 is set: Triton runs on the CPU interpreter only"
-        cc = capability(device)
-        if cc is not None and cc < (8, 0):
-            return f"GPU is sm_{cc[0]}{cc[1]}: Triton's int8 tensor-core dot needs sm_80+ (Ampere or newer)"
-        return None
-    if device.type == "cpu" and interpreter_mode():
-        return None
-    return f"{device.type} tensors: the fused kernel needs a CUDA GPU (sm_80+)"
-
-
-def cublas_unavailable_reason(device: torch.device, n: int, k: int) -> str | None:
-    if not hasattr(torch, "_int_mm"):
-        return "this torch has no torch._int_mm"
-    if device.type == "cuda" and (k % 8 or n % 8):
-        return f"cuBLASLt int8 needs K and N multiples of 8 (got K={k}, N={n})"
-    if device.type not in ("cuda", "cpu"):
-        return f"torch._int_mm does not run on {device.type}"
-    return None
+    return triton_unavailable(device)
 
 
 def _unavailable(path: str, device: torch.device, n: int, k: int) -> str | None:
     if path == PATH_TRITON:
         return triton_unavailable_reason(device)
     if path == PATH_CUBLAS:
-        return cublas_unavailable_reason(device, n, k)
+        return cublas_unavailable(device, n, k)
     return None
 
 
@@ -224,38 +202,21 @@ def _out_buffer(out, m, n, dtype, device, where):
 
 
 def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, swiglu_chunk=None, timed=None):
-    """Pick the tile config (may autotune on a shape's first call), then launch once.
-
-    ``timed``: the registry path to time the launch under (GEMM timing). Only the launch is timed, never the
-    picker: its one-time autotuning runs hundreds of trial launches that are not part of the GEMM.
-    """
-    from .gemm_triton import _gluon_config, launch_gemm, runnable_config
-
+    """The fused path (fused.run_fused) into ``out`` or a new buffer: (out, config, source)."""
     m, n = q.shape[0], w.shape[0]
     n_out = n // 2 if swiglu_chunk else n
     out = _out_buffer(out, m, n_out, torch.int32 if raw_int32 else out_dtype, q.device, "int8_matmul")
-    if m == 0:
-        return out, None, None
-
-    def launch(cfg):
-        return launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu=bool(swiglu_chunk))
-
-    cfg, source = PICKER.pick(q, w, launch, block_n=2 * swiglu_chunk if swiglu_chunk else None)
-    if cfg.gluon:  # record what really runs (a Gluon pick falls back where Gluon cannot run)
-        ran = runnable_config(cfg, q, w, out, bool(swiglu_chunk), bias)
-        if ran is not cfg:
-            kind = "split-K" if ran.split_k > 1 else "persistent"
-            cfg, source = ran, f"{source}; Gluon kernel unavailable here, Triton {kind} kernel ran"
-    with REGISTRY.timed(timed, q.device) if timed else contextlib.nullcontext():
-        launch(cfg)
-    if cfg.n256:  # the n = 256 wgmma rewrite falls back to the kernel as compiled if the PTX does not match
-        from .gemm_gluon import N256_FALLBACKS
-
-        why = N256_FALLBACKS.get(_gluon_config(cfg).key())
-        if why:
-            cfg, source = dataclasses.replace(cfg, n256=0), f"{source}; n=256 wgmma rewrite not applied: {why}"
-    REGISTRY.count_launch("gemm_triton")
+    out, cfg, source = run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, swiglu_chunk, timed)
+    if cfg is not None:
+        REGISTRY.count_launch("gemm_triton")
     return out, cfg, source
+
+
+def _launch_fused_strict(*args, where: str, **kwargs):
+    try:
+        return _launch_fused(*args, **kwargs)
+    except FusedUnavailable as exc:
+        raise GemmPathUnavailable(f"{where}: the fused Triton kernel failed for this shape: {exc}") from exc
 
 
 def _fused_guard(q: torch.Tensor, where: str) -> None:
@@ -279,7 +240,8 @@ def int8_matmul(q, w, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, out
     bias = _vector(bias, n, "int8_matmul: bias", q.device, keep_half=True)
     if out_dtype not in _FLOAT_DTYPES:
         raise KernelInputError(f"int8_matmul: out_dtype must be float32/float16/bfloat16; got {out_dtype}")
-    out, _, _ = _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32=False, out=out)
+    out, _, _ = _launch_fused_strict(q, w, q_scale, w_scale, bias, out_dtype, raw_int32=False, out=out,
+                                     where="int8_matmul")  # fmt: skip
     return out
 
 
@@ -287,7 +249,7 @@ def int8_matmul_int32(q, w, out=None):
     """The same fused kernel, returning the raw int32 accumulator [M, N] (for bit-exactness checks)."""
     _check_operands(q, w, where="int8_matmul_int32")
     _fused_guard(q, "int8_matmul_int32")
-    out, _, _ = _launch_fused(q, w, None, None, None, None, raw_int32=True, out=out)
+    out, _, _ = _launch_fused_strict(q, w, None, None, None, None, raw_int32=True, out=out, where="int8_matmul_int32")
     return out
 
 
@@ -299,10 +261,10 @@ def _int_mm_padded(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch._int_mm(q, w.t())[:m]
 
 
-def _cublas_linear(q, s, w, w_scale, bias, out_dtype):
+def _cublas_linear(q, s, w, w_scale, bias, out_dtype, fused_epilogue=True):
     acc = _int_mm_padded(q, w)
     REGISTRY.count_launch("int_mm")
-    if acc.is_cuda and triton_unavailable_reason(acc.device) is None:
+    if fused_epilogue and acc.is_cuda and triton_unavailable_reason(acc.device) is None:
         from .gemm_triton import apply_epilogue
 
         return apply_epilogue(acc, s, w_scale, bias, out_dtype)
@@ -342,8 +304,14 @@ def w8a8_linear(
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    with _timed_unless_fused(chosen, x.device):
-        y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype)
+    try:
+        with _timed_unless_fused(chosen, x.device):
+            y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype)
+    except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
+        chosen, reason = _after_fused_failure(x.device, n, k, exc)
+        bias_v = _vector(bias, n, "w8a8_linear: bias", x.device)
+        with REGISTRY.timed(chosen, x.device):
+            y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype, fused_epilogue=False)
     REGISTRY.record(
         site, chosen, reason, m, n, k, dtype=x.dtype,
         config=cfg.key() if cfg is not None else None, config_source=source,
@@ -357,10 +325,17 @@ def _timed_unless_fused(chosen: str, device: torch.device):
     return contextlib.nullcontext() if chosen == PATH_TRITON else REGISTRY.timed(chosen, device)
 
 
-def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype):
+def _after_fused_failure(device: torch.device, n: int, k: int, exc: FusedUnavailable) -> tuple[str, str]:
+    """(path, reason) after the fused kernel failed for a shape: cuBLAS int8 where it runs, else dequant-bf16."""
+    chosen = PATH_CUBLAS if cublas_unavailable(device, n, k) is None else PATH_DEQUANT
+    return chosen, f"the fused Triton kernel failed for this shape: {exc}"
+
+
+def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype, fused_epilogue=True):
     """The linear on an already chosen path (no validation, no recording): (y, config, source).
 
     Timing: the caller's for the unfused paths (``_timed_unless_fused``); the fused path times itself.
+    ``fused_epilogue=False``: the cuBLAS path's epilogue in torch (after a Triton kernel failed).
     """
     if chosen == PATH_DEQUANT:
         y = reference.dequant_linear_ref(x2, w, w_scale, bias, smooth, compute_dtype=x2.dtype)
@@ -376,7 +351,7 @@ def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype):
                 q, s = quantize_per_token(x2, smooth)
         return _launch_fused(q, w, s, w_scale, bias, out_dtype, raw_int32=False, timed=PATH_TRITON)
     q, s = quantize_per_token(x2, smooth)
-    return _cublas_linear(q, s, w, w_scale, bias, out_dtype), None, None
+    return _cublas_linear(q, s, w, w_scale, bias, out_dtype, fused_epilogue), None, None
 
 
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, site: str | None = None,
@@ -438,15 +413,20 @@ def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, ou
     chosen, reason = select_path(x.device, n2, k, path)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
-    cfg = source = None
-    with _timed_unless_fused(chosen, x.device):
-        if chosen == PATH_TRITON:
-            with REGISTRY.timed(PATH_TRITON, x.device):
-                q, s = quantize_per_token(x2, smooth)
+    cfg = source = h = None
+    triton_ok = True
+    if chosen == PATH_TRITON:
+        with REGISTRY.timed(PATH_TRITON, x.device):
+            q, s = quantize_per_token(x2, smooth)
+        try:
             h, cfg, source = _launch_fused(q, w13, s, s13, None, out_dtype, False, swiglu_chunk=chunk,
                                            timed=PATH_TRITON)  # fmt: skip
-        else:
-            y, _, _ = _w8a8_compute(x2, w13, s13, None, smooth, chosen, torch.float32)
+        except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
+            chosen, reason = _after_fused_failure(x.device, n2, k, exc)
+            triton_ok = False
+    if h is None:
+        with REGISTRY.timed(chosen, x.device):
+            y, _, _ = _w8a8_compute(x2, w13, s13, None, smooth, chosen, torch.float32, fused_epilogue=triton_ok)
             g, u = deinterleave_gate_up(y, chunk)
             h = (F.silu(g) * u).to(out_dtype)
     REGISTRY.record(

@@ -10,16 +10,15 @@ import torch
 
 
 @functools.lru_cache(maxsize=1)
-def triton_available() -> bool:
-    return importlib.util.find_spec("triton") is not None
-
-
 def triton_version() -> str | None:
-    if not triton_available():
+    """The installed Triton's version, or None (not installed, or it does not import)."""
+    if importlib.util.find_spec("triton") is None:
         return None
-    import triton
-
-    return triton.__version__
+    try:
+        import triton
+    except Exception:  # noqa: BLE001 - backends.triton_import_error says why
+        return None
+    return getattr(triton, "__version__", None)
 
 
 def interpreter_mode() -> bool:

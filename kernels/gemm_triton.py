@@ -19,17 +19,11 @@ Design notes (facts in research/int8-gemm-sota.md):
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from . import gemm_gluon
-from .configs import GemmConfig
 from .env import sm_count
-from .fast_launch import FastLauncher
-from .reference import INT32_SAFE_MAX_K  # noqa: F401  (re-exported: the kernel's K limit)
 
 # The compiled kernel of the last launch (tests read its PTX to check wgmma vs mma.sync).
 LAST_LAUNCH: dict = {}
@@ -167,7 +161,6 @@ def _w8a8_gemm_persistent_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     NUM_PROGRAMS: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,
     SUBTILE: tl.constexpr,
 ):
     """Persistent variant: one program per SM walks the output tiles; A/B/C move by TMA
@@ -178,9 +171,7 @@ def _w8a8_gemm_persistent_kernel(
     num_tiles = num_pid_m * num_pid_n
     num_pid_in_group = GROUP_M * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
-    for tile_id in tl.range(
-        tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=True, warp_specialize=WARP_SPECIALIZE
-    ):
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=True):
         pid_m, pid_n = _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
@@ -245,33 +236,6 @@ def _split_k_epilogue_kernel(
         tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-def runnable_config(cfg, q, w, out, swiglu=False, bias=None):
-    """The config that really runs: a Gluon entry (Hopper only) becomes the Triton persistent kernel
-    of the same tile where Gluon cannot run (triton without Gluon, not sm_90, TMA alignment, a
-    biased SwiGLU). The registry records this config, so the panel shows what ran."""
-    if not cfg.gluon:
-        return cfg
-    gluon_no = _gluon_unavailable(q.device) or q.shape[1] % 16 or not gemm_gluon.tma_ok(q, w, out)
-    gluon_no = gluon_no or (cfg.split_k > 1 and w.shape[0] % 4)  # the int32 workspace's TMA rows
-    if gluon_no or (swiglu and bias is not None):
-        if cfg.split_k > 1 and not swiglu:  # a Gluon split-K entry: the Triton split-K kernel
-            return GemmConfig(128, 128, 128, cfg.group_m, cfg.split_k, 4, 3)
-        big = cfg.block_m * cfg.block_n >= 128 * 256
-        return GemmConfig(cfg.block_m, cfg.block_n, 128, cfg.group_m, 1, 8 if big else 4, 3 if big else 4,
-                          persistent=1, subtile=1)  # fmt: skip
-    return cfg
-
-
-@functools.lru_cache(maxsize=256)
-def _gluon_config(cfg):
-    return cfg.gluon_config()
-
-
-@functools.lru_cache(maxsize=16)
-def _gluon_unavailable(device) -> str | None:
-    return gemm_gluon.gluon_available(device)
-
-
 def _k_split(K: int, cfg) -> tuple[int, bool]:
     """K range per split (a multiple of BLOCK_K) and whether no K masking is needed."""
     k_per_split = triton.cdiv(triton.cdiv(K, cfg.split_k), cfg.block_k) * cfg.block_k
@@ -279,26 +243,30 @@ def _k_split(K: int, cfg) -> tuple[int, bool]:
     return k_per_split, even_k
 
 
-def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False):
-    """Run the kernel with config ``cfg`` (see configs.GemmConfig). Writes into and returns ``out``.
+def tma_problem(*tensors) -> str | None:
+    """None when TMA descriptors can address every 2-D operand (16-byte aligned bases and row
+    strides, unit inner stride), else why not. Asked on every launch: a plain loop."""
+    for t in tensors:
+        if t.dim() != 2 or t.stride(1) != 1 or t.data_ptr() & 15 or (t.stride(0) * t.element_size()) & 15:
+            return f"TMA cannot address a {t.dtype} operand of shape {tuple(t.shape)}, strides {t.stride()}"
+    return None
 
-    raw_int32=True returns the int32 accumulator (``out`` must be int32); otherwise ``out`` gets
-    the dequantized, biased result in its own dtype. swiglu=True: ``w`` holds gate and up rows
-    interleaved in chunks of BLOCK_N // 2 and ``out`` [M, N // 2] gets silu(gate) * up.
-    """
+
+def build_launches(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False,
+                   num_sms=None) -> list[tuple]:  # fmt: skip
+    """[(kernel, grid, args, kwargs)] of one portable GEMM (config kernel ``triton`` or ``triton-tma``), in
+    launch order: the GEMM, then (split-K) the reduce. Device-free: the offline compile check builds the
+    same launches from CPU tensors. A ``triton-tma`` config whose operands TMA cannot address gets the
+    pointer kernel with its tile. Misuse raises ValueError."""
     M, K = q.shape
     N = w.shape[0]
-    if swiglu and (raw_int32 or cfg.split_k != 1 or N % cfg.block_n):
-        raise ValueError("the SwiGLU epilogue needs split_k == 1 and N a multiple of BLOCK_N")
-    if cfg.gluon:
-        if not (swiglu and bias is not None) and not _gluon_unavailable(q.device):
-            # returns None where TMA cannot address the operands: then the Triton fallback below
-            ran = gemm_gluon.launch_gemm_gluon(q, w, q_scale, w_scale, bias, out, raw_int32, _gluon_config(cfg), swiglu)
-            if ran is not None:
-                return out
-        cfg = runnable_config(cfg, q, w, out, swiglu, bias)
-    if cfg.persistent and gemm_gluon.tma_ok(q, w, out):
-        return _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu)
+    why = cfg.problem(out.element_size(), swiglu) if cfg.kernel in ("triton", "triton-tma") else "not portable"
+    if why is None and swiglu and (raw_int32 or N % cfg.block_n):
+        why = "the SwiGLU epilogue needs a float output and N a multiple of BLOCK_N"
+    if why:
+        raise ValueError(f"{cfg.key()}: {why}")
+    if cfg.kernel == "triton-tma" and tma_problem(q, w, out) is None:
+        return [_persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu, num_sms)]
     k_per_split, even_k = _k_split(K, cfg)
     split_k = triton.cdiv(K, k_per_split)
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n), split_k)
@@ -306,21 +274,34 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split_k == 1:
         epilogue = 0 if raw_int32 else 3 if swiglu else 1
-        LAST_LAUNCH["kernel"] = _GEMM(
-            grid, q, w, out,
+        args = (
+            q, w, out,
             q_scale if q_scale is not None else out,
             w_scale if w_scale is not None else out,
             bias if bias is not None else out,
             M, N, K, q.stride(0), w.stride(0), out.stride(0), k_per_split,
-            bias is not None, epilogue, even_k, *tiles, **opts,
+            bias is not None, epilogue, even_k, *tiles,
         )  # fmt: skip
-        return out
+        return [(_w8a8_gemm_kernel, grid, args, opts)]
     # Split-K: each split stores an exact int32 partial into its workspace slice; one kernel sums them.
     ws = torch.empty((split_k, M, N), dtype=torch.int32, device=q.device)
-    LAST_LAUNCH["kernel"] = _GEMM(
-        grid, q, w, ws, ws, ws, ws, M, N, K, q.stride(0), w.stride(0), N, k_per_split, False, 2, even_k, *tiles, **opts,
-    )  # fmt: skip
-    return _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32)
+    args = (q, w, ws, ws, ws, ws, M, N, K, q.stride(0), w.stride(0), N, k_per_split, False, 2, even_k, *tiles)
+    return [(_w8a8_gemm_kernel, grid, args, opts), reduce_launch(ws, q_scale, w_scale, bias, out, raw_int32)]
+
+
+def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False):
+    """Run the portable kernel with config ``cfg``; writes into and returns ``out``.
+
+    raw_int32=True returns the int32 accumulator (``out`` must be int32); otherwise ``out`` gets
+    the dequantized, biased result in its own dtype. swiglu=True: ``w`` holds gate and up rows
+    interleaved in chunks of BLOCK_N // 2 and ``out`` [M, N // 2] gets silu(gate) * up.
+    """
+    for i, (kernel, grid, args, kwargs) in enumerate(build_launches(q, w, cfg, q_scale, w_scale, bias, out,
+                                                                    raw_int32, swiglu)):  # fmt: skip
+        compiled = kernel[grid](*args, **kwargs)
+        if i == 0:  # the GEMM (tests read its PTX), not the split-K reduce
+            LAST_LAUNCH["kernel"] = compiled
+    return out
 
 
 def apply_epilogue(acc, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, out=None):
@@ -328,19 +309,26 @@ def apply_epilogue(acc, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, o
     M, N = acc.shape
     if out is None:
         out = torch.empty((M, N), dtype=out_dtype, device=acc.device)
-    return _reduce_epilogue(acc.contiguous().reshape(1, M, N), q_scale, w_scale, bias, out, raw_int32=False)
+    return reduce_partials(acc.contiguous().reshape(1, M, N), q_scale, w_scale, bias, out, raw_int32=False)
 
 
-def _reduce_epilogue(ws, q_scale, w_scale, bias, out, raw_int32):
+def reduce_launch(ws, q_scale, w_scale, bias, out, raw_int32) -> tuple:
+    """(kernel, grid, args, kwargs): out = the sum of the int32 slices of ws [S, M, N], raw or scaled + biased."""
     splits, M, N = ws.shape
     bm, bn = 32, 128
-    _EPILOGUE(
-        (triton.cdiv(M, bm), triton.cdiv(N, bn)), ws, out,
+    args = (
+        ws, out,
         q_scale if q_scale is not None else out,
         w_scale if w_scale is not None else out,
         bias if bias is not None else out,
-        M, N, out.stride(0), splits, bias is not None, raw_int32, bm, bn, num_warps=4,
+        M, N, out.stride(0), splits, bias is not None, raw_int32, bm, bn,
     )  # fmt: skip
+    return _split_k_epilogue_kernel, (triton.cdiv(M, bm), triton.cdiv(N, bn)), args, dict(num_warps=4)
+
+
+def reduce_partials(ws, q_scale, w_scale, bias, out, raw_int32):
+    kernel, grid, args, kwargs = reduce_launch(ws, q_scale, w_scale, bias, out, raw_int32)
+    kernel[grid](*args, **kwargs)
     return out
 
 
@@ -350,7 +338,7 @@ def _num_sms(device) -> int:
     return sm_count(device)
 
 
-def _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu=False):
+def _persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu, num_sms=None) -> tuple:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     M, K = q.shape
@@ -361,18 +349,13 @@ def _launch_persistent(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu
     b_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, c_block_n])
     tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
-    programs = min(_num_sms(q.device), tiles)
-    LAST_LAUNCH["kernel"] = _PERSISTENT(
-        (programs,), a_desc, b_desc, c_desc,
+    programs = min(num_sms or _num_sms(q.device), tiles)
+    args = (
+        a_desc, b_desc, c_desc,
         q_scale if q_scale is not None else out,
         w_scale if w_scale is not None else out,
         bias if bias is not None else out,
         M, N, K, bias is not None, raw_int32, swiglu, cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, programs,
-        bool(cfg.warp_specialize), subtile, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        subtile,
     )  # fmt: skip
-    return out
-
-
-_GEMM = FastLauncher(_w8a8_gemm_kernel)
-_PERSISTENT = FastLauncher(_w8a8_gemm_persistent_kernel)
-_EPILOGUE = FastLauncher(_split_k_epilogue_kernel)
+    return _w8a8_gemm_persistent_kernel, (programs,), args, dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)

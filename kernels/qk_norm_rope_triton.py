@@ -54,29 +54,21 @@ def _qk_norm_rope_kernel(
     tl.store(out_ptr + o + HALF, (y2 * c + y1 * s).to(out_ty), mask=m)
 
 
+def build_launch(x, weight, cos, sin, eps, out=None) -> tuple:
+    """(kernel, grid, args, kwargs) for x [B, N, H, D] -> out (a new contiguous one when None). Device-free."""
+    B, N, H, D = x.shape
+    out = torch.empty((B, N, H, D), dtype=x.dtype, device=x.device) if out is None else out
+    rows = max(1, min(16, 4096 // D))
+    args = (x, weight, cos, sin, out, B * N * H, N, H, x.stride(0), x.stride(1), x.stride(2), float(eps))
+    return _qk_norm_rope_kernel, (triton.cdiv(B * N * H, rows),), args, dict(HALF=D // 2, ROWS=rows, num_warps=4)
+
+
 def qk_norm_rope_triton(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float):
     """x [B, N, H, D] (last dim contiguous, any other strides) -> contiguous [B, N, H, D] in x's dtype."""
     B, N, H, D = x.shape
     out = torch.empty((B, N, H, D), dtype=x.dtype, device=x.device)
-    R = B * N * H
-    if R == 0:
+    if B * N * H == 0:
         return out
-    rows = max(1, min(16, 4096 // D))
-    _qk_norm_rope_kernel[(triton.cdiv(R, rows),)](
-        x,
-        weight,
-        cos,
-        sin,
-        out,
-        R,
-        N,
-        H,
-        x.stride(0),
-        x.stride(1),
-        x.stride(2),
-        float(eps),
-        HALF=D // 2,
-        ROWS=rows,
-        num_warps=4,
-    )
+    kernel, grid, args, kwargs = build_launch(x, weight, cos, sin, eps, out)
+    kernel[grid](*args, **kwargs)
     return out

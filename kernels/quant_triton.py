@@ -16,7 +16,6 @@ import triton
 import triton.language as tl
 
 from .env import interpreter_mode, sm_count
-from .fast_launch import FastLauncher
 
 
 @triton.jit
@@ -206,11 +205,29 @@ def quant_launch_params(M: int, K: int) -> dict:
     return dict(BLOCK_M=1, BLOCK_K=16384, ONE_PASS=False, num_warps=16, PROGRAMS_PER_SM=2, NUM_STAGES=1, TAIL_K=0)
 
 
-def _programs(M: int, block_m: int, per_sm: int, device) -> int:
+def _programs(M: int, block_m: int, per_sm: int, num_sms: int | None) -> int:
     blocks = triton.cdiv(M, block_m)
-    if per_sm <= 0 or device.type != "cuda":
+    if per_sm <= 0 or not num_sms:
         return blocks
-    return min(blocks, sm_count(device) * per_sm)
+    return min(blocks, num_sms * per_sm)
+
+
+def build_launch(x, smooth=None, params=None, num_sms=None, q=None, scale=None) -> tuple:
+    """(kernel, grid, args, kwargs) quantizing x [M, K] into q / scale (new ones when None). Device-free:
+    the offline compile check builds it from CPU tensors (``num_sms`` stands in for the device's)."""
+    M, K = x.shape
+    q = torch.empty((M, K), dtype=torch.int8, device=x.device) if q is None else q
+    scale = torch.empty((M,), dtype=torch.float32, device=x.device) if scale is None else scale
+    if num_sms is None and x.device.type == "cuda":
+        num_sms = sm_count(x.device)
+    if params:
+        plan = _as_plan(M, {**quant_launch_params(M, K), **params}, num_sms)
+    else:
+        plan = _plan(M, K, num_sms)
+    grid, block_m, block_k, one_pass, stages, warps, tail_k = plan
+    args = (x, smooth if smooth is not None else x, q, scale, M, K, x.stride(0), q.stride(0),
+            smooth is not None, block_m, block_k, one_pass, stages, tail_k)  # fmt: skip
+    return _quantize_rows_kernel, (grid,), args, dict(num_warps=warps)
 
 
 def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, params: dict | None = None):
@@ -222,25 +239,18 @@ def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, pa
     scale = torch.empty((M,), dtype=torch.float32, device=x.device)
     if M == 0:
         return q, scale
-    plan = _as_plan(M, {**quant_launch_params(M, K), **params}, x.device) if params else _plan(M, K, x.device)
-    grid, block_m, block_k, one_pass, stages, warps, tail_k = plan
-    _LAUNCH(
-        (grid,), x, smooth if smooth is not None else x, q, scale, M, K, x.stride(0), q.stride(0),
-        smooth is not None, block_m, block_k, one_pass, stages, tail_k, num_warps=warps,
-    )  # fmt: skip
+    kernel, grid, args, kwargs = build_launch(x, smooth, params, q=q, scale=scale)
+    kernel[grid](*args, **kwargs)
     return q, scale
 
 
 @functools.lru_cache(maxsize=1024)
-def _plan(M: int, K: int, device: torch.device) -> tuple:
+def _plan(M: int, K: int, num_sms: int | None) -> tuple:
     """The default heuristic's launch plan, cached (asked on every call)."""
-    return _as_plan(M, quant_launch_params(M, K), device)
+    return _as_plan(M, quant_launch_params(M, K), num_sms)
 
 
-def _as_plan(M: int, p: dict, device) -> tuple:
+def _as_plan(M: int, p: dict, num_sms: int | None) -> tuple:
     """(programs, BLOCK_M, BLOCK_K, ONE_PASS, NUM_STAGES, num_warps, TAIL_K) of launch params ``p``."""
-    return (_programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], device), p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"],
+    return (_programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], num_sms), p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"],
             p["NUM_STAGES"], p["num_warps"], p["TAIL_K"])  # fmt: skip
-
-
-_LAUNCH = FastLauncher(_quantize_rows_kernel)

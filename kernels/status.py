@@ -29,10 +29,10 @@ import re
 import time
 from collections.abc import Mapping
 
-from .autotune import PICKER
 from .dispatch import ENV_PATH
 from .env import environment_report, interpreter_mode
 from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
+from .tuning import PICKER
 
 _log = logging.getLogger(__name__)
 

@@ -6,8 +6,6 @@ twin, or with float64 references of the same quantized operands.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 import torch
 from comfyui_ideogram4_int8 import kernels as K
@@ -58,11 +56,13 @@ def test_int32_extreme_values_bit_exact(gen):
 @pytest.mark.parametrize(
     "cfg",
     [
-        C.GemmConfig(64, 64, 32, 4, 1, 4, 2),
-        C.GemmConfig(16, 64, 64, 1, 1, 4, 2),
-        C.GemmConfig(64, 32, 64, 8, 3, 4, 2),  # split-K with a ragged last slice
-        C.GemmConfig(32, 64, 32, 2, 4, 4, 2),
-        C.GemmConfig(32, 64, 32, 2, 1, 4, 2, persistent=1),  # TMA descriptors, persistent tile loop
+        C.GemmConfig("triton", 64, 64, 32, group_m=4, num_warps=4, num_stages=2),
+        C.GemmConfig("triton", 16, 64, 64, group_m=1, num_warps=4, num_stages=2),
+        # split-K with a ragged last slice
+        C.GemmConfig("triton", 64, 32, 64, group_m=8, split_k=3, num_warps=4, num_stages=2),
+        C.GemmConfig("triton", 32, 64, 32, group_m=2, split_k=4, num_warps=4, num_stages=2),
+        # TMA descriptors, persistent tile loop
+        C.GemmConfig("triton-tma", 32, 64, 32, group_m=2, num_warps=4, num_stages=2),
     ],
     ids=lambda c: c.key(),
 )
@@ -78,10 +78,10 @@ def test_every_config_family_bit_exact(cfg, gen):
 @pytest.mark.parametrize(
     "cfg",
     [
-        C.GemmConfig(32, 32, 64, 1, 1, 4, 2),
-        C.GemmConfig(32, 32, 64, 1, 4, 4, 2),
-        C.GemmConfig(32, 32, 64, 2, 1, 4, 2, persistent=1),
-        C.GemmConfig(32, 32, 64, 2, 1, 4, 2, persistent=1, warp_specialize=1, subtile=1),
+        C.GemmConfig("triton", 32, 32, 64, group_m=1, num_warps=4, num_stages=2),
+        C.GemmConfig("triton", 32, 32, 64, group_m=1, split_k=4, num_warps=4, num_stages=2),
+        C.GemmConfig("triton-tma", 32, 32, 64, group_m=2, num_warps=4, num_stages=2),
+        C.GemmConfig("triton-tma", 32, 32, 64, group_m=2, num_warps=4, num_stages=2, subtile=True),
     ],
     ids=lambda c: c.key(),
 )
@@ -353,7 +353,7 @@ def test_config_spaces_fit_their_architectures():
         for m in (16, 512, 4608):
             space = C.config_space(arch, m)
             assert space, (arch, m)
-            assert all(c.smem_bytes() <= limit for c in space)
+            assert all(c.smem_bytes() <= limit and c.problem() is None for c in space)
     # Hopper's large-M tiles must all qualify for int8 wgmma
     assert all(c.uses_wgmma_on_hopper() for c in C.config_space("sm90", 4608))
     # sm86 has ~99 KB: no 3-stage 128x128x128 tile there
@@ -366,30 +366,79 @@ def test_heuristic_splits_long_k_few_tiles():
     assert C.heuristic_config("sm90", 4608, 13824, 4608).split_k == 1
 
 
-def test_shipped_table_entries_are_valid_configs():
-    """Every shipped pick parses into a config whose Gluon form validates; the H100 text projection
-    ships the reduce-add split-K (bench/results/ab-linear-splitadd-H100-2026-11-24-s5.log) with the
-    n = 256 wgmma rewrite (probe-n256-H100-2026-11-24-s8.log) and balanced work lists of ~2 units
-    per CTA (probe-sched-H100-2026-11-24-s8.log)."""
-    from comfyui_ideogram4_int8.kernels import gemm_gluon
+def test_every_shipped_pick_lies_in_its_search_space_and_says_where_it_was_measured():
+    from comfyui_ideogram4_int8.kernels import tuning
 
-    for gpus in C.shipped_table().values():
-        for gpu, entries in gpus.items():
-            for key, d in entries.items():
-                cfg = C.GemmConfig.from_dict(d)
-                assert set(d) <= {f.name for f in dataclasses.fields(C.GemmConfig)}, (gpu, key)
-                if cfg.gluon and gemm_gluon._IMPORT_ERROR is None:
-                    assert gemm_gluon.validate(cfg.gluon_config()) is None, (gpu, key)
-    cfg, source = C.shipped_config("sm90", "NVIDIA H100 80GB HBM3", 512, 4608, 53248)
-    assert cfg.gluon and cfg.split_k == 5 and cfg.split_add and cfg.key().endswith("_sk5a_n256_lpt2"), source
-    gc = cfg.gluon_config()
-    assert gc.split_add is True and gc.wgmma_n256 is True and gc.sched_units == 2 and gemm_gluon.validate(gc) is None
-    # the H200 has its own picks where its A/B differed (bench/results/ab-linear-H200-2026-11-24-s5.log)
-    # and borrows the H100's elsewhere
-    cfg, source = C.shipped_config("sm90", "NVIDIA H200", 4096, 4608, 12288)
-    assert cfg.gluon == 2 and source == "shipped table (NVIDIA H200)"
-    cfg, source = C.shipped_config("sm90", "NVIDIA H200", 4608, 13824, 4608)
-    assert cfg.gluon and "same arch" in source
+    entries = tuning.shipped_table()
+    assert entries
+    for e in entries:
+        cfg = C.GemmConfig.from_dict(e["config"])
+        assert cfg in C.CONFIG_SPACES[e["arch"]], (e["gpu"], e["N"], e["K"], cfg.key())
+        assert cfg.problem(2, swiglu=e["epilogue"] == "swiglu") is None, cfg.key()
+        assert e["arch"] in C.MEASURED_ARCHS and e["measured"].strip() and "commit" in e["measured"]
+        assert e["triton"].count(".") == 1 and e["epilogue"] in ("linear", "swiglu")
+        assert e["m_bucket"] == C.m_bucket(e["m_bucket"])  # a real bucket
+    keys = [(e["arch"], e["gpu"], e["triton"], e["N"], e["K"], e["m_bucket"], e["epilogue"]) for e in entries]
+    assert len(keys) == len(set(keys)), "two entries for one key"
+
+
+def test_shipped_lookup_by_gpu_then_arch_and_never_across_triton_lines():
+    from comfyui_ideogram4_int8.kernels import tuning
+
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    cfg, source = tuning.shipped_config("sm90", h200, "3.6", 4096, 4608, 12288)
+    assert cfg.kernel == "gluon-pingpong" and source == "shipped table (NVIDIA H200, Triton 3.6)"
+    cfg, source = tuning.shipped_config("sm90", h200, "3.6", 4608, 13824, 4608)
+    assert cfg.is_gluon and f"{h100}, same arch" in source
+    assert tuning.shipped_config("sm90", h100, "3.9", 4608, 13824, 4608) is None
+    assert tuning.shipped_config("sm80", h100, "3.6", 4608, 13824, 4608) is None
+    cfg, _ = tuning.shipped_config("sm90", h100, "3.6", 4608, 24576, 4608, block_n=256)
+    assert cfg.block_n == 256
+    assert tuning.shipped_config("sm90", h100, "3.6", 4608, 24576, 4608, block_n=128) is None  # wrong interleave
+    assert tuning.shipped_config("sm90", h100, "3.6", 4608, 24576, 4608) is None  # a plain linear of that shape
+
+
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        ({"kernel": "triton", "persistent": 1}, "unknown GemmConfig field"),
+        ({"kernel": "cutlass"}, "kernel must be one of"),
+        ({"kernel": "triton", "block_m": "128"}, "expected int"),
+        ({"kernel": "triton", "block_m": 96}, "powers of two"),
+        ({"kernel": "gluon-ws", "block_m": 64, "block_n": 256}, "64 rows per consumer"),
+        ({"kernel": "gluon-ws", "block_n": 256, "num_stages": 6}, "shared memory"),
+        ({"kernel": "triton-tma", "split_k": 2}, "runs unsplit"),
+    ],
+)
+def test_config_from_dict_is_strict(bad, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        C.GemmConfig.from_dict(bad)
+
+
+def test_config_keys_are_one_format_and_unique():
+    space = {c for cs in C.CONFIG_SPACES.values() for c in cs}
+    keys = {c.key() for c in space}
+    assert len(keys) == len(space)
+    split = C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=5)
+    assert split.key() == "gluon-ws/128x256x128/g8/w4/s4/sk5/e64"
+    tma = C.GemmConfig("triton-tma", 128, 256, 128, num_warps=8, subtile=True)
+    assert tma.key() == "triton-tma/128x256x128/g8/w8/s3/sub"
+
+
+def test_autotune_cache_is_keyed_by_triton_and_kernel_sources(tmp_path, monkeypatch):
+    from comfyui_ideogram4_int8.kernels import tuning
+
+    monkeypatch.setenv(tuning.ENV_CACHE_DIR, str(tmp_path))
+    picker = tuning.ConfigPicker()
+    key = ("sm90", "GPU X", "3.6", 4608, 4608, 4096, "linear", None)
+    cfg = C.CONFIG_SPACES["sm90"][0]
+    picker._save(key, cfg)
+    assert tuning.ConfigPicker()._from_disk(key) == (cfg, "autotuned earlier on this GPU")
+    doc = __import__("json").loads((tmp_path / "autotune.json").read_text())
+    assert doc["tag"] == tuning.cache_tag() and "triton" in doc["tag"] and "kernels" in doc["tag"]
+    doc["tag"] = doc["tag"].replace("kernels ", "kernels 0")  # other kernel sources (or another Triton)
+    (tmp_path / "autotune.json").write_text(__import__("json").dumps(doc))
+    assert tuning.ConfigPicker()._from_disk(key) is None
 
 
 # -- fused gate/up + SwiGLU -------------------------------------------------------------------------
@@ -409,7 +458,8 @@ def test_swiglu_fused_vs_float64(persistent, gen):
     u = reference_f64(q, s, w3, s3)
     ref = g * torch.sigmoid(g) * u
     out = torch.full((m, f), float("nan"), dtype=torch.bfloat16)
-    cfg = C.GemmConfig(32, 2 * chunk, 32, 2, 1, 4, 2, persistent=persistent)
+    kernel = "triton-tma" if persistent else "triton"
+    cfg = C.GemmConfig(kernel, 32, 2 * chunk, 32, group_m=2, num_warps=4, num_stages=2)
     launch_gemm(q, w13, cfg, s, s13, None, out, swiglu=True)
     assert torch.isfinite(out).all()
     assert rel_err(out, ref) <= 1e-2 and cosine(out, ref) >= 0.9999
@@ -483,7 +533,7 @@ class _Depth:
 @pytest.mark.parametrize("entry", ["w8a8_linear", "swiglu_w8a8_linear"])
 def test_timing_covers_the_launch_not_the_autotuning(entry, gen, monkeypatch):
     """A shape's first call may autotune (many trial launches): only the real launch counts as GEMM time."""
-    from comfyui_ideogram4_int8.kernels import autotune, gemm_triton
+    from comfyui_ideogram4_int8.kernels import gemm_triton, tuning
 
     depth = _Depth()
     monkeypatch.setattr(K.REGISTRY, "timed", depth)
@@ -496,7 +546,7 @@ def test_timing_covers_the_launch_not_the_autotuning(entry, gen, monkeypatch):
 
     monkeypatch.setattr(gemm_triton, "launch_gemm", counting_launch)
     trials = 2 + int(gen.initial_seed() % 3)
-    real_pick = autotune.PICKER.pick
+    real_pick = tuning.PICKER.pick
 
     def autotuning_pick(q, w, launch=None, block_n=None):  # what _autotune does on a GPU: time trial launches
         cfg, _ = real_pick(q, w, None, block_n=block_n)
@@ -504,7 +554,7 @@ def test_timing_covers_the_launch_not_the_autotuning(entry, gen, monkeypatch):
             launch(cfg)
         return cfg, "autotuned (test)"
 
-    monkeypatch.setattr(autotune.PICKER, "pick", autotuning_pick)
+    monkeypatch.setattr(tuning.PICKER, "pick", autotuning_pick)
     x = activations(5, 64, gen)
     if entry == "w8a8_linear":
         w, ws = weight(48, 64, gen)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from comfyui_ideogram4_int8 import kernels as K
+from comfyui_ideogram4_int8.kernels import backends, gemm_triton, tuning
 from comfyui_ideogram4_int8.kernels import configs as C
-from comfyui_ideogram4_int8.kernels import gemm_triton
+from comfyui_ideogram4_int8.kernels.fused import launch_config
 from kernel_checks import (
     IDEOGRAM_SHAPES,
     M_COND,
@@ -95,7 +96,7 @@ def test_split_k_llm_cond_proj_bit_exact(gen):
     expect = torch._int_mm(q, w.t())
     for split in (1, 2, 4, 8):
         out = torch.full((m, n), 3, dtype=torch.int32, device="cuda")
-        gemm_triton.launch_gemm(q, w, C.GemmConfig(128, 128, 128, 8, split, 4, 3), out=out, raw_int32=True)
+        gemm_triton.launch_gemm(q, w, C.GemmConfig("triton", 128, 128, 128, split_k=split), out=out, raw_int32=True)
         assert torch.equal(out, expect), f"split_k={split}"
 
 
@@ -105,11 +106,11 @@ def test_hopper_configs_emit_wgmma_and_small_m_emits_mma_sync(gen):
     m, n, k = 256, 256, 512
     q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
     out = torch.empty(m, n, dtype=torch.int32, device="cuda")
-    gemm_triton.launch_gemm(q, w, C.GemmConfig(128, 128, 128, 8, 1, 4, 3), out=out, raw_int32=True)
+    gemm_triton.launch_gemm(q, w, C.GemmConfig("triton", 128, 128, 128), out=out, raw_int32=True)
     ptx = gemm_triton.LAST_LAUNCH["kernel"].asm["ptx"]
     assert "wgmma.mma_async" in ptx and ".s8.s8" in ptx
     # the Ampere instruction path, which Hopper compiles for BLOCK_M < 64
-    gemm_triton.launch_gemm(q, w, C.GemmConfig(32, 128, 128, 1, 1, 4, 3), out=out, raw_int32=True)
+    gemm_triton.launch_gemm(q, w, C.GemmConfig("triton", 32, 128, 128, group_m=1), out=out, raw_int32=True)
     ptx = gemm_triton.LAST_LAUNCH["kernel"].asm["ptx"]
     assert "mma.sync" in ptx and "wgmma" not in ptx
     assert torch.equal(out, torch._int_mm(q, w.t()))
@@ -128,7 +129,9 @@ def test_fallback_paths_on_gpu(gen):
 
 
 def test_every_config_of_this_gpu_bit_exact(gen):
-    """Each config the autotuner may pick (incl. persistent / split-K / small-M) is exact."""
+    """Each config the autotuner may pick on this GPU and Triton (Gluon, TMA, split-K, small-M) is exact and
+    ran the kernel it names."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon
     from comfyui_ideogram4_int8.kernels.env import arch_name
 
     arch = arch_name(torch.cuda.get_device_capability())
@@ -138,40 +141,28 @@ def test_every_config_of_this_gpu_bit_exact(gen):
     expect = torch._int_mm(q, w.t())
     seen = set()
     for mm in (16, 300):
-        for cfg in C.config_space(arch, mm, smem):
+        for cfg in C.config_space(arch, mm, smem, tuning.runnable_kernels(torch.device("cuda"))):
             if cfg in seen:
                 continue
             seen.add(cfg)
             out = torch.full((m, n), -(2**31) + 7, dtype=torch.int32, device="cuda")
-            gemm_triton.launch_gemm(q, w, cfg, out=out, raw_int32=True)
+            gemm_gluon.LAST_LAUNCH.clear()
+            launch_config(cfg, q, w, None, None, None, out, True, False)
             assert torch.equal(out, expect), cfg.key()
+            assert ("kernel" in gemm_gluon.LAST_LAUNCH) == cfg.is_gluon, cfg.key()
     assert len(seen) >= 10
 
 
-def _gemm_direct_launches() -> int:
-    from comfyui_ideogram4_int8.kernels import gemm_gluon
-
-    launchers = [gemm_triton._PERSISTENT, gemm_triton._GEMM, *gemm_gluon._LAUNCHERS.values()]
-    return sum(fl.direct_launches for fl in launchers)
-
-
-def test_fast_launch_reuses_compiled_kernels_and_stays_exact(gen):
-    """Second and later calls skip Triton's binder (FastLauncher): same results, and a changed
-    signature (misaligned operand, other M) misses the cache and is still exact."""
-    from comfyui_ideogram4_int8.kernels import quant_triton
-
+def test_repeated_and_misaligned_calls_stay_exact(gen):
+    """Later calls reuse compiled kernels; a changed signature (misaligned operand, other M) compiles a
+    fitting kernel and is still exact."""
     m, (n, k) = M_COND, IDEOGRAM_SHAPES["o"]
     x = activations(m + 1, k, gen, torch.bfloat16, "cuda")
     wq, ws = weight(n, k, gen, "cuda")
     bias = torch.randn(n, generator=gen).cuda()
     first = K.w8a8_linear(x[:m], wq, ws, bias, path="triton-int8")
-    quant0 = quant_triton._LAUNCH.direct_launches
-    gemm0 = _gemm_direct_launches()
-    again = K.w8a8_linear(x[:m], wq, ws, bias, path="triton-int8")
-    assert quant_triton._LAUNCH.direct_launches == quant0 + 1
-    assert _gemm_direct_launches() == gemm0 + 1
-    assert torch.equal(first, again)
-    # x[1:] is 2-byte misaligned: a new signature, so Triton's own path compiles a fitting kernel
+    assert torch.equal(first, K.w8a8_linear(x[:m], wq, ws, bias, path="triton-int8"))
+    # x[1:] is 2-byte misaligned: a new signature (and no TMA for the Gluon pick: its portable twin runs)
     flat = x.reshape(-1)[1 : 1 + m * k].reshape(m, k)
     shifted = K.w8a8_linear(flat, wq, ws, bias, path="triton-int8")
     ref = reference_f64(*K.quantize_per_token(flat), wq, ws, bias)
@@ -189,7 +180,7 @@ def test_split_k_workspace_bit_exact_every_split(gen):
     expect = torch._int_mm(q, w.t())
     sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") / 100
     for split in (2, 3, 7, 11):
-        cfg = C.GemmConfig(128, 128, 128, 8, split, 4, 3)
+        cfg = C.GemmConfig("triton", 128, 128, 128, split_k=split)
         out = torch.full((m, n), 123, dtype=torch.int32, device="cuda")
         gemm_triton.launch_gemm(q, w, cfg, out=out, raw_int32=True)
         assert torch.equal(out, expect), f"split_k={split}"
@@ -199,147 +190,138 @@ def test_split_k_workspace_bit_exact_every_split(gen):
         assert rel_err(y, ref) < 1e-2 and not y.isnan().any(), f"split_k={split}"
 
 
-@pytest.mark.parametrize("mode", [1, 2])
-def test_gluon_kernel_runs_and_matches_float64(mode, gen):
+def _needs_gluon():
+    why = backends.gluon_unavailable(torch.device("cuda"))
+    if why:
+        pytest.skip(why)
+
+
+WS = C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4)
+PP = C.GemmConfig("gluon-pingpong", 128, 128, 128, num_stages=5)
+
+
+@pytest.mark.parametrize("cfg", [WS, PP], ids=lambda c: c.kernel)
+def test_gluon_kernel_runs_and_matches_float64(cfg, gen):
     """The Hopper Gluon kernels (cooperative / ping-pong) at a full Ideogram shape with bias:
     poisoned output fully written, float64 agreement, and the Gluon kernel (not a fallback) ran."""
     from comfyui_ideogram4_int8.kernels import gemm_gluon
 
-    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
-        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
+    _needs_gluon()
     m, (n, k) = M_COND, IDEOGRAM_SHAPES["o"]
     x = activations(m, k, gen, torch.bfloat16, "cuda")
     w, ws = weight(n, k, gen, "cuda")
     bias = torch.randn(n, generator=gen).cuda()
     q, s = K.quantize_per_token(x)
-    cfg = C.G(mode, 128, 256 if mode == 1 else 128, 4 if mode == 1 else 5)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
     gemm_gluon.LAST_LAUNCH.clear()
-    gemm_triton.launch_gemm(q, w, cfg, s, ws, bias, out)
+    launch_config(cfg, q, w, s, ws, bias, out, False, False)
     assert "kernel" in gemm_gluon.LAST_LAUNCH  # the Gluon launcher ran
     ref = reference_f64(q, s, w, ws, bias)
     assert not out.isnan().any()
     assert rel_err(out, ref) < 1e-2 and cosine(out, ref) > 0.9999
     acc = torch.empty(m, n, dtype=torch.int32, device="cuda")
-    gemm_triton.launch_gemm(q, w, cfg, out=acc, raw_int32=True)
+    launch_config(cfg, q, w, None, None, None, acc, True, False)
     assert torch.equal(acc, torch._int_mm(q, w.t()))
 
 
 @pytest.mark.parametrize("m", [M_TEXT, 333, 77])
 def test_gluon_split_k_bit_exact_and_fully_written(m, gen):
-    """Gluon split-K (ws 128x256 / pingpong 128x128, 11 splits; the split_add form that
-    TMA-reduce-adds the partials into one zeroed sum; its balanced work lists) at llm_cond_proj:
-    int32 sums bit-exact
-    (sentinel poison: every workspace slice and output element written, rows past M clipped inside
-    their slice), bf16 + bias against float64 (NaN poison)."""
+    """Gluon split-K (cooperative 128x256 and ping-pong 128x128; 5, 6 and 11 splits) at llm_cond_proj:
+    int32 sums bit-exact (sentinel poison: every workspace slice and output element written, rows past M
+    clipped inside their slice), bf16 + bias against float64 (NaN poison)."""
     from comfyui_ideogram4_int8.kernels import gemm_gluon
 
-    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
-        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
+    _needs_gluon()
     n, k = IDEOGRAM_SHAPES["llm_cond_proj"]
     q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
     expect = torch._int_mm(q, w.t())
     sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") / 100
     bias = torch.randn(n, generator=gen).cuda()
-    configs = [C.G(1, 128, 256, 4, split_k=s) for s in (11, 6)] + [C.G(2, 128, 128, 5, split_k=11)]
-    configs += [C.G(1, 128, 256, 4, split_k=5, split_add=1), C.G(2, 128, 128, 5, split_k=11, split_add=1)]
-    configs += [C.G(1, 128, 256, 4, split_k=5, split_add=1, n256=1)]
-    # balanced per-CTA work lists (SPLIT_MODE 2), with the n = 256 rewrite (the shipped H100 pick) and without
-    configs += [C.G(1, 128, 256, 4, split_k=5, split_add=1, n256=1, sched=2)]
-    configs += [C.G(1, 128, 256, 4, split_k=5, split_add=1, sched=3)]
+    configs = [C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=s) for s in (5, 6, 11)]
+    configs += [C.GemmConfig("gluon-pingpong", 128, 128, 128, num_stages=5, split_k=s) for s in (4, 11)]
     for cfg in configs:
-        for _ in range(2):  # the second call runs the cached plan
-            out = torch.full((m, n), -(2**31) + 7, dtype=torch.int32, device="cuda")
-            gemm_gluon.LAST_LAUNCH.clear()
-            gemm_triton.launch_gemm(q, w, cfg, out=out, raw_int32=True)
-            assert "kernel" in gemm_gluon.LAST_LAUNCH
-            assert torch.equal(out, expect), cfg.key()
-            _assert_n256_ran(cfg, gemm_gluon.LAST_LAUNCH["kernel"])
+        out = torch.full((m, n), -(2**31) + 7, dtype=torch.int32, device="cuda")
+        gemm_gluon.LAST_LAUNCH.clear()
+        launch_config(cfg, q, w, None, None, None, out, True, False)
+        assert "kernel" in gemm_gluon.LAST_LAUNCH
+        assert torch.equal(out, expect), cfg.key()
         y = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-        gemm_triton.launch_gemm(q, w, cfg, sa, sb, bias, y)
+        launch_config(cfg, q, w, sa, sb, bias, y, False, False)
         ref = (expect.double() * sa.double()[:, None]) * sb.double()[None, :] + bias.double()[None, :]
         assert not y.isnan().any() and rel_err(y, ref) < 1e-2 and cosine(y, ref) > 0.9999, cfg.key()
 
 
-def _assert_n256_ran(cfg, kernel):
-    """An n256 config ran the rewritten PTX (one m64n256k32 per k32 step), any other the compiled one."""
-    ptx = kernel.asm["ptx"]
-    if cfg.n256:
-        assert kernel.metadata.ir_override and "m64n256k32.s32.s8.s8" in ptx and "m64n128k32" not in ptx, cfg.key()
-    else:
-        assert not kernel.metadata.ir_override and "m64n256k32" not in ptx, cfg.key()
-
-
-@pytest.mark.parametrize("m,n", [(M_COND, 13824), (M_UNCOND, 4608), (77, 4624)])
-def test_gluon_n256_rewrite_bit_exact(m, n, gen):
-    """The n = 256 wgmma rewrite (cooperative 128x256 and ping-pong 64x256) at Ideogram shapes and an odd
-    one: int32 bit-exact vs torch._int_mm (sentinel poison), the rewritten kernel really ran, and the
-    whole W8A8 linear is bit-identical to the same config without the rewrite."""
-    from comfyui_ideogram4_int8.kernels import gemm_gluon
-
-    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
-        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
-    k = 4608
-    q, w = int8((m, k), gen, "cuda"), int8((n, k), gen, "cuda")
-    expect = torch._int_mm(q, w.t())
-    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") / 100
-    bias = torch.randn(n, generator=gen).cuda().bfloat16()
-    for cfg in (C.G(1, 128, 256, 4, n256=1), C.G(2, 64, 256, 4, n256=1)):
-        out = torch.full((m, n), -(2**31) + 7, dtype=torch.int32, device="cuda")
-        gemm_triton.launch_gemm(q, w, cfg, out=out, raw_int32=True)
-        assert torch.equal(out, expect), cfg.key()
-        _assert_n256_ran(cfg, gemm_gluon.LAST_LAUNCH["kernel"])
-        plain = C.GemmConfig(**{**cfg.as_dict(), "n256": 0})
-        y = [torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda") for _ in range(2)]
-        gemm_triton.launch_gemm(q, w, cfg, sa, sb, bias, y[0])
-        gemm_triton.launch_gemm(q, w, plain, sa, sb, bias, y[1])
-        _assert_n256_ran(plain, gemm_gluon.LAST_LAUNCH["kernel"])
-        assert not y[0].isnan().any() and torch.equal(y[0], y[1]), cfg.key()
-
-
 def test_gluon_pick_falls_back_where_tma_cannot_address_and_says_so(gen, monkeypatch):
-    """A Gluon pick on operands TMA cannot address (K % 16 != 0) runs the Triton kernel, exactly,
+    """A Gluon pick on operands TMA cannot address (K % 16 != 0) runs its portable twin, exactly,
     and the registry records the config that ran with the reason."""
-    from comfyui_ideogram4_int8.kernels import autotune
-
     m, n, k = 300, 512, 4600  # K % 16 != 0
     x = activations(m, k, gen, torch.bfloat16, "cuda")
     w, ws = weight(n, k, gen, "cuda")
-    monkeypatch.setattr(autotune.PICKER, "pick", lambda *a, **kw: (C.G(1, 128, 256, 4), "test pin"))
+    monkeypatch.setattr(tuning.PICKER, "pick", lambda *a, **kw: (WS, "test pin"))
     y = K.w8a8_linear(x, w, ws, path="triton-int8", site="gluonfb/x")
     rec = next(r for r in K.REGISTRY.layers("gluonfb") if r.layer == "x")
-    assert not rec.config.startswith("gluon") and "Triton persistent kernel ran" in rec.config_source
+    assert rec.config == C.portable_twin(WS).key() and "the portable Triton kernel ran" in rec.config_source
     ref = reference_f64(*K.quantize_per_token(x), w, ws)
     assert rel_err(y, ref) < 1e-2 and cosine(y, ref) > 0.9999
 
 
-def test_n256_rewrite_refused_runs_the_compiled_kernel_and_says_so(gen, monkeypatch):
-    """When the PTX does not match the n = 256 rewrite's pattern, the kernel runs as Triton compiled it
-    (two n = 128 halves), exactly, and the registry records the config without n256 and the reason."""
-    from comfyui_ideogram4_int8.kernels import autotune, gemm_gluon, wgmma_n256
+@pytest.fixture
+def clean_demotions():
+    backends.DEMOTIONS.clear()
+    yield
+    backends.DEMOTIONS.clear()
 
-    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
-        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
 
-    def refuse(ptx, row_bytes=128):
-        raise wgmma_n256.MergeError("test: pattern not found")
+@pytest.mark.parametrize("name,m", [("qkv", M_COND), ("w2", M_UNCOND), ("llm_cond_proj", M_TEXT)])
+def test_forced_gluon_compile_failure_gives_the_portable_result_exactly(name, m, gen, monkeypatch, clean_demotions):
+    """A Gluon kernel that fails to compile: the call gives bit for bit what the portable kernel gives for the
+    same tile, the shape is demoted once (the Gluon launch is not retried), the registry names the reason."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon
 
-    monkeypatch.setattr(wgmma_n256, "merge_n128_pairs", refuse)
-    m, n, k = 208, 768, 2048  # a shape no other test builds a plan for
+    _needs_gluon()
+    n, k = IDEOGRAM_SHAPES[name]
     x = activations(m, k, gen, torch.bfloat16, "cuda")
     w, ws = weight(n, k, gen, "cuda")
-    cfg = C.G(1, 128, 256, 4, n256=1)
-    monkeypatch.setattr(autotune.PICKER, "pick", lambda *a, **kw: (cfg, "test pin"))
-    try:
-        y = K.w8a8_linear(x, w, ws, path="triton-int8", site="n256fb/x")
-        _assert_n256_ran(C.GemmConfig(**{**cfg.as_dict(), "n256": 0}), gemm_gluon.LAST_LAUNCH["kernel"])
-        rec = next(r for r in K.REGISTRY.layers("n256fb") if r.layer == "x")
-        assert rec.config.startswith("gluon") and "_n256" not in rec.config, rec.config
-        assert "n=256 wgmma rewrite not applied: test: pattern not found" in rec.config_source
-        ref = reference_f64(*K.quantize_per_token(x), w, ws)
-        assert rel_err(y, ref) < 1e-2 and cosine(y, ref) > 0.9999
-    finally:
-        gemm_gluon.N256_FALLBACKS.pop(cfg.gluon_config().key(), None)
+    bias = torch.randn(n, generator=gen).cuda().bfloat16()
+    cfg, _ = tuning.PICKER.pick(torch.empty(m, k, dtype=torch.int8, device="cuda"), w)
+    assert cfg.is_gluon, f"the shipped pick for {name} is {cfg.key()}"
+    q, s = K.quantize_per_token(x)
+    expect = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    launch_config(C.portable_twin(cfg), q, w, s, ws, bias, expect, False, False)
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("test: triton.compiler.errors.CompilationError: async_copy_global_to_shared removed")
+
+    monkeypatch.setattr(gemm_gluon, "launch_gemm", broken)
+    for _ in range(2):
+        y = K.w8a8_linear(x, w, ws, bias, path="triton-int8", site=f"gluonbroken/{name}")
+        assert torch.equal(y, expect), f"seed {gen.initial_seed()}"
+    assert len(calls) == 1
+    rec = next(r for r in K.REGISTRY.layers("gluonbroken") if r.layer == name)
+    assert rec.path == "triton-int8" and rec.config == C.portable_twin(cfg).key()
+    assert "Gluon kernel" in rec.config_source and "async_copy_global_to_shared removed" in rec.config_source
+
+
+def test_forced_portable_failure_gives_the_cublas_result_exactly(gen, monkeypatch, clean_demotions):
+    """The portable kernel failing too (Gluon off): the call gives bit for bit the cublas-int8 path's result,
+    the registry says cublas-int8 ran and why."""
+    monkeypatch.setenv(backends.ENV_GLUON, "0")
+    m, (n, k) = M_COND, IDEOGRAM_SHAPES["o"]
+    x = activations(m, k, gen, torch.bfloat16, "cuda")
+    w, ws = weight(n, k, gen, "cuda")
+    bias = torch.randn(n, generator=gen).cuda().bfloat16()
+    expect = K.w8a8_linear(x, w, ws, bias, path="cublas-int8", site="portablebroken/ref")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("test: out of resources: shared memory")
+
+    monkeypatch.setattr(gemm_triton, "launch_gemm", broken)
+    y = K.w8a8_linear(x, w, ws, bias, site="portablebroken/o")
+    assert torch.equal(y, expect), f"seed {gen.initial_seed()}"
+    rec = next(r for r in K.REGISTRY.layers("portablebroken") if r.layer == "o")
+    assert rec.path == "cublas-int8" and "out of resources" in rec.reason
 
 
 @pytest.mark.parametrize("m", [M_COND, 333])
@@ -348,8 +330,7 @@ def test_gluon_swiglu_epilogue_matches_float64_and_triton(m, gen):
     float64 agreement, and the same result as the Triton SwiGLU epilogue."""
     from comfyui_ideogram4_int8.kernels import gemm_gluon
 
-    if gemm_gluon.gluon_available(torch.device("cuda")) is not None:
-        pytest.skip(gemm_gluon.gluon_available(torch.device("cuda")))
+    _needs_gluon()
     f, k = (12288, 4608) if m == M_COND else (1280, 4608)
     x = activations(m, k, gen, torch.bfloat16, "cuda")
     w1, s1 = weight(f, k, gen, "cuda")
@@ -357,10 +338,11 @@ def test_gluon_swiglu_epilogue_matches_float64_and_triton(m, gen):
     w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, 128)
     q, s = K.quantize_per_token(x)
     outs = {}
-    for name, cfg in (("gluon", C.G(1, 128, 256, 4)), ("triton", C.GemmConfig(128, 256, 128, 16, 1, 8, 3, 1, 0, 1))):
+    tma = C.GemmConfig("triton-tma", 128, 256, 128, group_m=16, num_warps=8, subtile=True)
+    for name, cfg in (("gluon", WS), ("triton", tma)):
         out = torch.full((m, f), float("nan"), dtype=torch.bfloat16, device="cuda")
         gemm_gluon.LAST_LAUNCH.clear()
-        gemm_triton.launch_gemm(q, w13, cfg, s, s13, None, out, swiglu=True)
+        launch_config(cfg, q, w13, s, s13, None, out, False, True)
         assert ("kernel" in gemm_gluon.LAST_LAUNCH) == (name == "gluon")
         assert not out.isnan().any(), name
         outs[name] = out

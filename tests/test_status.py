@@ -20,8 +20,8 @@ import panel_model
 import pytest
 import torch
 from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY, status
-from comfyui_ideogram4_int8.kernels.autotune import PICKER
 from comfyui_ideogram4_int8.kernels.dispatch import ENV_PATH
+from comfyui_ideogram4_int8.kernels.tuning import PICKER
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "gemm_status_sample.json"

@@ -1,0 +1,88 @@
+"""The ``triton-int8`` path: pick a tile config, then walk the backend ladder Gluon -> portable Triton.
+
+A Gluon pick runs the Hopper kernel where this device, Triton and the operands allow it; otherwise,
+or once it has failed to compile or launch for a shape, the shape runs the portable kernel with the
+same tile (``configs.portable_twin``), and the config source says why. A portable kernel that fails
+raises ``FusedUnavailable``: dispatch then runs the ``cublas-int8`` path and records the reason. Both
+demotions are kept per shape in ``backends.DEMOTIONS``: a later call goes straight to what works.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from .backends import DEMOTIONS, gluon_unavailable
+from .configs import GemmConfig, m_bucket, portable_twin
+from .registry import REGISTRY
+from .tuning import PICKER, epilogue_of
+
+
+class FusedUnavailable(RuntimeError):
+    """The portable Triton kernel failed for this shape (the reason is the message)."""
+
+
+def launch_config(cfg: GemmConfig, q, w, q_scale, w_scale, bias, out, raw_int32, swiglu) -> torch.Tensor:
+    """Run exactly ``cfg`` on its backend (raises where it cannot: autotuning skips such configs)."""
+    if cfg.is_gluon:
+        from . import gemm_gluon
+
+        why = gluon_unavailable(q.device) or gemm_gluon.address_problem(cfg, q, w, out)
+        if why:
+            raise RuntimeError(why)
+        return gemm_gluon.launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu)
+    from . import gemm_triton
+
+    return gemm_triton.launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu)
+
+
+def run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, swiglu_chunk=None, timed=None):
+    """out = the W8A8 GEMM of q [M, K] and w [N, K] on the fused path: (out, config that ran, its source).
+
+    ``timed``: the registry path to time the launch under. Only the launch is timed, never the picker:
+    its one-time autotuning runs hundreds of trial launches that are not part of the GEMM."""
+    swiglu = bool(swiglu_chunk)
+    m, k = q.shape
+    n = w.shape[0]
+    if m == 0:
+        return out, None, None
+
+    def trial(c):
+        return launch_config(c, q, w, q_scale, w_scale, bias, out, raw_int32, swiglu)
+
+    cfg, source = PICKER.pick(q, w, trial, block_n=2 * swiglu_chunk if swiglu else None)
+    shape = (n, k, m_bucket(m), epilogue_of(2 * swiglu_chunk if swiglu else None))
+    timing = REGISTRY.timed(timed, q.device) if timed else contextlib.nullcontext()
+    if cfg.is_gluon:
+        why = _gluon_problem(cfg, q, w, out, bias, swiglu) or DEMOTIONS.get("gluon", shape)
+        if why is None:
+            try:
+                with timing:
+                    launch_config(cfg, q, w, q_scale, w_scale, bias, out, raw_int32, swiglu)
+                return out, cfg, source
+            except Exception as exc:  # noqa: BLE001 - compile/launch failure: demote this shape once
+                why = DEMOTIONS.demote("gluon", shape, exc, f"Gluon kernel {cfg.key()}")
+        twin = portable_twin(cfg, swiglu)
+        cfg, source = twin, f"{source}; {why}: the portable Triton kernel ran"
+    why = DEMOTIONS.get("triton", shape)
+    if why:
+        raise FusedUnavailable(why)
+    try:
+        with timing:
+            launch_config(cfg, q, w, q_scale, w_scale, bias, out, raw_int32, swiglu)
+    except Exception as exc:  # noqa: BLE001
+        raise FusedUnavailable(DEMOTIONS.demote("triton", shape, exc, f"Triton kernel {cfg.key()}")) from exc
+    return out, cfg, source
+
+
+def _gluon_problem(cfg, q, w, out, bias, swiglu) -> str | None:
+    """Why this Gluon pick cannot run these operands here (device, Triton, TMA, a biased SwiGLU), else None."""
+    why = gluon_unavailable(q.device)
+    if why is None and swiglu and bias is not None:
+        why = "the Gluon SwiGLU epilogue takes no bias"
+    if why is None:
+        from . import gemm_gluon
+
+        why = gemm_gluon.address_problem(cfg, q, w, out)
+    return why

@@ -1,0 +1,124 @@
+"""The backend ladder on the CPU: availability from real import attempts, and per-shape demotion.
+
+A failing faster backend must never fail the run: the call gives exactly what the next backend gives,
+later calls of that shape go straight there, and the registry says why (the panel shows it)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from comfyui_ideogram4_int8 import kernels as K
+from comfyui_ideogram4_int8.kernels import backends, gemm_triton, tuning
+from comfyui_ideogram4_int8.kernels import configs as C
+from kernel_checks import activations, weight
+
+needs_interpreter = pytest.mark.skipif(
+    K.triton_unavailable_reason(torch.device("cpu")) is not None, reason="needs triton + TRITON_INTERPRET=1"
+)
+
+
+@pytest.fixture
+def fresh_backends():
+    """Import checks are cached per process: clear them around a test that fakes the environment."""
+    backends.triton_import_error.cache_clear()
+    backends.gluon_import_error.cache_clear()
+    backends.DEMOTIONS.clear()
+    tuning.PICKER.clear()
+    yield
+    backends.triton_import_error.cache_clear()
+    backends.gluon_import_error.cache_clear()
+    backends.DEMOTIONS.clear()
+    tuning.PICKER.clear()
+
+
+def test_missing_triton_is_a_reason_not_an_error(fresh_backends, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    why = backends.triton_import_error()
+    assert "not installed" in why
+    assert backends.gluon_import_error() == why
+    assert K.select_path(torch.device("cpu"), 64, 64)[0] == "cublas-int8"
+
+
+@pytest.mark.parametrize("version", ["3.2.0", "3.3.1"])
+def test_too_old_triton_is_named(fresh_backends, monkeypatch, version):
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", version)
+    why = backends.triton_import_error()
+    assert why and version in why and "3.4" in why
+
+
+@pytest.mark.parametrize("version", ["3.5.1", "3.7.1", "3.9.0"])
+def test_gluon_runs_only_on_the_triton_lines_it_is_checked_on(fresh_backends, monkeypatch, version):
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", version)
+    why = backends.gluon_import_error()
+    assert why and version in why and "portable Triton kernel" in why
+
+
+def test_gluon_switch_and_device_reasons(monkeypatch):
+    monkeypatch.setenv(backends.ENV_GLUON, "0")
+    assert backends.ENV_GLUON in backends.gluon_unavailable(torch.device("cuda"))
+    monkeypatch.delenv(backends.ENV_GLUON)
+    assert "CUDA" in backends.gluon_unavailable(torch.device("cpu"))
+
+
+@needs_interpreter
+@pytest.mark.parametrize("entry", ["w8a8_linear", "swiglu_w8a8_linear"])
+def test_portable_failure_demotes_the_shape_to_cublas_exactly(fresh_backends, gen, monkeypatch, entry):
+    calls = []
+
+    def broken(*args, **kwargs):
+        calls.append(1)
+        raise RuntimeError("test: PTX assembly failed\nptxas fatal: unresolved symbol")
+
+    m, k = 9, 96
+    x = activations(m, k, gen)
+    if entry == "w8a8_linear":
+        w, ws = weight(40, k, gen)
+        bias = torch.randn(40, generator=gen).bfloat16()
+
+        def run(path, site):
+            return K.w8a8_linear(x, w, ws, bias, path=path, site=site)
+    else:
+        chunk = K.swiglu_chunk_for(32)
+        w13, s13 = K.interleave_gate_up(*weight(32, k, gen), *weight(32, k, gen), chunk)
+
+        def run(path, site):
+            return K.swiglu_w8a8_linear(x, w13, s13, chunk, path=path, site=site)
+
+    expected = run("cublas-int8", "demote/ref")
+    monkeypatch.setattr(gemm_triton, "launch_gemm", broken)
+    for i in range(3):
+        y = run("triton-int8", f"demote/{entry}")
+        assert torch.equal(y, expected), f"call {i}, seed {gen.initial_seed()}"
+    assert len(calls) == 1, "the failing kernel must be tried once per shape, not on every call"
+    rec = next(r for r in K.REGISTRY.layers("demote") if r.layer == entry)
+    assert rec.path == "cublas-int8" and "fused Triton kernel failed" in rec.reason and "ptxas fatal" in rec.reason
+    (demoted,) = backends.DEMOTIONS.items()
+    assert demoted["backend"] == "triton" and "RuntimeError" in demoted["reason"]
+
+
+@needs_interpreter
+def test_int8_matmul_is_strict_about_a_failing_kernel(fresh_backends, gen, monkeypatch):
+    monkeypatch.setattr(gemm_triton, "launch_gemm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    q, w = torch.randint(-127, 128, (5, 64), dtype=torch.int8, generator=gen), torch.ones(16, 64, dtype=torch.int8)
+    with pytest.raises(K.GemmPathUnavailable, match="failed for this shape.*boom"):
+        K.int8_matmul_int32(q, w)
+
+
+@needs_interpreter
+def test_a_gluon_pick_where_gluon_cannot_run_runs_its_portable_twin_and_says_so(fresh_backends, gen, monkeypatch):
+    pick = C.GemmConfig("gluon-pingpong", 128, 128, 128, num_stages=5)
+    monkeypatch.setattr(tuning.PICKER, "pick", lambda *a, **kw: (pick, "test pin"))
+    x = activations(7, 64, gen)
+    w, ws = weight(48, 64, gen)
+    y = K.w8a8_linear(x, w, ws, path="triton-int8", site="twin/x")
+    assert torch.equal(y, K.w8a8_linear(x, w, ws, path="cublas-int8", site="twin/ref"))
+    rec = next(r for r in K.REGISTRY.layers("twin") if r.layer == "x")
+    assert rec.path == "triton-int8" and rec.config == C.portable_twin(pick).key()
+    assert rec.config_source.startswith("test pin; the Gluon kernels need a CUDA device")

@@ -1,0 +1,144 @@
+"""The kernels compile for real NVIDIA targets on this machine's Triton, with no GPU: the offline compile
+(tests/offline_compile.py, in its own process, as CI's compile matrix runs it on every Triton of the
+supported matrix), and the Gluon host rules (in process, nothing compiled)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+from comfyui_ideogram4_int8.kernels import backends
+from comfyui_ideogram4_int8.kernels import configs as C
+from offline_compile import ptxas_present
+
+HERE = pathlib.Path(__file__).parent
+needs_triton = pytest.mark.skipif(
+    backends.triton_import_error() is not None, reason=str(backends.triton_import_error())
+)
+
+
+@needs_triton
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas not found")
+def test_one_config_per_kernel_family_compiles_for_sm80_and_sm90a(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, str(HERE / "offline_compile.py"), "--quick", "--arch", "80", "90",
+                          "--json", str(tmp_path / "rows.json")], capture_output=True, text=True, env=env,
+                         timeout=1200)  # fmt: skip
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    ok = [r for r in rows if r["status"] == "OK"]
+    kernels = {r["case"].split("/")[0] for r in ok if r["case"][0] in "tg"}
+    assert {"triton", "triton-tma"} <= kernels  # triton-tma compiles for sm_90 only
+    gemms80 = [r for r in ok if r["cc"] == 80 and r["case"].startswith("triton/") and not r["case"].endswith("reduce")]
+    assert gemms80 and all(r["mma"] == "mma.sync" for r in gemms80)
+    hopper = [
+        r for r in ok if r["cc"] == 90 and r["case"].startswith(("triton-tma", "gluon")) and "reduce" not in r["case"]
+    ]
+    assert hopper and all(r["mma"] == "wgmma" and r["wgmma"] == "m64n128k32" for r in hopper)
+    assert all(r["smem"] <= 227 * 1024 and r["tma"] != "0L/0S" for r in hopper)
+    if backends.gluon_import_error() is None:
+        assert {"gluon-ws", "gluon-pingpong"} <= kernels
+        gluon = [r for r in ok if r["case"].startswith("gluon")]
+        assert any("[swiglu]" in r["case"] for r in gluon) and any("/sk" in r["case"] for r in gluon)
+        assert all(r["regs"] == 168 for r in gluon)  # the launch cap of the 12-warp warp-specialized kernel
+
+
+def test_the_offline_compile_refuses_the_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    out = subprocess.run([sys.executable, str(HERE / "offline_compile.py"), "--quick"], capture_output=True,
+                         text=True, env=env, timeout=300)  # fmt: skip
+    assert out.returncode == 2 and "TRITON_INTERPRET" in out.stderr
+
+
+# -- Gluon host rules (build_launch validates before anything compiles) ---------------------------
+
+
+def _gluon():
+    try:
+        from comfyui_ideogram4_int8.kernels import gemm_gluon
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"gemm_gluon does not import: {exc}")
+    if gemm_gluon.IMPORT_ERROR:
+        pytest.skip(gemm_gluon.IMPORT_ERROR)
+    return gemm_gluon
+
+
+def _operands(M=300, N=512, K=1024, out_dtype=torch.bfloat16, swiglu=False):
+    q = torch.zeros(M, K, dtype=torch.int8)
+    w = torch.zeros(N, K, dtype=torch.int8)
+    return q, w, torch.ones(M), torch.ones(N), torch.empty(M, N // 2 if swiglu else N, dtype=out_dtype)
+
+
+WS = C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4)
+PP = C.GemmConfig("gluon-pingpong", 128, 128, 128, num_stages=5)
+
+
+def test_gluon_launch_shape_and_register_cap():
+    G = _gluon()
+    q, w, sa, sb, out = _operands()
+    kernel, grid, args, kwargs = G.build_launch(q, w, sa, sb, torch.zeros(512), out, WS, num_sms=132)
+    assert grid == (min(132, 3 * 2),) and kwargs["num_warps"] == 4 and kwargs["maxnreg"] == 168
+    assert kwargs["PINGPONG"] is False and kwargs["SPLIT_K"] == 1 and kwargs["INSTR_N"] == 128
+    assert list(args[2].block_shape) == [64, 64]  # each consumer warpgroup stores its 64 rows
+    _, _, args, kwargs = G.build_launch(q, w, sa, sb, None, out, PP, num_sms=132)
+    assert kwargs["PINGPONG"] is True and list(args[2].block_shape) == [128, 64]
+
+
+def test_gluon_address_problems_name_the_operand():
+    G = _gluon()
+    q, w, sa, sb, out = _operands(K=1000)
+    assert "multiple of 16" in G.address_problem(WS, q, w, out)
+    q, w, sa, sb, out = _operands(K=1040)
+    assert "TMA cannot address" in G.address_problem(WS, q[:, 8:1032], w[:, 8:1032], out)  # base 8 bytes off
+    q, w, sa, sb, out = _operands()
+    assert G.address_problem(WS, q, w, out) is None
+    q, w, sa, sb, out = _operands(N=514, K=53248)
+    split = C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=5)
+    assert "multiple of 4" in G.address_problem(split, q, w, out)
+
+
+def test_gluon_swiglu_launch_rules():
+    G = _gluon()
+    q, w, sa, sb, out = _operands(swiglu=True)
+    kernel, grid, args, kwargs = G.build_launch(q, w, sa, sb, None, out, WS, num_sms=132, swiglu=True)
+    assert kwargs["SWIGLU"] is True and kwargs["EPI_BUFS"] == 2  # 128 columns out: 2 subtiles of 64
+    assert list(args[2].shape) == [300, 256] and list(args[2].block_shape) == [64, 64]
+    full = torch.empty(300, 512, dtype=torch.bfloat16)
+    for bad in (
+        dict(out=full),  # out must be [M, N / 2]
+        dict(bias=torch.zeros(512)),  # no bias
+        dict(w=w[:384], out=out[:, :192]),  # N % BLOCK_N
+        dict(cfg=C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=3, epi_n=256)),  # a subtile straddles halves
+        dict(cfg=C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=5)),  # no split-K
+    ):
+        a = dict(q=q, w=w, q_scale=sa, w_scale=sb, bias=None, out=out, cfg=WS) | bad
+        with pytest.raises(ValueError):
+            G.build_launch(**a, num_sms=132, swiglu=True)
+    assert C.gluon_epi_bufs(C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=3, epi_n=128), 2, swiglu=True) == 1
+
+
+def test_gluon_split_k_plan_and_workspace():
+    G = _gluon()
+    cfg = C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=11)
+    assert G.split_plan(cfg, 53248) == (38, 11)  # 416 k steps: 10 x 38 + 36
+    assert G.split_plan(cfg, 4608) == (4, 9)  # 36 k steps: never an empty split
+    assert G.split_plan(cfg, 128) == (1, 1)
+    M, N, K = 333, 512, 53248  # M not a multiple of the tile
+    q, w, sa, sb, out = _operands(M, N, K)
+    with pytest.raises(ValueError):  # split-K needs the workspace
+        G.build_launch(q, w, sa, sb, None, out, cfg, num_sms=132)
+    with pytest.raises(ValueError):  # of exactly [S, M, N]
+        G.build_launch(q, w, sa, sb, None, out, cfg, ws=torch.empty(11, 336, N, dtype=torch.int32), num_sms=132)
+    ws = torch.empty(11, M, N, dtype=torch.int32)
+    with pytest.raises(ValueError):  # int32
+        G.build_launch(q, w, sa, sb, None, out, cfg, ws=ws.float(), num_sms=132)
+    kernel, grid, args, kwargs = G.build_launch(q, w, sa, sb, torch.zeros(N), out, cfg, ws=ws, num_sms=132)
+    # a 3-D descriptor over ws: a tile's rows past M are clipped inside its own slice
+    assert list(args[2].shape) == [11, M, N] and list(args[2].block_shape) == [1, 64, 64] and args[2].base is ws
+    assert args[9] == 38 and kwargs["SPLIT_K"] == 11 and kwargs["RAW_INT32"] is True and kwargs["HAS_BIAS"] is False
+    assert grid == (min(132, 3 * 2 * 11),)  # units = tiles x splits

@@ -34,6 +34,8 @@ MIN_TRITON = (3, 4)
 # Triton lines the Gluon kernels are compiled for (CI) and run on an H100/H200 (GPU tests, benchmarks).
 # Another line runs the portable kernel until it is checked on a GPU: Gluon's API moves between releases.
 GLUON_TRITON_LINES = ("3.6",)
+# Triton lines where compiled kernels are relaunched through CompiledKernel[grid] (launch.py), as GPU-tested.
+FAST_LAUNCH_LINES = ("3.6",)
 ENV_GLUON = "IDEOGRAM4_INT8_GLUON"  # "0": never the Gluon kernels (the portable Triton kernel instead)
 
 
@@ -86,6 +88,26 @@ def gluon_import_error() -> str | None:
     return gemm_gluon.IMPORT_ERROR
 
 
+@functools.lru_cache(maxsize=1)
+def fast_launch_unavailable() -> str | None:
+    """None when compiled kernels may be relaunched through ``CompiledKernel[grid]`` (launch.py), else why not."""
+    why = triton_import_error()
+    if why:
+        return why
+    import triton
+
+    line = ".".join(map(str, version_tuple(triton.__version__)))
+    if line not in FAST_LAUNCH_LINES:
+        return f"cached launches are checked on Triton {', '.join(FAST_LAUNCH_LINES)} only; this is Triton {line}"
+    try:
+        from triton.compiler import CompiledKernel
+    except ImportError as exc:
+        return f"triton.compiler.CompiledKernel is not importable: {exc}"
+    if not callable(getattr(CompiledKernel, "__getitem__", None)):
+        return "this Triton's CompiledKernel has no [grid] launcher"
+    return None
+
+
 def triton_unavailable(device: torch.device) -> str | None:
     """None when the fused Triton kernels can run on ``device``; else why not (for the panel)."""
     why = triton_import_error()
@@ -104,10 +126,15 @@ def triton_unavailable(device: torch.device) -> str | None:
 
 
 def gluon_unavailable(device: torch.device) -> str | None:
-    """None when the Hopper Gluon kernels can run on ``device``; else why not."""
-    if os.environ.get(ENV_GLUON, "1").strip() == "0":
+    """None when the Hopper Gluon kernels can run on ``device``; else why not (asked on every GEMM call)."""
+    return _gluon_unavailable(device, os.environ.get(ENV_GLUON, "1").strip(), interpreter_mode())
+
+
+@functools.lru_cache(maxsize=64)
+def _gluon_unavailable(device: torch.device, switch: str, interpreting: bool) -> str | None:
+    if switch == "0":
         return f"{ENV_GLUON}=0 is set"
-    if device.type != "cuda" or interpreter_mode():
+    if device.type != "cuda" or interpreting:
         return "the Gluon kernels need a CUDA device (sm_90)"
     why = triton_unavailable(device) or gluon_import_error()
     if why:

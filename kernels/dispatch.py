@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from . import reference
-from .backends import cublas_unavailable, triton_unavailable
+from .backends import DEMOTIONS, cublas_unavailable, triton_unavailable
 from .fused import FusedUnavailable, run_fused
 from .reference import INT32_SAFE_MAX_K
 from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_RANK, PATH_TRITON, PATHS, REGISTRY
@@ -261,13 +261,19 @@ def _int_mm_padded(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch._int_mm(q, w.t())[:m]
 
 
-def _cublas_linear(q, s, w, w_scale, bias, out_dtype, fused_epilogue=True):
+_EPILOGUE_SHAPE = ("epilogue",)  # the demotion key of the cuBLAS path's Triton epilogue (one kernel, any shape)
+
+
+def _cublas_linear(q, s, w, w_scale, bias, out_dtype):
     acc = _int_mm_padded(q, w)
     REGISTRY.count_launch("int_mm")
-    if fused_epilogue and acc.is_cuda and triton_unavailable_reason(acc.device) is None:
+    if acc.is_cuda and triton_unavailable_reason(acc.device) is None and not DEMOTIONS.get("triton", _EPILOGUE_SHAPE):
         from .gemm_triton import apply_epilogue
 
-        return apply_epilogue(acc, s, w_scale, bias, out_dtype)
+        try:
+            return apply_epilogue(acc, s, w_scale, bias, out_dtype)
+        except Exception as exc:  # noqa: BLE001 - the torch epilogue below computes the same function
+            DEMOTIONS.demote("triton", _EPILOGUE_SHAPE, exc, "Triton epilogue kernel")
     return reference.epilogue_ref(acc, s, w_scale, bias, out_dtype)
 
 
@@ -311,7 +317,7 @@ def w8a8_linear(
         chosen, reason = _after_fused_failure(x.device, n, k, exc)
         bias_v = _vector(bias, n, "w8a8_linear: bias", x.device)
         with REGISTRY.timed(chosen, x.device):
-            y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype, fused_epilogue=False)
+            y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype)
     REGISTRY.record(
         site, chosen, reason, m, n, k, dtype=x.dtype,
         config=cfg.key() if cfg is not None else None, config_source=source,
@@ -331,11 +337,10 @@ def _after_fused_failure(device: torch.device, n: int, k: int, exc: FusedUnavail
     return chosen, f"the fused Triton kernel failed for this shape: {exc}"
 
 
-def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype, fused_epilogue=True):
+def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype):
     """The linear on an already chosen path (no validation, no recording): (y, config, source).
 
     Timing: the caller's for the unfused paths (``_timed_unless_fused``); the fused path times itself.
-    ``fused_epilogue=False``: the cuBLAS path's epilogue in torch (after a Triton kernel failed).
     """
     if chosen == PATH_DEQUANT:
         y = reference.dequant_linear_ref(x2, w, w_scale, bias, smooth, compute_dtype=x2.dtype)
@@ -351,7 +356,7 @@ def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype, fused_epilogu
                 q, s = quantize_per_token(x2, smooth)
         return _launch_fused(q, w, s, w_scale, bias, out_dtype, raw_int32=False, timed=PATH_TRITON)
     q, s = quantize_per_token(x2, smooth)
-    return _cublas_linear(q, s, w, w_scale, bias, out_dtype, fused_epilogue), None, None
+    return _cublas_linear(q, s, w, w_scale, bias, out_dtype), None, None
 
 
 def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, site: str | None = None,
@@ -414,7 +419,6 @@ def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, ou
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     cfg = source = h = None
-    triton_ok = True
     if chosen == PATH_TRITON:
         with REGISTRY.timed(PATH_TRITON, x.device):
             q, s = quantize_per_token(x2, smooth)
@@ -423,10 +427,9 @@ def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, ou
                                            timed=PATH_TRITON)  # fmt: skip
         except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
             chosen, reason = _after_fused_failure(x.device, n2, k, exc)
-            triton_ok = False
     if h is None:
         with REGISTRY.timed(chosen, x.device):
-            y, _, _ = _w8a8_compute(x2, w13, s13, None, smooth, chosen, torch.float32, fused_epilogue=triton_ok)
+            y, _, _ = _w8a8_compute(x2, w13, s13, None, smooth, chosen, torch.float32)
             g, u = deinterleave_gate_up(y, chunk)
             h = (F.silu(g) * u).to(out_dtype)
     REGISTRY.record(

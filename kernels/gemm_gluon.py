@@ -52,6 +52,7 @@ import torch
 from .configs import GLUON_CONSUMER_REGS, GLUON_LOADER_REGS, GemmConfig, gluon_epi_bufs, gluon_instr_n
 from .configs import gluon_rows_per_consumer as _rows
 from .env import sm_count
+from .launch import launch
 
 try:  # Gluon ships with triton >= 3.5; the pack must import without it.
     from triton.experimental import gluon
@@ -488,17 +489,18 @@ def _smem_layout(block: tuple, dtype):
     return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
 
 
-def _descriptor(t: torch.Tensor, block: list, dtype) -> TensorDescriptor:
-    # the public constructor with a cached layout (get_default_for is most of from_tensor's host cost)
-    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, _smem_layout(tuple(block), dtype))
-
-
 def build_launch(q, w, q_scale, w_scale, bias, out, cfg: GemmConfig, raw_int32=False, swiglu=False, ws=None,
                  num_sms=None):  # fmt: skip
     """(kernel, grid, args, kwargs) of one launch. Device-free: the offline compile check calls it with
     CPU tensors. swiglu: ``w`` holds gate/up rows interleaved in chunks of BLOCK_N // 2; out is [M, N // 2].
     Split-K (split_plan(cfg, K)[1] > 1): the kernel writes int32 partials into ``ws`` (contiguous int32
     [S, M, N]) and ignores scales, bias and ``out``; the caller reduces. Misuse raises ValueError."""
+    plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms)
+    return _launch_args(plan, q, w, q_scale, w_scale, bias, out, ws)
+
+
+def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms) -> tuple:
+    """Everything of a launch but its tensors, validated: (kernel, grid, kwargs, descriptor blocks, kps)."""
     M, K = q.shape
     N = w.shape[0]
     why = cfg.problem(out.element_size(), swiglu) if cfg.is_gluon else f"{cfg.key()} is not a Gluon config"
@@ -517,25 +519,19 @@ def build_launch(q, w, q_scale, w_scale, bias, out, cfg: GemmConfig, raw_int32=F
         raise ValueError(f"{cfg.key()}: split-K needs a contiguous int32 workspace ws [{splits}, {M}, {N}]")
     rows = _rows(cfg)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    a_desc = _descriptor(q, [bm, bk], gl.int8)
-    b_desc = _descriptor(w, [bn, bk], gl.int8)
     if splits > 1:
         # 3-D over ws [S, M, N], box [1, rows, epi_n]: TMA clips a tile's rows at M inside its slice
-        c_desc = _descriptor(ws, [1, rows, cfg.epi_n], gl.int32)
-        q_scale = w_scale = bias = None
-        raw_int32, c_bytes = True, 4
+        c_block, c_ty, c_bytes, raw_int32 = [1, rows, cfg.epi_n], gl.int32, 4, True
     else:
-        c_desc = _descriptor(out, [rows, cfg.epi_n], _GL_DTYPE[out.dtype])
-        c_bytes = out.element_size()
+        c_block, c_ty, c_bytes = [rows, cfg.epi_n], _GL_DTYPE[out.dtype], out.element_size()
+    blocks = tuple((b, _smem_layout(tuple(b), ty)) for b, ty in (([bm, bk], gl.int8), ([bn, bk], gl.int8),
+                                                                  (c_block, c_ty)))  # fmt: skip
     units = -(-M // bm) * -(-N // bn) * splits
     grid = (max(1, min(num_sms or sm_count(q.device), units)),)
-    dummy = w_scale if w_scale is not None else (ws if splits > 1 else out)
-    args = (a_desc, b_desc, c_desc, q_scale if q_scale is not None else dummy, dummy,
-            bias if bias is not None else dummy, M, N, K, kps)  # fmt: skip
     # 4 + 4 + 1 warps round up to 3 warpgroups: the launch register cap must fit 12 warps
     # (65536 / (12 * 32) = 170 -> 168); setmaxnreg then moves the loader's share to the consumers.
     kwargs = dict(
-        HAS_BIAS=bias is not None,
+        HAS_BIAS=bias is not None and splits == 1,
         RAW_INT32=raw_int32,
         SWIGLU=bool(swiglu),
         GROUP_M=cfg.group_m,
@@ -549,19 +545,47 @@ def build_launch(q, w, q_scale, w_scale, bias, out, cfg: GemmConfig, raw_int32=F
         num_warps=4,
         maxnreg=168,
     )
-    return _w8a8_gluon_ws_kernel, grid, args, kwargs
+    return _w8a8_gluon_ws_kernel, grid, kwargs, blocks, kps
+
+
+def _launch_args(plan, q, w, q_scale, w_scale, bias, out, ws) -> tuple:
+    """(kernel, grid, args, kwargs) of a plan for these tensors: three descriptors from the public
+    constructor with the plan's cached layouts, pointers (or placeholders the kernel never reads)."""
+    kernel, grid, kwargs, blocks, kps = plan
+    c = ws if ws is not None else out
+    a_desc, b_desc, c_desc = (
+        TensorDescriptor(t, list(t.shape), list(t.stride()), list(block), layout)
+        for t, (block, layout) in zip((q, w, c), blocks, strict=True)
+    )
+    if ws is not None:  # the partials ignore scales and bias
+        q_scale = w_scale = bias = None
+    dummy = w_scale if w_scale is not None else c
+    args = (a_desc, b_desc, c_desc, q_scale if q_scale is not None else dummy, dummy,
+            bias if bias is not None else dummy, q.shape[0], w.shape[0], q.shape[1], kps)  # fmt: skip
+    return kernel, grid, args, kwargs
+
+
+_PLANS: dict = {}
 
 
 def launch_gemm(q, w, cfg: GemmConfig, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False,
                 swiglu=False):  # fmt: skip
     """out = W8A8 GEMM of q [M, K] and w [N, K] (module docstring) with the Gluon config ``cfg``; returns
-    ``out``. The caller has checked ``address_problem`` and that this device and Triton can run Gluon."""
-    kps, splits = split_plan(cfg, q.shape[1])
-    ws = None
-    if splits > 1:
-        ws = torch.empty((splits, q.shape[0], w.shape[0]), dtype=torch.int32, device=q.device)
-    kernel, grid, args, kwargs = build_launch(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws)
-    LAST_LAUNCH["kernel"] = kernel[grid](*args, **kwargs)
+    ``out``. The caller has checked ``address_problem`` and that this device and Triton can run Gluon.
+    A launch plan is kept per shape, strides and dtypes: a repeat call only builds the descriptors."""
+    M, K = q.shape
+    N = w.shape[0]
+    kps, splits = split_plan(cfg, K)
+    ws = torch.empty((splits, M, N), dtype=torch.int32, device=q.device) if splits > 1 else None
+    key = (cfg, M, N, K, q.stride(0), w.stride(0), out.stride(0), out.dtype, raw_int32, q_scale is None,
+           w_scale is None, bias is None, swiglu, q.device)  # fmt: skip
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, None)
+        if len(_PLANS) > 512:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    LAST_LAUNCH["kernel"] = launch(*_launch_args(plan, q, w, q_scale, w_scale, bias, out, ws))
     if ws is not None:  # sum the S partial slices, then scales + bias (or the raw int32 sum)
         from .gemm_triton import reduce_partials
 

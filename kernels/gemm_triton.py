@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from .env import sm_count
+from .launch import launch
 
 # The compiled kernel of the last launch (tests read its PTX to check wgmma vs mma.sync).
 LAST_LAUNCH: dict = {}
@@ -298,7 +299,7 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
     """
     for i, (kernel, grid, args, kwargs) in enumerate(build_launches(q, w, cfg, q_scale, w_scale, bias, out,
                                                                     raw_int32, swiglu)):  # fmt: skip
-        compiled = kernel[grid](*args, **kwargs)
+        compiled = launch(kernel, grid, args, kwargs)
         if i == 0:  # the GEMM (tests read its PTX), not the split-K reduce
             LAST_LAUNCH["kernel"] = compiled
     return out
@@ -327,8 +328,7 @@ def reduce_launch(ws, q_scale, w_scale, bias, out, raw_int32) -> tuple:
 
 
 def reduce_partials(ws, q_scale, w_scale, bias, out, raw_int32):
-    kernel, grid, args, kwargs = reduce_launch(ws, q_scale, w_scale, bias, out, raw_int32)
-    kernel[grid](*args, **kwargs)
+    launch(*reduce_launch(ws, q_scale, w_scale, bias, out, raw_int32))
     return out
 
 

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .launch import launch
+
 
 @triton.jit
 def _qk_norm_rope_kernel(
@@ -69,6 +71,5 @@ def qk_norm_rope_triton(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor
     out = torch.empty((B, N, H, D), dtype=x.dtype, device=x.device)
     if B * N * H == 0:
         return out
-    kernel, grid, args, kwargs = build_launch(x, weight, cos, sin, eps, out)
-    kernel[grid](*args, **kwargs)
+    launch(*build_launch(x, weight, cos, sin, eps, out))
     return out

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from .env import interpreter_mode, sm_count
+from .launch import launch
 
 
 @triton.jit
@@ -239,8 +240,7 @@ def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, pa
     scale = torch.empty((M,), dtype=torch.float32, device=x.device)
     if M == 0:
         return q, scale
-    kernel, grid, args, kwargs = build_launch(x, smooth, params, q=q, scale=scale)
-    kernel[grid](*args, **kwargs)
+    launch(*build_launch(x, smooth, params, q=q, scale=scale))
     return q, scale
 
 

@@ -22,13 +22,15 @@ needs_interpreter = pytest.mark.skipif(
 @pytest.fixture
 def fresh_backends():
     """Import checks are cached per process: clear them around a test that fakes the environment."""
-    backends.triton_import_error.cache_clear()
-    backends.gluon_import_error.cache_clear()
+    caches = (backends.triton_import_error, backends.gluon_import_error, backends._gluon_unavailable,
+              backends.fast_launch_unavailable)  # fmt: skip
+    for c in caches:
+        c.cache_clear()
     backends.DEMOTIONS.clear()
     tuning.PICKER.clear()
     yield
-    backends.triton_import_error.cache_clear()
-    backends.gluon_import_error.cache_clear()
+    for c in caches:
+        c.cache_clear()
     backends.DEMOTIONS.clear()
     tuning.PICKER.clear()
 
@@ -52,12 +54,52 @@ def test_too_old_triton_is_named(fresh_backends, monkeypatch, version):
 
 
 @pytest.mark.parametrize("version", ["3.5.1", "3.7.1", "3.9.0"])
-def test_gluon_runs_only_on_the_triton_lines_it_is_checked_on(fresh_backends, monkeypatch, version):
+def test_gluon_and_cached_launches_run_only_on_the_triton_lines_they_are_checked_on(
+    fresh_backends, monkeypatch, version
+):
     import triton
 
     monkeypatch.setattr(triton, "__version__", version)
     why = backends.gluon_import_error()
     assert why and version in why and "portable Triton kernel" in why
+    assert version[:3] in backends.fast_launch_unavailable()
+
+
+@needs_interpreter
+def test_launcher_relaunches_a_cached_compiled_kernel_and_falls_back_when_it_breaks(monkeypatch):
+    from comfyui_ideogram4_int8.kernels import launch
+
+    calls = []
+
+    class Compiled:
+        def __getitem__(self, grid):
+            def runner(*params):
+                calls.append(("cached", grid, params))
+                if params[0] == "break":
+                    raise RuntimeError("launcher ABI changed")
+
+            return runner
+
+    class Jit:
+        arg_names = ("x", "n", "BLOCK")
+
+        def __getitem__(self, grid):
+            return lambda *a, **k: calls.append(("jit", grid, a, k)) or Compiled()
+
+    monkeypatch.setattr(launch, "_STATE", {"disabled": None})
+    monkeypatch.setattr(launch, "fast_launch_unavailable", lambda: None)
+    lc = launch.Launcher(Jit())
+    t = torch.zeros(4)
+    lc((2,), (t, 16), {"BLOCK": 32, "num_warps": 4})
+    lc((2,), (t, 16), {"BLOCK": 32, "num_warps": 4})
+    assert [c[0] for c in calls] == ["jit", "cached"] and calls[1][1] == (2, 1, 1) and calls[1][2] == (t, 16, 32)
+    lc((2,), (t, 17), {"BLOCK": 32, "num_warps": 4})  # another scalar: another signature, through kernel[grid]
+    assert calls[-1][0] == "jit" and lc.cached_launches == 1
+    lc((3,), ("break", 1), {"BLOCK": 32, "num_warps": 4})
+    lc((3,), ("break", 1), {"BLOCK": 32, "num_warps": 4})  # the cached path raises: turned off, relaunched
+    assert [c[0] for c in calls[-2:]] == ["cached", "jit"] and "launcher ABI changed" in launch.status()
+    lc((2,), (t, 16), {"BLOCK": 32, "num_warps": 4})
+    assert calls[-1][0] == "jit"
 
 
 def test_gluon_switch_and_device_reasons(monkeypatch):

@@ -160,8 +160,13 @@ def test_repeated_and_misaligned_calls_stay_exact(gen):
     x = activations(m + 1, k, gen, torch.bfloat16, "cuda")
     wq, ws = weight(n, k, gen, "cuda")
     bias = torch.randn(n, generator=gen).cuda()
+    from comfyui_ideogram4_int8.kernels import launch
+
     first = K.w8a8_linear(x[:m], wq, ws, bias, path="triton-int8")
+    cached = sum(lc.cached_launches for lc in launch._LAUNCHERS.values())
     assert torch.equal(first, K.w8a8_linear(x[:m], wq, ws, bias, path="triton-int8"))
+    if backends.fast_launch_unavailable() is None:  # the quantizer and the GEMM relaunched from the cache
+        assert sum(lc.cached_launches for lc in launch._LAUNCHERS.values()) == cached + 2, launch.status()
     # x[1:] is 2-byte misaligned: a new signature (and no TMA for the Gluon pick: its portable twin runs)
     flat = x.reshape(-1)[1 : 1 + m * k].reshape(m, k)
     shifted = K.w8a8_linear(flat, wq, ws, bias, path="triton-int8")

@@ -452,7 +452,7 @@ def run_bench(args) -> int:
     if getattr(args, "tune", False):
         from comfyui_ideogram4_int8.kernels import tuning
         from comfyui_ideogram4_int8.kernels.configs import m_bucket
-        from comfyui_ideogram4_int8.kernels.env import arch_name
+        from comfyui_ideogram4_int8.kernels.env import arch_name, triton_line
 
         arch, entries = arch_name(torch.cuda.get_device_capability()), []
         for name in names:
@@ -461,7 +461,7 @@ def run_bench(args) -> int:
                 continue  # SwiGLU: tuned on first use (block_n pinned by the interleave chunk)
             ranked = tune_shape(M, N, K, True, gen)  # ranking only: short repetitions
             if ranked:
-                entries.append({"arch": arch, "gpu": info["gpu"], "triton": tuning.triton_line(), "N": N, "K": K,
+                entries.append({"arch": arch, "gpu": info["gpu"], "triton": triton_line(), "N": N, "K": K,
                                 "m_bucket": m_bucket(M), "epilogue": "linear", "config": ranked[0][1].as_dict(),
                                 "measured": f"bench --tune, {info['gpu']}, {info['date']} (commit ...)"})  # fmt: skip
                 print(f"tune {name}: " + ", ".join(f"{c.key()} {ms:.3f}" for ms, c in ranked[:4]), flush=True)

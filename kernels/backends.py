@@ -26,7 +26,7 @@ import threading
 
 import torch
 
-from .env import capability, interpreter_mode, triton_version
+from .env import capability, interpreter_mode, triton_line, triton_version, version_tuple
 
 log = logging.getLogger(__name__)
 
@@ -34,17 +34,7 @@ MIN_TRITON = (3, 4)
 # Triton lines the Gluon kernels are compiled for (CI) and run on an H100/H200 (GPU tests, benchmarks).
 # Another line runs the portable kernel until it is checked on a GPU: Gluon's API moves between releases.
 GLUON_TRITON_LINES = ("3.6",)
-# Triton lines where compiled kernels are relaunched through CompiledKernel[grid] (launch.py), as GPU-tested.
-FAST_LAUNCH_LINES = ("3.6",)
 ENV_GLUON = "IDEOGRAM4_INT8_GLUON"  # "0": never the Gluon kernels (the portable Triton kernel instead)
-
-
-def version_tuple(version: str) -> tuple[int, int]:
-    parts = version.split("+")[0].split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (IndexError, ValueError):
-        return (0, 0)
 
 
 @functools.lru_cache(maxsize=1)
@@ -75,7 +65,7 @@ def gluon_import_error() -> str | None:
         return why
     import triton
 
-    line = ".".join(map(str, version_tuple(triton.__version__)))
+    line = triton_line()
     if line not in GLUON_TRITON_LINES:
         return (
             f"the Hopper Gluon kernels are checked on Triton {', '.join(GLUON_TRITON_LINES)} only and this is "
@@ -86,26 +76,6 @@ def gluon_import_error() -> str | None:
     except Exception as exc:  # noqa: BLE001
         return f"the Gluon kernels do not import on Triton {triton.__version__}: {type(exc).__name__}: {exc}"
     return gemm_gluon.IMPORT_ERROR
-
-
-@functools.lru_cache(maxsize=1)
-def fast_launch_unavailable() -> str | None:
-    """None when compiled kernels may be relaunched through ``CompiledKernel[grid]`` (launch.py), else why not."""
-    why = triton_import_error()
-    if why:
-        return why
-    import triton
-
-    line = ".".join(map(str, version_tuple(triton.__version__)))
-    if line not in FAST_LAUNCH_LINES:
-        return f"cached launches are checked on Triton {', '.join(FAST_LAUNCH_LINES)} only; this is Triton {line}"
-    try:
-        from triton.compiler import CompiledKernel
-    except ImportError as exc:
-        return f"triton.compiler.CompiledKernel is not importable: {exc}"
-    if not callable(getattr(CompiledKernel, "__getitem__", None)):
-        return "this Triton's CompiledKernel has no [grid] launcher"
-    return None
 
 
 def triton_unavailable(device: torch.device) -> str | None:

@@ -21,6 +21,21 @@ def triton_version() -> str | None:
     return getattr(triton, "__version__", None)
 
 
+def version_tuple(version: str) -> tuple[int, int]:
+    """(major, minor) of a version string; (0, 0) when it does not parse."""
+    parts = version.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def triton_line() -> str:
+    """The installed Triton's release line ("3.6"), or "none"."""
+    v = triton_version()
+    return ".".join(map(str, version_tuple(v))) if v else "none"
+
+
 def interpreter_mode() -> bool:
     """True when Triton kernels run on the CPU interpreter (TRITON_INTERPRET=1): tests only."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

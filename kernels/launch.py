@@ -6,7 +6,7 @@ full 1024 px step on the H100: 219 ms with plain launches against ~200 ms of GPU
 the ``CompiledKernel`` that ``kernel[grid]`` returned per argument signature and launches it again
 through ``CompiledKernel[grid](*args)`` (the same launch: launch hooks and profilers still see it).
 
-Guards: only on the Triton lines where this runs in the GPU tests (``backends.FAST_LAUNCH_LINES``), only
+Guards: only on the Triton lines where this runs in the GPU tests (``FAST_LAUNCH_LINES``), only
 when the compiled kernel has the ``[grid]`` launcher, and any exception on that path turns the cache off
 for the process and relaunches through ``kernel[grid]``. ``IDEOGRAM4_INT8_FAST_LAUNCH=0`` turns it off.
 
@@ -17,16 +17,18 @@ shape, strides, block shape and layout for TMA descriptors. A miss goes through 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 
 import torch
 
-from .backends import fast_launch_unavailable
+from .env import triton_line
 
 log = logging.getLogger(__name__)
 
 ENV_FAST_LAUNCH = "IDEOGRAM4_INT8_FAST_LAUNCH"
+FAST_LAUNCH_LINES = ("3.6",)
 _MAX_ENTRIES = 512  # signatures per kernel (token counts vary with resolution and batch)
 _SCALARS = (bool, int, float, str, type(None))
 
@@ -76,6 +78,21 @@ class Launcher:
         if any(n not in kwargs for n in self._names[len(args) :]):
             return None  # a parameter left to its default: no shortcut
         return (*kwargs.items(), *map(_arg_key, args))
+
+
+@functools.lru_cache(maxsize=1)
+def fast_launch_unavailable() -> str | None:
+    """None when compiled kernels may be relaunched through ``CompiledKernel[grid]`` (launch.py), else why not."""
+    line = triton_line()
+    if line not in FAST_LAUNCH_LINES:
+        return f"cached launches are checked on Triton {', '.join(FAST_LAUNCH_LINES)} only; this is Triton {line}"
+    try:
+        from triton.compiler import CompiledKernel
+    except ImportError as exc:
+        return f"triton.compiler.CompiledKernel is not importable: {exc}"
+    if not callable(getattr(CompiledKernel, "__getitem__", None)):
+        return "this Triton's CompiledKernel has no [grid] launcher"
+    return None
 
 
 _STATE = {"disabled": None}

@@ -24,9 +24,9 @@ import threading
 
 import torch
 
-from .backends import gluon_unavailable, version_tuple
+from .backends import gluon_unavailable
 from .configs import KERNELS, GemmConfig, config_space, heuristic_config, m_bucket
-from .env import arch_name, capability, gpu_name, triton_version
+from .env import arch_name, capability, gpu_name, triton_line, triton_version
 
 log = logging.getLogger(__name__)
 
@@ -36,11 +36,6 @@ TABLE_PATH = pathlib.Path(__file__).with_name("tuning_table.json")
 _TABLE_FIELDS = ("arch", "gpu", "triton", "N", "K", "m_bucket", "epilogue", "config", "measured")
 # the sources whose change makes earlier autotuning stale (the cache tag hashes them)
 _KERNEL_SOURCES = ("configs.py", "gemm_triton.py", "gemm_gluon.py")
-
-
-def triton_line() -> str:
-    v = triton_version()
-    return ".".join(map(str, version_tuple(v))) if v else "none"
 
 
 def epilogue_of(block_n: int | None) -> str:

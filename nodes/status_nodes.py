@@ -3,7 +3,7 @@
 Routes (registered once, in ``on_load``; ComfyUI also mounts them under ``/api``):
 
 * ``GET /ideogram4_int8/status[?model=<label>][&layers=0|1]`` -> the report of
-  ``kernels/status.py`` (schema: ``kernels/status.schema.json``). 400 for a bad or unknown
+  ``status_report.py`` (schema: ``status.schema.json``). 400 for a bad or unknown
   parameter, 404 for a model label that has not run; both as ``{"error", "parameter"}``.
 * ``POST /ideogram4_int8/timing`` with ``{"enabled": true|false}`` -> switches per-GEMM CUDA-event
   timing (the panel's "time GEMMs" setting uses it). ``IDEOGRAM4_INT8_GEMM_TIMING=1`` in the
@@ -12,7 +12,7 @@ Routes (registered once, in ``on_load``; ComfyUI also mounts them under ``/api``
 Websocket event ``ideogram4_int8.status`` (see :func:`publish`) after each model load and each
 sampler run, so the panel and the node badges update live.
 
-The report itself is built ComfyUI-free in ``kernels/status.py``; this module only adapts it to
+The report itself is built ComfyUI-free in ``status_report.py``; this module only adapts it to
 aiohttp and ``PromptServer``. ``server`` and ``aiohttp`` are imported inside the functions, so
 the module imports (and ``publish`` is testable) without a running ComfyUI.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 
-from ..kernels import status as _status
+from . import status_report as _status
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import importlib.util
 import pytest
 import torch
 from comfyui_ideogram4_int8 import kernels as K
-from comfyui_ideogram4_int8.kernels import backends, gemm_triton, tuning
+from comfyui_ideogram4_int8.kernels import backends, env, gemm_triton, launch, tuning
 from comfyui_ideogram4_int8.kernels import configs as C
 from kernel_checks import activations, weight
 
@@ -23,7 +23,7 @@ needs_interpreter = pytest.mark.skipif(
 def fresh_backends():
     """Import checks are cached per process: clear them around a test that fakes the environment."""
     caches = (backends.triton_import_error, backends.gluon_import_error, backends._gluon_unavailable,
-              backends.fast_launch_unavailable)  # fmt: skip
+              launch.fast_launch_unavailable, env.triton_version)  # fmt: skip
     for c in caches:
         c.cache_clear()
     backends.DEMOTIONS.clear()
@@ -62,13 +62,11 @@ def test_gluon_and_cached_launches_run_only_on_the_triton_lines_they_are_checked
     monkeypatch.setattr(triton, "__version__", version)
     why = backends.gluon_import_error()
     assert why and version in why and "portable Triton kernel" in why
-    assert version[:3] in backends.fast_launch_unavailable()
+    assert version[:3] in launch.fast_launch_unavailable()
 
 
 @needs_interpreter
 def test_launcher_relaunches_a_cached_compiled_kernel_and_falls_back_when_it_breaks(monkeypatch):
-    from comfyui_ideogram4_int8.kernels import launch
-
     calls = []
 
     class Compiled:

@@ -165,7 +165,7 @@ def test_repeated_and_misaligned_calls_stay_exact(gen):
     first = K.w8a8_linear(x[:m], wq, ws, bias, path="triton-int8")
     cached = sum(lc.cached_launches for lc in launch._LAUNCHERS.values())
     assert torch.equal(first, K.w8a8_linear(x[:m], wq, ws, bias, path="triton-int8"))
-    if backends.fast_launch_unavailable() is None:  # the quantizer and the GEMM relaunched from the cache
+    if launch.fast_launch_unavailable() is None:  # the quantizer and the GEMM relaunched from the cache
         assert sum(lc.cached_launches for lc in launch._LAUNCHERS.values()) == cached + 2, launch.status()
     # x[1:] is 2-byte misaligned: a new signature (and no TMA for the Gluon pick: its portable twin runs)
     flat = x.reshape(-1)[1 : 1 + m * k].reshape(m, k)

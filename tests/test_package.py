@@ -79,7 +79,7 @@ def _imports(path: pathlib.Path) -> set[str]:
 def test_dependency_direction():
     """nodes -> ideogram4 -> kernels; only nodes/ (and the root entry point) import ComfyUI."""
     comfy_roots = ("comfy", "comfy_api", "comfy_extras", "folder_paths", "server", "nodes", "node_helpers")
-    for pkg, banned_rel in (("kernels", ("..ideogram4", "..nodes")), ("ideogram4", ("..nodes",))):
+    for pkg, banned_rel in (("kernels", ("..",)), ("ideogram4", ("..nodes", "..cli", "..bench"))):
         for path in (ROOT / pkg).rglob("*.py"):
             for name in _imports(path):
                 assert not name.startswith(banned_rel), f"{path}: imports {name}"
@@ -88,6 +88,35 @@ def test_dependency_direction():
                     assert not name.startswith("comfyui_ideogram4_int8.nodes"), f"{path}: {name}"
                     if pkg == "kernels":
                         assert not name.startswith("comfyui_ideogram4_int8.ideogram4"), f"{path}: {name}"
+
+
+def test_kernels_import_each_other_without_cycles():
+    """Every import between kernels/ modules, lazy ones inside functions included, points one way."""
+    mods = {p.stem: p for p in (ROOT / "kernels").glob("*.py")}
+    edges = {m: set() for m in mods}
+    for m, path in mods.items():
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                if node.module:
+                    edges[m] |= {node.module.split(".")[0]} & set(mods)
+                else:
+                    edges[m] |= {a.name for a in node.names} & set(mods)
+    done, active = set(), []
+
+    def visit(m):
+        assert m not in active, "import cycle: " + " -> ".join([*active[active.index(m) :], m])
+        if m in done:
+            return
+        active.append(m)
+        for n in sorted(edges[m]):
+            visit(n)
+        active.pop()
+        done.add(m)
+
+    for m in sorted(mods):
+        visit(m)
+    assert edges["configs"] == set(), "configs.py is the leaf every kernel module reads"
 
 
 def test_layout_exists():

@@ -1,4 +1,4 @@
-"""The GEMM-path status report (kernels/status.py): schema, real runs, parameters, scrubbing, publish().
+"""The GEMM-path status report (nodes/status_report.py): schema, real runs, parameters, scrubbing, publish().
 
 "Real models built from synthetic checkpoints": ``_load_and_run`` writes a tiny two-branch W8A8 checkpoint
 (``ideogram4.synthetic.write_w8a8``, fresh random weights), loads each branch the way the pack does
@@ -19,9 +19,10 @@ import jsonschema
 import panel_model
 import pytest
 import torch
-from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY, status
+from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY
 from comfyui_ideogram4_int8.kernels.dispatch import ENV_PATH
 from comfyui_ideogram4_int8.kernels.tuning import PICKER
+from comfyui_ideogram4_int8.nodes import status_report as status
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "gemm_status_sample.json"

@@ -1,6 +1,6 @@
 // GEMM-path panel for ComfyUI (frontend 1.49.x): a sidebar tab that shows which GEMM path every
 // Ideogram 4 W8A8 linear really ran, and a badge on our loader / sampler nodes.
-// Data: GET /ideogram4_int8/status (kernels/status.py) and the websocket event
+// Data: GET /ideogram4_int8/status (nodes/status_report.py) and the websocket event
 // "ideogram4_int8.status" pushed after each load and sampler run (nodes/status_nodes.py).
 // Pure logic (summaries, warning rules, formatting) lives in ./lib/gemm_status.mjs and is tested
 // with Node's test runner; this file only builds DOM and talks to ComfyUI.

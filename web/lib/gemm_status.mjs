@@ -1,6 +1,6 @@
 // Pure logic of the GEMM-path panel: summaries, formatting, warning rules, node badges.
 // No DOM, no ComfyUI imports: tested with `node --test tests/js/` against the shared fixture.
-// Input: the JSON of GET /ideogram4_int8/status (kernels/status.schema.json, schema_version 1).
+// Input: the JSON of GET /ideogram4_int8/status (nodes/status.schema.json, schema_version 1).
 
 export const SCHEMA_VERSION = 1;
 export const EVENT = "ideogram4_int8.status";

@@ -1,6 +1,6 @@
 """The GEMM-path status report: which path every W8A8 linear really ran, as JSON for the panel.
 
-ComfyUI-free (torch only, through the registry); ``nodes/status_nodes.py`` serves it at
+ComfyUI-free (torch and the kernels' registry only: tests build it without ComfyUI); ``status_nodes.py`` serves it at
 ``GET /ideogram4_int8/status`` and pushes a compact copy over the websocket after each load
 and sampler run. The report's shape is ``status.schema.json`` (shipped next to this file);
 ``SCHEMA_VERSION`` changes whenever a field changes meaning or goes away.
@@ -29,10 +29,10 @@ import re
 import time
 from collections.abc import Mapping
 
-from .dispatch import ENV_PATH
-from .env import environment_report, interpreter_mode
-from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
-from .tuning import PICKER
+from ..kernels.dispatch import ENV_PATH
+from ..kernels.env import environment_report, interpreter_mode
+from ..kernels.registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
+from ..kernels.tuning import PICKER
 
 _log = logging.getLogger(__name__)
 

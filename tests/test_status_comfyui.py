@@ -30,7 +30,8 @@ import uuid
 
 import jsonschema
 import pytest
-from comfyui_ideogram4_int8.kernels import PATHS, status
+from comfyui_ideogram4_int8.kernels import PATHS
+from comfyui_ideogram4_int8.nodes import status_report as status
 
 pytestmark = pytest.mark.comfyui
 

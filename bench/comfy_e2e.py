@@ -1,0 +1,376 @@
+"""End-to-end through ComfyUI: what a ComfyUI user runs, against native ComfyUI on the same files, in one run.
+
+    COMFYUI_DIR=/path/to/ComfyUI python -m comfyui_ideogram4_int8.bench.comfy_e2e --workdir /tmp/i4 \
+        [--peers native-bf16,...] [--layers 34] [--out results.json] [--latents DIR]
+
+Full-size synthetic Ideogram 4 weights (seeded, with outlier channels; ``ideogram4.synthetic``) are written to
+``--workdir`` in each layout users have, one layout at a time (deleted after its peers ran):
+
+  bf16           plain bf16 files, one per branch                  (native-bf16)
+  fp8            ComfyUI fp8_scaled (comfy_quant), one per branch  (native-fp8, native-fp8-fast, ours-fp8-patch)
+  int8_convrot   ComfyUI int8_tensorwise + ConvRot, one per branch (native-int8-convrot, ours-int8-convrot)
+  w8a8           transformerlab W8A8, both branches in one file, a SmoothQuant vector on every quantized layer
+                 (w1 and w3 different), 17 bf16-protected w2                   (ours-w8a8, ours-w8a8-lora)
+
+Each peer loads both branches through ComfyUI (native: ``comfy.sd.load_diffusion_model``, what Load Diffusion
+Model does; ours: the pack's loader / Patch node functions), samples 1024x1024 Default 20 through the pack's
+sampler node function (ComfyUI's guider, Euler sampler and model management; official asymmetric CFG) after a
+2-step warm-up (autotuning, compilation), and reports per path: the Default-20 time and its per-step mean,
+peak VRAM during sampling (both branches resident), the latent's cosine against native bf16, and which GEMM
+paths ran. ``native-fp8-fast`` is native fp8 with ComfyUI's ``--fast fp8_matrix_mult``; ``native-int8-convrot``
+runs ComfyUI's int8 path through comfy-kitchen (its backend is reported). ``ours-w8a8-lora`` merges a synthetic
+rank-32 LoRA on every block linear first (full-load mode). ``--layers`` builds fewer blocks (smoke runs only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import os
+import pathlib
+import sys
+import time
+
+import torch
+
+GIB = 1024**3
+WIDTH = HEIGHT = 1024
+TEXT_TOKENS = 512
+PEERS = {  # name: (layout, how it loads)
+    "native-bf16": ("bf16", "native"),
+    "native-fp8": ("fp8", "native"),
+    "native-fp8-fast": ("fp8", "native-fast"),
+    "ours-fp8-patch": ("fp8", "patch"),
+    "native-int8-convrot": ("int8_convrot", "native"),
+    "ours-int8-convrot": ("int8_convrot", "loader"),
+    "ours-w8a8": ("w8a8", "loader"),
+    "ours-w8a8-lora": ("w8a8", "loader-lora"),
+}
+LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
+
+
+def _parse(argv):
+    p = argparse.ArgumentParser(prog="python -m comfyui_ideogram4_int8.bench.comfy_e2e", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--comfyui", default=os.environ.get("COMFYUI_DIR"), help="ComfyUI tree (default $COMFYUI_DIR)")
+    p.add_argument("--workdir", required=True, help="where the synthetic files go (~40 GB free for bf16)")
+    p.add_argument("--peers", default=",".join(PEERS), help=f"comma list of {list(PEERS)}")
+    p.add_argument("--layers", type=int, default=None, help="fewer blocks (smoke runs only)")
+    p.add_argument("--config", default="full", choices=("full", "demo"), help="demo: the tiny demo model, 256 px, "
+                   "on any device (a smoke run of this script; no numbers to report)")
+    p.add_argument("--size", type=int, default=None, help="width = height in pixels (1024; smoke runs only)")
+    p.add_argument("--steps", type=int, default=20, help="Default 20 (the preset's steps; fewer for smoke runs)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--reference-latent", default=None, help="native-bf16 latent (.pt) of an earlier call")
+    p.add_argument("--latents", default=None, help="save each peer's latent here (.pt per peer)")
+    p.add_argument("--out", default=None, help="JSON results file")
+    a = p.parse_args(argv)
+    a.peers = [x for x in a.peers.split(",") if x]
+    unknown = [x for x in a.peers if x not in PEERS]
+    if unknown:
+        p.error(f"--peers: unknown {unknown}; choices: {list(PEERS)}")
+    if not a.comfyui:
+        p.error("--comfyui (or COMFYUI_DIR) must name a ComfyUI tree")
+    return a
+
+
+def _import_comfyui(root: str):
+    root = str(pathlib.Path(root).resolve())
+    sys.path.insert(0, root)
+    argv, sys.argv = sys.argv, [sys.argv[0]]
+    try:
+        from comfy.cli_args import args  # ComfyUI's defaults (it parses the command line only under main.py)
+
+        args.cpu = not torch.cuda.is_available()
+        import comfy.model_management  # noqa: F401
+    finally:
+        sys.argv = argv
+
+
+def _write_layout(layout: str, config, workdir: pathlib.Path, seed: int) -> dict[str, pathlib.Path]:
+    """{branch: file} of one layout, from the same seeded weights every layout derives from."""
+    from ..ideogram4 import synthetic
+
+    gen = "cuda" if torch.cuda.is_available() else "cpu"
+    weights = {b: synthetic.RandomWeights(config, seed + i, device=gen) for i, b in enumerate(("conditional",
+                                                                                            "unconditional"))}
+    t0 = time.perf_counter()
+    if layout == "w8a8":
+        path = workdir / "ideogram4-int8-w8a8.safetensors"
+        synthetic.write_w8a8(path, weights, config, protected=synthetic.default_protected(config))
+        files = {b: path for b in weights}
+    else:
+        files = {}
+        for b, w in weights.items():
+            tag = "" if b == "conditional" else "_unconditional"
+            path = workdir / f"ideogram4{tag}_{layout}.safetensors"
+            if layout == "bf16":
+                synthetic.write_float(path, w, config)
+            elif layout == "fp8":
+                synthetic.write_comfy_fp8(path, w, config, quantized=_block_linears(config))
+            else:
+                synthetic.write_comfy_int8(path, w, config, quantized=_block_linears(config))
+            files[b] = path
+    size = sum(f.stat().st_size for f in set(files.values())) / GIB
+    print(f"[{layout}] wrote {size:.1f} GiB in {time.perf_counter() - t0:.0f} s", flush=True)
+    return files
+
+
+def _block_linears(config) -> list[str]:
+    """The layers ComfyUI's quantized Ideogram 4 files quantize: the six linears of every block."""
+    return [s.name for s in config.linears() if s.name.startswith("layers.")]
+
+
+def _load(peer: str, files: dict, config):
+    """(conditional, unconditional) MODELs of one peer, and notes."""
+    import comfy.sd
+    from comfy.cli_args import PerformanceFeature, args
+
+    layout, how = PEERS[peer]
+    notes = {}
+    if how.startswith("native"):
+        fast = args.fast
+        args.fast = {PerformanceFeature.Fp8MatrixMultiplication} if how == "native-fast" else set()
+        try:
+            models = tuple(comfy.sd.load_diffusion_model(str(files[b])) for b in ("conditional", "unconditional"))
+        finally:
+            args.fast = fast
+        if layout == "int8_convrot":
+            notes["comfy_kitchen"] = _comfy_kitchen_backend()
+        return models, notes
+    if how == "patch":
+        from ..nodes.patch_nodes import patch_model
+
+        out = []
+        for b in ("conditional", "unconditional"):
+            native = comfy.sd.load_diffusion_model(str(files[b]))
+            patched, report = patch_model(native, b, None)
+            del native
+            out.append(patched)
+            notes[f"{b}_patch"] = f"{report.path_counts() if hasattr(report, 'path_counts') else report}"[:300]
+        return tuple(out), notes
+    from ..nodes.loader_nodes import load_branch
+
+    out = []
+    for b in ("conditional", "unconditional"):
+        patcher, state, paths, dtype = load_branch(str(files[b]), b, None, "auto", None)
+        state.clear()
+        out.append(patcher)
+    if how == "loader-lora":
+        out = [_with_lora(m, config, seed=i) for i, m in enumerate(out)]
+        notes["lora"] = "rank 32 on every block linear, strength 1.0, merged in full-load mode"
+    return tuple(out), notes
+
+
+def _with_lora(model, config, seed: int, rank: int = 32):
+    import comfy.lora
+
+    g = torch.Generator().manual_seed(1000 + seed)
+    sd = {}
+    for spec in config.linears():
+        if not spec.name.startswith("layers."):
+            continue
+        key = f"diffusion_model.{spec.name}"
+        sd[f"{key}.lora_up.weight"] = (torch.randn(spec.out_features, rank, generator=g) * 1e-3).bfloat16()
+        sd[f"{key}.lora_down.weight"] = (torch.randn(rank, spec.in_features, generator=g) * 1e-2).bfloat16()
+    key_map = comfy.lora.model_lora_keys_unet(model.model, {})
+    patches = comfy.lora.load_lora(sd, key_map)
+    patched = model.clone()
+    loaded = patched.add_patches(patches, 1.0)
+    if len(loaded) != len(patches):
+        raise RuntimeError(f"LoRA: {len(loaded)} of {len(patches)} patches applied")
+    return patched
+
+
+def _comfy_kitchen_backend() -> str:
+    """Which comfy-kitchen backend ComfyUI's int8 layers get (the CUDA one is the real peer, eager a fallback)."""
+    try:
+        import comfy_kitchen as ck
+        from comfy_kitchen.registry import registry
+
+        backends = registry.list_backends()
+        avail = sorted(n for n, b in backends.items() if b["available"] and not b["disabled"])
+        why = {n: b["unavailable_reason"] for n, b in backends.items() if b["unavailable_reason"]}
+        first = registry.get_capable_backend("int8_linear")
+        return f"comfy-kitchen {getattr(ck, '__version__', '?')}: int8_linear on {first}; available {avail}" + (
+            f"; unavailable {why}" if why else "")
+    except Exception as exc:  # noqa: BLE001 - reported, not fatal
+        return f"comfy-kitchen backend unknown: {type(exc).__name__}: {exc}"
+
+
+def _sample(models, ctx, steps: int, seed: int, size: int) -> tuple[torch.Tensor, float]:
+    from ..ideogram4 import sampling_args
+    from ..nodes import sampler_nodes
+
+    plan = sampling_args.plan_sampling("Default 20", size, size) if steps == 20 else \
+        sampling_args.plan_sampling("custom", size, size, steps=steps, polish_steps=min(2, steps - 1))
+    _sync()
+    t0 = time.perf_counter()
+    latent = sampler_nodes.sample(models[0], models[1], [[ctx, {}]], plan, size, size, seed)
+    _sync()
+    return latent.float().cpu(), (time.perf_counter() - t0) * 1e3
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _peak_gib() -> float | None:
+    return round(torch.cuda.max_memory_allocated() / GIB, 2) if torch.cuda.is_available() else None
+
+
+def run(argv=None) -> dict:
+    a = _parse(argv)
+    if not torch.cuda.is_available() and a.config == "full" and not (a.layers and a.size):
+        raise SystemExit("the ComfyUI end-to-end benchmark needs a CUDA GPU (CPU smoke runs: --config demo, or "
+                         "--layers and --size)")
+    _import_comfyui(a.comfyui)
+    import comfy.model_management
+    import triton
+
+    from .. import kernels
+    from ..ideogram4.config import Ideogram4Config
+    from ..kernels import launch
+
+    config = getattr(Ideogram4Config, a.config)()
+    size = a.size or (WIDTH if a.config == "full" else 256)
+    if a.layers:
+        import dataclasses
+
+        config = dataclasses.replace(config, num_layers=a.layers)
+    workdir = pathlib.Path(a.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(1234)
+    tokens = TEXT_TOKENS if a.config == "full" else 16
+    ctx = torch.randn(1, tokens, config.llm_features_dim, generator=g).bfloat16()
+    result = {
+        "info": {
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "torch": torch.__version__, "triton": triton.__version__,
+            "comfyui": _comfyui_version(a.comfyui), "date": datetime.date.today().isoformat(),
+            "command": "python -m comfyui_ideogram4_int8.bench.comfy_e2e " + " ".join(sys.argv[1:]),
+            "layers": config.num_layers, "size": f"{size}x{size}", "text_tokens": TEXT_TOKENS, "steps": a.steps,
+            "backends": kernels.backends.report(), "cached_launches": launch.status(),
+        },
+        "peers": {},
+    }  # fmt: skip
+    reference = torch.load(a.reference_latent) if a.reference_latent else None
+    for layout in LAYOUTS:
+        peers = [p for p in a.peers if PEERS[p][0] == layout]
+        if not peers:
+            continue
+        files = _write_layout(layout, config, workdir, a.seed)
+        try:
+            for peer in peers:
+                entry = result["peers"][peer] = {"layout": layout}
+                try:
+                    t0 = time.perf_counter()
+                    models, notes = _load(peer, files, config)
+                    entry.update(load_s=round(time.perf_counter() - t0, 1), **notes)
+                    kernels.REGISTRY.clear()
+                    _sample(models, ctx, 2, a.seed, size)  # warm-up: autotuning, compilation, first loads
+                    if torch.cuda.is_available():
+                        torch.cuda.reset_peak_memory_stats()
+                    latent, ms = _sample(models, ctx, a.steps, a.seed, size)
+                    entry.update(sample_ms=round(ms, 1), step_ms=round(ms / a.steps, 1), peak_gib=_peak_gib(),
+                                 paths={m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()})  # fmt: skip
+                    if peer == "native-bf16":
+                        reference = latent
+                    if reference is not None:
+                        entry["latent_cosine_vs_bf16"] = round(torch.nn.functional.cosine_similarity(
+                            latent.flatten().double(), reference.flatten().double(), dim=0).item(), 5)  # fmt: skip
+                    if a.latents:
+                        pathlib.Path(a.latents).mkdir(parents=True, exist_ok=True)
+                        torch.save(latent, pathlib.Path(a.latents) / f"{peer}.pt")
+                    print(f"[{peer}] {json.dumps(entry)}", flush=True)
+                except Exception as exc:  # noqa: BLE001 - one peer failing keeps the others' numbers
+                    entry["error"] = f"{type(exc).__name__}: {exc}"[:600]
+                    print(f"[{peer}] FAILED {entry['error']}", flush=True)
+                finally:
+                    models = None
+                    comfy.model_management.unload_all_models()
+                    gc.collect()
+                    comfy.model_management.soft_empty_cache()
+                if a.out:
+                    pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
+        finally:
+            for f in set(files.values()):
+                f.unlink(missing_ok=True)
+    _ratios(result)
+    print_table(result)
+    if a.out:
+        pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
+        plot(result, pathlib.Path(a.out).with_suffix(".png"))
+    return result
+
+
+def plot(result: dict, png: pathlib.Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib not installed: no plot", file=sys.stderr)
+        return
+    peers = [p for p, e in result["peers"].items() if "step_ms" in e]
+    if not peers:
+        return
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = ["tab:gray" if p.startswith("native") else "tab:green" for p in peers]
+    ax.barh(peers, [result["peers"][p]["step_ms"] for p in peers], color=colors)
+    ax.set_xlabel("ms per sampling step (Default 20 / 20; both branches, CFG, Euler)")
+    ax.invert_yaxis()
+    bx.barh(peers, [result["peers"][p]["peak_gib"] or 0 for p in peers], color=colors)
+    bx.axvline(24, color="tab:red", linestyle="--", label="24 GB card")
+    bx.set_xlabel("peak GiB while sampling (both branches resident)")
+    bx.invert_yaxis()
+    bx.legend()
+    info = result["info"]
+    fig.suptitle(f"Ideogram 4 through ComfyUI {info['comfyui']}, {info['size']}, {info['gpu']} "
+                 f"(torch {info['torch']}, triton {info['triton']}); grey: native ComfyUI, green: this pack")
+    fig.tight_layout()
+    fig.savefig(png, dpi=110)
+
+
+def _comfyui_version(root: str) -> str:
+    try:
+        text = (pathlib.Path(root) / "comfyui_version.py").read_text()
+        return text.split("=")[-1].strip().strip("\"'")
+    except OSError:
+        return "?"
+
+
+def _ratios(result: dict) -> None:
+    peers = result["peers"]
+    for entry in peers.values():
+        for ref in ("native-bf16", "native-fp8", "native-fp8-fast", "native-int8-convrot"):
+            base = peers.get(ref, {}).get("step_ms")
+            if base and entry.get("step_ms"):
+                entry[f"speedup_vs_{ref}"] = round(base / entry["step_ms"], 3)
+
+
+def print_table(result: dict) -> None:
+    info = result["info"]
+    print(f"\n{info['gpu']}, torch {info['torch']}, triton {info['triton']}, ComfyUI {info['comfyui']}, "
+          f"{info['layers']} blocks, {info['size']}, {info['steps']} steps")
+    print(f"{'peer':<22}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'x fp8f':>8}{'x int8':>8}{'D20 s':>8}"
+          f"{'peak GiB':>10}{'cos':>9}")
+    for name, e in result["peers"].items():
+        if "error" in e:
+            print(f"{name:<22} FAILED: {e['error'][:100]}")
+            continue
+
+        def r(ref, e=e):
+            return f"{e[f'speedup_vs_{ref}']:.2f}x" if f"speedup_vs_{ref}" in e else "-"
+
+        cos = f"{e['latent_cosine_vs_bf16']:.4f}" if "latent_cosine_vs_bf16" in e else "-"
+        print(f"{name:<22}{e['step_ms']:>9.1f}{r('native-bf16'):>8}{r('native-fp8'):>7}{r('native-fp8-fast'):>8}"
+              f"{r('native-int8-convrot'):>8}{e['sample_ms'] / 1e3:>8.2f}{e['peak_gib'] or 0:>10.2f}{cos:>9}")
+
+
+if __name__ == "__main__":
+    run()

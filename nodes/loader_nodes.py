@@ -199,7 +199,8 @@ class Ideogram4Int8Loader(io.ComfyNode):
             models.clear()
             raise
         notes = ["model management: legacy ModelPatcher (DynamicVRAM off for these MODELs); LoRA merged in full-load "
-                 "mode stays INT8 (requantized), in lowvram mode it runs as a float GEMM (labelled in the panel)"]
+                 "mode stays INT8 (requantized), in lowvram mode it runs as a float GEMM (labelled in the panel)",
+                 getattr(models[0], "ideogram4_attention", "attention: ComfyUI's own")]
         summary = format_summary(reports, notes)
         log.info("%s\n%s", NODE_NAME, summary)
         publish("load", [s.branch for s in sources], node_id_of(cls))

@@ -25,6 +25,7 @@ import torch
 from ..ideogram4.comfy_form import to_comfy_state_dict
 from ..ideogram4.config import Ideogram4Config
 from ..ideogram4.errors import CheckpointError
+from .attention_override import install as install_attention
 from .int8_ops import declare_sites, label_sites, make_ops
 
 log = logging.getLogger("comfyui_ideogram4_int8")
@@ -87,6 +88,7 @@ def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dt
         comfy_sd.clear()
         label_sites(model.diffusion_model, label, gemm_path)
         patcher = comfy.model_patcher.ModelPatcher(model, load_device=load_device, offload_device=offload_device)
+        patcher.ideogram4_attention = install_attention(patcher.model_options)
         if offload_device.type != "cpu":
             model.to(offload_device)
         paths = declare_sites(model.diffusion_model, label, load_device)

@@ -21,6 +21,7 @@ from .. import kernels
 from ..ideogram4.checkpoint import read_branch
 from ..ideogram4.errors import CheckpointError
 from ..ideogram4.load_plan import branch_report, format_summary
+from .attention_override import install as install_attention
 from .int8_ops import int8_linears
 from .native_model import build_native_model, config_of, node_id_of, publish, require_ideogram4
 
@@ -65,6 +66,7 @@ def patch_model(source, label: str, gemm_path: str | None, progress=None):
         patcher.patches_uuid = source.patches_uuid
         notes.append(f"kept {len(source.patches)} weight patches (LoRA) of the source MODEL")
     patcher.model_options = comfy.model_patcher.create_model_options_clone(source.model_options)
+    notes.append(install_attention(patcher.model_options))
     if source.object_patches:
         notes.append(f"dropped {len(source.object_patches)} object patches of the source MODEL (they point at its "
                      "modules); apply them after this node")  # fmt: skip

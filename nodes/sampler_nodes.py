@@ -60,6 +60,15 @@ def check_conditioning(positive, features: int) -> None:
             raise sa.SamplingArgumentError(f"{NODE_NAME}: {exc}") from None
 
 
+def _on_device(conditioning, device: torch.device):
+    """The conditioning tensors moved to the model's device once per run. ComfyUI keeps CLIPTextEncode's output
+    on the intermediate device and copies it at every model call: Ideogram 4's 512 x 53248 text features are
+    54 MB, ~4 ms of pageable copy per step on an H100 machine."""
+    if device.type == "cpu":
+        return conditioning
+    return [[c.to(device, non_blocking=True) if isinstance(c, torch.Tensor) else c, *rest] for c, *rest in conditioning]
+
+
 def sample(model, model_negative, positive, plan: sa.SamplingPlan, width: int, height: int, seed: int,
            batch_size: int = 1, node_id: str | None = None) -> torch.Tensor:  # fmt: skip
     """The latent [B, C, H/16, W/16] (float32, intermediate device) of one run.
@@ -71,7 +80,7 @@ def sample(model, model_negative, positive, plan: sa.SamplingPlan, width: int, h
                          device=comfy.model_management.intermediate_device())  # fmt: skip
     noise = comfy.sample.prepare_noise(latent, seed)
     guider = PerStepGuidanceGuider(model, model_negative, plan.sigmas, plan.guidance)
-    guider.set_conds(positive, UNCOND_IMAGE_ONLY)
+    guider.set_conds(_on_device(positive, model.load_device), UNCOND_IMAGE_ONLY)
     sampler = comfy.samplers.sampler_object("euler")
     callback = latent_preview.prepare_callback(model, plan.steps, {})
     kernels.REGISTRY.begin_run()

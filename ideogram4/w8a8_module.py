@@ -218,7 +218,7 @@ def can_fuse_gate_up(w1, w3) -> bool:
     return fuse_gate_up_blocker(w1, w3) is None
 
 
-CONVROT_NOTE = "ConvRot weight: activation rotated by a separate torch op (not fused yet)"
+CONVROT_NOTE = "ConvRot weight: the activation is rotated inside its quantizer (int8_convrot)"
 
 
 def w8a8_forward(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
@@ -230,10 +230,8 @@ def w8a8_forward(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tens
     ``kernels.w8a8_linear`` (fused where it can run; path recorded under ``site``).
     """
     if convrot_groupsize is not None:
-        if input_smooth is not None:
-            x = x / input_smooth.to(x.dtype)
-        x = convrot.rotate(x, convrot_groupsize)
-        y = kernels.w8a8_linear(x, weight, weight_scale, bias, None, path=path, site=site)
+        y = kernels.w8a8_linear(x, weight, weight_scale, bias, input_smooth, path=path, site=site,
+                                convrot_group=int(convrot_groupsize))  # fmt: skip
         _annotate(site, CONVROT_NOTE)
         return y
     return kernels.w8a8_linear(x, weight, weight_scale, bias, input_smooth, path=path, site=site)

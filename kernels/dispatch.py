@@ -163,10 +163,11 @@ def _check_operands(q, w, q_scale=None, w_scale=None, where="int8_matmul"):
 # -- public kernels ----------------------------------------------------------------------------
 
 
-def quantize_per_token(x: torch.Tensor, smooth: torch.Tensor | None = None):
+def quantize_per_token(x: torch.Tensor, smooth: torch.Tensor | None = None, convrot_group: int | None = None):
     """x [..., K] float -> (q int8 [..., K], scale float32 [...]).
 
-    Divides by ``smooth`` [K] first when given; per-row absmax; round half-to-even; clamp
+    Divides by ``smooth`` [K] first when given, then (``convrot_group``) rotates each group of that many
+    columns by ConvRot's Hadamard matrix (int8_convrot files); per-row absmax; round half-to-even; clamp
     +-127. A zero row gets scale 0; a row with NaN/Inf gets q = 0 and scale NaN (its output
     row is NaN, other rows are untouched). Runs the Triton kernel where it can, else the twin.
     """
@@ -179,15 +180,48 @@ def quantize_per_token(x: torch.Tensor, smooth: torch.Tensor | None = None):
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     smooth = _vector(smooth, k, "quantize_per_token: smooth", x.device)
-    if triton_unavailable_reason(x.device) is None:
+    q, s = _quantize_rows(x2, smooth, _check_group(convrot_group, k, "quantize_per_token"))
+    return q.reshape(*lead, k), s.reshape(lead)
+
+
+def _check_group(group, k: int, where: str) -> int | None:
+    if group is None:
+        return None
+    try:
+        reference.hadamard(group)
+    except (TypeError, ValueError) as exc:
+        raise KernelInputError(f"{where}: convrot_group: {exc}") from None
+    if k % int(group):
+        raise KernelInputError(f"{where}: K={k} is not a multiple of the ConvRot group size {group}")
+    return int(group)
+
+
+def _quantize_rows(x2: torch.Tensor, smooth, group: int | None):
+    """Per-token quantization of a validated [M, K] (unit column stride): the Triton kernel where it can run
+    (the plain or the rotating one), else the twin."""
+    fused = triton_unavailable_reason(x2.device) is None
+    if group is None:
+        if fused:
+            from .quant_triton import quantize_rows_triton
+
+            REGISTRY.count_launch("quant_triton")
+            return quantize_rows_triton(x2, smooth)
+        REGISTRY.count_launch("quant_twin")
+        return reference.quantize_per_token_ref(x2, smooth)
+    if smooth is not None:  # SmoothQuant before the rotation (no file layout carries both today)
+        x2 = (x2.float() / smooth).to(x2.dtype)
+    if fused:
+        from .quant_triton import ROTATION_GROUPS, quantize_rotated_rows_triton
+
+        if group in ROTATION_GROUPS:
+            REGISTRY.count_launch("quant_rotated_triton")
+            return quantize_rotated_rows_triton(x2, group)
+        REGISTRY.count_launch("quant_triton")
         from .quant_triton import quantize_rows_triton
 
-        q, s = quantize_rows_triton(x2, smooth)
-        REGISTRY.count_launch("quant_triton")
-    else:
-        q, s = reference.quantize_per_token_ref(x2, smooth)
-        REGISTRY.count_launch("quant_twin")
-    return q.reshape(*lead, k), s.reshape(lead)
+        return quantize_rows_triton(reference.rotate_ref(x2, group))
+    REGISTRY.count_launch("quant_twin")
+    return reference.quantize_rotated_ref(x2, group)
 
 
 def _out_buffer(out, m, n, dtype, device, where):
@@ -286,11 +320,13 @@ def w8a8_linear(
     path: str | None = None,
     site: str | None = None,
     out_dtype: torch.dtype | None = None,
+    convrot_group: int | None = None,
 ) -> torch.Tensor:
     """y = dequant(int8(x / smooth) . w^T) + bias for x [..., K], w int8 [N, K], w_scale [N].
 
     ``path`` forces a path (strict); ``site`` names the call site in the registry. The output
-    dtype is x's dtype unless ``out_dtype`` is given.
+    dtype is x's dtype unless ``out_dtype`` is given. ``convrot_group``: ``w`` is stored ConvRot-rotated
+    (ComfyUI's int8_convrot), so the activation is rotated the same way inside its quantization.
     """
     if not isinstance(x, torch.Tensor) or x.dtype not in _FLOAT_DTYPES:
         raise KernelInputError(f"w8a8_linear: x must be float32/float16/bfloat16; got {getattr(x, 'dtype', x)}")
@@ -305,6 +341,7 @@ def w8a8_linear(
     w_scale = _vector(w_scale, n, "w8a8_linear: w_scale", x.device)
     bias_v = _vector(bias, n, "w8a8_linear: bias", x.device, keep_half=chosen == PATH_TRITON)
     smooth = _vector(smooth, k, "w8a8_linear: smooth", x.device)
+    group = _check_group(convrot_group, k, "w8a8_linear")
     out_dtype = out_dtype or x.dtype
 
     lead = x.shape[:-1]
@@ -312,12 +349,12 @@ def w8a8_linear(
     m = x2.shape[0]
     try:
         with _timed_unless_fused(chosen, x.device):
-            y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype)
+            y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype, group)
     except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
         chosen, reason = _after_fused_failure(x.device, n, k, exc)
         bias_v = _vector(bias, n, "w8a8_linear: bias", x.device)
         with REGISTRY.timed(chosen, x.device):
-            y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype)
+            y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype, group)
     REGISTRY.record(
         site, chosen, reason, m, n, k, dtype=x.dtype,
         config=cfg.key() if cfg is not None else None, config_source=source,
@@ -337,25 +374,24 @@ def _after_fused_failure(device: torch.device, n: int, k: int, exc: FusedUnavail
     return chosen, f"the fused Triton kernel failed for this shape: {exc}"
 
 
-def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype):
+def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype, group=None):
     """The linear on an already chosen path (no validation, no recording): (y, config, source).
 
     Timing: the caller's for the unfused paths (``_timed_unless_fused``); the fused path times itself.
     """
     if chosen == PATH_DEQUANT:
+        if group is not None:  # the phantom path rotates in float, then dequantizes
+            xs = x2 if smooth is None else (x2.float() / smooth).to(x2.dtype)
+            x2, smooth = reference.rotate_ref(xs, group), None
         y = reference.dequant_linear_ref(x2, w, w_scale, bias, smooth, compute_dtype=x2.dtype)
         return y.to(out_dtype), None, None
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
     if chosen == PATH_TRITON:
         with REGISTRY.timed(PATH_TRITON, x2.device):
-            if x2.stride(-1) == 1:
-                from .quant_triton import quantize_rows_triton  # operands already validated: skip the public checks
-
-                q, s = quantize_rows_triton(x2, smooth)
-                REGISTRY.count_launch("quant_triton")
-            else:
-                q, s = quantize_per_token(x2, smooth)
+            q, s = _quantize_rows(x2, smooth, group)  # operands already validated: no public checks
         return _launch_fused(q, w, s, w_scale, bias, out_dtype, raw_int32=False, timed=PATH_TRITON)
-    q, s = quantize_per_token(x2, smooth)
+    q, s = _quantize_rows(x2, smooth, group)
     return _cublas_linear(q, s, w, w_scale, bias, out_dtype), None, None
 
 

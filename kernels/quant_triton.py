@@ -181,6 +181,88 @@ def _quantize_block(
             tl.store(q_row + cols[None, :], _quantize_tile(x, inv, ok), mask=mask)
 
 
+# -- ConvRot: the rotation inside the quantizer ------------------------------------------------------
+# int8_convrot files store W rotated along K by H_G in groups of G (reference.hadamard); the activation
+# must be rotated the same way before it is quantized. H_256 = H_16 (x) H_16 (a Kronecker product), so a
+# 256-wide group viewed as a 16 x 16 matrix X rotates as H_16 X H_16: two products with K = 16 per group,
+# in float32 (input_precision="ieee": exact products, float32 sums) instead of a [G, G] matrix per group.
+ROTATION_GROUPS = (16, 256)
+
+
+@triton.jit
+def _rotate_groups(t, h, BLOCK_M: tl.constexpr, G: tl.constexpr):
+    """t [BLOCK_M, G] float32 -> every row times H_G (h: H_16, float32 [16, 16], symmetric)."""
+    if G == 16:
+        r = tl.dot(t, h, input_precision="ieee")
+    else:  # (an explicit else: the compiler builds the statements after a constexpr-if's return too)
+        z = tl.dot(tl.reshape(t, (BLOCK_M * 16, 16)), h, input_precision="ieee")  # X H: [b * 16 + i, c]
+        z = tl.reshape(tl.permute(tl.reshape(z, (BLOCK_M, 16, 16)), (0, 2, 1)), (BLOCK_M * 16, 16))
+        z = tl.dot(z, h, input_precision="ieee")  # (X H)^T H = (H X H)^T: [b * 16 + c, a]
+        r = tl.reshape(tl.permute(tl.reshape(z, (BLOCK_M, 16, 16)), (0, 2, 1)), (BLOCK_M, G))
+    return r
+
+
+@triton.jit
+def _load_rotated(x_ptr, h, rows, k0, M, stride_xm, BLOCK_M: tl.constexpr, G: tl.constexpr):
+    cols = k0 + tl.arange(0, G)
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + cols[None, :], mask=rows[:, None] < M, other=0.0)
+    return _rotate_groups(x.to(tl.float32), h, BLOCK_M, G), cols
+
+
+@triton.jit
+def _quantize_rotated_kernel(x_ptr, h_ptr, q_ptr, scale_ptr, M, K, stride_xm, stride_qm, BLOCK_M: tl.constexpr,
+                             G: tl.constexpr):  # fmt: skip
+    """Per-token quantization of x [M, K] rotated by H_G group by group (K % G == 0): the rotated row's
+    absmax in a first pass, the rotation again and the int8 values in a second (the same roundings as
+    _quantize_block: one IEEE division per row, then multiplies, round half to even)."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    r16 = tl.arange(0, 16)
+    h = tl.load(h_ptr + r16[:, None] * 16 + r16[None, :])
+    INF: tl.constexpr = float("inf")
+    amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+    for k0 in range(0, K, G):
+        r, _ = _load_rotated(x_ptr, h, rows, k0, M, stride_xm, BLOCK_M, G)
+        amax = _max_nan(amax, _row_absmax(r))
+    not_finite = ~(amax < INF)
+    inv = tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), tl.where(amax > 0.0, amax, 1.0))
+    ok = ~not_finite & (amax > 0.0) & (inv < INF)
+    inv = tl.where(ok, inv, 0.0)
+    scale = tl.where(not_finite, float("nan"), tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)))
+    tl.store(scale_ptr + rows, scale, mask=rows < M)
+    q_row = q_ptr + rows[:, None].to(tl.int64) * stride_qm
+    for k0 in range(0, K, G):
+        r, cols = _load_rotated(x_ptr, h, rows, k0, M, stride_xm, BLOCK_M, G)
+        tl.store(q_row + cols[None, :], _quantize_tile(r, inv[:, None], ok[:, None]), mask=rows[:, None] < M)
+
+
+def build_rotated_launch(x, group: int, q=None, scale=None) -> tuple:
+    """(kernel, grid, args, kwargs) quantizing x [M, K] rotated by H_group (group in ROTATION_GROUPS, K % group
+    == 0). Device-free (the offline compile check builds it from CPU tensors)."""
+    M, K = x.shape
+    q = torch.empty((M, K), dtype=torch.int8, device=x.device) if q is None else q
+    scale = torch.empty((M,), dtype=torch.float32, device=x.device) if scale is None else scale
+    block_m = 16
+    args = (x, _h16(x.device), q, scale, M, K, x.stride(0), q.stride(0), block_m, group)
+    return _quantize_rotated_kernel, (triton.cdiv(M, block_m),), args, dict(num_warps=4)
+
+
+@functools.lru_cache(maxsize=8)
+def _h16(device: torch.device) -> torch.Tensor:
+    from .reference import hadamard
+
+    return hadamard(16, torch.float32, device).contiguous()
+
+
+def quantize_rotated_rows_triton(x: torch.Tensor, group: int):
+    """x [M, K] (unit column stride) -> (int8 [M, K], float32 [M]) of x rotated by ConvRot's H_group."""
+    M, K = x.shape
+    q = torch.empty((M, K), dtype=torch.int8, device=x.device)
+    scale = torch.empty((M,), dtype=torch.float32, device=x.device)
+    if M:
+        launch(*build_rotated_launch(x, group, q, scale))
+    return q, scale
+
+
 def quant_launch_params(M: int, K: int) -> dict:
     """Launch heuristic, from H100 sweeps (GPU time, CUDA-graph replay; bench/probe_quant.py):
     K = 4096 or 8192 + 2^j (Ideogram's 4608, 12288) in one pass from registers; other rows of up

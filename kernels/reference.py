@@ -14,6 +14,8 @@ is touched.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 QMAX = 127.0
@@ -39,6 +41,47 @@ def quantize_per_token_ref(x: torch.Tensor, smooth: torch.Tensor | None = None):
     q = torch.where(torch.isfinite(q), q, torch.zeros_like(q)).to(torch.int8)
     scale = torch.where(finite, amax / qmax, torch.full_like(amax, float("nan")))
     return q, scale
+
+
+# ConvRot (ComfyUI's int8_tensorwise + convrot): activations rotated group by group along K by the
+# orthonormal, symmetric H_n = H4^{(x)k} / sqrt(n), n = 4**k, with the "regular" H4 below.
+_H4 = ((1, 1, 1, -1), (1, 1, -1, 1), (1, -1, 1, 1), (-1, 1, 1, 1))
+
+
+def hadamard(group: int, dtype=torch.float32, device=None) -> torch.Tensor:
+    """The [group, group] ConvRot rotation (group a power of 4: 16, 64, 256, ...)."""
+    return _hadamard64(int(group)).to(dtype=dtype, device=device)
+
+
+@functools.lru_cache(maxsize=8)
+def _hadamard64(group: int) -> torch.Tensor:
+    n, k = group, 0
+    while n > 1 and n % 4 == 0:
+        n, k = n // 4, k + 1
+    if n != 1 or k == 0:
+        raise ValueError(f"ConvRot group size must be a power of 4 (16, 64, 256, ...); got {group}")
+    h = torch.ones(1, 1, dtype=torch.float64)
+    for _ in range(k):
+        h = torch.kron(h, torch.tensor(_H4, dtype=torch.float64))
+    return h / float(group) ** 0.5
+
+
+def rotate_ref(x: torch.Tensor, group: int) -> torch.Tensor:
+    """x [..., K] -> x_rot[..., g] = x[..., g] @ H per group of ``group`` columns, in float32 (float64 stays
+    float64), returned in x's dtype. K must be a multiple of ``group``."""
+    k = x.shape[-1]
+    if k % group:
+        raise ValueError(f"ConvRot: K={k} is not a multiple of the group size {group}")
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    xg = x.to(work).reshape(*x.shape[:-1], k // group, group)
+    return (xg @ hadamard(group, work, x.device)).reshape(x.shape).to(x.dtype)
+
+
+def quantize_rotated_ref(x: torch.Tensor, group: int):
+    """Twin of the rotating quantizer: the float32 rotation of x [M, K], then per-token quantization
+    (the kernel sums the same exact products in another order: its int8 values may differ by one where a
+    product lands on a rounding boundary)."""
+    return quantize_per_token_ref(rotate_ref(x.float(), group))
 
 
 def int8_matmul_int32_ref(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

@@ -89,3 +89,31 @@ def check_quantize_edge_rows(k, gen, device="cpu", dtype=torch.float32):
         assert (q[r] == 0).all(), r
     assert s[6] > 0 and s[3].isnan() and s[4].isnan() and s[5].isnan() and s[9].isnan()
     assert q[8, 0] == 127 and q[8, 1] == -127 and q.abs().max() <= 127
+
+
+def check_rotated_quantizer(m, k, group, gen, device="cpu", dtype=torch.bfloat16):
+    """The rotating quantizer (ConvRot inside the quantizer) against its twin and a float64 rotation: the fused
+    kernel ran, scales agree to float32 rounding, int8 values differ by at most one and rarely (the kernel sums
+    the same exact products in another order), zero / NaN rows keep the contract, other rows untouched."""
+    x = activations(m, k, gen, dtype=dtype, device=device)
+    if m > 2:
+        x[1] = 0.0
+        x[2, k // 3] = float("nan")
+    before = launches("quant_rotated_triton")
+    q, s = K.quantize_per_token(x, convrot_group=group)
+    assert launches("quant_rotated_triton") == before + 1, "the rotating Triton quantizer did not run"
+    qr, sr = K.quantize_per_token_ref(K.reference.rotate_ref(x.float(), group).to(device))
+    finite = torch.isfinite(sr)
+    assert torch.equal(finite, torch.isfinite(s)), f"seed {gen.initial_seed()}"
+    assert torch.allclose(s[finite], sr[finite], rtol=2e-6, atol=0), f"seed {gen.initial_seed()}"
+    diff = (q.int() - qr.int()).abs()
+    assert diff.max() <= 1 and (diff > 0).float().mean() < 2e-3, f"seed {gen.initial_seed()}: {diff.max()}"
+    if m > 2:
+        assert s[1] == 0 and not q[1].any() and s[2].isnan() and not q[2].any()
+    # dequantized against the float64 rotation of the same input
+    rot = K.reference.rotate_ref(x.double(), group)
+    ok = (finite & (sr > 0)).to(device)  # zero rows: scale 0, nothing to compare
+    deq = q.double() * s.double()[:, None]
+    err = (deq[ok] - rot[ok]).abs().amax(dim=1) / s.double()[ok]
+    assert (err <= 0.5 + 1e-3).all(), f"seed {gen.initial_seed()}: {err.max()}"
+    return q, s

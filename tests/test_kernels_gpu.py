@@ -15,6 +15,7 @@ from kernel_checks import (
     M_UNCOND,
     activations,
     check_quantize_edge_rows,
+    check_rotated_quantizer,
     cosine,
     int8,
     launches,
@@ -363,3 +364,9 @@ def test_quantize_edge_rows_on_gpu_identical_to_twin(k, gen):
     """The edge rows (kernel_checks.check_quantize_edge_rows) at every Ideogram activation width,
     through the GPU kernel's conversion path."""
     check_quantize_edge_rows(k, gen, "cuda", torch.bfloat16)
+
+
+@pytest.mark.parametrize("m,k", [(M_COND, 4608), (M_UNCOND, 12288), (1, 512), (333, 4608)])
+def test_rotating_quantizer_on_gpu_matches_its_twin(m, k, gen):
+    """ConvRot inside the quantizer at Ideogram 4's widths (group 256, as ComfyUI's int8_convrot files)."""
+    check_rotated_quantizer(m, k, 256, gen, "cuda")

@@ -87,7 +87,7 @@ def test_every_config_family_bit_exact(cfg, gen):
     ids=lambda c: c.key(),
 )
 def test_fused_epilogue_every_variant_matches_twin(cfg, gen):
-    m, n, k = 40, 72, 512
+    m, n, k = 40, 80, 512  # n = 80: float32 TMA rows 16-element aligned (the 3.4/3.5 interpreters count elements)
     x = activations(m, k, gen)
     q, s = K.quantize_per_token(x)
     w, ws = weight(n, k, gen)

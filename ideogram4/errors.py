@@ -101,6 +101,12 @@ class HubError(CheckpointError):
     """A Hugging Face hub download was requested and failed."""
 
 
+# The files a user should pick instead of one that is not an Ideogram 4 diffusion model (loader node, read_branch).
+PICK_IDEOGRAM4 = ("pick an Ideogram 4 diffusion model: the W8A8 file ideogram4-int8-w8a8.safetensors (both branches), "
+                  "or ComfyUI's ideogram4_fp8_scaled.safetensors with ideogram4_unconditional_fp8_scaled.safetensors "
+                  "(also as int8_convrot or bf16); text encoders, VAEs and other models do not go here")
+
+
 def describe(t) -> str:
     """'int8 [4608, 128]' for a tensor; 'dtype [shape]' for (dtype, shape) pairs."""
     if isinstance(t, tuple) and len(t) == 2:

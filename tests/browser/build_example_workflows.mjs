@@ -282,7 +282,7 @@ const WORKFLOWS = {
     columns: [[420, ["style", "object", "text"]], [390, ["caption", "clip", "encode"]],
               [390, ["loader", "cfgOverride", "guider", "note"]],
               [290, ["width", "height", "scheduler", "latent", "noise", "samplerSelect", "sample"]],
-              [300, ["vae", "decode", "save"]]],
+              [330, ["vae", "decode", "save"]]],
     groups: [["Caption", ["style", "object", "text", "caption", "clip", "encode"]],
              ["INT8 models → native guider", ["loader", "cfgOverride", "guider"]],
              ["Native sampling", ["width", "height", "scheduler", "latent", "noise", "samplerSelect", "sample"]],

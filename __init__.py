@@ -19,4 +19,24 @@ async def comfy_entrypoint():
     return await extension.comfy_entrypoint()
 
 
-__all__ = ["WEB_DIRECTORY", "comfy_entrypoint", "__version__"]
+# The pack's error types, importable under the name ComfyUI shows for them (comfyui_ideogram4_int8.<Name>, see
+# ideogram4/errors.py: public_error). Loaded on first use: importing the package stays cheap.
+_ERRORS = {
+    **dict.fromkeys(("CheckpointError", "NotSafetensorsError", "MissingBranchError", "MissingKeysError",
+                     "TensorMismatchError", "BaseMismatchError", "UnsupportedFormatError", "HubError"),
+                    ".ideogram4.errors"),
+    "SamplingArgumentError": ".ideogram4.sampling_args",
+    "CaptionError": ".ideogram4.captions.problems",
+}  # fmt: skip
+
+
+def __getattr__(name):
+    module = _ERRORS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)
+
+
+__all__ = ["WEB_DIRECTORY", "comfy_entrypoint", "__version__", *_ERRORS]

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from .config import Ideogram4Config, infer_config
-from .errors import BaseMismatchError, CheckpointError, MissingKeysError, TensorMismatchError, few
+from .errors import PICK_IDEOGRAM4, BaseMismatchError, CheckpointError, MissingKeysError, TensorMismatchError, few
 from .formats.linear_plan import FLOAT_DTYPES, FP8_DTYPES, LinearPlan, check_float, classify, classify_bias
 from .formats.quantize_on_load import dequantize_fp8, quantize_weight
 from .formats.source import Source, open_source
@@ -158,8 +158,16 @@ def _config_for(main: Source, base: Source | None, config: Ideogram4Config | Non
     try:
         return infer_config(shapes)
     except ValueError as exc:
-        raise CheckpointError(f"cannot tell the architecture from the tensors: {exc}", file=main.label,
-                              fix="pass config=Ideogram4Config(...)") from None  # fmt: skip
+        raise CheckpointError(f"this is not an Ideogram 4 diffusion model: its tensors do not have Ideogram 4's "
+                              f"layout ({exc})", file=main.label, fix=PICK_IDEOGRAM4) from None  # fmt: skip
+
+
+def check_architecture(path: str | os.PathLike, branch: str = "conditional") -> Ideogram4Config:
+    """The Ideogram 4 config of one branch of a file, from its header alone (nothing is loaded).
+
+    Raises CheckpointError when the file is not an Ideogram 4 diffusion model (e.g. another DiT with 'layers.N.'
+    keys), so a loader can say so before it asks for a second branch or a base."""
+    return _config_for(open_source(path, branch), None, None)
 
 
 def _linear_shapes(src: Source) -> dict[str, tuple[int, ...]]:

@@ -8,7 +8,20 @@ from __future__ import annotations
 
 import os
 
+# The importable name of the pack (pyproject maps it to the repository root, which re-exports every class marked
+# below). ComfyUI shows an error's type as ``<class.__module__>.<class name>``, and it imports a custom node package
+# under its folder path, so without this a user would read ".../custom_nodes/comfyui_ideogram4_int8.ideogram4.
+# sampling_args.SamplingArgumentError" instead of "comfyui_ideogram4_int8.SamplingArgumentError".
+PUBLIC_MODULE = "comfyui_ideogram4_int8"
 
+
+def public_error(cls):
+    """Class decorator: the exception's type reads ``comfyui_ideogram4_int8.<Name>`` wherever it is shown."""
+    cls.__module__ = PUBLIC_MODULE
+    return cls
+
+
+@public_error
 class CheckpointError(ValueError):
     """A checkpoint cannot be read as an Ideogram 4 branch.
 
@@ -53,32 +66,45 @@ class CheckpointError(ValueError):
         return msg
 
 
+@public_error
 class NotSafetensorsError(CheckpointError):
     """The file is not a (complete) safetensors file."""
 
 
+@public_error
 class MissingBranchError(CheckpointError):
     """A two-branch file has no tensors under the requested branch prefix."""
 
 
+@public_error
 class MissingKeysError(CheckpointError):
     """Tensors the architecture needs are in neither the file nor the base checkpoint."""
 
 
+@public_error
 class TensorMismatchError(CheckpointError):
     """A tensor has the wrong shape or dtype, or a quantized weight lacks its scale."""
 
 
+@public_error
 class BaseMismatchError(CheckpointError):
     """The base checkpoint does not belong to the same architecture as the main file."""
 
 
+@public_error
 class UnsupportedFormatError(CheckpointError):
     """A layer is stored in a quantization format this pack cannot read."""
 
 
+@public_error
 class HubError(CheckpointError):
     """A Hugging Face hub download was requested and failed."""
+
+
+# The files a user should pick instead of one that is not an Ideogram 4 diffusion model (loader node, read_branch).
+PICK_IDEOGRAM4 = ("pick an Ideogram 4 diffusion model: the W8A8 file ideogram4-int8-w8a8.safetensors (both branches), "
+                  "or ComfyUI's ideogram4_fp8_scaled.safetensors with ideogram4_unconditional_fp8_scaled.safetensors "
+                  "(also as int8_convrot or bf16); text encoders, VAEs and other models do not go here")
 
 
 def describe(t) -> str:

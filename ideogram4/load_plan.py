@@ -20,7 +20,7 @@ import os
 import pathlib
 from collections.abc import Iterable, Mapping
 
-from .errors import CheckpointError
+from .errors import PICK_IDEOGRAM4, CheckpointError
 from .formats.detect import detect_format
 
 BRANCHES = ("conditional", "unconditional")
@@ -58,11 +58,13 @@ def _format_of(path: pathlib.Path, role: str) -> dict:
     info = detect_format(path)
     if info["format"] == "unknown":
         raise CheckpointError(
-            f"the {role} file holds no Ideogram 4 DiT linears", file=path, expected="an Ideogram 4 diffusion model "
-            "(W8A8, int8, fp8 or bf16)", found=f"{len(info.get('linears', {}))} linear layers",
-            fix="pick ideogram4-int8-w8a8.safetensors or a native ideogram4_*.safetensors diffusion model "
-                "(text encoders and VAEs do not go here)",
+            f"the {role} file is not an Ideogram 4 diffusion model: it holds no Ideogram 4 DiT linears", file=path,
+            expected="an Ideogram 4 diffusion model (W8A8, int8, fp8 or bf16)",
+            found=f"{len(info.get('linears', {}))} linear layers", fix=PICK_IDEOGRAM4,
         )  # fmt: skip
+    from .checkpoint import check_architecture
+
+    check_architecture(path, info["branches"][0] if info["branches"] else "conditional")
     return info
 
 

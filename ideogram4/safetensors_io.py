@@ -58,16 +58,44 @@ class Header:
         return self.entries[key][1]
 
 
+DOWNLOAD_AGAIN = "download the file again (or copy it again) and pick it once the download has finished"
+
+
+def _first_bytes(path: pathlib.Path, n: int = 64) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError:
+        return b""
+
+
 def _not_safetensors(path: pathlib.Path, exc: Exception | None, why: str = "", truncated: bool = False,
                      ) -> NotSafetensorsError:  # fmt: skip
-    fix = "download or copy the file again: it is incomplete" if truncated else "pass a .safetensors file"
-    if path.suffix.lower() in PICKLE_SUFFIXES:
-        fix = ("pickle checkpoints (.ckpt/.pt/.bin) are never loaded by this pack; convert the file to safetensors "
-               "with a trusted tool first")  # fmt: skip
+    """The error for a file that cannot be read as safetensors: what it looks like, and the one fix that applies."""
     detail = why or (f"{type(exc).__name__}: {exc}" if exc else "")
     size = path.stat().st_size if path.exists() else None
+    head = _first_bytes(path).lstrip().lower()
+    if path.suffix.lower() in PICKLE_SUFFIXES:
+        problem = "not a safetensors file" + (f" ({detail})" if detail else "")
+        fix = ("pickle checkpoints (.ckpt/.pt/.bin) are never loaded by this pack; convert the file to safetensors "
+               "with a trusted tool first")  # fmt: skip
+    elif truncated:
+        problem = f"the file is truncated (incomplete, e.g. an interrupted download): {detail}"
+        fix = DOWNLOAD_AGAIN
+    elif head.startswith(b"version https://git-lfs"):
+        problem = "the file is a Git LFS pointer (a small text file that stands in for the model), not the model"
+        fix = "download the real file (the download button on the model page, or `git lfs pull` in a clone)"
+    elif head.startswith((b"<!doctype", b"<html", b"<?xml", b"{\"error")):
+        problem = "the file is a web page or an error message saved under this name, not the model"
+        fix = DOWNLOAD_AGAIN + " (for a gated Hugging Face repository: accept its terms and log in first)"
+    elif path.suffix.lower() == ".safetensors":
+        problem = "the file is damaged: it is not readable as safetensors" + (f" ({detail})" if detail else "")
+        fix = DOWNLOAD_AGAIN
+    else:
+        problem = "not a safetensors file" + (f" ({detail})" if detail else "")
+        fix = "pick a .safetensors file"
     return NotSafetensorsError(
-        f"not a valid safetensors file ({detail})" if detail else "not a valid safetensors file",
+        problem,
         file=path,
         expected="an 8-byte header length, a JSON header and the complete tensor data",
         found=f"{size} bytes" if size is not None else "no file",
@@ -103,8 +131,11 @@ def _check_length(path: pathlib.Path) -> None:
         if len(head) < 8:
             raise _not_safetensors(path, None, f"only {size} bytes, shorter than the 8-byte header length")
         (n,) = struct.unpack("<Q", head)
-        if n > min(size - 8, 100 * 1024 * 1024):
-            raise _not_safetensors(path, None, f"header length field says {n} bytes but the file has {size}")
+        if n > 100 * 1024 * 1024:
+            raise _not_safetensors(path, None, f"its first 8 bytes give a header length of {n} bytes")
+        if n > size - 8:  # a plausible header cut off: the file ends inside it
+            raise _not_safetensors(path, None, f"the header needs {n + 8} bytes but the file has {size}",
+                                   truncated=True)  # fmt: skip
         raw = fh.read(n)
     try:
         header = json.loads(raw)
@@ -122,7 +153,7 @@ def _check_length(path: pathlib.Path) -> None:
             raise _not_safetensors(path, None, f"header entry {key!r} has no data_offsets") from None
     if 8 + n + end > size:
         raise _not_safetensors(
-            path, None, f"truncated: the header describes {8 + n + end} bytes but the file has {size}", truncated=True,
+            path, None, f"the header describes {8 + n + end} bytes but the file has {size}", truncated=True,
         )  # fmt: skip
 
 

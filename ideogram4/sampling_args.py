@@ -1,7 +1,7 @@
 """Arguments of the Ideogram 4 sampler node, checked and resolved without ComfyUI.
 
-* ``check_size``: width / height multiples of 16 in [256, 2048], aspect ratio at most 6:1
-  (the official pipeline's limits).
+* ``check_size`` / ``size_problem``: width / height multiples of 16 in [256, 2048], aspect ratio at
+  most 6:1 (the official pipeline's limits); ``size_problem`` is the sampler node's pre-run check.
 * ``plan_sampling``: a preset name (or "custom" + steps, guidance, polish steps / guidance, mu,
   std) -> the sigmas (``schedule.sigmas``, identical to ComfyUI's ``Ideogram4Scheduler``) and one
   guidance value per step, polish steps last, exactly as ``sampler.sample`` runs them.
@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
+from .errors import public_error
 from .schedule import DEFAULT_PRESET, PRESETS, Preset, get_preset, sigmas
 
 MIN_SIZE = 256
@@ -30,30 +31,57 @@ CUSTOM = "custom"
 PRESET_CHOICES = (*PRESETS, CUSTOM)
 TEXT_FEATURES = 53248
 MAX_STEPS = 200
+MAX_BATCH = 16
 FIX_CONDITIONING = "connect CLIPTextEncode with a CLIPLoader of type ideogram4 (Qwen3-VL 8B text encoder)"
 
 
+@public_error
 class SamplingArgumentError(ValueError):
     """A sampler input is out of range; the message names the input and the fix."""
 
 
-def check_size(width: int, height: int) -> None:
-    """Raise SamplingArgumentError unless width/height are valid Ideogram 4 image sizes."""
+def _side_problem(name: str, v) -> str | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+        return f"{name}={v!r} must be an integer number of pixels"
+    if v < MIN_SIZE or v > MAX_SIZE:
+        return f"{name}={v} is out of range: use {MIN_SIZE}..{MAX_SIZE} pixels"
+    if v % SIZE_MULTIPLE:
+        lo = int(v) // SIZE_MULTIPLE * SIZE_MULTIPLE
+        return (f"{name}={v} is not a multiple of {SIZE_MULTIPLE} (the latent is 1/16 of the image): use "
+                f"{max(lo, MIN_SIZE)} or {lo + SIZE_MULTIPLE}")  # fmt: skip
+    return None
+
+
+def size_problem(width, height) -> str | None:
+    """What is wrong with an image size, naming the side at fault; None when it is fine.
+
+    A side that is None (a linked input, unknown before the run) is skipped; the aspect ratio is
+    checked only when both are known."""
     for name, v in (("width", width), ("height", height)):
-        if int(v) != v:
-            raise SamplingArgumentError(f"{name}={v!r} must be an integer number of pixels")
-        if v < MIN_SIZE or v > MAX_SIZE:
-            raise SamplingArgumentError(f"{name}={v} is out of range: use {MIN_SIZE}..{MAX_SIZE} pixels")
-        if v % SIZE_MULTIPLE:
-            lo = v // SIZE_MULTIPLE * SIZE_MULTIPLE
-            raise SamplingArgumentError(f"{name}={v} is not a multiple of {SIZE_MULTIPLE} (the latent is 1/16 of the "
-                                        f"image): use {max(lo, MIN_SIZE)} or {lo + SIZE_MULTIPLE}")  # fmt: skip
+        if v is not None:
+            problem = _side_problem(name, v)
+            if problem:
+                return problem
+    if width is None or height is None:
+        return None
     ratio = max(width, height) / min(width, height)
     if ratio > MAX_ASPECT:
-        raise SamplingArgumentError(
-            f"{width}x{height} has an aspect ratio of {ratio:.2f}:1; Ideogram 4 supports at most {MAX_ASPECT:g}:1 — "
-            "make the long side shorter or the short side longer"
-        )
+        side = "width" if width > height else "height"
+        return (f"{width}x{height} has an aspect ratio of {ratio:.2f}:1; Ideogram 4 supports at most {MAX_ASPECT:g}:1 "
+                f"— make the {side} smaller or the other side larger")  # fmt: skip
+    return None
+
+
+def check_size(width: int, height: int) -> None:
+    """Raise SamplingArgumentError unless width/height are valid Ideogram 4 image sizes."""
+    problem = size_problem(width, height)
+    if problem:
+        raise SamplingArgumentError(problem)
+
+
+def check_batch_size(batch_size: int) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH:
+        raise SamplingArgumentError(f"batch_size={batch_size!r} is out of range: use 1..{MAX_BATCH} images per run")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,11 +125,17 @@ def plan_sampling(preset: str, width: int, height: int, *, steps: int | None = N
         std_v = float(std if std is not None else base.std)
         if not 1 <= n <= MAX_STEPS:
             raise SamplingArgumentError(f"steps={n} is out of range: use 1..{MAX_STEPS}")
-        if not 0 <= n_polish <= n:
-            raise SamplingArgumentError(f"polish_steps={n_polish} must be between 0 and steps={n}")
+        if n_polish < 0:
+            raise SamplingArgumentError(f"polish_steps={n_polish} is negative: use 0..steps ({n})")
+        if n_polish > n:
+            raise SamplingArgumentError(f"polish_steps={n_polish} is more than steps={n} (the polish steps are the "
+                                        "last steps of the run): lower polish_steps or raise steps")  # fmt: skip
         for name, v in (("guidance", g_main), ("polish_guidance", g_polish), ("mu", mu_v)):
             if not math.isfinite(v):
                 raise SamplingArgumentError(f"{name}={v} must be a finite number")
+        for name, v in (("guidance", g_main), ("polish_guidance", g_polish)):
+            if v < 0:
+                raise SamplingArgumentError(f"{name}={v:g} is negative: use 0 or more (official: 7 and 3)")
         if not (math.isfinite(std_v) and std_v > 0):
             raise SamplingArgumentError(f"std={std_v} must be > 0 (the spread of the logit-normal schedule)")
         p = Preset.main_then_polish(CUSTOM, n, n_polish, mu_v, std_v, g_main, g_polish)
@@ -140,7 +174,7 @@ def step_index(sigmas: torch.Tensor | Sequence[float], sigma: float) -> int:
 
 
 __all__ = [
-    "SamplingArgumentError", "SamplingPlan", "check_size", "plan_sampling", "check_text_features", "step_index",
-    "PRESET_CHOICES", "CUSTOM", "MIN_SIZE", "MAX_SIZE", "SIZE_MULTIPLE", "MAX_ASPECT", "DEFAULT_SIZE",
-    "TEXT_FEATURES", "FIX_CONDITIONING", "MAX_STEPS",
+    "SamplingArgumentError", "SamplingPlan", "check_size", "size_problem", "check_batch_size", "plan_sampling",
+    "check_text_features", "step_index", "PRESET_CHOICES", "CUSTOM", "MIN_SIZE", "MAX_SIZE", "SIZE_MULTIPLE",
+    "MAX_ASPECT", "DEFAULT_SIZE", "TEXT_FEATURES", "FIX_CONDITIONING", "MAX_STEPS", "MAX_BATCH",
 ]  # fmt: skip

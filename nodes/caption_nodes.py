@@ -29,8 +29,22 @@ def _chain(value, source: str) -> b.ElementList:
     return b.ElementList() if value is None else b.elements_from_native(value, source)
 
 
-def _source(cls) -> str:
-    return f"node {cls.hidden.unique_id} ({cls.SCHEMA_TITLE})"
+def _widget(name: str) -> str:
+    return f"widget '{name}'"
+
+
+STYLE_PLACES = {k: _widget(k) for k in ("aesthetics", "lighting", "photo", "medium", "art_style", "color_palette")}
+ELEMENT_PLACES = {"desc": _widget("desc"), "text": _widget("text"), "color_palette": _widget("color_palette"),
+                  "bbox": tuple(_widget(k) for k in b.BBOX_WIDGETS)}  # fmt: skip
+BOX_PLACES = {"desc": "its desc field (click the box)", "text": "its text field (click the box)",
+              "color_palette": "its colors field (click the box)", "bbox": "the box on the canvas",
+              "type": "its type button (click the box)"}  # fmt: skip
+BUILDER_PLACES = {k: _widget(k) for k in ("high_level_description", "background")}
+
+
+def _source(cls) -> b.Where:
+    """This node as a report names it ("node 7 (Ideogram 4 Object Element)"), with the widget of each caption key."""
+    return b.Where(f"node {cls.hidden.unique_id} ({cls.SCHEMA_TITLE})", getattr(cls, "PLACES", None))
 
 
 def _on_invalid_input():
@@ -52,12 +66,25 @@ def _bbox_inputs():
     return items
 
 
-def _bbox(placed, y_min, x_min, y_max, x_max):
+def _bbox(cls, placed, y_min, x_min, y_max, x_max):
+    problem = b.bbox_widgets_problem(placed, y_min, x_min, y_max, x_max)
+    if problem:  # linked bbox values are only known here
+        raise ValueError(f"{_source(cls)}: {problem}")
     return [y_min, x_min, y_max, x_max] if placed else None
+
+
+def _validate_bbox(placed, y_min, x_min, y_max, x_max):
+    """Before the run: a box with no width / height, edges swapped or off the 0..1000 grid is refused on the element
+    node whose widgets hold it (not later, in the Caption Builder). ComfyUI skips its own min/max checks for the
+    widgets a node's validate_inputs names and lists a failure under each of them, so this checks the range too and
+    names the widget at fault in its message."""
+    problem = b.bbox_widgets_problem(placed, y_min, x_min, y_max, x_max)
+    return True if problem is None else problem
 
 
 class StyleDescription(io.ComfyNode):
     SCHEMA_TITLE = "Ideogram 4 Style Description"
+    PLACES = STYLE_PLACES
 
     @classmethod
     def define_schema(cls):
@@ -99,6 +126,7 @@ class StyleDescription(io.ComfyNode):
 
 class TextElement(io.ComfyNode):
     SCHEMA_TITLE = "Ideogram 4 Text Element"
+    PLACES = ELEMENT_PLACES
 
     @classmethod
     def define_schema(cls):
@@ -125,14 +153,19 @@ class TextElement(io.ComfyNode):
         )
 
     @classmethod
+    def validate_inputs(cls, placed, y_min, x_min, y_max, x_max):
+        return _validate_bbox(placed, y_min, x_min, y_max, x_max)
+
+    @classmethod
     def execute(cls, text, desc, placed, y_min, x_min, y_max, x_max, color_palette, elements=None) -> io.NodeOutput:
         src = _source(cls)
-        new = b.make_element("text", desc, text, _bbox(placed, y_min, x_min, y_max, x_max), color_palette, src)
+        new = b.make_element("text", desc, text, _bbox(cls, placed, y_min, x_min, y_max, x_max), color_palette, src)
         return io.NodeOutput(_chain(elements, f"'elements' input of {src}") + new)
 
 
 class ObjectElement(io.ComfyNode):
     SCHEMA_TITLE = "Ideogram 4 Object Element"
+    PLACES = ELEMENT_PLACES
 
     @classmethod
     def define_schema(cls):
@@ -157,14 +190,19 @@ class ObjectElement(io.ComfyNode):
         )
 
     @classmethod
+    def validate_inputs(cls, placed, y_min, x_min, y_max, x_max):
+        return _validate_bbox(placed, y_min, x_min, y_max, x_max)
+
+    @classmethod
     def execute(cls, desc, placed, y_min, x_min, y_max, x_max, color_palette, elements=None) -> io.NodeOutput:
         src = _source(cls)
-        new = b.make_element("obj", desc, None, _bbox(placed, y_min, x_min, y_max, x_max), color_palette, src)
+        new = b.make_element("obj", desc, None, _bbox(cls, placed, y_min, x_min, y_max, x_max), color_palette, src)
         return io.NodeOutput(_chain(elements, f"'elements' input of {src}") + new)
 
 
 class LayoutBoxes(io.ComfyNode):
     SCHEMA_TITLE = "Ideogram 4 Layout Boxes"
+    PLACES = BOX_PLACES
 
     @classmethod
     def define_schema(cls):
@@ -193,6 +231,16 @@ class LayoutBoxes(io.ComfyNode):
         )
 
     @classmethod
+    def validate_inputs(cls, boxes):
+        """Before the run: a box that is not numbers or has no area (zero or negative width / height) is refused,
+        named by its number and what it shows. Boxes past the canvas edges are clamped when the node runs (the
+        report says so); a box entirely off the canvas is refused then (the canvas size may be a linked input)."""
+        if not isinstance(boxes, list):
+            return True  # linked (None) or not a list: the node says what is wrong when it runs
+        problems = [f"{b.box_label(i, box)}: {p}" for i, box in enumerate(boxes) if (p := b.box_shape_problem(box))]
+        return "; ".join(problems) if problems else True
+
+    @classmethod
     def execute(cls, width, height, boxes=None, elements=None) -> io.NodeOutput:
         src = _source(cls)
         drawn = b.elements_from_boxes(boxes if boxes is not None else [], width, height, src)
@@ -202,10 +250,10 @@ class LayoutBoxes(io.ComfyNode):
         return io.NodeOutput(upstream + drawn, width, height, ui=ui)
 
 
-def _finish(caption: dict, notes, sources, style_source: str, on_invalid: str):
+def _finish(caption: dict, notes, sources, style_source: str, on_invalid: str, own: str = ""):
     """Serialize a built caption; on problems raise (``error``) or pass them on in the report (``warn``)."""
     report = check_caption(caption)
-    text_report = report.text(notes, sources, style_source)
+    text_report = report.text(notes, sources, style_source, own)
     if report.ok:
         return serialize_caption(caption), text_report, True
     if on_invalid == "error":
@@ -216,6 +264,7 @@ def _finish(caption: dict, notes, sources, style_source: str, on_invalid: str):
 
 class CaptionBuilder(io.ComfyNode):
     SCHEMA_TITLE = "Ideogram 4 Caption Builder"
+    PLACES = BUILDER_PLACES
 
     @classmethod
     def define_schema(cls):
@@ -250,10 +299,11 @@ class CaptionBuilder(io.ComfyNode):
 
     @classmethod
     def execute(cls, high_level_description, background, on_invalid, style=None, elements=None) -> io.NodeOutput:
-        chain = _chain(elements, f"'elements' input of {_source(cls)}")
+        own = _source(cls)
+        chain = _chain(elements, f"'elements' input of {own}")
         caption, notes = b.build_caption(high_level_description, background, style, chain)
         style_source = style.source if style is not None else ""
-        text, report, _ = _finish(caption, notes, chain.sources, style_source, on_invalid)
+        text, report, _ = _finish(caption, notes, chain.sources, style_source, on_invalid, own)
         return io.NodeOutput(text, report, ui=ui.PreviewText(report + "\n\n" + text))
 
 

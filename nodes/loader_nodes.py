@@ -50,6 +50,13 @@ def _optional(name: str, sentinel: str, input_name: str) -> str | None:
     return None if not name or name == sentinel else _full_path(name, input_name)
 
 
+def _as_listed(text: str, shown: dict[str, str]) -> str:
+    """An error text with each file's full path replaced by the name the user picked (as the widget lists it)."""
+    for path, name in sorted(shown.items(), key=lambda kv: -len(kv[0])):
+        text = text.replace(path, name)
+    return text
+
+
 class _LoadProgress:
     """One ComfyUI progress bar across both branches, driven by read_branch's progress callback."""
 
@@ -154,6 +161,7 @@ class Ideogram4Int8Loader(io.ComfyNode):
     @classmethod
     def execute(cls, weights, unconditional_weights, base, unconditional_base, compute_dtype, gemm_path,
                 hf_repo_id="", hf_filename=DEFAULT_HF_FILE) -> io.NodeOutput:  # fmt: skip
+        shown: dict[str, str] = {}  # full path -> the name the user picked, for error messages
         if weights == HF_CHOICE:
             repo = (hf_repo_id or "").strip()
             name = (hf_filename or "").strip()
@@ -165,16 +173,24 @@ class Ideogram4Int8Loader(io.ComfyNode):
                 main = str(hub.resolve(f"{hub.SCHEME}{repo}/{name}"))
             except CheckpointError as exc:
                 raise ValueError(f"{NODE_NAME}: {exc}") from None
+            shown[main] = f"{repo}/{name}"
         else:
             main = _full_path(weights, "weights")
+            shown[main] = weights
         forced = None if gemm_path == "auto" else gemm_path
         _check_forced_path(forced)
+        picked = {"unconditional_weights": _optional(unconditional_weights, SAME_FILE, "unconditional_weights"),
+                  "base": _optional(base, NO_BASE, "base"),
+                  "unconditional_base": _optional(unconditional_base, NO_BASE, "unconditional_base")}  # fmt: skip
+        for key, value in (("unconditional_weights", unconditional_weights), ("base", base),
+                           ("unconditional_base", unconditional_base)):  # fmt: skip
+            if picked[key]:
+                shown[picked[key]] = value
         try:
-            sources = plan_branches(main, _optional(unconditional_weights, SAME_FILE, "unconditional_weights"),
-                                    _optional(base, NO_BASE, "base"),
-                                    _optional(unconditional_base, NO_BASE, "unconditional_base"))  # fmt: skip
+            sources = plan_branches(main, picked["unconditional_weights"], picked["base"],
+                                    picked["unconditional_base"])  # fmt: skip
         except CheckpointError as exc:
-            raise ValueError(f"{NODE_NAME}: {exc}") from None
+            raise ValueError(f"{NODE_NAME}: {_as_listed(str(exc), shown)}") from None
         progress = _LoadProgress(len(sources))
         models, reports = [], []
         try:
@@ -186,8 +202,8 @@ class Ideogram4Int8Loader(io.ComfyNode):
                                                                forced, progress.callback)  # fmt: skip
                 except CheckpointError as exc:
                     where = "base" if src.branch == "conditional" else "unconditional_base"
-                    raise ValueError(f"{NODE_NAME}, {src.branch} branch: {exc} (node inputs: weights / "
-                                     f"unconditional_weights / {where})") from None  # fmt: skip
+                    raise ValueError(f"{NODE_NAME}, {src.branch} branch: {_as_listed(str(exc), shown)} (node inputs: "
+                                     f"weights / unconditional_weights / {where})") from None  # fmt: skip
                 models.append(patcher)
                 reports.append(branch_report(src.branch, src.describe(), str(dtype).replace("torch.", ""), paths,
                                              state, state.config))  # fmt: skip

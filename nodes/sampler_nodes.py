@@ -128,7 +128,7 @@ class Ideogram4Int8Sampler(io.ComfyNode):
                              step=sa.SIZE_MULTIPLE, tooltip=f"Image height in pixels: a multiple of "
                              f"{sa.SIZE_MULTIPLE}, {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at most "
                              f"{sa.MAX_ASPECT:g}:1."),
-                io.Int.Input("batch_size", default=1, min=1, max=16, advanced=True,
+                io.Int.Input("batch_size", default=1, min=1, max=sa.MAX_BATCH, advanced=True,
                              tooltip="Images per run (one noise tensor for the batch, as ComfyUI draws it)."),
                 io.Int.Input("steps", default=base.steps, min=1, max=sa.MAX_STEPS, advanced=True,
                              tooltip="custom preset only: number of Euler steps."),
@@ -151,18 +151,28 @@ class Ideogram4Int8Sampler(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, width=None, height=None, **kwargs):
-        if isinstance(width, int) and isinstance(height, int):
-            try:
-                sa.check_size(width, height)
-            except sa.SamplingArgumentError as exc:
-                return f"{NODE_NAME}: {exc}"
-        return True
+    def validate_inputs(cls, width, height):
+        """The image size, before the run: ComfyUI cannot check "a multiple of 16" or the aspect ratio itself.
+
+        ComfyUI (execution.validate_inputs) skips its own type/min/max checks for exactly the inputs named here and
+        lists a failure under each of them, so this names only width and height and checks their range too; every
+        other input keeps ComfyUI's own checks (the widgets' min/max). A linked width or height arrives as None and
+        is checked when the node runs. polish_steps > steps is refused when the node runs, before sampling starts:
+        naming steps and polish_steps here would drop their range checks and list a size problem under them too.
+        """
+        problem = sa.size_problem(width, height)
+        return True if problem is None else problem
 
     @classmethod
     def execute(cls, model, model_negative, positive, seed, preset, width, height, batch_size=1,
                 steps=None, guidance=None, polish_steps=None, polish_guidance=None, mu=None,
                 std=None) -> io.NodeOutput:  # fmt: skip
+        try:  # the arguments first: a bad one is reported before anything else is looked at
+            plan = sa.plan_sampling(preset, width, height, steps=steps, guidance=guidance, polish_steps=polish_steps,
+                                    polish_guidance=polish_guidance, mu=mu, std=std)  # fmt: skip
+            sa.check_batch_size(batch_size)
+        except sa.SamplingArgumentError as exc:
+            raise sa.SamplingArgumentError(f"{NODE_NAME}: {exc}") from None
         require_ideogram4(model, "model", NODE_NAME)
         require_ideogram4(model_negative, "model_negative", NODE_NAME)
         features = text_features(model)
@@ -171,11 +181,6 @@ class Ideogram4Int8Sampler(io.ComfyNode):
                 "in_channels") != model.model.model_config.unet_config.get("in_channels"):
             raise sa.SamplingArgumentError(f"{NODE_NAME}: 'model' and 'model_negative' are different Ideogram 4 "
                                            "architectures; connect the two branches of the same checkpoint")
-        try:
-            plan = sa.plan_sampling(preset, width, height, steps=steps, guidance=guidance, polish_steps=polish_steps,
-                                    polish_guidance=polish_guidance, mu=mu, std=std)  # fmt: skip
-        except sa.SamplingArgumentError as exc:
-            raise sa.SamplingArgumentError(f"{NODE_NAME}: {exc}") from None
         samples = sample(model, model_negative, positive, plan, width, height, seed, batch_size, node_id_of(cls))
         return io.NodeOutput({"samples": samples})
 

@@ -9,6 +9,9 @@ from caption_fixtures import examples, load
 from comfyui_ideogram4_int8.ideogram4 import serialize_caption, validate_caption
 from comfyui_ideogram4_int8.ideogram4.captions.builder import (
     ElementList,
+    Where,
+    bbox_widgets_problem,
+    box_problem,
     build_caption,
     elements_from_boxes,
     elements_from_native,
@@ -19,6 +22,7 @@ from comfyui_ideogram4_int8.ideogram4.captions.builder import (
 from comfyui_ideogram4_int8.ideogram4.captions.colors import normalize_color, parse_palette
 
 BBOX_CASES = load("bbox_cases.json")["cases"]
+GEOMETRY = load("box_geometry.json")["cases"]
 
 
 @pytest.mark.parametrize("case", BBOX_CASES, ids=[c["note"] for c in BBOX_CASES])
@@ -152,3 +156,72 @@ def test_report_names_where_style_and_elements_came_from():
     assert "$.style_description.aesthetics: is empty" in text and "[style from node 4 (style)]" in text
     assert "[element from node 2 (object)]" in text
     assert "medium was empty; set to 'photograph'" in text
+
+
+@pytest.mark.parametrize("case", GEOMETRY, ids=[c["note"] for c in GEOMETRY])
+def test_drawn_boxes_with_no_area_or_off_the_canvas_are_refused_naming_the_box(case):
+    problem, note = box_problem(case["box"], case["width"], case["height"])
+    box = dict(case["box"], metadata={"type": "text", "text": "OPEN\n24 hours", "desc": "neon"})
+    first = {"x": 0, "y": 0, "width": 10, "height": 10, "metadata": {"type": "obj", "desc": "a wall"}}
+    if case["verdict"] == "refused":
+        assert case["says"] in problem and note is None
+        with pytest.raises(ValueError) as err:
+            elements_from_boxes([first, box], case["width"], case["height"], source="node 5 (Layout Boxes)")
+        assert str(err.value).startswith("node 5 (Layout Boxes), box 2 (text 'OPEN 24 hours'): ")
+        assert case["says"] in str(err.value)
+        return
+    assert problem is None
+    out = elements_from_boxes([first, box], case["width"], case["height"], source="node 5")
+    assert out.elements[1]["bbox"] == case["bbox"]
+    clamp_notes = [n for n in out.notes if "clamped" in n]
+    if case["verdict"] == "clamped":
+        assert case["says"] in note and len(clamp_notes) == 1
+        assert clamp_notes[0].startswith("node 5 box 2: reached past the") and str(case["bbox"]) in clamp_notes[0]
+    else:
+        assert note is None and clamp_notes == []
+
+
+@pytest.mark.parametrize("values,says", [
+    ((True, 100, 900, 400, 100), ["x_min=900 is greater than x_max=100", "swap"]),
+    ((True, 700, 100, 300, 900), ["y_min=700 is greater than y_max=300", "top edge"]),
+    ((True, 100, 500, 400, 500), ["x_min = x_max = 500", "no width"]),
+    ((True, 250, 0, 250, 10), ["y_min = y_max = 250", "no height"]),
+    ((True, -5, 0, 100, 100), ["y_min=-5 is off the image", "0..1000"]),
+    ((True, 0, 0, 100, 1200), ["x_max=1200 is off the image"]),
+    ((True, 0, 0.5, 100, 10), ["x_min=0.5 is not a whole number"]),
+])  # fmt: skip
+def test_element_bbox_widgets_are_checked_naming_the_widget(values, says):
+    problem = bbox_widgets_problem(*values)
+    for part in says:
+        assert part in problem, problem
+    assert bbox_widgets_problem(False, *values[1:]) is None  # unplaced: the widgets are not used
+    assert bbox_widgets_problem(True, 100, 100, 400, 900) is None
+    assert bbox_widgets_problem(True, None, 900, None, 100).startswith("x_min=900")  # linked values: skipped
+    assert bbox_widgets_problem(True, 0, 0, 1000, 1000) is None
+
+
+def test_report_names_the_node_and_widget_to_fix_not_only_a_json_path():
+    from comfyui_ideogram4_int8.ideogram4.captions import check_caption
+
+    style = make_style("photo", "", "soft", "", photo="35mm", color_palette="#12",
+                       source=Where("node 4 (Style)", {"aesthetics": "widget 'aesthetics'",
+                                                       "color_palette": "widget 'color_palette'"}))  # fmt: skip
+    obj = make_element("obj", "", bbox=[0, 0, 10, 10], source=Where("node 2 (Object)", {"desc": "widget 'desc'"}))
+    boxes = elements_from_boxes([{"x": 0, "y": 0, "width": 50, "height": 50, "metadata": {"type": "text"}}], 100, 100,
+                                Where("node 6 (Boxes)", {"text": "its text field"}))  # fmt: skip
+    plain = make_element("obj", "", source="native item 0")
+    own = Where("node 9 (Builder)", {"background": "widget 'background'"})
+    cap, notes = build_caption("A room.", "", style, obj + boxes + plain)
+    lines = check_caption(cap).text(notes, (obj + boxes + plain).sources, style.source, own).splitlines()
+    expected = [
+        "- node 4 (Style), widget 'aesthetics': is empty — fix: ",
+        "- node 4 (Style), widget 'color_palette', color 1: \"#12\" is not an uppercase #RRGGBB color",
+        "- node 9 (Builder), widget 'background': is empty",
+        "- node 2 (Object), widget 'desc': is empty",
+        "- node 6 (Boxes) box 1, its text field: is empty",
+        "- $.compositional_deconstruction.elements[2].desc: is empty — fix: ",  # no place known: the JSON path
+    ]
+    for start in expected:
+        assert sum(line.startswith(start) for line in lines) == 1, (start, lines)
+    assert any(line.endswith("($.compositional_deconstruction.elements[0].desc)") for line in lines)
+    assert any(line.endswith("[element from native item 0]") for line in lines)

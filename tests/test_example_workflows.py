@@ -18,6 +18,7 @@ from workflow_checks import (
     EXAMPLES,
     NATIVE_FIXTURE,
     check_ui,
+    layout_problems,
     load_specs,
     named_widget_values,
     ui_to_api,
@@ -111,6 +112,51 @@ def test_nodes_widgets_and_links_fit_the_definitions(name):
 @pytest.mark.parametrize("name", ALL_UI)
 def test_api_twin_is_what_the_frontend_queues_for_the_ui_file(name):
     assert _api(name) == ui_to_api(_ui(name), SPECS)
+
+
+@pytest.mark.parametrize("name", ALL_UI)
+def test_layout_opens_readable_without_overlaps(name):
+    assert layout_problems(_ui(name)) == []
+
+
+def test_the_layout_check_catches_overlaps_and_a_sprawling_graph():
+    ui = copy.deepcopy(_ui("ideogram4_int8_text_to_image"))
+    graph = Graph(ui)
+    graph.one("VAEDecode")["pos"] = list(graph.one("VAELoader")["pos"])
+    assert any("VAEDecode" in p and "overlaps" in p for p in layout_problems(ui))
+    ui = copy.deepcopy(_ui("ideogram4_int8_text_to_image"))
+    graph = Graph(ui)
+    graph.one("SaveImage")["pos"] = [graph.one("CLIPLoader")["pos"][0], 2000]  # below the Caption group's edge
+    caption = next(g for g in ui["groups"] if g["title"] == "Caption")
+    caption["bounding"][3] = 2100  # ... which now reaches down to it
+    problems = layout_problems(ui)
+    assert any("SaveImage" in p and "reaches into group Caption" in p for p in problems), problems
+    assert any("readable zoom" in p for p in problems), problems
+    assert layout_problems(_ui("ideogram4_int8_text_to_image")) == []
+
+
+@pytest.mark.parametrize("name", ALL_UI)
+def test_every_workflow_has_a_note_that_says_what_to_do(name):
+    g = Graph(_ui(name))
+    text = _note_text(g)
+    assert text.startswith("## Ideogram 4"), text[:80]
+    for vague in ("is not known", "not known", "unknown"):
+        assert vague not in text, f"{name}: the note says {vague!r}; say what the nodes do"
+
+
+def test_caption_builder_text_boxes_are_the_labelled_multiline_inputs():
+    # the frontend draws no label for a multiline box; web/ideogram4_captions.js paints each input's name into it
+    js = (EXAMPLES.parent / "web" / "ideogram4_captions.js").read_text(encoding="utf-8")
+    assert "function labelTextareas(node)" in js and "labelTextareas(node);" in js
+    builder = SPECS["Ideogram4Int8CaptionBuilder"]
+    multiline = [name for name, spec, _ in _ordered(builder) if spec[0] == "STRING" and spec[1].get("multiline")]
+    assert multiline == ["high_level_description", "background"]
+
+
+def _ordered(spec):
+    from workflow_checks import ordered_inputs
+
+    return ordered_inputs(spec)
 
 
 # -- the checks catch what they are for (each mutation must be reported) -------------------------------------------
@@ -235,7 +281,8 @@ def test_text_to_image_w8a8():
     assert g.feeds(sampler, "positive", "CLIPTextEncode") is encode
     _decode_and_save(g, "Ideogram4Int8Sampler")
     _check_note(g, {W8A8: "diffusion_models", TEXT_ENCODER: "text_encoders", VAE: "vae"})
-    assert "base" in _note_text(g) and FP8 in _note_text(g)  # what to do if the W8A8 file lacks norms/embeddings
+    text = _note_text(g)
+    assert "What the loader does" in text and "base" in text and FP8 in text  # and what to pick if tensors are missing
 
 
 def test_fp8_files_through_the_patch_node():

@@ -64,7 +64,59 @@ def test_truncated_file(tmp_path, w8a8_file):
     cut.write_bytes(data[: len(data) - 1000])
     with pytest.raises(E.NotSafetensorsError) as ei:
         read_branch(cut, "conditional")
-    assert_names(ei.value, cut, "truncated", f"{len(data) - 1000} bytes", "again")
+    assert_names(ei.value, cut, "truncated", f"{len(data) - 1000} bytes", "download the file again")
+    inside_header = tmp_path / "cut_header.safetensors"  # the download stopped inside the JSON header
+    inside_header.write_bytes(data[:40])
+    with pytest.raises(E.NotSafetensorsError) as ei:
+        read_branch(inside_header, "conditional")
+    assert_names(ei.value, "truncated", "found 40 bytes", "download the file again")
+
+
+@pytest.mark.parametrize("content,says,fix", [
+    (None, "the file is damaged", "download the file again"),  # random bytes
+    (b'{"a":', "the file is damaged", "download the file again"),  # a header that is not JSON
+    (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab12\nsize 20400000000\n", "Git LFS pointer",
+     "download the real file"),
+    (b"<!DOCTYPE html><html><body>Access to this model is restricted</body></html>", "web page",
+     "log in first"),
+])  # fmt: skip
+def test_a_damaged_safetensors_file_says_so_and_to_download_it_again(tmp_path, content, says, fix):
+    path = tmp_path / "ideogram4-int8-w8a8.safetensors"
+    if content is None:
+        content = os.urandom(4096)
+    elif content.startswith(b"{"):
+        content = len(content).to_bytes(8, "little") + content
+    path.write_bytes(content)
+    with pytest.raises(E.NotSafetensorsError) as ei:
+        read_branch(path, "conditional")
+    assert_names(ei.value, path, says, fix, f"found {len(content)} bytes")
+    assert "pass a .safetensors file" not in str(ei.value)
+
+
+def test_a_valid_safetensors_that_is_not_ideogram4_says_so_and_which_file_to_pick(tmp_path, gen):
+    other = tmp_path / "some_other_dit.safetensors"  # "layers.N." keys, but nothing of Ideogram 4's layout
+    save_tensors(other, {"layers.0.mlp.fc1.weight": torch.randn(64, 32, generator=gen),
+                         "layers.0.mlp.fc2.weight": torch.randn(32, 64, generator=gen)})  # fmt: skip
+    with pytest.raises(E.CheckpointError) as ei:
+        read_branch(other, "conditional")
+    assert_names(ei.value, other, "not an Ideogram 4 diffusion model", "ideogram4-int8-w8a8.safetensors",
+                 "ideogram4_fp8_scaled.safetensors")
+    assert "config=" not in str(ei.value) and "Ideogram4Config" not in str(ei.value)
+
+
+def test_error_types_read_as_the_pack_name_not_a_module_path():
+    # ComfyUI shows an error's type as "<module>.<name>" and imports a custom node under its folder path.
+    import comfyui_ideogram4_int8 as pack
+    from comfyui_ideogram4_int8.ideogram4.captions.problems import CaptionError
+    from comfyui_ideogram4_int8.ideogram4.sampling_args import SamplingArgumentError
+
+    classes = [E.CheckpointError, E.NotSafetensorsError, E.MissingBranchError, E.MissingKeysError,
+               E.TensorMismatchError, E.BaseMismatchError, E.UnsupportedFormatError, E.HubError,
+               SamplingArgumentError, CaptionError]  # fmt: skip
+    for cls in classes:
+        assert f"{cls.__module__}.{cls.__qualname__}" == f"comfyui_ideogram4_int8.{cls.__name__}"
+        assert getattr(pack, cls.__name__) is cls  # importable under the name shown
+    assert sorted(pack._ERRORS) == sorted(c.__name__ for c in classes)
 
 
 def test_missing_branch_prefix(tmp_path, gen):

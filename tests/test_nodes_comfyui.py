@@ -168,8 +168,8 @@ def test_patch_node_converts_native_models(run_check):
 
 def test_bad_inputs_give_errors_that_say_what_to_do(run_check):
     r = run_check("bad_inputs")
-    assert "holds no Ideogram 4 DiT linears" in r["wrong_kind"] and "text encoders and VAEs" in r["wrong_kind"]
-    assert "not a valid safetensors file" in r["truncated"]
+    assert "not an Ideogram 4 diffusion model" in r["wrong_kind"] and "text encoders, VAEs" in r["wrong_kind"]
+    assert "truncated" in r["truncated"] and "download the file again" in r["truncated"]
     assert "'unconditional_weights'" in r["single_branch_no_uncond"]
     assert "missing" in r["missing_base"] and "base" in r["missing_base"]
     assert "unconditional branch" in r["second_branch_fails"] and "layers.2.attention.o" in r["second_branch_fails"]
@@ -187,7 +187,7 @@ def test_bad_inputs_give_errors_that_say_what_to_do(run_check):
     assert "multiple of 16" in r["size_not_multiple"] and "992 or 1008" in r["size_not_multiple"]
     assert "6:1" in r["size_aspect"]
     assert "256..2048" in r["size_small"]
-    assert "polish_steps=6" in r["custom_polish_too_many"]
+    assert "polish_steps=6 is more than steps=4" in r["custom_polish_too_many"]
     assert r["with_base_ok"] is None
     assert "multiple of 16" in r["validate_inputs"] and r["validate_inputs_ok"] is True
 

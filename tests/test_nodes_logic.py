@@ -141,6 +141,33 @@ def test_bad_sizes_say_what_to_change(w, h, needle):
         assert "use 992 or 1008" in str(err.value)
 
 
+def test_size_problem_names_the_side_at_fault_and_skips_linked_sides():
+    assert sa.size_problem(1024, 768) is None
+    assert sa.size_problem(None, 1000).startswith("height=1000 is not a multiple of 16")
+    assert sa.size_problem(1000, None).startswith("width=1000")
+    assert sa.size_problem(None, None) is None  # both linked: checked when the node runs
+    assert sa.size_problem(None, 100000) == "height=100000 is out of range: use 256..2048 pixels"
+    assert "make the width smaller" in sa.size_problem(2048, 256)
+    assert "make the height smaller" in sa.size_problem(256, 2048)
+    assert sa.size_problem(True, 1024).startswith("width=True")
+
+
+def test_batch_size_and_negative_guidance_are_refused():
+    sa.check_batch_size(1)
+    sa.check_batch_size(sa.MAX_BATCH)
+    for bad in (0, -1, sa.MAX_BATCH + 1, 1.5, True):
+        with pytest.raises(sa.SamplingArgumentError, match="batch_size"):
+            sa.check_batch_size(bad)
+    for name in ("guidance", "polish_guidance"):
+        with pytest.raises(sa.SamplingArgumentError, match=f"^{name}=-1 is negative"):
+            sa.plan_sampling("custom", 1024, 1024, **{name: -1.0})
+    with pytest.raises(sa.SamplingArgumentError, match="polish_steps=5 is more than steps=4") as err:
+        sa.plan_sampling("custom", 1024, 1024, steps=4, polish_steps=5)
+    assert "lower polish_steps or raise steps" in str(err.value)
+    plan = sa.plan_sampling("Turbo 12", 1024, 1024, steps=4, polish_steps=5)  # custom inputs unused: no error
+    assert plan.steps == 12
+
+
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_named_presets_are_the_official_schedules(name, gen):
     w = 16 * int(torch.randint(16, 129, (1,), generator=gen))

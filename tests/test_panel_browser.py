@@ -72,9 +72,11 @@ def _check_run(view: dict, quant_label: str, severity: str, short: str) -> None:
         # the per-layer table is in the DOM (open or not): one row per linear, each on the path that ran
         assert m["rows"] == total and sorted(set(m["paths"])) == sorted({"bf16", short}), m
     assert [e[0] for e in view["events"][-2:]] == ["load", "run"]
-    for node in OURS:  # the frontend's node-source badge first, then ours: the dominant path of what ran
+    for node in OURS:  # the frontend's node-source badge first, then ours: the same numbers as each model's headline
         badge = view["badges"][node][-1]
-        assert badge["text"].removeprefix("⚠ ").startswith(f"{short} "), (node, badge)
+        warn = "⚠ " if severity == "warning" else ""
+        assert badge["text"] == f"{warn}{short} {len(w8a8)}/{total} in both models", (node, badge, view["models"])
+    assert f'"{view["badges"][OURS[0]][-1]["text"]}"' in view["badgeNote"], view["badgeNote"]  # the panel explains it
     assert view["badges"][OURS[0]][-1] == view["badges"][OURS[1]][-1]  # same two models on both nodes
 
 

@@ -280,6 +280,56 @@ def check_ui(ui: dict, specs: dict[str, dict]) -> list[str]:
     return problems
 
 
+# -- layout ---------------------------------------------------------------------------------------------------------
+
+TITLE_HEIGHT = 30  # LiteGraph.NODE_TITLE_HEIGHT: a node's title bar sits above its pos
+# The Templates browser opens a workflow fitted to 75 % of the window and LiteGraph draws node text only from ~57 %
+# zoom on (min font size 8 px / 14 px text): on a 1600 x 965 px canvas the nodes must span at most this (60 % zoom).
+MAX_NODE_BOUNDS = (2000, 1205)
+
+
+def _node_rect(node: dict) -> tuple[float, float, float, float]:
+    (x, y), (w, h) = node["pos"], node["size"]
+    return x, y - TITLE_HEIGHT, w, h + TITLE_HEIGHT
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+
+
+def _inside(a, b) -> bool:
+    return b[0] <= a[0] and b[1] <= a[1] and a[0] + a[2] <= b[0] + b[2] and a[1] + a[3] <= b[1] + b[3]
+
+
+def layout_problems(ui: dict) -> list[str]:
+    """Overlapping nodes or groups, a node reaching into a group it is not in, and node bounds too large to open at a
+    readable zoom (empty when the layout is sound)."""
+    problems = []
+    nodes = ui["nodes"]
+    rects = {f"{n['type']} #{n['id']}": _node_rect(n) for n in nodes}
+    names = list(rects)
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            if _overlap(rects[a], rects[b]):
+                problems.append(f"{a} overlaps {b}")
+    groups = [(g["title"], tuple(g["bounding"])) for g in ui.get("groups", [])]
+    for i, (ta, ra) in enumerate(groups):
+        for tb, rb in groups[i + 1 :]:
+            if _overlap(ra, rb):
+                problems.append(f"group {ta} overlaps group {tb}")
+        for name, r in rects.items():
+            if _overlap(r, ra) and not _inside(r, ra):
+                problems.append(f"{name} reaches into group {ta}")
+    if nodes:
+        x0 = min(r[0] for r in rects.values())
+        y0 = min(r[1] for r in rects.values())
+        span = (max(r[0] + r[2] for r in rects.values()) - x0, max(r[1] + r[3] for r in rects.values()) - y0)
+        if span[0] > MAX_NODE_BOUNDS[0] or span[1] > MAX_NODE_BOUNDS[1]:
+            problems.append(f"the nodes span {span[0]:.0f} x {span[1]:.0f}, more than {MAX_NODE_BOUNDS[0]} x "
+                            f"{MAX_NODE_BOUNDS[1]}: the workflow would open below a readable zoom")  # fmt: skip
+    return problems
+
+
 # -- pinning --------------------------------------------------------------------------------------------------------
 
 

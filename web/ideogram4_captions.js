@@ -9,13 +9,18 @@
 import { api } from "../../scripts/api.js";
 import { app } from "../../scripts/app.js";
 import {
-  applyDrag, boxFromRegion, boxProblems, elementFromBox, hitTest, normalizeColor, parsePaletteText, regionFromBox,
+  applyDrag, boxFromRegion, boxGeometry, boxProblems, elementFromBox, hitTest, normalizeColor, parsePaletteText,
+  regionFromBox,
 } from "./lib/bbox.mjs";
 import { MAX_ELEMENT_COLORS } from "./lib/caption_limits.mjs";
 
 const LAYOUT_NODE = "Ideogram4Int8LayoutBoxes";
 const REPORT_NODES = new Set(["Ideogram4Int8CaptionBuilder", "Ideogram4Int8CaptionValidate"]);
 const STAGE_HEIGHT = 300;
+// Everything under the stage has a fixed height, so selecting a box (which fills the fields in) never moves or
+// resizes anything: toolbar 24 + stage + text 46 + desc 46 + colors 24 + swatches 10 + info 42, gaps 4 px each.
+const FIELD_HEIGHT = 46;
+const EDITOR_HEIGHT = 24 + STAGE_HEIGHT + 2 * FIELD_HEIGHT + 24 + 10 + 42 + 6 * 4;
 const HANDLE_PX = 7;
 const MIN_BOX = 0.01; // a box smaller than 1% of the canvas on either axis is a click, not a box
 
@@ -103,15 +108,16 @@ class LayoutEditor {
   // ---- DOM -----------------------------------------------------------------------------------------------------
   build() {
     const btn = (label, title, onclick) => el("button", { textContent: label, title, onclick, style: BUTTON_STYLE });
-    this.typeBtn = btn("obj", "Element type of the selected box (click to switch obj / text)", () => {
+    this.typeBtn = btn("type", "Element type of the selected box (click to switch obj / text)", () => {
       const r = this.regions[this.selected];
       if (!r) return;
       r.type = r.type === "text" ? "obj" : "text";
       this.commit();
     });
-    const toolbar = el("div", { style: { display: "flex", gap: "4px", alignItems: "center", flexWrap: "wrap" } },
-      el("span", { textContent: "Drag: draw (Shift: over a box) · drag a box: move · edges: resize",
-        style: { font: "11px sans-serif", opacity: "0.7", marginRight: "auto" } }),
+    this.typeBtn.style.minWidth = "76px"; // "type: text" and "type: obj" take the same room: the row never reflows
+    const fixed = (height) => ({ height: `${height}px`, minHeight: `${height}px`, flex: "0 0 auto" });
+    const toolbar = el("div", { style: { display: "flex", gap: "4px", alignItems: "center", overflow: "hidden",
+      ...fixed(24) } },
       this.typeBtn,
       btn("back", "Move the selected box one step back (earlier in the list)", () => this.reorder(-1)),
       btn("front", "Move the selected box one step to the front (later in the list)", () => this.reorder(1)),
@@ -125,22 +131,28 @@ class LayoutEditor {
       }));
     this.canvas = el("canvas", { tabIndex: 0, style: { display: "block", outline: "none", cursor: "crosshair" } });
     this.stage = el("div", { style: {
-      height: `${STAGE_HEIGHT}px`, display: "flex", alignItems: "center", justifyContent: "center",
-      background: "#0d0d0d", borderRadius: "4px",
+      ...fixed(STAGE_HEIGHT), width: "100%", display: "flex", alignItems: "center", justifyContent: "center",
+      background: "#0d0d0d", borderRadius: "4px", overflow: "hidden",
     } }, this.canvas);
-    this.text = el("textarea", { rows: 2, placeholder: "text: the exact characters to render (Enter = line break)",
-      title: "Verbatim text of a text element", style: { ...FIELD_STYLE, resize: "vertical" } });
-    this.desc = el("textarea", { rows: 2, placeholder: "desc: what it is and looks like",
-      title: "Description of the element", style: { ...FIELD_STYLE, resize: "vertical" } });
+    const area = (label, placeholder, title) => {
+      const field = el("textarea", { rows: 2, placeholder, title,
+        style: { ...FIELD_STYLE, resize: "none", ...fixed(FIELD_HEIGHT) } });
+      labelField(field, label);
+      return field;
+    };
+    this.text = area("text", "the exact characters to render (Enter = line break; text boxes only)",
+      "Verbatim text of a text element");
+    this.desc = area("desc", "what it is and looks like", "Description of the element");
     this.colors = el("input", { placeholder: `colors: up to ${MAX_ELEMENT_COLORS} #RRGGBB, e.g. #D4AF37 #1A1A1A`,
-      title: "Element colors, separated by spaces or commas", style: FIELD_STYLE });
-    this.swatches = el("div", { style: { display: "flex", gap: "2px", minHeight: "10px" } });
-    this.info = el("div", { style: { font: "11px monospace", minHeight: "28px", whiteSpace: "pre-wrap" } });
-    this.fields = el("div", { style: { display: "flex", flexDirection: "column", gap: "3px" } },
+      title: "Element colors, separated by spaces or commas", style: { ...FIELD_STYLE, ...fixed(24) } });
+    this.swatches = el("div", { style: { display: "flex", gap: "2px", ...fixed(10) } });
+    this.info = el("div", { style: { font: "11px monospace", whiteSpace: "pre-wrap", overflow: "hidden",
+      ...fixed(42) } });
+    this.fields = el("div", { style: { display: "flex", flexDirection: "column", gap: "4px", flex: "0 0 auto" } },
       this.text, this.desc, this.colors, this.swatches);
     this.root = el("div", { style: {
       display: "flex", flexDirection: "column", gap: "4px", width: "100%", height: "100%", boxSizing: "border-box",
-      color: "var(--input-text, #ddd)",
+      color: "var(--input-text, #ddd)", overflow: "hidden",
     } }, toolbar, this.stage, this.fields, this.info);
     this.root.dataset.testid = "ideogram4-layout-editor";
 
@@ -173,7 +185,7 @@ class LayoutEditor {
   }
 
   preferredHeight() {
-    return 56 + STAGE_HEIGHT + 110 + 34;
+    return EDITOR_HEIGHT;
   }
 
   // ---- editing -------------------------------------------------------------------------------------------------
@@ -259,9 +271,9 @@ class LayoutEditor {
     if (fieldsToo) {
       const active = document.activeElement;
       this.fields.style.opacity = r ? "1" : "0.45";
-      for (const f of [this.text, this.desc, this.colors]) f.disabled = !r;
-      this.text.style.display = r && r.type === "text" ? "" : "none";
-      if (active !== this.text) this.text.value = r ? r.text : "";
+      for (const f of [this.desc, this.colors]) f.disabled = !r;
+      this.text.disabled = !r || r.type !== "text"; // always there (the layout never jumps), used by text boxes
+      if (active !== this.text) this.text.value = r && r.type === "text" ? r.text : "";
       if (active !== this.desc) this.desc.value = r ? r.desc : "";
       if (active !== this.colors) this.colors.value = r ? r.palette.join(" ") : "";
       this.typeBtn.textContent = r ? `type: ${r.type}` : "type";
@@ -276,14 +288,15 @@ class LayoutEditor {
     const { W, H } = this.dims();
     const r = this.regions[this.selected];
     if (!r) {
-      this.info.textContent = `${this.regions.length} box(es) on ${W}x${H}; the first is furthest back. ` +
-        "Click a box to edit it.";
+      this.info.textContent = `${this.regions.length} box(es) on ${W}x${H}; the first is furthest back. Drag on the ` +
+        "canvas to draw (Shift: over a box), drag a box to move it, its edges to resize; click a box to edit it.";
       this.info.style.color = "";
       return;
     }
     const box = boxFromRegion(r, W, H);
     const element = elementFromBox(box, W, H);
-    const problems = boxProblems(box);
+    const geometry = boxGeometry(box, W, H);
+    const problems = [...(geometry.problem ? [geometry.problem] : []), ...boxProblems(box)];
     this.info.textContent = `box ${this.selected + 1}/${this.regions.length} · ${element.type} · bbox ` +
       `[${element.bbox.join(", ")}] (ymin, xmin, ymax, xmax on 0..1000)` +
       (problems.length ? `\n⚠ ${problems.join("; ")}` : "");
@@ -293,7 +306,7 @@ class LayoutEditor {
   draw() {
     const { W, H } = this.dims();
     const sw = Math.max(50, this.stage.clientWidth - 8);
-    const sh = STAGE_HEIGHT - 8;
+    const sh = Math.max(50, Math.min(STAGE_HEIGHT, this.stage.clientHeight || STAGE_HEIGHT) - 8);
     const scale = Math.min(sw / W, sh / H);
     const cw = Math.max(10, Math.round(W * scale));
     const ch = Math.max(10, Math.round(H * scale));
@@ -423,12 +436,14 @@ function attachLayoutEditor(node) {
   boxes.hidden = true; // the classic canvas only draws "Node 2.0 only" for the frontend's own widget
   const editor = new LayoutEditor(node, boxes);
   node.__ideogram4Layout = editor;
+  // canvasOnly: the editor is drawn on the node, not listed (as an empty row) in the properties panel
   const widget = node.addDOMWidget("ideogram4_layout", "ideogram4_layout", editor.root, {
-    serialize: false, hideOnZoom: false, getValue: () => undefined, setValue: () => {},
+    serialize: false, hideOnZoom: false, canvasOnly: true, getValue: () => undefined, setValue: () => {},
   });
   widget.serialize = false; // keeps widgets_values [width, height, boxes] in both frontend modes
-  widget.computeLayoutSize = () => ({ minHeight: editor.preferredHeight(), maxHeight: editor.preferredHeight(),
-    minWidth: 380 });
+  // the frontend gives the element the widget's height less its margin above and below
+  const height = () => editor.preferredHeight() + 2 * (widget.margin ?? 10);
+  widget.computeLayoutSize = () => ({ minHeight: height(), maxHeight: height(), minWidth: 380 });
   const timer = setInterval(() => editor.poll(), 250);
   const onRemoved = node.onRemoved;
   node.onRemoved = function () {
@@ -457,10 +472,10 @@ function attachReport(node) {
     height: "100%", boxSizing: "border-box" } }, status, area);
   root.dataset.testid = "ideogram4-report";
   const widget = node.addDOMWidget("ideogram4_report", "ideogram4_report", root, {
-    serialize: false, hideOnZoom: false, getValue: () => undefined, setValue: () => {},
+    serialize: false, hideOnZoom: false, canvasOnly: true, getValue: () => undefined, setValue: () => {},
   });
   widget.serialize = false;
-  widget.computeLayoutSize = () => ({ minHeight: 160, maxHeight: 1e6, minWidth: 300 });
+  widget.computeLayoutSize = () => ({ minHeight: 120, maxHeight: 1e6, minWidth: 280 });
   node.__ideogram4Report = { status, area };
   const onExecuted = node.onExecuted;
   node.onExecuted = function (message) {
@@ -476,6 +491,37 @@ function attachReport(node) {
   node.setSize([Math.max(node.size[0], 420), Math.max(node.size[1], node.computeSize()[1])]);
 }
 
+// The classic canvas draws no label for a multiline text widget (only a placeholder while it is empty), so a node
+// with two of them (Caption Builder: high_level_description, background) shows two anonymous boxes. Each of our
+// textareas gets its input's name painted at its top (a CSS background, so it survives the frontend re-mounting the
+// element and scrolls away with the text) and room for it above the text.
+const LABEL_COLOR = "#8d939c";
+
+function labelSvg(label) {
+  const esc = label.replace(/&/g, "&amp;").replace(/</g, "&lt;");
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="600" height="14"><text x="0" y="10" ` +
+    `font-family="sans-serif" font-size="10.5" fill="${LABEL_COLOR}">${esc}</text></svg>`;
+}
+
+function labelField(area, label) {
+  area.dataset.ig4i8Label = label;
+  Object.assign(area.style, {
+    paddingTop: "15px",
+    backgroundImage: `url("data:image/svg+xml,${encodeURIComponent(labelSvg(label))}")`,
+    backgroundRepeat: "no-repeat",
+    backgroundPosition: "5px 2px",
+    backgroundAttachment: "local",
+  });
+}
+
+function labelTextareas(node) {
+  for (const w of node.widgets ?? []) {
+    const area = w.element;
+    if (!(area instanceof HTMLTextAreaElement) || area.dataset.ig4i8Label) continue;
+    labelField(area, String(w.label ?? w.name).replace(/_/g, " "));
+  }
+}
+
 // A failed run never reaches onExecuted: show the error (every problem with its JSON path) in the report too.
 api.addEventListener("execution_error", (event) => {
   const detail = event.detail || {};
@@ -488,11 +534,18 @@ api.addEventListener("execution_error", (event) => {
   report.area.value = String(detail.exception_message || "").trim();
 });
 
+// Wide enough that the one-line text widgets show their label next to a typical value (LiteGraph cuts the label
+// first when the two do not fit).
+const MIN_WIDTH = { Ideogram4Int8StyleDescription: 440 };
+
 app.registerExtension({
   name: "comfyui_ideogram4_int8.captions",
   async nodeCreated(node) {
     const cls = node.comfyClass || node.type;
+    if (typeof cls !== "string" || !cls.startsWith("Ideogram4Int8")) return;
     if (cls === LAYOUT_NODE && !vueNodesEnabled()) attachLayoutEditor(node);
     if (REPORT_NODES.has(cls)) attachReport(node);
+    if (MIN_WIDTH[cls] && node.size[0] < MIN_WIDTH[cls]) node.setSize([MIN_WIDTH[cls], node.size[1]]);
+    labelTextareas(node);
   },
 });

@@ -335,6 +335,13 @@ function render() {
   }
   if (report && !checkReport(report)) {
     for (const m of sortModels(report.models)) root.append(modelCard(m));
+    const badge = badgeFor(report);
+    if (badge) {
+      // the badges on the loader / sampler nodes count exactly what the headlines above count
+      root.append(h("div", { class: "ig4i8-muted", "data-testid": "ig4i8-badge-note" },
+        `Node badges read like "${badge.text}": linears on that path out of each model's linears, as in the ` +
+        "headlines above."));
+    }
     if (report.models.length) root.append(timingSection(report));
     const when = state.fetchedAt ? state.fetchedAt.toLocaleTimeString() : "—";
     const last = state.live.lastEvent ? ` · last event: ${state.live.lastEvent}` : "";

@@ -14,6 +14,37 @@ from .limits import BBOX_MAX, BBOX_MIN, ELEMENT_TYPES
 STYLE_KINDS = ("photo", "art_style")
 
 
+class Where(str):
+    """Where a style block or an element came from: a label (a ``str``, so it prints and compares as one) that also
+    knows where the user edits each caption key, so a report can say "node 7 (Ideogram 4 Object Element), widget
+    'desc'" instead of a JSON path.
+
+    ``places`` maps a caption key (``"desc"``, ``"bbox"``, ...) to a phrase such as ``"widget 'desc'"``;
+    ``"bbox"`` may map to a tuple of four phrases, one per value (``[ymin, xmin, ymax, xmax]``)."""
+
+    places: dict
+
+    def __new__(cls, label: str, places: dict | None = None) -> Where:
+        obj = super().__new__(cls, label)
+        obj.places = dict(places or {})
+        return obj
+
+    def place(self, key: Any, index: Any = None) -> str | None:
+        """The phrase for caption key ``key`` (and list index ``index``, e.g. a bbox value or a color)."""
+        found = self.places.get(key)
+        if isinstance(found, tuple):
+            return found[index] if isinstance(index, int) and 0 <= index < len(found) else " / ".join(found)
+        if found and key == "color_palette" and isinstance(index, int):
+            return f"{found}, color {index + 1}"
+        return found
+
+
+def _at(source: Any, suffix: str) -> Any:
+    """``source`` + " " + ``suffix``, keeping a ``Where``'s places."""
+    label = f"{source} {suffix}"
+    return Where(label, source.places) if isinstance(source, Where) else label
+
+
 @dataclass(frozen=True)
 class StyleBlock:
     """A ``style_description`` dict (official key order) plus notes on normalizations and where it came from."""
@@ -109,7 +140,8 @@ def _grid(value: float | int, size: float | int) -> int:
 def pixel_box_to_bbox(box: dict, width: int, height: int) -> list[int]:
     """``{x, y, width, height}`` in pixels of a ``width`` x ``height`` image -> ``[ymin, xmin, ymax, xmax]``.
 
-    Negative sizes are flipped; values are clamped to the grid."""
+    The plain conversion (mirrored in web/lib/bbox.mjs): negative sizes are flipped and values clamped to the grid.
+    ``elements_from_boxes`` refuses such boxes first (``box_problem``)."""
     x, y, w, h = (box.get(k, 0) for k in ("x", "y", "width", "height"))
     if w < 0:
         x, w = x + w, -w
@@ -118,26 +150,129 @@ def pixel_box_to_bbox(box: dict, width: int, height: int) -> list[int]:
     return [_grid(y, height), _grid(x, width), _grid(y + h, height), _grid(x + w, width)]
 
 
-def elements_from_boxes(boxes: Any, width: int, height: int, source: str = "boxes") -> ElementList:
+BBOX_WIDGETS = ("y_min", "x_min", "y_max", "x_max")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def bbox_widgets_problem(placed: Any, y_min: Any, x_min: Any, y_max: Any, x_max: Any) -> str | None:
+    """What is wrong with a Text / Object Element's bbox widgets, naming the widgets; None when fine.
+
+    Unplaced elements have no bbox, so their widgets are not checked; a widget that is None (a linked input,
+    unknown before the run) is skipped."""
+    if placed is False:
+        return None
+    values = {"y_min": y_min, "x_min": x_min, "y_max": y_max, "x_max": x_max}
+    problems = []
+    for name, v in values.items():
+        if v is None:
+            continue
+        if not _is_number(v) or int(v) != v:
+            problems.append(f"{name}={v!r} is not a whole number on the 0..1000 grid")
+        elif not BBOX_MIN <= v <= BBOX_MAX:
+            problems.append(f"{name}={v} is off the image: the grid runs {BBOX_MIN}..{BBOX_MAX} (0 = top / left edge, "
+                            f"{BBOX_MAX} = bottom / right edge)")  # fmt: skip
+    if problems:
+        return "; ".join(problems)
+    for lo, hi, axis, edges in (("x_min", "x_max", "width", ("left", "right")),
+                                ("y_min", "y_max", "height", ("top", "bottom"))):  # fmt: skip
+        a, b = values[lo], values[hi]
+        if a is None or b is None:
+            continue
+        if a > b:
+            problems.append(f"{lo}={a} is greater than {hi}={b}: {lo} is the box's {edges[0]} edge and {hi} its "
+                            f"{edges[1]} edge — swap the two values")  # fmt: skip
+        elif a == b:
+            problems.append(f"{lo} = {hi} = {a}: the box has no {axis} — make {hi} larger than {lo}")
+    return "; ".join(problems) or None
+
+
+def box_label(index: int, box: Any) -> str:
+    """How a drawn box is named to the user: ``box 2 (obj 'A parked red bicycle')``."""
+    meta = box.get("metadata") if isinstance(box, dict) and isinstance(box.get("metadata"), dict) else {}
+    kind = meta.get("type") if meta.get("type") in ELEMENT_TYPES else "obj"
+    what = meta.get("text") if kind == "text" else meta.get("desc")
+    what = " ".join(what.split()) if isinstance(what, str) else ""
+    if len(what) > 32:
+        what = what[:31] + "…"
+    return f"box {index + 1} ({kind} {what!r})" if what else f"box {index + 1} ({kind})"
+
+
+def box_shape_problem(box: Any) -> str | None:
+    """What makes one frontend box unusable whatever the canvas size (not numbers, no area); None when fine."""
+    if not isinstance(box, dict) or not all(_is_number(box.get(k)) for k in ("x", "y", "width", "height")):
+        return f"expected {{x, y, width, height, metadata}} with finite numbers (pixels), got {box!r:.80}"
+    for key in ("width", "height"):
+        v = box[key]
+        if v == 0:
+            return f"its {key} is 0 px: the box has no area — drag it larger or delete it"
+        if v < 0:
+            return (f"its {key} is {v:g} px: a box is its top-left corner (x, y) and a positive width and height "
+                    "— draw it again")  # fmt: skip
+    return None
+
+
+def box_problem(box: Any, width: int, height: int) -> tuple[str | None, str | None]:
+    """``(problem, note)`` for one frontend box on a ``width`` x ``height`` canvas.
+
+    ``problem`` (the box is refused): not numbers, no area, entirely off the canvas, or thinner than one step
+    of the 0..1000 grid. ``note`` (the box is used, clamped): the part past the canvas edges is cut off."""
+    problem = box_shape_problem(box)
+    if problem:
+        return problem, None
+    x, y, w, h = (box[k] for k in ("x", "y", "width", "height"))
+    x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + w, width), min(y + h, height)
+    if x1 <= x0 or y1 <= y0:
+        return (f"it lies outside the {width}x{height} canvas (x {x:g}..{x + w:g}, y {y:g}..{y + h:g} px) — move it "
+                "onto the canvas or delete it"), None  # fmt: skip
+    edges = [name for name, past in (("top", y < 0), ("left", x < 0), ("bottom", y + h > height),
+                                     ("right", x + w > width)) if past]  # fmt: skip
+    bbox = pixel_box_to_bbox({"x": x0, "y": y0, "width": x1 - x0, "height": y1 - y0}, width, height)
+    if bbox[0] == bbox[2] or bbox[1] == bbox[3]:
+        return (f"it is {x1 - x0:g}x{y1 - y0:g} px on the {width}x{height} canvas, less than one step of the "
+                "0..1000 grid on one side — make it larger or delete it"), None  # fmt: skip
+    note = None
+    if edges:
+        note = (f"reached past the {' and '.join(edges)} edge{'s' if len(edges) > 1 else ''} of the {width}x{height} "
+                f"canvas; clamped to the canvas (bbox {bbox})")  # fmt: skip
+    return None, note
+
+
+def elements_from_boxes(boxes: Any, width: int, height: int, source: Any = "boxes") -> ElementList:
     """Elements from the frontend's bounding-box widget value (``[{x, y, width, height, metadata: {type, text,
-    desc, palette}}]`` in pixels of ``width`` x ``height``), in list order."""
+    desc, palette}}]`` in pixels of ``width`` x ``height``), in list order.
+
+    A box with no area, off the canvas or not made of numbers raises ``ValueError`` naming it (``box_label``); a box
+    reaching past the canvas is clamped to it and the note says so. ``source`` (a str, or a ``Where`` whose
+    ``widget()`` tells where boxes are edited) names the node."""
     if width <= 0 or height <= 0:
         raise ValueError(f"{source}: width and height must be positive, got {width}x{height}")
     if not isinstance(boxes, list):
         raise ValueError(f"{source}: expected a list of boxes, got {type(boxes).__name__}")
     out = ElementList()
     for i, box in enumerate(boxes):
-        label = f"{source} box {i + 1}"
-        if not isinstance(box, dict) or not all(isinstance(box.get(k), (int, float)) for k in ("x", "y", "width",
-                                                                                             "height")):
-            raise ValueError(f"{label}: expected {{x, y, width, height, metadata}} with numbers, got {box!r:.80}")
+        label = box_label(i, box)
+        problem, note = box_problem(box, width, height)
+        if problem:
+            raise ValueError(f"{source}, {label}: {problem}")
+        x0, y0 = max(box["x"], 0), max(box["y"], 0)
+        clamped = {"x": x0, "y": y0, "width": min(box["x"] + box["width"], width) - x0,
+                   "height": min(box["y"] + box["height"], height) - y0}  # fmt: skip
         meta = box.get("metadata") if isinstance(box.get("metadata"), dict) else {}
         kind = meta.get("type", "obj")
+        where = _at(source, f"box {i + 1}")
         out = out + make_element(kind if kind in ELEMENT_TYPES else "obj", meta.get("desc", ""),
-                                 meta.get("text", ""), pixel_box_to_bbox(box, width, height),
-                                 meta.get("palette") or [], label)
+                                 meta.get("text", ""), pixel_box_to_bbox(clamped, width, height),
+                                 meta.get("palette") or [], where)  # fmt: skip
+        extra = []
         if kind not in ELEMENT_TYPES:
-            out = ElementList(out.elements, out.sources, out.notes + (f"{label}: type {kind!r} read as 'obj'",))
+            extra.append(f"{where}: type {kind!r} read as 'obj'")
+        if note:
+            extra.append(f"{where}: {note}")
+        if extra:
+            out = ElementList(out.elements, out.sources, out.notes + tuple(extra))
     return out
 
 

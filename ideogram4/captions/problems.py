@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..errors import public_error
 from .limits import MAX_REPORTED_PROBLEMS
 
 ERROR = "error"
@@ -45,6 +46,7 @@ class Problem:
         return f"{self.where}: {self.message} — fix: {self.fix}"
 
 
+@public_error
 class CaptionError(ValueError):
     """Raised where a caption must be valid (serializer, strict nodes); lists every problem."""
 

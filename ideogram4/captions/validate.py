@@ -33,33 +33,52 @@ class Report:
         return not self.errors
 
     def text(self, notes: list[str] | tuple[str, ...] = (), sources: list[str] | tuple[str, ...] = (),
-             style_source: str = "") -> str:
+             style_source: str = "", own: str = "") -> str:
         """A human-readable report for a node output.
 
         ``notes``: changes made on the way (normalized colors, repairs); ``sources``: a label per element
-        (e.g. the node it came from), appended to problems inside that element; ``style_source`` likewise for
-        problems inside ``style_description``."""
+        (e.g. the node it came from), ``style_source`` likewise for ``style_description`` and ``own`` for the
+        caption's own fields (high_level_description, background). A label that is a ``builder.Where`` knows the
+        widget each key is edited in: such problems are told as "<node>, <widget>: <problem> (<JSON path>)", the
+        others as "<JSON path>: <problem> [element from <label>]"."""
         lines = ["VALID Ideogram 4 caption" if self.ok else f"INVALID Ideogram 4 caption: {len(self.errors)} error(s)"]
         if self.errors:
             lines.append("errors:")
-            lines += format_lines([_with_source(p, sources, style_source) for p in self.errors])
+            lines += format_lines([_with_source(p, sources, style_source, own) for p in self.errors])
         if self.warnings:
             lines.append(f"warnings ({len(self.warnings)}):")
-            lines += format_lines([_with_source(p, sources, style_source) for p in self.warnings])
+            lines += format_lines([_with_source(p, sources, style_source, own) for p in self.warnings])
         if notes:
             lines.append(f"changes made ({len(notes)}):")
             lines += format_lines(list(notes))
         return "\n".join(lines)
 
 
-def _with_source(problem: Problem, sources, style_source: str = "") -> str:
-    path = problem.path
-    if style_source and path[:1] == ("style_description",):
-        return f"{problem} [style from {style_source}]"
+def _origin(path: tuple, sources, style_source, own) -> tuple[str, tuple]:
+    """(label, path below it) of the node a problem at ``path`` belongs to; ("", path) when unknown."""
+    if path[:1] == ("style_description",) and style_source:
+        return style_source, path[1:]
     if len(path) >= 3 and path[:2] == ("compositional_deconstruction", "elements") and isinstance(path[2], int):
         if path[2] < len(sources) and sources[path[2]]:
-            return f"{problem} [element from {sources[path[2]]}]"
-    return str(problem)
+            return sources[path[2]], path[3:]
+        return "", path
+    if own and (path[:1] == ("high_level_description",) or path[:2] == ("compositional_deconstruction",
+                                                                           "background")):  # fmt: skip
+        return own, path[-1:]
+    return "", path
+
+
+def _with_source(problem: Problem, sources, style_source: str = "", own: str = "") -> str:
+    label, rest = _origin(problem.path, sources, style_source, own)
+    place = label.place(rest[0], rest[1] if len(rest) > 1 else None) if rest and hasattr(label, "place") else None
+    if place:
+        return f"{label}, {place}: {problem.message} — fix: {problem.fix} ({problem.where})"
+    if not label:
+        return str(problem)
+    kind = "style" if problem.path[:1] == ("style_description",) else "element"
+    if label == own:
+        return str(problem)
+    return f"{problem} [{kind} from {label}]"
 
 
 def check_caption(caption: str | dict, *, hints: bool = True) -> Report:

@@ -10,12 +10,16 @@
 // writes small stand-ins under the real names) and have this pack installed.
 //
 // It also writes <name>.jpg, the card picture the Templates dialog shows: the frontend's own rendering of the
-// workflow's main group.
+// workflow's main group (or node).
+//
+// Each workflow is laid out in columns (see WORKFLOWS) and refused when nodes or groups overlap or when its nodes
+// span more than MAX_BOUNDS: the Templates browser opens a workflow fitted to the window, and a wider graph would open
+// below the zoom at which LiteGraph draws node text.
 //
 // Needs playwright-core importable (NODE_PATH) and Debian's chromium (CHROMIUM, default /usr/bin/chromium); it never
 // downloads a browser. Prints one JSON line: {name: {nodes, links}}.
 import { createRequire } from "node:module";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -48,25 +52,26 @@ const SEED = 20260401;
 const SAME_FILE = "(second branch of the weights file)";
 
 // -- the caption every workflow shares ------------------------------------------------------------------------------
+// Widths come from the column a node stands in (see `columns` below); `size` only raises a height.
 const CAPTION_NODES = [
-  { key: "style", type: "Ideogram4Int8StyleDescription", col: 1, size: [400, 0], widgets: {
-    kind: "photo", aesthetics: "warm, inviting, editorial, uncluttered",
-    lighting: "soft early-morning sunlight from the left, gentle shadows", medium: "photograph",
-    photo: "50mm lens, f/2.8, eye-level", art_style: "", color_palette: "#F4E9D8 #2F5D50 #C8883A #7A4B2A" } },
-  { key: "object", type: "Ideogram4Int8ObjectElement", col: 1, widgets: {
+  { key: "style", type: "Ideogram4Int8StyleDescription", widgets: {
+    kind: "photo", aesthetics: "warm, inviting, editorial", lighting: "soft morning sun from the left",
+    medium: "photograph", photo: "50mm lens, f/2.8, eye-level", art_style: "",
+    color_palette: "#F4E9D8 #2F5D50 #C8883A #7A4B2A" } },
+  { key: "object", type: "Ideogram4Int8ObjectElement", widgets: {
     desc: "A wicker basket full of golden baguettes and round country loaves on a wooden bench",
     placed: true, y_min: 560, x_min: 200, y_max: 920, x_max: 800, color_palette: "#C8883A #7A4B2A" } },
-  { key: "text", type: "Ideogram4Int8TextElement", col: 1, widgets: {
+  { key: "text", type: "Ideogram4Int8TextElement", widgets: {
     text: "FRESH BREAD", desc: "Hand-painted cream serif letters on a dark green wooden sign board above the door",
     placed: true, y_min: 120, x_min: 250, y_max: 330, x_max: 750, color_palette: "#F4E9D8 #2F5D50" } },
-  { key: "caption", type: "Ideogram4Int8CaptionBuilder", col: 2, widgets: {
+  { key: "caption", type: "Ideogram4Int8CaptionBuilder", widgets: {
     high_level_description: "A small bakery front in the morning: a hand-painted sign reading 'FRESH BREAD' above " +
       "a basket of bread on a bench.",
     background: "A cream-colored bakery wall with a large shop window and a wooden door, cobblestone sidewalk.",
     on_invalid: "error" } },
-  { key: "clip", type: "CLIPLoader", col: 2, models: [MODELS.te],
+  { key: "clip", type: "CLIPLoader", models: [MODELS.te],
     widgets: { clip_name: MODELS.te.name, type: "ideogram4", device: "default" } },
-  { key: "encode", type: "CLIPTextEncode", col: 2, widgets: {} },
+  { key: "encode", type: "CLIPTextEncode", widgets: {} },
 ];
 const CAPTION_LINKS = [
   ["object", "elements", "text", "elements"],
@@ -76,46 +81,49 @@ const CAPTION_LINKS = [
   ["clip", "CLIP", "encode", "clip"],
 ];
 const DECODE_NODES = [
-  { key: "vae", type: "VAELoader", col: 4, size: [320, 0], models: [MODELS.vae], widgets: { vae_name: MODELS.vae.name } },
-  { key: "decode", type: "VAEDecode", col: 4, widgets: {} },
+  { key: "vae", type: "VAELoader", models: [MODELS.vae], widgets: { vae_name: MODELS.vae.name } },
+  { key: "decode", type: "VAEDecode", widgets: {} },
 ];
-const save = (prefix) => ({ key: "save", type: "SaveImage", col: 5, size: [420, 460],
-                            widgets: { filename_prefix: prefix } });
+const save = (prefix) => ({ key: "save", type: "SaveImage", size: [0, 290], widgets: { filename_prefix: prefix } });
 
-const GPU = "**GPU:** NVIDIA with compute capability 8.0 or newer (Ampere, Ada, Hopper) for the fused INT8 GEMM " +
-  "(Triton, Linux). Both INT8 branches together peaked at 19.9 GiB at 1024×1024 on an H100 (measured), so a 24 GB " +
-  "card fits. Elsewhere the pack runs a labelled fallback (`cublas-int8` / `dequant-bf16`): the *GEMM paths* side " +
-  "panel shows which path every layer ran.";
-const FILES_TAIL = "Put each file in the folder named, then refresh the page (or press R) so the lists pick it up.";
-const CAPTION_HELP = "The caption is built from the element nodes on the left (boxes on the 0–1000 grid, " +
-  "[y_min, x_min, y_max, x_max]); *Caption Builder* checks it and feeds *CLIP Text Encode*.";
+const GPU = "**GPU:** NVIDIA, compute capability 8.0+ (Ampere, Ada, Hopper) for the fused INT8 GEMM (Triton, " +
+  "Linux). Both INT8 branches peaked at 19.9 GiB at 1024×1024 on an H100 (measured): a 24 GB card fits. Elsewhere " +
+  "a labelled fallback runs (`cublas-int8` / `dequant-bf16`); the *GEMM paths* side panel shows every layer's path.";
+const FILES_TAIL = "Put each file in its folder, then press R (or refresh the page) so the lists show it.";
+const CAPTION_HELP = "**Caption:** the element nodes (boxes on the 0–1000 grid, left/top = 0) feed *Caption Builder*, " +
+  "which checks the caption and passes it to *CLIP Text Encode*.";
+const LOADER = "**What the loader does:** it reads both CFG branches of the W8A8 file, one tensor at a time, into two " +
+  "native MODELs whose INT8 linears run the fused INT8 GEMM; its `summary` output lists each layer's path. Tensors " +
+  "the file does not hold (norms, embeddings) come from its `base` inputs: if it stops and names missing tensors, " +
+  `pick \`${MODELS.fp8.name}\` / \`${MODELS.fp8Uncond.name}\` (\`Comfy-Org/Ideogram-4\`) as \`base\` / ` +
+  "`unconditional_base`.";
 
 const NOTES = {
   ideogram4_int8_text_to_image: [
-    "## Ideogram 4 · W8A8 INT8 text → image (1024×1024)",
+    "## Ideogram 4 · W8A8 INT8 text → image",
     "",
     "**Model files** (Hugging Face repo → ComfyUI folder)",
     "",
     `- \`${MODELS.w8a8.name}\` (~20.4 GB, both CFG branches): \`transformerlab/ideogram-4-int8-w8a8\` ` +
-      "(gated: accept its terms and log in) → `models/diffusion_models`",
+      "(gated: accept its terms, log in) → `models/diffusion_models`",
     `- \`${MODELS.te.name}\` (text encoder): \`Comfy-Org/Qwen3-VL\` → \`models/text_encoders\``,
     `- \`${MODELS.vae.name}\`: \`Comfy-Org/flux2-dev\` → \`models/vae\``,
     "",
     FILES_TAIL,
     "",
-    "Whether the W8A8 file holds the norms and embeddings is not known. If the loader reports missing tensors, " +
-      `download \`${MODELS.fp8.name}\` and \`${MODELS.fp8Uncond.name}\` (\`Comfy-Org/Ideogram-4\`, ` +
-      "`models/diffusion_models`) and pick them as the loader's `base` and `unconditional_base`.",
+    LOADER,
+    "",
+    "*Ideogram 4 Sampler* runs the official Default 20 preset (guidance 7, the last 2 steps at 3) at 1024×1024 with " +
+      "the image-only unconditional branch.",
+    "",
+    CAPTION_HELP,
     "",
     GPU,
-    "",
-    CAPTION_HELP + " *Ideogram 4 Sampler* runs the official Default 20 preset (guidance 7, last 2 steps 3) " +
-      "with the image-only unconditional branch.",
   ],
   ideogram4_int8_fp8_patch: [
     "## Ideogram 4 · INT8 from ComfyUI's fp8 files (no new download)",
     "",
-    "**Model files** — the ones ComfyUI's own Ideogram 4 template uses (Hugging Face repo → ComfyUI folder)",
+    "**Model files** — those of ComfyUI's own Ideogram 4 template (Hugging Face repo → ComfyUI folder)",
     "",
     `- \`${MODELS.fp8.name}\` (conditional branch): \`Comfy-Org/Ideogram-4\` → \`models/diffusion_models\``,
     `- \`${MODELS.fp8Uncond.name}\`: \`Comfy-Org/Ideogram-4\` → \`models/diffusion_models\``,
@@ -124,51 +132,71 @@ const NOTES = {
     "",
     FILES_TAIL,
     "",
-    "*Load Diffusion Model* loads each branch as a native MODEL; *Ideogram 4 INT8 Patch* quantizes its fp8 " +
-      "linears to W8A8 when it runs (per-output-channel int8; the small top-level linears stay float), so the " +
-      "sampler runs the fused INT8 GEMM. LoRAs applied before the patch carry over.",
-    "",
-    GPU + " The patch step itself (fp8 in, int8 out) was not measured on a 24 GB card.",
+    "*Load Diffusion Model* loads each branch as a native MODEL; *Ideogram 4 INT8 Patch* quantizes its fp8 linears " +
+      "to W8A8 when it runs (per-output-channel int8; the small top-level linears stay float), so the sampler runs " +
+      "the fused INT8 GEMM. LoRAs applied before the patch carry over.",
     "",
     CAPTION_HELP,
+    "",
+    GPU + " The patch step itself (fp8 in, int8 out) was not measured on a 24 GB card.",
   ],
   ideogram4_int8_native_guider: [
     "## Ideogram 4 · INT8 models in ComfyUI's native sampling nodes",
     "",
-    "**Model files** — the same as the W8A8 text → image example (Hugging Face repo → ComfyUI folder)",
-    "",
-    `- \`${MODELS.w8a8.name}\` (~20.4 GB): \`transformerlab/ideogram-4-int8-w8a8\` (gated) → ` +
-      "`models/diffusion_models`",
-    `- \`${MODELS.te.name}\` (text encoder): \`Comfy-Org/Qwen3-VL\` → \`models/text_encoders\``,
-    `- \`${MODELS.vae.name}\`: \`Comfy-Org/flux2-dev\` → \`models/vae\``,
-    "",
-    FILES_TAIL + " If the loader reports missing tensors, pick the Comfy-Org fp8 files as `base` / " +
-      "`unconditional_base` (see the other example).",
+    "**Model files:** `" + MODELS.w8a8.name + "` (`transformerlab/ideogram-4-int8-w8a8`, gated) → " +
+      "`models/diffusion_models`; `" + MODELS.te.name + "` (`Comfy-Org/Qwen3-VL`) → `models/text_encoders`; `" +
+      MODELS.vae.name + "` (`Comfy-Org/flux2-dev`) → `models/vae`. The loader works as in the text → image example.",
     "",
     "**Why it is wired this way**",
-    "- *DualModelGuider*: `negative` stays **unconnected** — that runs the unconditional model image-only, " +
-      "as the official pipeline does (*ConditioningZeroOut* is not the same).",
+    "- *DualModelGuider*: `negative` stays **unconnected**, which runs the unconditional model image-only, as the " +
+      "official pipeline does (*ConditioningZeroOut* is not the same).",
     "- *CFG Override* (cfg 3, start 0.79): guidance 3 on the last 2 of 20 steps = the official Default 20 " +
       "schedule from 768×1344 to 1024×1024. Quality 48: steps 48, std 1.5, start 0.82. Turbo 12: steps 12, " +
       "mu 0.5, start 0.70.",
     "- *width* / *height* feed both the scheduler (its resolution shift) and the latent: change them there.",
     "",
-    GPU,
+    "**GPU:** NVIDIA, compute capability 8.0+, a 24 GB card fits (see the text → image example).",
+  ],
+  ideogram4_captions: [
+    "## Ideogram 4 · structured captions",
+    "",
+    "No model needed: the caption nodes build and check Ideogram 4's JSON captions. Run the graph (the previews " +
+      "show each caption and its report).",
+    "",
+    "- *Layout Boxes*: drag on its canvas to draw a box, drag a box to move it, its edges to resize; click a box to " +
+      "set its type (obj / text), text, desc and colors. The first box is the furthest back. *Object Element* " +
+      "adds an element typed in by widgets (bbox on the 0–1000 grid).",
+    "- *Caption Builder* joins style, elements, a one-line summary and the background, and reports every problem " +
+      "with the node and widget to fix.",
+    "- *Caption Validate / Repair* checks a caption written by hand or by an LLM and repairs what is unambiguous " +
+      "(here: code fences, a trailing comma, `aspect_ratio`, key case).",
+    "",
+    "Connect `caption` to *CLIP Text Encode* (CLIPLoader type `ideogram4`) to render it.",
   ],
 };
 
-const note = (name) => ({ key: "note", type: "MarkdownNote", col: 0, size: [520, 600], title: "Read me",
-                          widgets: { text: NOTES[name].join("\n") } });
+// height "fill": down to the bottom of the lowest other node
+const note = (name, height = "fill") => ({ key: "note", type: "MarkdownNote", size: [0, height], title: "Read me",
+                                           widgets: { text: NOTES[name].join("\n") } });
+
+// Layout: `columns` left to right, each [width, [keys top to bottom]]; "|" in a column starts a new group (room for
+// its title). Every node takes its column's width. A workflow must open readable: the frontend fits a template's
+// nodes into 75 % of the window, and LiteGraph stops drawing node text below about 60 % zoom, so the node bounds
+// stay within MAX_BOUNDS (= 1600 x 965 px canvas at 60 %); the builder refuses a layout that does not, or that
+// overlaps.
+const MAX_BOUNDS = [2000, 1205];
+const LOADER_WIDGETS = {
+  weights: MODELS.w8a8.name, unconditional_weights: SAME_FILE, base: "none", unconditional_base: "none",
+  hf_repo_id: "", hf_filename: MODELS.w8a8.name, compute_dtype: "auto", gemm_path: "auto" };
+const SAMPLER_WIDGETS = { seed: SEED, control_after_generate: "randomize", preset: "Default 20", width: 1024,
+                          height: 1024 };
 
 const WORKFLOWS = {
   ideogram4_int8_text_to_image: {
     nodes: [
       note("ideogram4_int8_text_to_image"), ...CAPTION_NODES,
-      { key: "loader", type: "Ideogram4Int8Loader", col: 3, size: [420, 0], models: [MODELS.w8a8], widgets: {
-        weights: MODELS.w8a8.name, unconditional_weights: SAME_FILE, base: "none", unconditional_base: "none",
-        hf_repo_id: "", hf_filename: MODELS.w8a8.name, compute_dtype: "auto", gemm_path: "auto" } },
-      { key: "sampler", type: "Ideogram4Int8Sampler", col: 3, size: [340, 0], widgets: {
-        seed: SEED, control_after_generate: "randomize", preset: "Default 20", width: 1024, height: 1024 } },
+      { key: "loader", type: "Ideogram4Int8Loader", models: [MODELS.w8a8], widgets: LOADER_WIDGETS },
+      { key: "sampler", type: "Ideogram4Int8Sampler", widgets: SAMPLER_WIDGETS },
       ...DECODE_NODES, save("ideogram4_int8/w8a8"),
     ],
     links: [
@@ -180,6 +208,8 @@ const WORKFLOWS = {
       ["vae", "VAE", "decode", "vae"],
       ["decode", "IMAGE", "save", "images"],
     ],
+    columns: [[280, ["note"]], [420, ["style", "object", "text"]], [390, ["caption", "clip", "encode"]],
+              [390, ["loader", "sampler"]], [320, ["vae", "decode", "save"]]],
     groups: [["Caption", ["style", "object", "text", "caption", "clip", "encode"]],
              ["INT8 models + official sampler", ["loader", "sampler"]], ["Decode", ["vae", "decode", "save"]]],
     thumbnail: "INT8 models + official sampler",
@@ -187,15 +217,13 @@ const WORKFLOWS = {
   ideogram4_int8_fp8_patch: {
     nodes: [
       note("ideogram4_int8_fp8_patch"), ...CAPTION_NODES,
-      { key: "unet", type: "UNETLoader", col: 3, size: [470, 0], models: [MODELS.fp8],
+      { key: "unet", type: "UNETLoader", models: [MODELS.fp8],
         widgets: { unet_name: MODELS.fp8.name, weight_dtype: "default" } },
-      { key: "unetUncond", type: "UNETLoader", col: 3, size: [470, 0], models: [MODELS.fp8Uncond],
+      { key: "unetUncond", type: "UNETLoader", models: [MODELS.fp8Uncond],
         widgets: { unet_name: MODELS.fp8Uncond.name, weight_dtype: "default" } },
-      { key: "patch", type: "Ideogram4Int8Patch", col: 3, widgets: { label: "conditional", gemm_path: "auto" } },
-      { key: "patchUncond", type: "Ideogram4Int8Patch", col: 3,
-        widgets: { label: "unconditional", gemm_path: "auto" } },
-      { key: "sampler", type: "Ideogram4Int8Sampler", col: 3, size: [340, 0], widgets: {
-        seed: SEED, control_after_generate: "randomize", preset: "Default 20", width: 1024, height: 1024 } },
+      { key: "patch", type: "Ideogram4Int8Patch", widgets: { label: "conditional", gemm_path: "auto" } },
+      { key: "patchUncond", type: "Ideogram4Int8Patch", widgets: { label: "unconditional", gemm_path: "auto" } },
+      { key: "sampler", type: "Ideogram4Int8Sampler", widgets: SAMPLER_WIDGETS },
       ...DECODE_NODES, save("ideogram4_int8/fp8_patch"),
     ],
     links: [
@@ -209,6 +237,8 @@ const WORKFLOWS = {
       ["vae", "VAE", "decode", "vae"],
       ["decode", "IMAGE", "save", "images"],
     ],
+    columns: [[270, ["note"]], [420, ["style", "object", "text"]], [390, ["caption", "clip", "encode"]],
+              [430, ["unet", "unetUncond", "patch", "patchUncond", "sampler"]], [320, ["vae", "decode", "save"]]],
     groups: [["Caption", ["style", "object", "text", "caption", "clip", "encode"]],
              ["Native fp8 models → INT8", ["unet", "unetUncond", "patch", "patchUncond", "sampler"]],
              ["Decode", ["vae", "decode", "save"]]],
@@ -217,26 +247,17 @@ const WORKFLOWS = {
   ideogram4_int8_native_guider: {
     nodes: [
       note("ideogram4_int8_native_guider"), ...CAPTION_NODES,
-      { key: "loader", type: "Ideogram4Int8Loader", col: 3, size: [420, 0], models: [MODELS.w8a8], widgets: {
-        weights: MODELS.w8a8.name, unconditional_weights: SAME_FILE, base: "none", unconditional_base: "none",
-        hf_repo_id: "", hf_filename: MODELS.w8a8.name, compute_dtype: "auto", gemm_path: "auto" } },
-      { key: "cfgOverride", type: "CFGOverride", col: 3,
-        widgets: { cfg: 3.0, start_percent: 0.79, end_percent: 1.0 } },
-      { key: "guider", type: "DualModelGuider", col: 3, widgets: { cfg: 7.0 } },
-      { key: "width", type: "PrimitiveInt", col: 4, title: "width",
-        widgets: { value: 1024 } },
-      { key: "height", type: "PrimitiveInt", col: 4, title: "height",
-        widgets: { value: 1024 } },
-      { key: "scheduler", type: "Ideogram4Scheduler", col: 4, widgets: { steps: 20, mu: 0.0, std: 1.75 } },
-      { key: "latent", type: "EmptyFlux2LatentImage", col: 4, widgets: { batch_size: 1 } },
-      { key: "noise", type: "RandomNoise", col: 5,
-        widgets: { noise_seed: SEED, control_after_generate: "randomize" } },
-      { key: "samplerSelect", type: "KSamplerSelect", col: 5, widgets: { sampler_name: "euler" } },
-      { key: "sample", type: "SamplerCustomAdvanced", col: 5, widgets: {} },
-      { key: "vae", type: "VAELoader", col: 6, size: [320, 0], models: [MODELS.vae],
-        widgets: { vae_name: MODELS.vae.name } },
-      { key: "decode", type: "VAEDecode", col: 6, widgets: {} },
-      { ...save("ideogram4_int8/native_guider"), col: 7 },
+      { key: "loader", type: "Ideogram4Int8Loader", models: [MODELS.w8a8], widgets: LOADER_WIDGETS },
+      { key: "cfgOverride", type: "CFGOverride", widgets: { cfg: 3.0, start_percent: 0.79, end_percent: 1.0 } },
+      { key: "guider", type: "DualModelGuider", widgets: { cfg: 7.0 } },
+      { key: "width", type: "PrimitiveInt", title: "width", widgets: { value: 1024 } },
+      { key: "height", type: "PrimitiveInt", title: "height", widgets: { value: 1024 } },
+      { key: "scheduler", type: "Ideogram4Scheduler", widgets: { steps: 20, mu: 0.0, std: 1.75 } },
+      { key: "latent", type: "EmptyFlux2LatentImage", widgets: { batch_size: 1 } },
+      { key: "noise", type: "RandomNoise", widgets: { noise_seed: SEED, control_after_generate: "randomize" } },
+      { key: "samplerSelect", type: "KSamplerSelect", widgets: { sampler_name: "euler" } },
+      { key: "sample", type: "SamplerCustomAdvanced", widgets: {} },
+      ...DECODE_NODES, save("ideogram4_int8/native_guider"),
     ],
     links: [
       ...CAPTION_LINKS,
@@ -257,11 +278,57 @@ const WORKFLOWS = {
       ["vae", "VAE", "decode", "vae"],
       ["decode", "IMAGE", "save", "images"],
     ],
+    // the tall native-sampling column stays off the right edge, where the frontend's minimap sits
+    columns: [[420, ["style", "object", "text"]], [390, ["caption", "clip", "encode"]],
+              [390, ["loader", "cfgOverride", "guider", "note"]],
+              [290, ["width", "height", "scheduler", "latent", "noise", "samplerSelect", "sample"]],
+              [330, ["vae", "decode", "save"]]],
     groups: [["Caption", ["style", "object", "text", "caption", "clip", "encode"]],
              ["INT8 models → native guider", ["loader", "cfgOverride", "guider"]],
              ["Native sampling", ["width", "height", "scheduler", "latent", "noise", "samplerSelect", "sample"]],
              ["Decode", ["vae", "decode", "save"]]],
     thumbnail: "INT8 models → native guider",
+  },
+  ideogram4_captions: {
+    nodes: [
+      note("ideogram4_captions", 330),
+      { key: "style", type: "Ideogram4Int8StyleDescription", widgets: {
+        kind: "photo", aesthetics: "moody, cinematic, urban night", lighting: "pink neon glow, wet reflections",
+        medium: "photograph", photo: "35mm lens, f/2, eye-level", art_style: "",
+        color_palette: "#2B1A1F #FF4FA3 #1C2A3A #F2E6D8" } },
+      { key: "object", type: "Ideogram4Int8ObjectElement", widgets: {
+        desc: "Black metal sign frame mounted on the brick wall above the door", placed: true, y_min: 60,
+        x_min: 150, y_max: 560, x_max: 850, color_palette: "#111111" } },
+      { key: "layout", type: "Ideogram4Int8LayoutBoxes", widgets: { width: 1024, height: 576, boxes: [
+        { x: 256, y: 72, width: 512, height: 180, metadata: { type: "text", text: "CAFÉ\nOUVERT",
+          desc: "Glowing pink neon script letters inside the sign frame", palette: ["#FF4FA3", "#FFFFFF"] } },
+        { x: 600, y: 360, width: 300, height: 200, metadata: { type: "obj", text: "",
+          desc: "A parked red city bicycle leaning against the wall", palette: ["#B3202A"] } },
+      ] } },
+      { key: "caption", type: "Ideogram4Int8CaptionBuilder", widgets: {
+        high_level_description: "A neon café sign reading 'CAFÉ OUVERT' on a brick wall at night, with a red " +
+          "bicycle parked below.",
+        background: "A dark red brick wall with a wooden door, wet cobblestone pavement reflecting the neon light.",
+        on_invalid: "error" } },
+      { key: "preview", type: "PreviewAny", title: "caption + report", widgets: {} },
+      { key: "validate", type: "Ideogram4Int8CaptionValidate", widgets: {
+        caption: "LLM answer:\n```json\n{\"aspect_ratio\":\"16:9\",\"compositional_deconstruction\":{\"elements\":" +
+          "[{\"type\":\"Text\",\"text\":\"SALE\",\"desc\":\"red letters\",\"bbox\":[100.0,100,300,900]}]," +
+          "\"background\":\"white shop window\",}}\n```",
+        mode: "repair", on_invalid: "error" } },
+      { key: "previewRepaired", type: "PreviewAny", title: "repaired caption + report", widgets: {} },
+    ],
+    links: [
+      ["object", "elements", "layout", "elements"],
+      ["style", "style", "caption", "style"],
+      ["layout", "elements", "caption", "elements"],
+      ["caption", "caption", "preview", "source"],
+      ["validate", "caption", "previewRepaired", "source"],
+    ],
+    columns: [[430, ["note", "style", "object"]], [490, ["layout"]], [420, ["caption", "validate"]],
+              [260, ["preview", "previewRepaired"]]],
+    groups: [],
+    thumbnail: "Ideogram4Int8LayoutBoxes",
   },
 };
 
@@ -290,7 +357,6 @@ async function buildInPage(spec) {
       w.callback?.(value);
     }
     if (n.models) node.properties.models = n.models;
-    if (n.size) node.setSize([Math.max(node.size[0], n.size[0]), Math.max(node.size[1], n.size[1])]);
     byKey[n.key] = node;
   }
   const slotIndex = (slots, name, where) => {
@@ -304,41 +370,83 @@ async function buildInPage(spec) {
     const link = a.connect(slotIndex(a.outputs, out, src), b, slotIndex(b.inputs, inp, dst));
     if (!link) problems.push(`could not connect ${src}.${out} -> ${dst}.${inp}`);
   }
-  // layout: columns left to right, nodes stacked top to bottom in spec order
-  const cols = {};
-  for (const n of spec.nodes) (cols[n.col] ??= []).push(byKey[n.key]);
-  let x = 0;
-  for (const col of Object.keys(cols).map(Number).sort((p, q) => p - q)) {
-    let y = 60;
-    let width = 0;
-    for (const node of cols[col]) {
-      node.pos = [x, y];
-      y += node.size[1] + LG.NODE_TITLE_HEIGHT + 50;
-      width = Math.max(width, node.size[0]);
-    }
-    x += width + 70;
-  }
+  // layout: columns left to right, nodes stacked top to bottom; each node as wide as its column, as tall as it needs
+  // (or its spec's height); "|" leaves room for the next group's title
   const th = LG.NODE_TITLE_HEIGHT;
+  const COLUMN_GAP = 40;
+  const NODE_GAP = 26;
+  const GROUP_PAD = 14;
+  const GROUP_TITLE = 40;
+  const specOf = Object.fromEntries(spec.nodes.map((n) => [n.key, n]));
+  const placed = new Set();
+  let x = 0;
+  for (const [width, keys] of spec.columns) {
+    let y = th + GROUP_TITLE + GROUP_PAD;
+    for (const key of keys) {
+      if (key === "|") {
+        y += GROUP_TITLE + 2 * GROUP_PAD;
+        continue;
+      }
+      const node = byKey[key];
+      if (!node) throw new Error(`layout names '${key}', which is not a node of this workflow`);
+      const want = specOf[key].size?.[1];
+      node.setSize([width, Math.max(node.computeSize()[1], typeof want === "number" ? want : 0)]);
+      node.pos = [x, y];
+      y += node.size[1] + th + NODE_GAP;
+      placed.add(key);
+    }
+    x += width + COLUMN_GAP;
+  }
+  const fill = spec.nodes.filter((n) => n.size?.[1] === "fill").map((n) => byKey[n.key]);
+  const lowest = Math.max(...app.graph.nodes.filter((n) => !fill.includes(n)).map((n) => n.pos[1] + n.size[1]));
+  for (const node of fill) node.setSize([node.size[0], Math.max(node.computeSize()[1], lowest - node.pos[1])]);
+  const unplaced = Object.keys(byKey).filter((k) => !placed.has(k));
+  if (unplaced.length) problems.push(`not in the layout: ${unplaced.join(", ")}`);
+  const rectOf = (node) => [node.pos[0], node.pos[1] - th, node.size[0], node.size[1] + th];
+  const overlap = (a, b) => a[0] < b[0] + b[2] && b[0] < a[0] + a[2] && a[1] < b[1] + b[3] && b[1] < a[1] + a[3];
+  const groupRects = [];
   for (const [title, keys] of spec.groups ?? []) {
-    const nodes = keys.map((k) => byKey[k]);
-    const x0 = Math.min(...nodes.map((n) => n.pos[0])) - 20;
-    const y0 = Math.min(...nodes.map((n) => n.pos[1])) - th - 20 - 40;
-    const x1 = Math.max(...nodes.map((n) => n.pos[0] + n.size[0])) + 20;
-    const y1 = Math.max(...nodes.map((n) => n.pos[1] + n.size[1])) + 20;
+    const rects = keys.map((k) => rectOf(byKey[k]));
+    const x0 = Math.min(...rects.map((r) => r[0])) - GROUP_PAD;
+    const y0 = Math.min(...rects.map((r) => r[1])) - GROUP_PAD - GROUP_TITLE;
+    const x1 = Math.max(...rects.map((r) => r[0] + r[2])) + GROUP_PAD;
+    const y1 = Math.max(...rects.map((r) => r[1] + r[3])) + GROUP_PAD;
     const g = new Group(title);
     app.graph.add(g);
     g.pos = [x0, y0];
     g.size = [x1 - x0, y1 - y0];
+    groupRects.push([title, [x0, y0, x1 - x0, y1 - y0], new Set(keys)]);
   }
-  // the view a template opens with: readable (LiteGraph drops text below ~60 % zoom), from the note on the left
+  // nothing overlaps: no two nodes, no two groups, no node inside a group it is not part of
+  const keys = Object.keys(byKey);
+  for (const [i, a] of keys.entries()) {
+    for (const b of keys.slice(i + 1)) {
+      if (overlap(rectOf(byKey[a]), rectOf(byKey[b]))) problems.push(`nodes ${a} and ${b} overlap`);
+    }
+    for (const [title, rect, members] of groupRects) {
+      if (!members.has(a) && overlap(rectOf(byKey[a]), rect)) problems.push(`node ${a} overlaps group ${title}`);
+    }
+  }
+  for (const [i, [ta, ra]] of groupRects.entries()) {
+    for (const [tb, rb] of groupRects.slice(i + 1)) if (overlap(ra, rb)) problems.push(`groups ${ta} and ${tb} overlap`);
+  }
+  // what the Templates browser shows first: the frontend fits the nodes' bounds into 75 % of the window
   const all = app.graph.nodes;
-  const gx0 = Math.min(...all.map((n) => n.pos[0])) - 30;
-  const gy0 = Math.min(...all.map((n) => n.pos[1])) - th - 70;
-  app.canvas.ds.scale = 0.75;
-  app.canvas.ds.offset = [Math.round(-gx0), Math.round(-gy0)];
+  const bx0 = Math.min(...all.map((n) => n.pos[0]));
+  const by0 = Math.min(...all.map((n) => n.pos[1] - th));
+  const bounds = [Math.max(...all.map((n) => n.pos[0] + n.size[0])) - bx0,
+                  Math.max(...all.map((n) => n.pos[1] + n.size[1])) - by0];
+  if (bounds[0] > spec.maxBounds[0] || bounds[1] > spec.maxBounds[1]) {
+    problems.push(`the nodes span ${bounds.map(Math.round).join(" x ")}, more than ${spec.maxBounds.join(" x ")}: ` +
+                  "the workflow would open below a readable zoom");
+  }
+  // the view saved in the file (used when it is opened as a file rather than as a template): the same fit
+  const fit = Math.min((0.75 * 1600) / bounds[0], (0.75 * 965) / bounds[1], 1);
+  app.canvas.ds.scale = fit;
+  app.canvas.ds.offset = [Math.round(800 / fit - bx0 - bounds[0] / 2), Math.round(482 / fit - by0 - bounds[1] / 2)];
   app.graph.setDirtyCanvas(true, true);
   const ids = Object.fromEntries(Object.entries(byKey).map(([k, n]) => [k, n.id]));
-  return { problems, ids };
+  return { problems, ids, bounds: bounds.map(Math.round), fit: Math.round(fit * 1000) / 1000 };
 }
 
 async function exportInPage() {
@@ -371,6 +479,18 @@ const stable = (wf) => {
   return JSON.stringify(copy);
 };
 
+// the path of the first value that differs between two JSON values ("nodes.3.size.0: 420 -> 440")
+function firstDifference(a, b, path = "") {
+  if (typeof a !== "object" || typeof b !== "object" || a === null || b === null) {
+    return a === b ? null : `${path || "(root)"}: ${JSON.stringify(a)} -> ${JSON.stringify(b)}`;
+  }
+  for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) {
+    const d = firstDifference(a[k], b[k], path ? `${path}.${k}` : k);
+    if (d) return d;
+  }
+  return null;
+}
+
 // card picture: 900 x 900 px of the canvas (clear of the sidebar, the run button and the minimap)
 async function thumbnail(page, name, focus) {
   await page.evaluate(focusInPage, [focus, 0.9, 330, 140]);
@@ -378,9 +498,6 @@ async function thumbnail(page, name, focus) {
   await page.screenshot({ path: join(outDir, `${name}.jpg`), type: "jpeg", quality: 70,
                           clip: { x: 300, y: 110, width: 900, height: 900 } });
 }
-
-// card pictures for example workflows made elsewhere (loaded from <out-dir>, not rebuilt)
-const EXISTING = { ideogram4_captions: "Ideogram4Int8LayoutBoxes" };
 
 const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), "ig4i8-wf-")), {
   executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
@@ -403,11 +520,14 @@ try {
   mkdirSync(join(outDir, "api"), { recursive: true });
   for (const [name, spec] of Object.entries(WORKFLOWS)) {
     if (only.length && !only.includes(name)) continue;
-    const built = await page.evaluate(buildInPage, spec);
+    const built = await page.evaluate(buildInPage, { ...spec, maxBounds: MAX_BOUNDS });
     if (built.problems.length) throw new Error(`${name}: ${built.problems.join("; ")}`);
     const first = await page.evaluate(exportInPage);
     const again = await page.evaluate(reloadInPage, first.workflow);
-    if (stable(first.workflow) !== stable(again.workflow)) throw new Error(`${name}: UI file changes on reload`);
+    if (stable(first.workflow) !== stable(again.workflow)) {
+      const diff = firstDifference(JSON.parse(stable(first.workflow)), JSON.parse(stable(again.workflow)));
+      throw new Error(`${name}: UI file changes on reload, first at ${diff}`);
+    }
     if (JSON.stringify(first.output) !== JSON.stringify(again.output)) {
       throw new Error(`${name}: API export changes on reload`);
     }
@@ -416,16 +536,8 @@ try {
     writeFileSync(join(outDir, `${name}.json`), JSON.stringify(workflow, null, 1) + "\n");
     writeFileSync(join(outDir, "api", `${name}_api.json`), JSON.stringify(first.output, null, 1) + "\n");
     await thumbnail(page, name, spec.thumbnail);
-    summary[name] = { nodes: workflow.nodes.length, links: workflow.links.length, ids: built.ids };
-  }
-  for (const [name, focus] of Object.entries(EXISTING)) {
-    if (only.length && !only.includes(name)) continue;
-    const file = join(outDir, `${name}.json`);
-    if (!existsSync(file)) continue;
-    await page.evaluate(async (wf) => window.comfyAPI.app.app.loadGraphData(wf, true, true, null),
-                        JSON.parse(readFileSync(file, "utf8")));
-    await thumbnail(page, name, focus);
-    summary[name] = { thumbnail: true };
+    summary[name] = { nodes: workflow.nodes.length, links: workflow.links.length, ids: built.ids,
+                      bounds: built.bounds, fit: built.fit };
   }
 } finally {
   await browser.close();

@@ -10,6 +10,9 @@
 //                   offer, or a number outside the widget's min/max
 //   errorNodes      nodes the frontend flagged (has_errors)
 //   overlays        text of dialogs / error overlays / toasts that appeared after loading
+//   view            the view it opened with: {scale, lowQuality (LiteGraph draws no node text), hidden: nodes whose
+//                   title bar is off the canvas or under the frontend's own panels (sidebar, minimap, run bar),
+//                   overlaps: pairs of nodes, or a node and a group it is not in, that overlap}
 //   consoleProblems console errors and warnings logged while loading (request failures for optional files such as
 //                   user.css are not counted)
 // Needs playwright-core importable (NODE_PATH) and Debian's chromium (CHROMIUM, default /usr/bin/chromium); it never
@@ -74,6 +77,38 @@ async function inspect([name, fileJson]) {
     }
   }
   const errorNodes = nodes.filter((n) => n.has_errors).map((n) => `${n.type} #${n.id}`);
+  // the view as opened: readable, every node's title bar on the canvas and not under a panel of the frontend
+  const ds = app.canvas.ds;
+  const el = app.canvas.canvas;
+  const box = el.getBoundingClientRect();
+  const th = LG.NODE_TITLE_HEIGHT;
+  const toScreen = (x, y) => [box.left + (x + ds.offset[0]) * ds.scale, box.top + (y + ds.offset[1]) * ds.scale];
+  const hidden = [];
+  for (const n of nodes) {
+    const [x0, y0] = toScreen(n.pos[0], n.pos[1] - th);
+    const [x1, y1] = toScreen(n.pos[0] + n.size[0], n.pos[1]);
+    const ym = (y0 + y1) / 2;
+    const probes = [x0 + 4, (x0 + x1) / 2, x1 - 4].map((px) => [px, ym]);
+    const blocked = probes.filter(([px, py]) => {
+      if (px < 0 || py < 0 || px >= window.innerWidth || py >= window.innerHeight) return true;
+      const top = document.elementFromPoint(px, py);
+      return top !== el;
+    });
+    if (blocked.length) hidden.push(`${n.type} #${n.id}`);
+  }
+  const rectOf = (n) => [n.pos[0], n.pos[1] - th, n.size[0], n.size[1] + th];
+  const hit = (a, b) => a[0] < b[0] + b[2] && b[0] < a[0] + a[2] && a[1] < b[1] + b[3] && b[1] < a[1] + a[3];
+  const overlaps = [];
+  for (const [i, a] of nodes.entries()) {
+    for (const b of nodes.slice(i + 1)) if (hit(rectOf(a), rectOf(b))) overlaps.push(`${a.type} #${a.id} / ${b.type} #${b.id}`);
+    for (const g of app.graph.groups) {
+      const inside = g.pos[0] <= a.pos[0] && g.pos[1] <= a.pos[1] - th && a.pos[0] + a.size[0] <= g.pos[0] + g.size[0] &&
+        a.pos[1] + a.size[1] <= g.pos[1] + g.size[1];
+      if (!inside && hit(rectOf(a), [g.pos[0], g.pos[1], g.size[0], g.size[1]])) overlaps.push(`${a.type} #${a.id} / group ${g.title}`);
+    }
+  }
+  const view = { scale: Math.round(ds.scale * 1000) / 1000, lowQuality: Boolean(app.canvas.low_quality), hidden,
+                 overlaps };
   const overlays = [...document.querySelectorAll('[role=dialog], [role=alertdialog], [role=alert], .p-toast-message')]
     .filter((e) => e.offsetParent !== null)
     .map((e) => e.innerText.slice(0, 300));
@@ -83,7 +118,7 @@ async function inspect([name, fileJson]) {
     if (/\berrors? found\b/i.test(e.textContent)) overlays.push(e.textContent.trim());
   }
   return { name, nodes: nodes.length, links: app.graph.links?.size ?? Object.keys(app.graph.links ?? {}).length,
-           missingTypes, widgetProblems, errorNodes, overlays, title: document.title };
+           missingTypes, widgetProblems, errorNodes, overlays, view, title: document.title };
 }
 
 const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), "ig4i8-wfcheck-")), {

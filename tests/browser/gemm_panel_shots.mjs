@@ -68,6 +68,7 @@ async function observe(page) {
         paths: [...s.querySelectorAll("tbody td.ig4i8-path")].map((td) => td.textContent),
       })),
       env: document.querySelector(".ig4i8-env")?.textContent ?? null,
+      badgeNote: document.querySelector('[data-testid="ig4i8-badge-note"]')?.textContent ?? null,
       foot: document.querySelector(".ig4i8-foot")?.textContent ?? null,
       events: (window.__ig4i8Events ?? []).map((e) => [e.event, e.node_id, e.models]),
       badges,

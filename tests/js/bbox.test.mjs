@@ -3,7 +3,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
-  applyDrag, boxFromRegion, boxProblems, elementsFromBoxes, hitTest, normalizeColor, pixelBoxToBbox, pyStrip,
+  applyDrag, boxFromRegion, boxGeometry, boxProblems, elementsFromBoxes, hitTest, normalizeColor, pixelBoxToBbox, pyStrip,
   regionFromBox, serializeCaption,
 } from "../../web/lib/bbox.mjs";
 import { LIMITS } from "../../web/lib/caption_limits.mjs";
@@ -18,6 +18,21 @@ test("limits mirror the shared limits.json", () => {
 for (const c of load("bbox_cases.json").cases) {
   test(`pixel box -> grid: ${c.note}`, () => {
     assert.deepEqual(pixelBoxToBbox(c.box, c.width, c.height), c.bbox);
+  });
+}
+
+for (const c of load("box_geometry.json").cases) {
+  test(`box geometry (refused / clamped, as the Python node): ${c.note}`, () => {
+    const { problem, note, bbox } = boxGeometry(c.box, c.width, c.height);
+    if (c.verdict === "refused") {
+      assert.ok(problem && problem.includes(c.says), problem);
+      assert.equal(note, null);
+      return;
+    }
+    assert.equal(problem, null);
+    assert.deepEqual(bbox, c.bbox);
+    if (c.verdict === "clamped") assert.ok(note && note.includes(c.says) && note.includes(`[${c.bbox.join(", ")}]`));
+    else assert.equal(note, null);
   });
 }
 

@@ -10,6 +10,7 @@ import {
   applyEvent,
   autotuneRows,
   badgeFor,
+  perModelCounts,
   checkReport,
   describeEnvironment,
   dominantPath,
@@ -81,7 +82,7 @@ test("mixed paths are listed fastest first, with what has not run", () => {
   const s = summarizeModel(m);
   assert.equal(
     s.headline,
-    "conditional: 5/11 linears on fused INT8 · 2 on cuBLAS INT8 (not fused) · 3 dequantized to bf16 (phantom INT8) · 1 bf16-protected · 1 not run",
+    "conditional: 5/11 linears on fused INT8 · 2 on cuBLAS INT8 (not fused) · 3 dequantized to bf16 (phantom INT8) · 1 bf16-protected · 1 not run in the last pass",
   );
   assert.equal(s.notRun, 1);
 });
@@ -119,7 +120,7 @@ test("fixture: conditional is a notice (one cuBLAS layer), unconditional a warni
   assert.equal(cond.severity, "notice");
   assert.equal(unc.severity, "warning");
   assert.match(unc.headline, /^unconditional: \d+\/\d+ linears dequantized to bf16 \(phantom INT8\)/);
-  assert.match(unc.headline, /1 not run$/);
+  assert.match(unc.headline, /1 not run in the last pass$/);
   assert.equal(summarizeReport(r).severity, "warning");
 });
 
@@ -181,25 +182,27 @@ test("environment line", () => {
   assert.match(describeEnvironment(cpu), /IDEOGRAM4_INT8_GEMM_PATH=fast \(ignored\)$/);
 });
 
-test("dominant path counts layers that ran, and ties go to the slower path", () => {
+test("dominant path counts every linear per path, as the headlines do; ties go to the slower path", () => {
   const m = makeModel("conditional", [...repeat(4, "triton-int8"), ...repeat(4, "dequant-bf16")]);
   const d = dominantPath([m]);
   assert.equal(d.path, "dequant-bf16");
   assert.equal(d.count, 4);
   assert.equal(d.total, 8);
   assert.equal(d.severity, "warning");
-  // declared-but-not-run layers do not count once anything ran
+  // a layer that did not run keeps its path: the same numbers as the model's headline
   const m2 = makeModel("conditional", [...repeat(2, "triton-int8"), ...repeat(5, "cublas-int8")], { notRun: 5 });
-  assert.equal(dominantPath([m2]).path, "triton-int8");
+  assert.equal(dominantPath([m2]).path, "cublas-int8");
+  assert.equal(dominantPath([m2]).total, 7);
   assert.equal(dominantPath([]), null);
 });
 
-test("badge: dominant path with count, warning marker and colours", () => {
+test("badge: the panel's per-model numbers, warning marker and colours", () => {
   const r = sample();
   const cond = badgeFor(r, ["conditional"]);
-  const c = byLabel(r, "conditional").counts_run;
+  const c = byLabel(r, "conditional").counts;
   const tot = PATHS.reduce((a, p) => a + c[p], 0);
   assert.equal(cond.text, `fused INT8 ${c["triton-int8"]}/${tot}`);
+  assert.ok(summarizeModel(byLabel(r, "conditional")).headline.includes(`${c["triton-int8"]}/${tot} linears`));
   assert.equal(cond.severity, "notice");
   assert.deepEqual(cond.colors, SEVERITY_COLORS.notice);
 
@@ -210,8 +213,8 @@ test("badge: dominant path with count, warning marker and colours", () => {
 
   const both = badgeFor(r); // no labels: every model
   assert.equal(both.severity, "warning");
-  assert.ok(both.text.length <= 40, both.text);
-  assert.match(both.tooltip, /^conditional: .*\nunconditional: /);
+  assert.ok(both.text.length <= 48, both.text);
+  assert.match(both.tooltip, /^conditional: .*\nunconditional: .*\n\(badge: linears on dequant/);
 
   // unknown labels fall back to every model rather than showing nothing
   assert.equal(badgeFor(r, ["nope"]).text, both.text);
@@ -219,10 +222,29 @@ test("badge: dominant path with count, warning marker and colours", () => {
   assert.equal(badgeFor(null), null);
 });
 
-test("badge marks dequant layers even when another path dominates", () => {
+test("badge of a loader / sampler: the same story as the two model headlines", () => {
+  // issue 22: "cuBLAS INT8 23/37" on the badges next to "12/19" per model could not be reconciled
+  const layers = [...repeat(12, "cublas-int8"), ...repeat(7, "bf16")];
+  const cond = makeModel("conditional", layers);
+  const unc = makeModel("unconditional", layers, { notRun: 1 }); // llm_cond_proj: not in the image-only pass
+  const r = { ...sample(), models: [unc, cond] };
+  const badge = badgeFor(r, ["conditional", "unconditional"]);
+  assert.equal(badge.text, "cuBLAS INT8 12/19 in both models");
+  for (const m of [cond, unc]) {
+    assert.ok(summarizeModel(m).headline.includes("12/19 linears on cuBLAS INT8"), summarizeModel(m).headline);
+  }
+  const other = makeModel("unconditional", [...repeat(10, "cublas-int8"), ...repeat(9, "bf16")]);
+  assert.equal(badgeFor({ ...r, models: [cond, other] }).text, "cuBLAS INT8 12/19 + 10/19");
+  assert.equal(perModelCounts([cond, cond, cond].map((m, i) => ({ ...m, label: `m${i}` })), "cublas-int8"),
+    "12/19 in all 3 models");
+});
+
+test("badge counts the phantom-INT8 layers per model even when another path dominates", () => {
   const m = makeModel("conditional", [...repeat(200, "triton-int8"), ...repeat(4, "dequant-bf16"), ...repeat(17, "bf16")]);
   const r = { ...sample(), models: [m] };
-  assert.equal(badgeFor(r).text, "⚠ 4 dequant · fused INT8 200/221");
+  assert.equal(badgeFor(r).text, "⚠ dequant-bf16 4/221");
+  const twin = { ...m, label: "unconditional", role: "unconditional" };
+  assert.equal(badgeFor({ ...r, models: [m, twin] }).text, "⚠ dequant-bf16 4/221 in both models");
 });
 
 test("number formatting", () => {

@@ -75,6 +75,45 @@ export function elementFromBox(box, width, height) {
   return el;
 }
 
+const finite = (v) => typeof v === "number" && Number.isFinite(v);
+const fmt = (v) => String(Math.round(v * 1e6) / 1e6);
+
+/**
+ * Mirror of builder.box_problem: {problem, note} for one box on a width x height canvas. problem: the node refuses
+ * the box (not numbers, no area, off the canvas, thinner than one grid step); note: it is clamped to the canvas.
+ */
+export function boxGeometry(box, width, height) {
+  if (!box || typeof box !== "object" || !["x", "y", "width", "height"].every((k) => finite(box[k]))) {
+    return { problem: "expected {x, y, width, height, metadata} with finite numbers (pixels)", note: null };
+  }
+  for (const key of ["width", "height"]) {
+    const v = box[key];
+    if (v === 0) return { problem: `its ${key} is 0 px: the box has no area — drag it larger or delete it`, note: null };
+    if (v < 0) {
+      return { problem: `its ${key} is ${fmt(v)} px: a box is its top-left corner (x, y) and a positive width and ` +
+        "height — draw it again", note: null };
+    }
+  }
+  const { x, y, width: w, height: h } = box;
+  const x0 = Math.max(x, 0), y0 = Math.max(y, 0), x1 = Math.min(x + w, width), y1 = Math.min(y + h, height);
+  if (x1 <= x0 || y1 <= y0) {
+    return { problem: `it lies outside the ${width}x${height} canvas (x ${fmt(x)}..${fmt(x + w)}, y ${fmt(y)}..` +
+      `${fmt(y + h)} px) — move it onto the canvas or delete it`, note: null };
+  }
+  const edges = [["top", y < 0], ["left", x < 0], ["bottom", y + h > height], ["right", x + w > width]]
+    .filter(([, past]) => past).map(([name]) => name);
+  const bbox = pixelBoxToBbox({ x: x0, y: y0, width: x1 - x0, height: y1 - y0 }, width, height);
+  if (bbox[0] === bbox[2] || bbox[1] === bbox[3]) {
+    return { problem: `it is ${fmt(x1 - x0)}x${fmt(y1 - y0)} px on the ${width}x${height} canvas, less than one ` +
+      "step of the 0..1000 grid on one side — make it larger or delete it", note: null };
+  }
+  const note = edges.length
+    ? `reached past the ${edges.join(" and ")} edge${edges.length > 1 ? "s" : ""} of the ${width}x${height} canvas; ` +
+      `clamped to the canvas (bbox [${bbox.join(", ")}])`
+    : null;
+  return { problem: null, note, bbox };
+}
+
 /** Problems the editor can show live for one box (the Python report stays authoritative). */
 export function boxProblems(box) {
   const el = elementFromBox(box, 1000, 1000);

@@ -45,7 +45,7 @@ export const SEVERITY_COLORS = {
 };
 
 const ROLE_ORDER = { conditional: 0, unconditional: 1, other: 2 };
-const BADGE_MAX = 40; // keep badges short on the title bar; the warning part comes first
+const BADGE_MAX = 48; // keep badges short on the title bar
 
 export function pathLabel(path) {
   return PATH_INFO[path]?.label ?? String(path);
@@ -134,8 +134,8 @@ export function summarizeModel(model) {
     parts.push(parts.length === 0 ? FIRST_PART_TEXT[p](counts[p], all) : PART_TEXT[p](counts[p]));
   }
   const notRun = Math.max(0, Number(model?.layers_total ?? all) - Number(model?.layers_run ?? all));
-  // "not run", not "not run yet": the image-only unconditional pass never runs llm_cond_proj
-  if (notRun > 0) parts.push(`${notRun} not run`);
+  // "not run in the last pass", not "not run yet": the image-only unconditional pass never runs llm_cond_proj
+  if (notRun > 0) parts.push(`${notRun} not run in the last pass`);
   const severity = modelSeverity(model);
   const headline = all === 0 ? `${label}: no linears recorded` : `${label}: ${parts.join(" · ")}`;
   return {
@@ -246,17 +246,17 @@ export function describeEnvironment(env) {
 }
 
 /**
- * The path that most layers of `models` took, for a node badge: {path, count, total, severity} or null.
- * Counts layers that really ran when any did (counts_run), else the declared ones (counts).
+ * The path that most layers of `models` took, for a node badge: {path, count, total, severity, counts} or null.
+ * Counts every linear of each model on its path, as the panel's headlines do (a layer that did not run in the last
+ * pass, e.g. llm_cond_proj of the image-only unconditional pass, keeps its path; the headline says "N not run").
  * Ties go to the slower path, so a badge never flatters.
  */
 export function dominantPath(models) {
   const list = (models ?? []).filter(Boolean);
   if (!list.length) return null;
-  const anyRun = list.some((m) => Number(m.layers_run ?? 0) > 0);
   const sum = Object.fromEntries(PATHS.map((p) => [p, 0]));
   for (const m of list) {
-    const c = countsOf(m, anyRun ? "counts_run" : "counts");
+    const c = countsOf(m);
     for (const p of PATHS) sum[p] += c[p];
   }
   const all = total(sum);
@@ -267,9 +267,25 @@ export function dominantPath(models) {
   return { path: best, count: sum[best], total: all, severity, counts: sum };
 }
 
+/** "12/19" for one model; "12/19 in both models" / "12/19 in all 3 models" when they agree; else "12/19 + 10/19". */
+export function perModelCounts(models, path) {
+  const pairs = sortModels(models).map((m) => {
+    const c = countsOf(m);
+    return `${c[path]}/${total(c)}`;
+  });
+  if (pairs.length === 1) return pairs[0];
+  if (pairs.every((x) => x === pairs[0])) {
+    return `${pairs[0]} in ${pairs.length === 2 ? "both" : `all ${pairs.length}`} models`;
+  }
+  return pairs.join(" + ");
+}
+
 /**
  * Badge for one of our nodes: {text, severity, colors, tooltip} or null (nothing ran yet).
  * `labels`: the model labels this node published (null: every model).
+ * The text tells the panel's story per model: the path and how many of each model's linears take it, e.g.
+ * "cuBLAS INT8 12/19 in both models" next to headlines "conditional: 12/19 linears on cuBLAS INT8 ...". A model
+ * with phantom-INT8 layers turns it into their count: "⚠ dequant-bf16 4/221 in both models".
  */
 export function badgeFor(report, labels = null) {
   if (checkReport(report)) return null;
@@ -281,13 +297,11 @@ export function badgeFor(report, labels = null) {
   }
   const dom = dominantPath(models);
   if (!dom) return null;
-  let text = `${pathShort(dom.path)} ${dom.count}/${dom.total}`;
-  const dq = dom.counts["dequant-bf16"];
-  if (dom.severity === "warning") {
-    text = dom.path === "dequant-bf16" ? `⚠ ${text}` : `⚠ ${dq} dequant · ${text}`;
-  }
+  const path = dom.severity === "warning" ? "dequant-bf16" : dom.path;
+  let text = `${dom.severity === "warning" ? "⚠ " : ""}${pathShort(path)} ${perModelCounts(models, path)}`;
   if (text.length > BADGE_MAX) text = text.slice(0, BADGE_MAX - 1) + "…";
-  const tooltip = models.map((m) => summarizeModel(m).headline).join("\n");
+  const tooltip = sortModels(models).map((m) => summarizeModel(m).headline).join("\n") +
+    `\n(badge: linears on ${pathLabel(path)} out of each model's linears)`;
   return { text, severity: dom.severity, colors: SEVERITY_COLORS[dom.severity], tooltip };
 }
 

@@ -10,6 +10,9 @@ patches to the dequantized stored weight inside its streaming code, where the pa
 undo the SmoothQuant scaling first; the legacy patcher's full-load, lowvram/offload and LoRA paths
 all go through the op (see ``int8_ops``). ``cached_patcher_init`` is set so clones and multi-GPU
 deep clones rebuild the model from its source.
+
+Each block's FFN runs w1|w3 as one fused call where it can (``ffn_fusion``), without changing the model's modules
+or keys.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import torch
 from ..ideogram4.comfy_form import to_comfy_state_dict
 from ..ideogram4.config import Ideogram4Config
 from ..ideogram4.errors import CheckpointError
+from . import ffn_fusion
 from .int8_ops import declare_sites, label_sites, make_ops
 
 log = logging.getLogger("comfyui_ideogram4_int8")
@@ -86,6 +90,7 @@ def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dt
             )  # fmt: skip
         comfy_sd.clear()
         label_sites(model.diffusion_model, label, gemm_path)
+        ffn_fusion.install(model.diffusion_model)
         patcher = comfy.model_patcher.ModelPatcher(model, load_device=load_device, offload_device=offload_device)
         if offload_device.type != "cpu":
             model.to(offload_device)

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from ..kernels.dispatch import ENV_PATH
 from ..kernels.env import environment_report, interpreter_mode
 from ..kernels.registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
-from ..kernels.tuning import PICKER
+from ..kernels.tuning import EPILOGUE_PAIR, PICKER
 
 _log = logging.getLogger(__name__)
 
@@ -264,6 +264,7 @@ def _layer_entry(rec) -> dict:
         "dtype": rec.dtype,
         "config": scrub_text(rec.config),
         "config_source": scrub_text(rec.config_source),
+        "fusion": scrub_text(rec.fusion),
     }
 
 
@@ -276,14 +277,15 @@ def _shapes(records, picks) -> list[dict]:
         entry["layers"] += 1
         entry["paths"][rec.path] += 1
     for pick in picks:
-        entry = by_shape.get((pick["N"], pick["K"]))
+        pair = pick.get("epilogue") == EPILOGUE_PAIR  # keyed N = 2F: listed under each projection's [F, K]
+        entry = by_shape.get((pick["N"] // 2 if pair else pick["N"], pick["K"]))
         if entry is not None:
             entry["autotune"].append(
                 {
                     "m_bucket": pick["m_bucket"],
                     "arch": pick["arch"],
                     "gpu": pick["gpu"],
-                    "config": scrub_text(pick["config"]),
+                    "config": scrub_text(pick["config"] + (" (w1|w3 pair)" if pair else "")),
                     "source": scrub_text(pick["source"]),
                 }
             )

@@ -95,6 +95,14 @@ test("warning rule: any dequant-bf16 layer makes the model a warning", () => {
   assert.match(warningText(one), /Why: forced by x\./);
 });
 
+test("layers of a fused pair say how the pair ran", () => {
+  const m = makeModel("conditional", [["layers.0.feed_forward.w1", "triton-int8"], ["layers.0.attention.o", "triton-int8"]]);
+  m.layers[0].fusion = "gate/up pair: one GEMM with the SwiGLU epilogue, w1 and w3 read in place";
+  const rows = layerRows(m);
+  assert.match(rows[0].fusion, /one GEMM/);
+  assert.equal(rows[1].fusion, "");
+});
+
 test("cuBLAS INT8 is a notice (real INT8, not fused), never ok and never a warning", () => {
   const m = makeModel("conditional", [...repeat(4, "cublas-int8"), ...repeat(1, "bf16")]);
   assert.equal(modelSeverity(m), "notice");

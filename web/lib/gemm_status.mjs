@@ -359,6 +359,8 @@ export function layerRows(model, filter = "all") {
       return same;
     })(),
     config: l.config ? `${l.config}${l.config_source ? ` (${l.config_source})` : ""}` : "",
+    // a layer of a fused pair (the FFN's w1|w3): how the pair ran, or why it ran as two linears
+    fusion: l.fusion ? String(l.fusion) : "",
     severity: l.path === "dequant-bf16" ? "warning" : l.path === "cublas-int8" ? "notice" : "ok",
   }));
 }

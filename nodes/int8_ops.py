@@ -28,7 +28,9 @@ through ``kernels.swiglu_w8a8_pair``, which reads the gate and up tiles from the
 falls back to these modules' own forwards where that call cannot serve (offloaded weights, a LoRA applied on the
 fly, ...); ``w2`` stays its own linear.
 
-Every call that reaches the op counts in ``op_calls`` (the fused pair counts on both modules).
+Every call that reaches the op counts in ``op_calls`` (the fused pair counts on both modules): ``op_coverage``
+checks after each forward that every quantized linear of the model ran through it — a newer ComfyUI may compute
+a layer its own way without calling ``Linear.forward`` — and labels the model when one did not.
 """
 
 from __future__ import annotations

@@ -643,7 +643,7 @@ def check_gate_up():
     state-dict keys stay native; the fused forward equals the two modules' own forwards exactly (fp32); it serves for
     no smoothing / a shared vector / ConvRot, splits (labelled) for different vectors, hooks, on-the-fly patches,
     offloaded or streamed weights; a partial (lowvram) load keeps it and the same output."""
-    from comfyui_ideogram4_int8.nodes import ffn_fusion
+    from comfyui_ideogram4_int8.nodes import ffn_fusion, op_coverage
 
     write_all()
     write_shared_smooth()
@@ -665,8 +665,9 @@ def check_gate_up():
         q0 = _quant_calls()
         with torch.no_grad():
             fused = dm(x, sigma, context=ctx)
+        cov = op_coverage.coverage(dm).last
         res[f"{fmt}/quantizer_passes"] = _quant_calls() - q0
-        res[f"{fmt}/quantized"] = sum(int8_ops.is_int8_weight(m.weight) for m in int8_ops.int8_linears(dm).values())
+        res[f"{fmt}/coverage"] = cov
         res[f"{fmt}/fused_calls"] = [f.fused_calls for f in ffs]
         res[f"{fmt}/split_calls"] = [f.split_calls for f in ffs]
         res[f"{fmt}/last_split"] = ffs[0].last_split
@@ -677,6 +678,9 @@ def check_gate_up():
             split = dm(x, sigma, context=ctx)
         res[f"{fmt}/fused_vs_split_max_abs"] = (fused - split).abs().max().item()
         res[f"{fmt}/vs_reference_dit"] = rel(fused, _ref_forward(cf, x, sigma, ctx))
+        with torch.no_grad():
+            uncond.model.diffusion_model(x, sigma)  # image-only: llm_cond_proj does not run
+        res[f"{fmt}/uncond_coverage"] = op_coverage.coverage(uncond.model.diffusion_model).last
     # bf16 compute: the pair rounds once (float32 SwiGLU), the split path rounds g and u first: close, not equal
     cond, _, _ = load("i4_fp8_scaled.safetensors", "i4_unconditional_fp8_scaled.safetensors", dtype="bf16")
     dm = cond.model.diffusion_model
@@ -806,9 +810,85 @@ def check_gate_up_lora():
     return res
 
 
+def check_coverage():
+    """Every quantized linear runs through the pack's op in each forward (registry calls per forward = quantized
+    linears; llm_cond_proj only with a text context), through the sampler too; a forward that routes around the op
+    (a linear computed with F.linear on its dequantized weight, an FFN computed without its modules' forwards) gets
+    the model labelled (registry note, status report, layer reasons) and logged once."""
+    import logging
+
+    import torch.nn.functional as F
+    from comfyui_ideogram4_int8.nodes import op_coverage, status_report
+
+    write_all()
+    cond, uncond, _ = load("i4_w8a8.safetensors")
+    x, ctx, sigma, mask = inputs()
+    dm = cond.model.diffusion_model
+    cov = op_coverage.coverage(dm)
+    quantized = {n for n, m in int8_ops.int8_linears(dm).items() if int8_ops.is_int8_weight(m.weight)}
+
+    def calls():
+        return sum(r.calls for r in kernels.REGISTRY.layers("conditional") if r.layer in quantized)
+
+    res = {"quantized": len(quantized), "all_linears": len(int8_ops.int8_linears(dm))}
+    for case, kw in (("conditional", {"context": ctx}), ("image_only", {})):
+        c0 = calls()
+        with torch.no_grad():
+            dm(x, sigma, **kw)
+        res[f"{case}/registry_calls"] = calls() - c0
+        res[f"{case}/coverage"] = cov.last
+    f0 = cov.forwards
+    _latent_node(cond, uncond, ctx, 3, preset="custom", steps=2)
+    res["sampler_forwards"] = cov.forwards - f0
+    res["sampler_uncond_forwards"] = op_coverage.coverage(uncond.model.diffusion_model).forwards
+    res["notes_before"] = kernels.REGISTRY.model_notes()
+    seen = []
+
+    class Catch(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    handler = Catch(logging.WARNING)
+    logging.getLogger("comfyui_ideogram4_int8").addHandler(handler)
+    o = dm.layers[2].attention.o
+    o.forward = lambda inp: F.linear(inp, o.weight.dequantize().to(inp.dtype))
+    ff = dm.layers[1].feed_forward
+
+    def ffn_of_its_own(inp):
+        g = F.linear(inp, ff.w1.weight.dequantize().to(inp.dtype))
+        u = F.linear(inp, ff.w3.weight.dequantize().to(inp.dtype))
+        return ff.w2(F.silu(g) * u)
+
+    ff.forward = ffn_of_its_own
+    try:
+        for _ in range(2):
+            with torch.no_grad():
+                dm(x, sigma, context=ctx)
+    finally:
+        logging.getLogger("comfyui_ideogram4_int8").removeHandler(handler)
+    res["bypass/coverage"] = cov.last
+    res["bypass/counts"] = [cov.bypassed_forwards, cov.forwards]
+    res["bypass/note"] = kernels.REGISTRY.model_notes("conditional").get(op_coverage.NOTE_KIND)
+    res["bypass/logged"] = [m for m in seen if "did not run through the pack's op" in m]
+    rec = {r.layer: r for r in kernels.REGISTRY.layers("conditional")}
+    res["bypass/o_reason"] = rec["layers.2.attention.o"].reason
+    res["bypass/qkv_reason"] = rec["layers.2.attention.qkv"].reason
+    report = status_report.status_report()
+    res["report_bypass"] = {m["label"]: m["bypass"] for m in report["models"]}
+    res["report_notes"] = report["status"]["notes"]
+    try:
+        import jsonschema
+
+        jsonschema.validate(report, status_report.load_schema(), cls=jsonschema.Draft202012Validator)
+        res["report_valid"] = True
+    except ImportError:
+        res["report_valid"] = None
+    return res
+
+
 CHECKS = {"parity": check_parity, "sampler": check_sampler, "interrupt": check_interrupt, "lora": check_lora,
           "offload": check_offload, "patch": check_patch, "bad_inputs": check_bad_inputs, "hooks": check_hooks,
-          "gate_up": check_gate_up, "gate_up_lora": check_gate_up_lora}
+          "gate_up": check_gate_up, "gate_up_lora": check_gate_up_lora, "coverage": check_coverage}
 
 try:
     result = CHECKS[check]()

@@ -209,9 +209,10 @@ def test_gate_up_pair_runs_as_one_fused_call_in_native_models(run_check):
     r = run_check("gate_up")
     seed = r["__seed__"]
     for fmt, fused in (("w8a8_shared", True), ("int8_convrot", True), ("fp8", True), ("w8a8", False)):
-        quantized = r[f"{fmt}/quantized"]
+        quantized = r[f"{fmt}/coverage"]["expected"]
         assert r[f"{fmt}/gate_up_modules"] == 4 and r[f"{fmt}/children"] == ["w1", "w2", "w3"], fmt
         assert r[f"{fmt}/native_keys"] is True, fmt
+        assert r[f"{fmt}/coverage"]["ran"] == quantized and r[f"{fmt}/uncond_coverage"]["missing"] == [], fmt
         assert r[f"{fmt}/fused_vs_split_max_abs"] == 0.0, (seed, fmt)  # the same int8 operands, the same float32 ops
         assert r[f"{fmt}/vs_reference_dit"] <= INT8_WHOLE_MODEL, (seed, fmt)
         assert len(r[f"{fmt}/summary"]) == 2, fmt  # one line per branch in the loader's summary
@@ -256,6 +257,33 @@ def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):
     assert r["lowvram_vs_ref"] <= 0.01 * r["effect"], seed
     assert r["lowvram_w1_path"] == "bf16" and "w1|w3 not fused: a weight patch (LoRA)" in r["lowvram_w1_reason"]
     assert r["lowvram_w1_fusion"].startswith("not fused with w3") and r["lowvram_block1_fusion"].startswith("gate/up")
+
+
+def test_every_quantized_linear_runs_through_the_op_and_a_bypass_is_labelled(run_check):
+    """Per forward, registry calls of the quantized linears = their number (llm_cond_proj only with a text context),
+    through the sampler too; a forward that computes layers without the pack's op (F.linear on a dequantized weight,
+    an FFN of its own) labels the model: registry note, report (model and status notes), layer reasons, one log."""
+    r = run_check("coverage")
+    q = r["quantized"]
+    assert q == 23 and r["all_linears"] == 31
+    assert r["conditional/registry_calls"] == q
+    assert r["conditional/coverage"] == {"expected": q, "ran": q, "missing": []}
+    assert r["image_only/registry_calls"] == q - 1 and r["image_only/coverage"]["ran"] == q - 1
+    assert r["sampler_forwards"] == 2 and r["sampler_uncond_forwards"] == 2 and r["notes_before"] == {}
+    missing = ["layers.1.feed_forward.w1", "layers.1.feed_forward.w3", "layers.2.attention.o"]
+    assert r["bypass/coverage"] == {"expected": q, "ran": q - 3, "missing": missing}
+    assert r["bypass/counts"] == [2, 6]
+    note = r["bypass/note"]
+    assert note.startswith(f"3 of {q} quantized linears did not run through the pack's op") and all(
+        m in note for m in missing
+    )
+    assert note.endswith("seen in 2 of 6 forwards")
+    assert len(r["bypass/logged"]) == 1  # logged once per model
+    assert "not run through the pack's op" in r["bypass/o_reason"]
+    assert "not run through" not in r["bypass/qkv_reason"]
+    assert r["report_bypass"] == {"conditional": note, "unconditional": None}
+    assert f"conditional: {note}" in r["report_notes"]
+    assert r["report_valid"] in (True, None)
 
 
 # -- a real server ---------------------------------------------------------------------------------------------

@@ -274,6 +274,10 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0):
         "triton-int8": lambda st: Kn.swiglu_w8a8_linear(
             st["x"], st["w13"], st["s13"], st["chunk"], path="triton-int8", site=f"bench/{name}"
         ),
+        # the same GEMM reading gate and up from the two weights as they are (ComfyUI MODELs: no interleaved copy)
+        "triton-int8-pair": lambda st: Kn.swiglu_w8a8_pair(
+            st["x"], st["w1_q"], st["w1_s"], st["w3_q"], st["w3_s"], path="triton-int8", site=f"bench/{name}-pair"
+        ),
     }
     if _fp8_available():
         peers["fp8-rowwise"] = fp8_pair
@@ -295,11 +299,13 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0):
     for st in sets:
         del st["w1_f"], st["w3_f"]
     _time_peers(
-        row, peers, sets, flop, quick, ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused"),
-        sustained,
-    )
+        row, peers, sets, flop, quick,
+        ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused", "triton-int8-pair"), sustained,
+    )  # fmt: skip
     rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
     row["triton_config"], row["triton_config_source"] = rec.config, rec.config_source
+    rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == f"{name}-pair")
+    row["pair_config"], row["pair_config_source"] = rec.config, rec.config_source
     row["sm_clock_mhz_after"] = _sm_clock_mhz()
     return row
 

@@ -20,6 +20,7 @@ from .dispatch import (
     select_path,
     swiglu_chunk_for,
     swiglu_w8a8_linear,
+    swiglu_w8a8_pair,
     triton_unavailable_reason,
     w8a8_linear,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "int8_matmul_int32",
     "w8a8_linear",
     "swiglu_w8a8_linear",
+    "swiglu_w8a8_pair",
     "interleave_gate_up",
     "deinterleave_gate_up",
     "swiglu_chunk_for",

@@ -475,6 +475,84 @@ def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, ou
     return h.reshape(*lead, n2 // 2)
 
 
+FUSION_ONE_GEMM = "gate/up pair: one GEMM with the SwiGLU epilogue, w1 and w3 read in place"
+FUSION_ONE_QUANT = "gate/up pair: one activation quantization, two GEMMs, SwiGLU in float32"
+FUSION_DEQUANT = "gate/up pair: two dequantized float GEMMs, SwiGLU in float32"
+
+
+def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_dtype=None):
+    """h = silu(x W1^T) * (x W3^T) for x [..., K] and two int8 weights w1 (gate), w3 (up) [F, K] with their
+    per-channel scales s1, s3 [F]: the gate/up pair without an interleaved copy of the weights.
+
+    On the fused path one activation quantization and one GEMM that reads the gate and up tiles from the two
+    tensors, with the SwiGLU in its epilogue (float32, the same ops in the same order as
+    ``swiglu_w8a8_linear``'s: bit for bit its result for the interleaved weights). Other paths (and a fused
+    kernel that fails for the shape, labelled) quantize once, run both projections and apply the SwiGLU in
+    float32. ``path`` forces a path (strict), as for ``w8a8_linear``. ``site``: one call site (recorded as
+    the pair, N = 2F) or a tuple (gate site, up site), each recorded as its own [F, K] projection; every
+    record says how the pair ran (``fusion``).
+    """
+    _check_int8_2d(w1, "swiglu_w8a8_pair: w1")
+    _check_int8_2d(w3, "swiglu_w8a8_pair: w3")
+    f, k = w1.shape
+    if w3.shape != w1.shape:
+        raise KernelInputError(f"swiglu_w8a8_pair: w1 is {tuple(w1.shape)} but w3 is {tuple(w3.shape)}; "
+                               "the gate and up projections must have one shape [F, K]")  # fmt: skip
+    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOAT_DTYPES or x.dim() < 1 or x.shape[-1] != k:
+        raise KernelInputError(f"swiglu_w8a8_pair: x must be float [..., {k}]; got {getattr(x, 'shape', x)}")
+    if not (x.device == w1.device == w3.device):
+        raise KernelInputError(f"swiglu_w8a8_pair: x on {x.device}, w1 on {w1.device}, w3 on {w3.device}; move the "
+                               "weights to the input's device")  # fmt: skip
+    _check_k(k, "swiglu_w8a8_pair")
+    out_dtype = out_dtype or x.dtype
+    s1 = _vector(s1, f, "swiglu_w8a8_pair: s1", x.device)
+    s3 = _vector(s3, f, "swiglu_w8a8_pair: s3", x.device)
+    smooth = _vector(smooth, k, "swiglu_w8a8_pair: smooth", x.device)
+    chosen, reason = select_path(x.device, f, k, path)
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    cfg = source = h = q = s = None
+    if chosen == PATH_TRITON:
+        with REGISTRY.timed(PATH_TRITON, x.device):
+            q, s = quantize_per_token(x2, smooth)
+        try:
+            out = _out_buffer(None, q.shape[0], f, out_dtype, q.device, "swiglu_w8a8_pair")
+            h, cfg, source = run_fused(q, w1, s, s1, None, out, False, timed=PATH_TRITON, up=(w3, s3))
+            if cfg is not None:
+                REGISTRY.count_launch("gemm_triton")
+                REGISTRY.count_launch("gate_up_pair")
+        except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
+            chosen, reason = _after_fused_failure(x.device, f, k, exc)
+    if h is None:
+        with REGISTRY.timed(chosen, x.device):
+            h = _pair_unfused(x2, q, s, w1, s1, w3, s3, smooth, chosen, out_dtype)
+    fusion = {PATH_TRITON: FUSION_ONE_GEMM, PATH_DEQUANT: FUSION_DEQUANT}.get(chosen, FUSION_ONE_QUANT)
+    conf = cfg.key() if cfg is not None else None
+    m = x2.shape[0]
+    if isinstance(site, tuple):
+        for one in site:
+            REGISTRY.record(one, chosen, reason, m, f, k, dtype=x.dtype, config=conf, config_source=source,
+                            fusion=fusion)  # fmt: skip
+    else:
+        REGISTRY.record(site, chosen, reason, m, 2 * f, k, dtype=x.dtype, config=conf, config_source=source,
+                        fusion=fusion)  # fmt: skip
+    return h.reshape(*lead, f)
+
+
+def _pair_unfused(x2, q, s, w1, s1, w3, s3, smooth, chosen, out_dtype):
+    """The gate/up pair on an unfused path: both projections in float32 from one quantization (cuBLAS int8),
+    or both dequantized (dequant-bf16), then silu(g) * u in float32."""
+    if chosen == PATH_DEQUANT:
+        g = reference.dequant_linear_ref(x2, w1, s1, None, smooth, compute_dtype=x2.dtype).float()
+        u = reference.dequant_linear_ref(x2, w3, s3, None, smooth, compute_dtype=x2.dtype).float()
+    else:
+        if q is None:
+            q, s = quantize_per_token(x2, smooth)
+        g = _cublas_linear(q, s, w1, s1, None, torch.float32)
+        u = _cublas_linear(q, s, w3, s3, None, torch.float32)
+    return (F.silu(g) * u).to(out_dtype)
+
+
 def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float):
     """Per-head RMSNorm + split-half RoPE of q or k [B, N, H, D] (e.g. a strided view of the qkv
     output) -> contiguous [B, N, H, D]. One Triton pass where it can run, else the twin."""

@@ -14,6 +14,17 @@ has gate columns in its left half and the matching up columns in its right half;
 
 exactly the float32 ops of gemm_triton._swiglu_tile (twin: F.silu(g) * u in float32).
 
+PAIR (the SwiGLU gate/up pair from two weights, ``launch_gemm(..., up=(w3, s3))``): ``w`` is the gate w1 [F, K]
+and w3 [F, K] the up weight, each with its own scale vector, out [M, F]; no interleaved copy exists (ComfyUI
+MODELs keep w1 and w3 as two parameters). The kernel keeps the interleaved epilogue's shared memory, ring and
+wgmma shape: each stage still holds one B tile [BLOCK_N, BLOCK_K], which the producer fills with two TMA boxes
+of BLOCK_N // 2 rows (rows f.. of w1 into the top half, the same rows of w3 into the bottom half: one mbarrier,
+the same byte count), so the consumers' wgmma over the whole tile produces gate columns on the left and up
+columns on the right exactly as with interleaved weights, and the epilogue reads the up scales from their own
+vector. A second B ring (or two accumulators) would need more shared memory or change the wgmma issue; two
+boxes into halves of the same tile change only the loader. N is F for the tile grid; F need not be a multiple
+of BLOCK_N // 2 (TMA zero-fills rows past F and clips the stores, scale loads are masked).
+
 One warp-specialized persistent kernel, two schedules (``GemmConfig.kernel``):
 
 * ``gluon-ws`` (cooperative): a 1-warp producer issues TMA loads into a NUM_STAGES smem ring
@@ -173,6 +184,7 @@ if IMPORT_ERROR is None:
         c_bufs,
         sa_ptr,
         sb_ptr,
+        sb2_ptr,
         bias_ptr,
         off_m,
         off_n,
@@ -181,13 +193,15 @@ if IMPORT_ERROR is None:
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
         SWIGLU: gl.constexpr,
+        PAIR: gl.constexpr,
         BUF0: gl.constexpr,
         NBUF: gl.constexpr,
     ):
         """acc [ROWS, BLOCK_N] -> out[off_m:, off_n:] in EPI_N-wide TMA stores through the staging
         buffers c_bufs[BUF0 : BUF0 + NBUF]. The last stores stay in flight (the caller waits
         before the buffers are reused). SWIGLU: out[off_m:, off_n // 2:] gets BLOCK_N // 2
-        columns, silu(left half) * right half."""
+        columns, silu(left half) * right half. PAIR (SWIGLU from two weights): off_n is the output
+        column (= the gate / up row of w1 / w3), N = F, gate scales at sb_ptr, up scales at sb2_ptr."""
         ROWS: gl.constexpr = acc.shape[0]
         BLOCK_N: gl.constexpr = acc.shape[1]
         EPI_N: gl.constexpr = c_bufs.shape[2]
@@ -200,16 +214,21 @@ if IMPORT_ERROR is None:
             sa = gl.expand_dims(gl.load(sa_ptr + rm, mask=rm < M, other=0.0), 1)
             for i in gl.static_range(HALF):
                 rg = off_n + i * EPI_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, lay))
-                ru = rg + BLOCK_N // 2
                 sg = gl.load(sb_ptr + rg, mask=rg < N, other=0.0)
-                su = gl.load(sb_ptr + ru, mask=ru < N, other=0.0)
+                if PAIR:  # up row f of w3 has its own scale vector
+                    su = gl.load(sb2_ptr + rg, mask=rg < N, other=0.0)
+                    col = off_n + i * EPI_N
+                else:  # interleaved: the up rows are the tile's right half
+                    ru = rg + BLOCK_N // 2
+                    su = gl.load(sb_ptr + ru, mask=ru < N, other=0.0)
+                    col = off_n // 2 + i * EPI_N
                 # _dequant_tile, then _swiglu_tile of gemm_triton, op for op in float32
                 g = parts[i].to(gl.float32) * sa
                 g = g * gl.expand_dims(sg, 0)
                 u = parts[HALF + i].to(gl.float32) * sa
                 u = u * gl.expand_dims(su, 0)
                 h = (g * _sigmoid(g) * u).to(c_desc.dtype)
-                _stage_store(h, c_desc, [off_m, off_n // 2 + i * EPI_N], c_bufs.index(BUF0 + i % NBUF), NBUF)
+                _stage_store(h, c_desc, [off_m, col], c_bufs.index(BUF0 + i % NBUF), NBUF)
         else:
             for i in gl.static_range(SPLITS):
                 part = parts[i]
@@ -231,10 +250,14 @@ if IMPORT_ERROR is None:
     # -- "ws" / "pingpong": warp specialized ----------------------------------------------------
 
     @gluon.jit
-    def _ws_loader(a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M: gl.constexpr, SPLIT_K: gl.constexpr):
+    def _ws_loader(a_desc, b_desc, b2_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M: gl.constexpr,
+                   SPLIT_K: gl.constexpr, PAIR: gl.constexpr):  # fmt: skip
+        """TMA producer. PAIR: a stage's B tile [BLOCK_N, BLOCK_K] is filled by two boxes of BLOCK_N // 2
+        rows, the gate rows from w1 (b_desc) on top and the same rows of w3 (b2_desc) below: the tile the
+        interleaved layout would hold, without an interleaved copy of the weights."""
         BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]  # PAIR: the rows of one weight per tile
         NUM_STAGES: gl.constexpr = a_bufs.shape[0]
         M = a_desc.shape[0]
         K = a_desc.shape[1]
@@ -247,7 +270,10 @@ if IMPORT_ERROR is None:
         k_tiles = gl.cdiv(K, BLOCK_K)
         tiles = num_pid_m * num_pid_n
         my_units = gl.cdiv(tiles * SPLIT_K - pid, nprog)
-        nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
+        if PAIR:
+            nbytes: gl.constexpr = a_desc.block_type.nbytes + 2 * b_desc.block_type.nbytes
+        else:
+            nbytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes
         slot = 0
         for j in range(my_units):
             pid_m, pid_n, split, k0, nk = _unit(
@@ -262,7 +288,11 @@ if IMPORT_ERROR is None:
                 bar = ready.index(s)
                 mbarrier.expect(bar, nbytes)
                 _tma_load(a_desc, [off_m, kk * BLOCK_K], bar, a_bufs.index(s))
-                _tma_load(b_desc, [off_n, kk * BLOCK_K], bar, b_bufs.index(s))
+                if PAIR:
+                    _tma_load(b_desc, [off_n, kk * BLOCK_K], bar, b_bufs.index(s).slice(0, BLOCK_N, dim=0))
+                    _tma_load(b2_desc, [off_n, kk * BLOCK_K], bar, b_bufs.index(s).slice(BLOCK_N, BLOCK_N, dim=0))
+                else:
+                    _tma_load(b_desc, [off_n, kk * BLOCK_K], bar, b_bufs.index(s))
                 slot += 1
 
     @gluon.jit
@@ -276,6 +306,7 @@ if IMPORT_ERROR is None:
         c_desc,
         sa_ptr,
         sb_ptr,
+        sb2_ptr,
         bias_ptr,
         M,
         N,
@@ -286,6 +317,7 @@ if IMPORT_ERROR is None:
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
         SWIGLU: gl.constexpr,
+        PAIR: gl.constexpr,
         GROUP_M: gl.constexpr,
         INSTR_N: gl.constexpr,
         SPLIT_K: gl.constexpr,
@@ -294,6 +326,10 @@ if IMPORT_ERROR is None:
         BLOCK_M: gl.constexpr = a_bufs.shape[1]
         BLOCK_K: gl.constexpr = a_bufs.shape[2]
         BLOCK_N: gl.constexpr = b_bufs.shape[1]
+        if PAIR:  # a tile covers BLOCK_N // 2 rows of w1 and the same rows of w3 (N = F)
+            TILE_N: gl.constexpr = BLOCK_N // 2
+        else:
+            TILE_N: gl.constexpr = BLOCK_N
         if SPLIT_K > 1:  # box [1, ROWS, EPI_N] of the workspace descriptor
             ROWS: gl.constexpr = c_desc.block_type.shape[1]
         else:
@@ -306,7 +342,7 @@ if IMPORT_ERROR is None:
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         num_pid_m = gl.cdiv(M, BLOCK_M)
-        num_pid_n = gl.cdiv(N, BLOCK_N)
+        num_pid_n = gl.cdiv(N, TILE_N)
         num_pid_in_group = GROUP_M * num_pid_n
         k_tiles = gl.cdiv(K, BLOCK_K)
         tiles = num_pid_m * num_pid_n
@@ -353,8 +389,8 @@ if IMPORT_ERROR is None:
                                WG * EPI_BUFS, EPI_BUFS)  # fmt: skip
             else:
                 _epilogue(
-                    acc, c_desc, c_bufs, sa_ptr, sb_ptr, bias_ptr, pid_m * BLOCK_M + row0, pid_n * BLOCK_N, M, N,
-                    HAS_BIAS, RAW_INT32, SWIGLU, WG * EPI_BUFS, EPI_BUFS,
+                    acc, c_desc, c_bufs, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, pid_m * BLOCK_M + row0, pid_n * TILE_N, M,
+                    N, HAS_BIAS, RAW_INT32, SWIGLU, PAIR, WG * EPI_BUFS, EPI_BUFS,
                 )  # fmt: skip
             n += 1
         tma.store_wait(0)
@@ -362,28 +398,32 @@ if IMPORT_ERROR is None:
     # Partition entry points: the warpgroup index reaches _ws_consumer as a literal constexpr
     # (worker partition arguments are passed through IR block arguments).
     @gluon.jit
-    def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                      KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
-                      SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
+    def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M,
+                      N, K, KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
+                      SWIGLU: gl.constexpr, PAIR: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
                       SPLIT_K: gl.constexpr):  # fmt: skip
-        _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
+        _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M, N,
+                     K, KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, PAIR, GROUP_M, INSTR_N,
+                     SPLIT_K)  # fmt: skip
 
     @gluon.jit
-    def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                      KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
-                      SWIGLU: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
+    def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M,
+                      N, K, KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
+                      SWIGLU: gl.constexpr, PAIR: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
                       SPLIT_K: gl.constexpr):  # fmt: skip
-        _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K)  # fmt: skip
+        _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M, N,
+                     K, KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, PAIR, GROUP_M, INSTR_N,
+                     SPLIT_K)  # fmt: skip
 
     @gluon.jit
     def _w8a8_gluon_ws_kernel(
         a_desc,
         b_desc,
+        b2_desc,
         c_desc,
         sa_ptr,
         sb_ptr,
+        sb2_ptr,
         bias_ptr,
         M,
         N,
@@ -392,6 +432,7 @@ if IMPORT_ERROR is None:
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
         SWIGLU: gl.constexpr,
+        PAIR: gl.constexpr,
         GROUP_M: gl.constexpr,
         NUM_STAGES: gl.constexpr,
         EPI_BUFS: gl.constexpr,
@@ -404,7 +445,10 @@ if IMPORT_ERROR is None:
     ):
         BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-        BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+        if PAIR:  # b_desc / b2_desc boxes are half a B tile each (w1 rows, then the same rows of w3)
+            BLOCK_N: gl.constexpr = 2 * b_desc.block_type.shape[0]
+        else:
+            BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
         gl.static_assert(num_warps == 4, "the default partition is consumer warpgroup 0")
 
         a_bufs = gl.allocate_shared_memory(gl.int8, [NUM_STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
@@ -431,15 +475,15 @@ if IMPORT_ERROR is None:
             [
                 (
                     _ws_consumer0,
-                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
+                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M, N,
+                     K, KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, PAIR, GROUP_M, INSTR_N, SPLIT_K),
                 ),
                 (
                     _ws_consumer1,
-                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, bias_ptr, M, N, K,
-                     KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, GROUP_M, INSTR_N, SPLIT_K),
+                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M, N,
+                     K, KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, PAIR, GROUP_M, INSTR_N, SPLIT_K),
                 ),
-                (_ws_loader, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K)),
+                (_ws_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K, PAIR)),
             ],
             [4, 1],
             [CONSUMER_REGS, LOADER_REGS],
@@ -473,15 +517,16 @@ def split_plan(cfg: GemmConfig, K: int) -> tuple[int, int]:
     return kps, -(-k_tiles // kps)
 
 
-def address_problem(cfg: GemmConfig, q, w, out) -> str | None:
-    """None when TMA can address this launch's operands, else why not (the caller then demotes)."""
+def address_problem(cfg: GemmConfig, q, w, out, w3=None) -> str | None:
+    """None when TMA can address this launch's operands (``w3``: the up weight of a gate/up pair), else why not
+    (the caller then demotes)."""
     from .gemm_triton import tma_problem
 
     if q.shape[1] % 16:
         return f"K = {q.shape[1]} is not a multiple of 16 (TMA row alignment of the int8 operands)"
     if split_plan(cfg, q.shape[1])[1] > 1 and w.shape[0] % 4:
         return f"N = {w.shape[0]} is not a multiple of 4 (TMA rows of the int32 split-K workspace)"
-    return tma_problem(q, w, out)
+    return tma_problem(q, w, out) if w3 is None else tma_problem(q, w, w3, out)
 
 
 @functools.lru_cache(maxsize=256)
@@ -490,27 +535,32 @@ def _smem_layout(block: tuple, dtype):
 
 
 def build_launch(q, w, q_scale, w_scale, bias, out, cfg: GemmConfig, raw_int32=False, swiglu=False, ws=None,
-                 num_sms=None):  # fmt: skip
+                 num_sms=None, up=None):  # fmt: skip
     """(kernel, grid, args, kwargs) of one launch. Device-free: the offline compile check calls it with
-    CPU tensors. swiglu: ``w`` holds gate/up rows interleaved in chunks of BLOCK_N // 2; out is [M, N // 2].
+    CPU tensors. swiglu: ``w`` holds gate/up rows interleaved in chunks of BLOCK_N // 2; out is [M, N // 2];
+    or, with ``up = (w3, s3)``, ``w`` is the gate weight w1 [F, K] (scale ``w_scale``), w3 [F, K] the up
+    weight and out [M, F] (PAIR: each stage's B tile is loaded as two half boxes, one per weight).
     Split-K (split_plan(cfg, K)[1] > 1): the kernel writes int32 partials into ``ws`` (contiguous int32
     [S, M, N]) and ignores scales, bias and ``out``; the caller reduces. Misuse raises ValueError."""
-    plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms)
-    return _launch_args(plan, q, w, q_scale, w_scale, bias, out, ws)
+    plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms, up)
+    return _launch_args(plan, q, w, q_scale, w_scale, bias, out, ws, up)
 
 
-def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms) -> tuple:
+def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms, up=None) -> tuple:
     """Everything of a launch but its tensors, validated: (kernel, grid, kwargs, descriptor blocks, kps)."""
     M, K = q.shape
     N = w.shape[0]
+    pair = up is not None
     why = cfg.problem(out.element_size(), swiglu) if cfg.is_gluon else f"{cfg.key()} is not a Gluon config"
-    if why is None and swiglu and (raw_int32 or bias is not None or N % cfg.block_n):
+    if why is None and pair and (not swiglu or tuple(up[0].shape) != (N, K) or up[0].dtype != torch.int8):
+        why = f"a gate/up pair is a SwiGLU epilogue over two int8 weights of one shape [F, K] = [{N}, {K}]"
+    if why is None and swiglu and (raw_int32 or bias is not None or (not pair and N % cfg.block_n)):
         why = f"the SwiGLU epilogue needs no raw_int32, no bias and N = {N} a multiple of BLOCK_N = {cfg.block_n}"
     if why is not None:
         raise ValueError(f"{cfg.key()}: {why}")
-    n_out = N // 2 if swiglu else N
+    n_out = N // 2 if swiglu and not pair else N
     if q.dtype != torch.int8 or w.dtype != torch.int8 or w.shape[1] != K or out.shape != (M, n_out):
-        raise ValueError(f"q [M, K] int8, w [N, K] int8, out [M, {'N // 2' if swiglu else 'N'}]")
+        raise ValueError(f"q [M, K] int8, w [N, K] int8, out [M, {'N // 2' if swiglu and not pair else 'N'}]")
     if raw_int32 != (out.dtype == torch.int32) or out.dtype not in _GL_DTYPE:
         raise ValueError("raw_int32 needs an int32 out; otherwise out is bf16/fp16/fp32")
     kps, splits = split_plan(cfg, K)
@@ -524,9 +574,12 @@ def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms
         c_block, c_ty, c_bytes, raw_int32 = [1, rows, cfg.epi_n], gl.int32, 4, True
     else:
         c_block, c_ty, c_bytes = [rows, cfg.epi_n], _GL_DTYPE[out.dtype], out.element_size()
-    blocks = tuple((b, _smem_layout(tuple(b), ty)) for b, ty in (([bm, bk], gl.int8), ([bn, bk], gl.int8),
+    # PAIR: a weight box is half the B tile; the kernel allocates the full [BLOCK_N, BLOCK_K] tile (the same
+    # NVMMA layout: the int8 rows are BLOCK_K bytes whatever their count) and the two boxes fill its halves
+    b_rows = bn // 2 if pair else bn
+    blocks = tuple((b, _smem_layout(tuple(b), ty)) for b, ty in (([bm, bk], gl.int8), ([b_rows, bk], gl.int8),
                                                                   (c_block, c_ty)))  # fmt: skip
-    units = -(-M // bm) * -(-N // bn) * splits
+    units = -(-M // bm) * -(-N // b_rows) * splits
     grid = (max(1, min(num_sms or sm_count(q.device), units)),)
     # 4 + 4 + 1 warps round up to 3 warpgroups: the launch register cap must fit 12 warps
     # (65536 / (12 * 32) = 170 -> 168); setmaxnreg then moves the loader's share to the consumers.
@@ -534,6 +587,7 @@ def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms
         HAS_BIAS=bias is not None and splits == 1,
         RAW_INT32=raw_int32,
         SWIGLU=bool(swiglu),
+        PAIR=pair,
         GROUP_M=cfg.group_m,
         NUM_STAGES=cfg.num_stages,
         EPI_BUFS=gluon_epi_bufs(cfg, c_bytes, swiglu),
@@ -548,20 +602,26 @@ def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms
     return _w8a8_gluon_ws_kernel, grid, kwargs, blocks, kps
 
 
-def _launch_args(plan, q, w, q_scale, w_scale, bias, out, ws) -> tuple:
-    """(kernel, grid, args, kwargs) of a plan for these tensors: three descriptors from the public
-    constructor with the plan's cached layouts, pointers (or placeholders the kernel never reads)."""
+def _launch_args(plan, q, w, q_scale, w_scale, bias, out, ws, up=None) -> tuple:
+    """(kernel, grid, args, kwargs) of a plan for these tensors: the descriptors from the public constructor
+    with the plan's cached layouts (the up weight's with the gate weight's block; without a pair the gate
+    descriptor stands in for it, unread), pointers (or placeholders the kernel never reads)."""
     kernel, grid, kwargs, blocks, kps = plan
     c = ws if ws is not None else out
     a_desc, b_desc, c_desc = (
         TensorDescriptor(t, list(t.shape), list(t.stride()), list(block), layout)
         for t, (block, layout) in zip((q, w, c), blocks, strict=True)
     )
+    b2_desc, s3 = b_desc, None
+    if up is not None:
+        w3, s3 = up
+        b2_desc = TensorDescriptor(w3, list(w3.shape), list(w3.stride()), list(blocks[1][0]), blocks[1][1])
     if ws is not None:  # the partials ignore scales and bias
         q_scale = w_scale = bias = None
     dummy = w_scale if w_scale is not None else c
-    args = (a_desc, b_desc, c_desc, q_scale if q_scale is not None else dummy, dummy,
-            bias if bias is not None else dummy, q.shape[0], w.shape[0], q.shape[1], kps)  # fmt: skip
+    args = (a_desc, b_desc, b2_desc, c_desc, q_scale if q_scale is not None else dummy, dummy,
+            s3 if s3 is not None else dummy, bias if bias is not None else dummy, q.shape[0], w.shape[0], q.shape[1],
+            kps)  # fmt: skip
     return kernel, grid, args, kwargs
 
 
@@ -569,23 +629,24 @@ _PLANS: dict = {}
 
 
 def launch_gemm(q, w, cfg: GemmConfig, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False,
-                swiglu=False):  # fmt: skip
+                swiglu=False, up=None):  # fmt: skip
     """out = W8A8 GEMM of q [M, K] and w [N, K] (module docstring) with the Gluon config ``cfg``; returns
-    ``out``. The caller has checked ``address_problem`` and that this device and Triton can run Gluon.
-    A launch plan is kept per shape, strides and dtypes: a repeat call only builds the descriptors."""
+    ``out``. ``up = (w3, s3)``: the SwiGLU gate/up pair from two weights (``build_launch``). The caller has
+    checked ``address_problem`` and that this device and Triton can run Gluon. A launch plan is kept per
+    shape, strides and dtypes: a repeat call only builds the descriptors."""
     M, K = q.shape
     N = w.shape[0]
     kps, splits = split_plan(cfg, K)
     ws = torch.empty((splits, M, N), dtype=torch.int32, device=q.device) if splits > 1 else None
     key = (cfg, M, N, K, q.stride(0), w.stride(0), out.stride(0), out.dtype, raw_int32, q_scale is None,
-           w_scale is None, bias is None, swiglu, q.device)  # fmt: skip
+           w_scale is None, bias is None, swiglu, up is not None and up[0].stride(0), q.device)  # fmt: skip
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, None)
+        plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, None, up)
         if len(_PLANS) > 512:
             _PLANS.clear()
         _PLANS[key] = plan
-    LAST_LAUNCH["kernel"] = launch(*_launch_args(plan, q, w, q_scale, w_scale, bias, out, ws))
+    LAST_LAUNCH["kernel"] = launch(*_launch_args(plan, q, w, q_scale, w_scale, bias, out, ws, up))
     if ws is not None:  # sum the S partial slices, then scales + bias (or the raw int32 sum)
         from .gemm_triton import reduce_partials
 

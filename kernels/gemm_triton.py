@@ -15,6 +15,9 @@ Design notes (facts in research/int8-gemm-sota.md):
   tile into its own slice of a [SPLIT_K, M, N] workspace (plain stores: no zeroing, no atomics,
   which cost more than the split saved), then one small kernel sums the slices and applies the
   scales and bias. Integer addition is exact, so the result is bit-identical to SPLIT_K == 1.
+* SwiGLU gate/up: with w1 / w3 rows interleaved in one tensor (EPILOGUE 3, ``_swiglu_tile``), or read from the two
+  weights as they are (``_gate_up_kernel``, ``_gate_up_persistent_kernel``: two dots per k step into a gate and an
+  up accumulator, the same float32 epilogue ops in the same order, so the same result bit for bit).
 """
 
 from __future__ import annotations
@@ -134,6 +137,80 @@ def _w8a8_gemm_kernel(
 
 
 @triton.jit
+def _gate_up_epilogue(acc_g, acc_u, sa_ptr, s1_ptr, s3_ptr, rm, rh, M, F):
+    """silu(g) * u of the two int32 accumulators, with g and u dequantized exactly as ``_dequant_tile``
+    does and combined exactly as ``_swiglu_tile`` does (same float32 ops, same order): bit for bit the
+    interleaved kernel's result for the same operands."""
+    sa = tl.load(sa_ptr + rm, mask=rm < M, other=0.0)
+    g = acc_g.to(tl.float32) * sa[:, None]
+    g = g * tl.load(s1_ptr + rh, mask=rh < F, other=0.0)[None, :]
+    u = acc_u.to(tl.float32) * sa[:, None]
+    u = u * tl.load(s3_ptr + rh, mask=rh < F, other=0.0)[None, :]
+    return g * tl.sigmoid(g) * u
+
+
+@triton.jit
+def _gate_up_kernel(
+    a_ptr,
+    w1_ptr,
+    w3_ptr,
+    c_ptr,
+    sa_ptr,
+    s1_ptr,
+    s3_ptr,
+    M,
+    F,
+    K,
+    stride_am,
+    stride_w1,
+    stride_w3,
+    stride_cm,
+    EVEN_K: tl.constexpr,  # K % BLOCK_K == 0: no K masks
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # gate + up columns of one tile: BLOCK_N // 2 of each, BLOCK_N // 2 outputs
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    """SwiGLU gate/up pair from two weights: out[m, f] = silu(g) * u, g = q . w1[f], u = q . w3[f] (each
+    dequantized with its own per-channel scale). Two dots per k step into two accumulators; the shared
+    memory and tile of one ``_w8a8_gemm_kernel`` SwiGLU tile of width BLOCK_N. F needs no alignment: rows
+    past F are wrapped onto valid ones (loads stay unmasked) and dropped by the store mask."""
+    HALF: tl.constexpr = BLOCK_N // 2
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(F, HALF)
+    pid_m, pid_n = _tile_coords(pid, GROUP_M * num_pid_n, num_pid_m, GROUP_M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rh = pid_n * HALF + tl.arange(0, HALF)
+    ram = rm % M
+    rwh = (rh % F).to(tl.int64)
+    rk = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + ram[:, None].to(tl.int64) * stride_am + rk[None, :]
+    g_ptrs = w1_ptr + rwh[None, :] * stride_w1 + rk[:, None]
+    u_ptrs = w3_ptr + rwh[None, :] * stride_w3 + rk[:, None]
+    acc_g = tl.zeros((BLOCK_M, HALF), dtype=tl.int32)
+    acc_u = tl.zeros((BLOCK_M, HALF), dtype=tl.int32)
+    for k0 in range(0, K, BLOCK_K):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            g = tl.load(g_ptrs)
+            u = tl.load(u_ptrs)
+        else:
+            k_left = K - k0
+            a = tl.load(a_ptrs, mask=rk[None, :] < k_left, other=0)
+            g = tl.load(g_ptrs, mask=rk[:, None] < k_left, other=0)
+            u = tl.load(u_ptrs, mask=rk[:, None] < k_left, other=0)
+        acc_g += tl.dot(a, g)
+        acc_u += tl.dot(a, u)
+        a_ptrs += BLOCK_K
+        g_ptrs += BLOCK_K
+        u_ptrs += BLOCK_K
+    h = _gate_up_epilogue(acc_g, acc_u, sa_ptr, s1_ptr, s3_ptr, rm, rh, M, F)
+    h_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rh[None, :]
+    tl.store(h_ptrs, h.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rh[None, :] < F))
+
+
+@triton.jit
 def _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M: tl.constexpr):
     group_id = tile_id // num_pid_in_group
     first_pid_m = group_id * GROUP_M
@@ -205,6 +282,50 @@ def _w8a8_gemm_persistent_kernel(
 
 
 @triton.jit
+def _gate_up_persistent_kernel(
+    a_desc,
+    w1_desc,
+    w3_desc,
+    c_desc,
+    sa_ptr,
+    s1_ptr,
+    s3_ptr,
+    M,
+    F,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # gate + up: the descriptors' boxes are BLOCK_N // 2 rows of each
+    BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,
+):
+    """``_gate_up_kernel`` as a persistent TMA kernel (the SwiGLU form of ``_w8a8_gemm_persistent_kernel``):
+    per k step one A box and a BLOCK_N // 2-row box of each weight; edge boxes zero-filled, stores clipped."""
+    HALF: tl.constexpr = BLOCK_N // 2
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(F, HALF)
+    num_tiles = num_pid_m * num_pid_n
+    num_pid_in_group = GROUP_M * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    for tile_id in tl.range(tl.program_id(0), num_tiles, NUM_PROGRAMS, flatten=True):
+        pid_m, pid_n = _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M)
+        off_m = pid_m * BLOCK_M
+        off_h = pid_n * HALF
+        acc_g = tl.zeros((BLOCK_M, HALF), dtype=tl.int32)
+        acc_u = tl.zeros((BLOCK_M, HALF), dtype=tl.int32)
+        for ki in range(k_tiles):
+            a = a_desc.load([off_m, ki * BLOCK_K])
+            g = w1_desc.load([off_h, ki * BLOCK_K])
+            u = w3_desc.load([off_h, ki * BLOCK_K])
+            acc_g = tl.dot(a, g.T, acc_g, out_dtype=tl.int32)
+            acc_u = tl.dot(a, u.T, acc_u, out_dtype=tl.int32)
+        rm = off_m + tl.arange(0, BLOCK_M)
+        rh = off_h + tl.arange(0, HALF)
+        h = _gate_up_epilogue(acc_g, acc_u, sa_ptr, s1_ptr, s3_ptr, rm, rh, M, F)
+        c_desc.store([off_m, off_h], h.to(c_desc.dtype))
+
+
+@triton.jit
 def _split_k_epilogue_kernel(
     acc_ptr,
     c_ptr,
@@ -254,11 +375,14 @@ def tma_problem(*tensors) -> str | None:
 
 
 def build_launches(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False,
-                   num_sms=None) -> list[tuple]:  # fmt: skip
+                   num_sms=None, up=None) -> list[tuple]:  # fmt: skip
     """[(kernel, grid, args, kwargs)] of one portable GEMM (config kernel ``triton`` or ``triton-tma``), in
     launch order: the GEMM, then (split-K) the reduce. Device-free: the offline compile check builds the
     same launches from CPU tensors. A ``triton-tma`` config whose operands TMA cannot address gets the
-    pointer kernel with its tile. Misuse raises ValueError."""
+    pointer kernel with its tile. ``up = (w3, s3)``: the SwiGLU gate/up pair from two weights (``w`` is the
+    gate w1 [F, K], ``w_scale`` its scale; ``out`` [M, F]); see ``gate_up_launch``. Misuse raises ValueError."""
+    if up is not None:
+        return [gate_up_launch(q, w, w_scale, up[0], up[1], cfg, q_scale, bias, out, raw_int32, swiglu, num_sms)]
     M, K = q.shape
     N = w.shape[0]
     why = cfg.problem(out.element_size(), swiglu) if cfg.kernel in ("triton", "triton-tma") else "not portable"
@@ -290,15 +414,18 @@ def build_launches(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, r
     return [(_w8a8_gemm_kernel, grid, args, opts), reduce_launch(ws, q_scale, w_scale, bias, out, raw_int32)]
 
 
-def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False):
+def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False,
+                up=None):  # fmt: skip
     """Run the portable kernel with config ``cfg``; writes into and returns ``out``.
 
     raw_int32=True returns the int32 accumulator (``out`` must be int32); otherwise ``out`` gets
     the dequantized, biased result in its own dtype. swiglu=True: ``w`` holds gate and up rows
-    interleaved in chunks of BLOCK_N // 2 and ``out`` [M, N // 2] gets silu(gate) * up.
+    interleaved in chunks of BLOCK_N // 2 and ``out`` [M, N // 2] gets silu(gate) * up; or, with
+    ``up = (w3, s3)``, ``w`` is the gate weight w1 [F, K] and w3 [F, K] the up weight (no interleaved
+    copy), ``out`` [M, F].
     """
     for i, (kernel, grid, args, kwargs) in enumerate(build_launches(q, w, cfg, q_scale, w_scale, bias, out,
-                                                                    raw_int32, swiglu)):  # fmt: skip
+                                                                    raw_int32, swiglu, up=up)):  # fmt: skip
         compiled = launch(kernel, grid, args, kwargs)
         if i == 0:  # the GEMM (tests read its PTX), not the split-K reduce
             LAST_LAUNCH["kernel"] = compiled
@@ -359,3 +486,39 @@ def _persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu
         subtile,
     )  # fmt: skip
     return _w8a8_gemm_persistent_kernel, (programs,), args, dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+
+def gate_up_launch(q, w1, s1, w3, s3, cfg, q_scale, bias=None, out=None, raw_int32=False, swiglu=True,
+                   num_sms=None) -> tuple:  # fmt: skip
+    """(kernel, grid, args, kwargs) of the SwiGLU gate/up pair read from two weights w1, w3 [F, K] (per-channel
+    scales s1, s3 [F]): out [M, F] = silu(g) * u. The config's tile is that of the interleaved SwiGLU epilogue
+    (BLOCK_N // 2 rows of each weight per tile: same shared memory, same MMA shape); F needs no alignment.
+    ``triton-tma`` runs the persistent TMA kernel where TMA can address every operand, else the pointer kernel
+    with its tile. Misuse raises ValueError."""
+    M, K = q.shape
+    F = w1.shape[0]
+    why = cfg.problem(out.element_size(), swiglu=True) if cfg.kernel in ("triton", "triton-tma") else "not portable"
+    if why is None and (raw_int32 or not swiglu or bias is not None):
+        why = "the gate/up pair is a SwiGLU epilogue: no raw int32, no bias"
+    if why is None and (tuple(w3.shape) != (F, K) or tuple(out.shape) != (M, F) or q_scale is None
+                        or s1 is None or s3 is None):  # fmt: skip
+        why = f"w1 / w3 must both be [F, K] = [{F}, {K}], out [M, F] = [{M}, {F}], with all three scales"
+    if why:
+        raise ValueError(f"{cfg.key()}: {why}")
+    tiles = (cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m)
+    opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    n_tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(F, cfg.block_n // 2)
+    if cfg.kernel == "triton-tma" and tma_problem(q, w1, w3, out) is None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        half = cfg.block_n // 2
+        descs = (TensorDescriptor.from_tensor(q, [cfg.block_m, cfg.block_k]),
+                 TensorDescriptor.from_tensor(w1, [half, cfg.block_k]),
+                 TensorDescriptor.from_tensor(w3, [half, cfg.block_k]),
+                 TensorDescriptor.from_tensor(out, [cfg.block_m, half]))  # fmt: skip
+        programs = min(num_sms or _num_sms(q.device), n_tiles)
+        args = (*descs, q_scale, s1, s3, M, F, K, *tiles, programs)
+        return _gate_up_persistent_kernel, (programs,), args, opts
+    args = (q, w1, w3, out, q_scale, s1, s3, M, F, K, q.stride(0), w1.stride(0), w3.stride(0), out.stride(0),
+            K % cfg.block_k == 0, *tiles)  # fmt: skip
+    return _gate_up_kernel, (n_tiles,), args, opts

@@ -40,6 +40,7 @@ class LayerRecord:
     config: str | None = None
     config_source: str | None = None
     last_used: float = 0.0
+    fusion: str | None = None  # how a fused pair (SwiGLU gate/up) ran in the last call, or why it did not
 
     @property
     def model(self) -> str:
@@ -61,6 +62,7 @@ class LayerRecord:
             "dtype": self.dtype,
             "config": self.config,
             "config_source": self.config_source,
+            "fusion": self.fusion,
         }
 
 
@@ -74,6 +76,7 @@ class GemmRegistry:
         self._last_run_ms: dict[str, float] | None = None
         self._last_run_wall_ms: float | None = None
         self._run_started: float | None = None
+        self._model_notes: dict[str, dict[str, str]] = {}  # label -> {kind: message}
         self.launches: collections.Counter = collections.Counter()
 
     # -- recording ------------------------------------------------------------------------
@@ -88,6 +91,7 @@ class GemmRegistry:
         dtype: torch.dtype | None = None,
         config: str | None = None,
         config_source: str | None = None,
+        fusion: str | None = None,
     ) -> None:
         if path not in PATHS:
             raise ValueError(f"unknown GEMM path {path!r}; expected one of {PATHS}")
@@ -101,7 +105,48 @@ class GemmRegistry:
             rec.calls += 1
             rec.dtype = str(dtype).replace("torch.", "") if dtype is not None else rec.dtype
             rec.config, rec.config_source = config, config_source
+            rec.fusion = fusion
             rec.last_used = time.time()
+
+    def note_fusion(self, site: str | None, fusion: str, why_not_faster: str | None = None) -> None:
+        """After a call of ``site`` was recorded: how its fused pair ran (``fusion``), and, when the pair ran
+        split, why (appended to the record's reason, which says why a faster path was not taken)."""
+        if site is None:
+            return
+        with self._lock:
+            rec = self._layers.get(site)
+            if rec is None:
+                return
+            rec.fusion = fusion
+            if why_not_faster and why_not_faster not in rec.reason:
+                rec.reason = f"{rec.reason}; {why_not_faster}" if rec.reason else why_not_faster
+
+    def annotate(self, site: str, note: str) -> None:
+        """Append ``note`` to the reason of ``site``'s record (once); nothing when the site has no record."""
+        with self._lock:
+            rec = self._layers.get(site)
+            if rec is not None and note not in rec.reason:
+                rec.reason = f"{rec.reason}; {note}" if rec.reason else note
+
+    # -- model-level notes (e.g. a forward that routed around the pack's op) -------------------------
+    def set_model_note(self, model: str, kind: str, message: str | None) -> bool:
+        """Set (or, with ``message`` None, clear) the note ``kind`` of ``model``; True when it changed."""
+        with self._lock:
+            notes = self._model_notes.setdefault(model, {})
+            if notes.get(kind) == message:
+                return False
+            if message is None:
+                notes.pop(kind, None)
+            else:
+                notes[kind] = message
+            return True
+
+    def model_notes(self, model: str | None = None) -> dict[str, dict[str, str]] | dict[str, str]:
+        """{kind: message} of ``model``, or {model: {kind: message}} of every model with notes."""
+        with self._lock:
+            if model is not None:
+                return dict(self._model_notes.get(model, {}))
+            return {m: dict(n) for m, n in self._model_notes.items() if n}
 
     def declare(self, site: str, path: str, reason: str, n: int, k: int) -> None:
         """Register a layer before it ever runs (e.g. at load), with zero calls."""
@@ -138,9 +183,11 @@ class GemmRegistry:
         with self._lock:
             if model is None:
                 self._layers.clear()
+                self._model_notes.clear()
             else:
                 for site in [s for s, r in self._layers.items() if r.model == model]:
                     del self._layers[site]
+                self._model_notes.pop(model, None)
 
     # -- timing ---------------------------------------------------------------------------
     def enable_timing(self, on: bool = True) -> None:

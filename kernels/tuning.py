@@ -38,6 +38,10 @@ _TABLE_FIELDS = ("arch", "gpu", "triton", "N", "K", "m_bucket", "epilogue", "con
 _KERNEL_SOURCES = ("configs.py", "gemm_triton.py", "gemm_gluon.py")
 
 
+EPILOGUE_PAIR = "swiglu-pair"  # SwiGLU gate/up from two weights w1, w3 (no interleaved copy; any tile width)
+EPILOGUES = ("linear", "swiglu", EPILOGUE_PAIR)
+
+
 def epilogue_of(block_n: int | None) -> str:
     """The table's epilogue field: SwiGLU calls pin BLOCK_N (2 x the gate/up interleave chunk)."""
     return "linear" if block_n is None else "swiglu"
@@ -59,10 +63,25 @@ def shipped_table() -> list[dict]:
     return entries
 
 
-def shipped_config(arch: str, gpu: str | None, line: str, M: int, N: int, K: int, block_n: int | None = None):
+def shipped_config(arch: str, gpu: str | None, line: str, M: int, N: int, K: int, block_n: int | None = None,
+                   epilogue: str | None = None):  # fmt: skip
     """(config, source) of the shipped pick for this call, or None. An exact GPU match first, then any GPU
-    of the same arch; only entries measured on this Triton line, with this epilogue (and tile width)."""
-    bucket, epilogue = m_bucket(M), epilogue_of(block_n)
+    of the same arch; only entries measured on this Triton line, with this epilogue (and tile width).
+
+    The gate/up pair (``EPILOGUE_PAIR``) without entries of its own takes the interleaved SwiGLU kernel's pick
+    for the same GEMM (N = 2F): the same tile, shared memory and MMA shape, each stage's weight tile loaded as
+    two half boxes; the source says so."""
+    epilogue = epilogue or epilogue_of(block_n)
+    found = _shipped(arch, gpu, line, M, N, K, block_n, epilogue)
+    if found is None and epilogue == EPILOGUE_PAIR:
+        found = _shipped(arch, gpu, line, M, N, K, None, "swiglu")
+        if found is not None:
+            found = (found[0], f"{found[1]}: measured for the interleaved SwiGLU kernel (same tile)")
+    return found
+
+
+def _shipped(arch, gpu, line, M, N, K, block_n, epilogue):
+    bucket = m_bucket(M)
     hits = [
         e for e in shipped_table()
         if e["arch"] == arch and e["triton"] == line and (e["N"], e["K"], e["m_bucket"]) == (N, K, bucket)
@@ -110,29 +129,33 @@ class ConfigPicker:
         self._disk: dict | None = None
 
     # -- public ---------------------------------------------------------------------------
-    def pick(self, q: torch.Tensor, w: torch.Tensor, launch=None, block_n: int | None = None) -> tuple[GemmConfig, str]:
+    def pick(self, q: torch.Tensor, w: torch.Tensor, launch=None, block_n: int | None = None,
+             epilogue: str | None = None, n: int | None = None) -> tuple[GemmConfig, str]:  # fmt: skip
         """Config and its source for q [M,K] x w [N,K]. ``launch(cfg)`` runs one trial (autotune).
 
-        ``block_n`` pins the tile width (the SwiGLU epilogue needs BLOCK_N == 2 x its chunk)."""
+        ``block_n`` pins the tile width (the interleaved SwiGLU epilogue needs BLOCK_N == 2 x its chunk).
+        ``epilogue``: the key's epilogue (default from ``block_n``); ``n``: the key's N when it is not w's rows
+        (the gate/up pair computes N = 2F from two [F, K] weights)."""
         M, K = q.shape
-        N = w.shape[0]
-        fast = (q.device, N, K, M, block_n)
+        N = n or w.shape[0]
+        epilogue = epilogue or epilogue_of(block_n)
+        fast = (q.device, N, K, M, block_n, epilogue)
         hit = self._fast.get(fast)
         if hit is not None:
             return hit
         arch = arch_name(capability(q.device) if q.is_cuda else None)
         gpu, line = gpu_name(q.device), triton_line()
-        key = (arch, gpu, line, N, K, m_bucket(M), epilogue_of(block_n), block_n)
+        key = (arch, gpu, line, N, K, m_bucket(M), epilogue, block_n)
         with self._lock:
             found = self._picks.get(key)
         if found is None:
-            found = self._from_disk(key) or shipped_config(arch, gpu, line, M, N, K, block_n)
+            found = self._from_disk(key) or shipped_config(arch, gpu, line, M, N, K, block_n, epilogue)
         if found is None and q.is_cuda and launch is not None and os.environ.get(ENV_AUTOTUNE, "1") != "0":
-            found = self._autotune(key, arch, M, N, K, q.device, launch, block_n)
+            found = self._autotune(key, arch, M, N, K, q.device, launch, block_n, epilogue != "linear")
         if found is None:
             cfg = heuristic_config(arch, M, N, K)
-            if block_n is not None:
-                cfg = dataclasses.replace(cfg, block_n=block_n, split_k=1)
+            if epilogue != "linear":  # SwiGLU epilogues run unsplit
+                cfg = dataclasses.replace(cfg, block_n=block_n or cfg.block_n, split_k=1)
             found = (cfg, "heuristic")
         with self._lock:
             self._picks[key] = found
@@ -173,14 +196,16 @@ class ConfigPicker:
         except (TypeError, ValueError):
             return None
 
-    def _autotune(self, key, arch, M, N, K, device, launch, block_n=None) -> tuple[GemmConfig, str] | None:
+    def _autotune(self, key, arch, M, N, K, device, launch, block_n=None,
+                  swiglu=False) -> tuple[GemmConfig, str] | None:  # fmt: skip
         from triton.testing import do_bench
 
         props = torch.cuda.get_device_properties(device)
         smem = getattr(props, "shared_memory_per_block_optin", None)
         candidates = config_space(arch, M, smem, runnable_kernels(device))
-        if block_n is not None:  # the SwiGLU epilogue: the tile width is the weights' interleave
-            candidates = [c for c in candidates if c.block_n == block_n and c.problem(2, swiglu=True) is None]
+        if swiglu:  # interleaved SwiGLU: the tile width is the weights' interleave; the gate/up pair: any
+            candidates = [c for c in candidates if (block_n is None or c.block_n == block_n)
+                          and c.problem(2, swiglu=True) is None]  # fmt: skip
         log.warning(
             "Ideogram4 INT8: autotuning GEMM N=%d K=%d M~%d over %d configs (one-time; cached in %s)",
             N, K, M, len(candidates), _cache_file(),

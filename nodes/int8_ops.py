@@ -21,12 +21,16 @@ What the Linear adds (comfyui-integration.md §3.4):
   of its weight functions — LoRA deltas are always applied to the real W.
 * ``run_every_op()`` (interruption) is called by the inherited ``forward``.
 
-Not used here: ``kernels.swiglu_w8a8_linear`` (w1|w3 as one GEMM with the SwiGLU in the epilogue). It needs the
-gate and up rows interleaved in ONE int8 tensor [2F, K]; a native MODEL keeps ``feed_forward.w1`` / ``w3`` as
-separate [F, K] parameters (LoRA keys, state_dict, per-module offload moves each on its own), and an interleaved
-copy next to them would add ~3.6 GiB per branch (breaking the 24 GB budget), while views of one buffer cannot be
-[F, K] matrices (the rows alternate in chunks). Using it needs a kernel variant that reads the gate and up tiles
-from two weight pointers.
+w1|w3 as one GEMM with the SwiGLU in its epilogue: a native MODEL keeps ``feed_forward.w1`` / ``w3`` as separate
+[F, K] parameters (LoRA keys, state_dict, per-module offload move each on its own; an interleaved copy would add
+~3.6 GiB per branch, and views of one buffer cannot be [F, K] matrices). ``ffn_fusion`` runs each block's pair
+through ``kernels.swiglu_w8a8_pair``, which reads the gate and up tiles from the two weights as they are, and
+falls back to these modules' own forwards where that call cannot serve (offloaded weights, a LoRA applied on the
+fly, ...); ``w2`` stays its own linear.
+
+Every call that reaches the op counts in ``op_calls`` (the fused pair counts on both modules): ``op_coverage``
+checks after each forward that every quantized linear of the model ran through it — a newer ComfyUI may compute
+a layer its own way without calling ``Linear.forward`` — and labels the model when one did not.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ REASON_PROTECTED = "protected in checkpoint (stored bf16)"
 REASON_TOP = "unquantized top-level layer"
 REASON_DEQUANT = ("weight dequantized by ComfyUI for a float GEMM (LoRA applied on the fly in lowvram mode, or a "
                   "forced cast); merge LoRAs in full-load mode to keep INT8")  # fmt: skip
+REASON_FULL_PRECISION = ("weight dequantized by ComfyUI before the pack's op: this layer has ComfyUI's "
+                         "full-precision matmul set (_full_precision_mm), a float GEMM")  # fmt: skip
 
 
 def is_int8_weight(weight) -> bool:
@@ -73,6 +79,7 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
                 self.site: str | None = None  # "<label>/<module path>", set by label_sites()
                 self.gemm_path: str | None = None  # forced GEMM path (None: automatic)
                 self.float_reason = REASON_PROTECTED
+                self.op_calls = 0  # calls that reached the pack's op (op_coverage reads it around each forward)
 
             # -- loading / saving -----------------------------------------------------------
             def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
@@ -140,6 +147,7 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
                         del self.weight_function
 
             def _forward(self, input, weight, bias):
+                self.op_calls += 1
                 if is_int8_weight(weight):
                     params = weight._params
                     qdata, scale = weight._qdata, params.scale
@@ -154,7 +162,12 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
                     return w8a8_forward(input, qdata, scale, bias, smooth, group, path=self.gemm_path, site=self.site)
                 if isinstance(weight, QuantizedTensor):
                     weight = weight.dequantize()
-                reason = REASON_DEQUANT if isinstance(self.weight, QuantizedTensor) else self.float_reason
+                if not isinstance(self.weight, QuantizedTensor):
+                    reason = self.float_reason
+                elif self._full_precision_mm:
+                    reason = REASON_FULL_PRECISION
+                else:
+                    reason = REASON_DEQUANT
                 return kernels.float_linear(input, weight, bias, site=self.site, reason=reason)
 
     Ideogram4Int8Ops.__name__ = f"Ideogram4Int8Ops_{str(compute_dtype).replace('torch.', '')}"

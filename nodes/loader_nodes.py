@@ -19,6 +19,7 @@ from ..ideogram4.checkpoint import read_branch
 from ..ideogram4.config import Ideogram4Config
 from ..ideogram4.errors import CheckpointError
 from ..ideogram4.load_plan import branch_report, format_summary, plan_branches
+from . import ffn_fusion
 from .native_model import COMPUTE_DTYPES, build_native_model, node_id_of, publish, resolve_compute_dtype
 
 log = logging.getLogger("comfyui_ideogram4_int8")
@@ -207,6 +208,9 @@ class Ideogram4Int8Loader(io.ComfyNode):
                 models.append(patcher)
                 reports.append(branch_report(src.branch, src.describe(), str(dtype).replace("torch.", ""), paths,
                                              state, state.config))  # fmt: skip
+                fusion = ffn_fusion.load_summary(patcher.model.diffusion_model)
+                if fusion:
+                    reports[-1].notes.append(fusion)
                 state.clear()
         except BaseException:
             # no half-built pair: drop the branch already built and its panel records

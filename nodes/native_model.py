@@ -10,6 +10,10 @@ patches to the dequantized stored weight inside its streaming code, where the pa
 undo the SmoothQuant scaling first; the legacy patcher's full-load, lowvram/offload and LoRA paths
 all go through the op (see ``int8_ops``). ``cached_patcher_init`` is set so clones and multi-GPU
 deep clones rebuild the model from its source.
+
+Two things are added to the model without changing its modules or keys: each block's FFN runs w1|w3 as one fused
+call where it can (``ffn_fusion``), and every forward checks that each quantized linear ran through the pack's op
+(``op_coverage``: a model whose forward routed around it is labelled in the registry and the panel).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import torch
 from ..ideogram4.comfy_form import to_comfy_state_dict
 from ..ideogram4.config import Ideogram4Config
 from ..ideogram4.errors import CheckpointError
+from . import ffn_fusion, op_coverage
 from .attention_override import install as install_attention
 from .int8_ops import declare_sites, label_sites, make_ops
 
@@ -87,6 +92,8 @@ def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dt
             )  # fmt: skip
         comfy_sd.clear()
         label_sites(model.diffusion_model, label, gemm_path)
+        ffn_fusion.install(model.diffusion_model)
+        op_coverage.install(model.diffusion_model, label)
         patcher = comfy.model_patcher.ModelPatcher(model, load_device=load_device, offload_device=offload_device)
         patcher.ideogram4_attention = install_attention(patcher.model_options)
         if offload_device.type != "cpu":

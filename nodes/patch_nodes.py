@@ -21,6 +21,7 @@ from .. import kernels
 from ..ideogram4.checkpoint import read_branch
 from ..ideogram4.errors import CheckpointError
 from ..ideogram4.load_plan import branch_report, format_summary
+from . import ffn_fusion
 from .attention_override import install as install_attention
 from .int8_ops import int8_linears
 from .native_model import build_native_model, config_of, node_id_of, publish, require_ideogram4
@@ -72,7 +73,8 @@ def patch_model(source, label: str, gemm_path: str | None, progress=None):
                      "modules); apply them after this node")  # fmt: skip
     report = branch_report(label, f"patched {type(source.model).__name__} ({str(dtype).replace('torch.', '')})",
                            str(dtype).replace("torch.", ""), paths, state, config)  # fmt: skip
-    report.notes.extend(notes)
+    fusion = ffn_fusion.load_summary(patcher.model.diffusion_model)
+    report.notes.extend(notes + ([fusion] if fusion else []))
     state.clear()
     init = getattr(source, "cached_patcher_init", None)
     patcher.cached_patcher_init = (repatch, (init, label, gemm_path)) if init is not None else None

@@ -32,7 +32,9 @@ from collections.abc import Mapping
 from ..kernels.dispatch import ENV_PATH
 from ..kernels.env import environment_report, interpreter_mode
 from ..kernels.registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
-from ..kernels.tuning import PICKER
+from ..kernels.tuning import EPILOGUE_PAIR, PICKER
+
+BYPASS = "bypass"  # the registry's model note of op_coverage (a forward that routed around the pack's op)
 
 _log = logging.getLogger(__name__)
 
@@ -264,6 +266,7 @@ def _layer_entry(rec) -> dict:
         "dtype": rec.dtype,
         "config": scrub_text(rec.config),
         "config_source": scrub_text(rec.config_source),
+        "fusion": scrub_text(rec.fusion),
     }
 
 
@@ -276,14 +279,15 @@ def _shapes(records, picks) -> list[dict]:
         entry["layers"] += 1
         entry["paths"][rec.path] += 1
     for pick in picks:
-        entry = by_shape.get((pick["N"], pick["K"]))
+        pair = pick.get("epilogue") == EPILOGUE_PAIR  # keyed N = 2F: listed under each projection's [F, K]
+        entry = by_shape.get((pick["N"] // 2 if pair else pick["N"], pick["K"]))
         if entry is not None:
             entry["autotune"].append(
                 {
                     "m_bucket": pick["m_bucket"],
                     "arch": pick["arch"],
                     "gpu": pick["gpu"],
-                    "config": scrub_text(pick["config"]),
+                    "config": scrub_text(pick["config"] + (" (w1|w3 pair)" if pair else "")),
                     "source": scrub_text(pick["source"]),
                 }
             )
@@ -292,7 +296,7 @@ def _shapes(records, picks) -> list[dict]:
     return [by_shape[key] for key in sorted(by_shape)]
 
 
-def _model_entry(label: str, records, picks, include_layers: bool) -> dict:
+def _model_entry(label: str, records, picks, include_layers: bool, notes: dict | None = None) -> dict:
     records = sorted(records, key=lambda r: _layer_order(r.layer))
     counts = {p: 0 for p in PATHS}
     counts_run = {p: 0 for p in PATHS}
@@ -310,6 +314,7 @@ def _model_entry(label: str, records, picks, include_layers: bool) -> dict:
         "counts_run": counts_run,
         "shapes": _shapes(records, picks),
         "layers": [_layer_entry(r) for r in records] if include_layers else None,
+        "bypass": scrub_text((notes or {}).get(BYPASS)),
     }
 
 
@@ -360,6 +365,7 @@ def _status(env: dict, models: list[dict], timing_problem: str | None) -> dict:
             notes.append(f"{ENV_PATH}={forced['value']!r} is not a GEMM path and is ignored.")
     if timing_problem:
         notes.append(timing_problem)
+    notes += [f"{m['label']}: {m['bypass']}" for m in models if m["bypass"]]
     if not models:
         code = "no_models_yet"
         message = (
@@ -405,7 +411,8 @@ def status_report(
             )
         labels = [model]
     picks = picker.picks()
-    models = [_model_entry(label, registry.layers(label), picks, include_layers) for label in labels]
+    models = [_model_entry(label, registry.layers(label), picks, include_layers, registry.model_notes(label))
+              for label in labels]  # fmt: skip
     env = _environment()
     from .. import __version__
 

@@ -10,8 +10,9 @@ qualifies for wgmma on Hopper, ``mma.sync ... s8`` otherwise) and, for TMA kerne
 memory within the arch's limit (163 KB sm_80, 99 KB sm_86/89, 227 KB sm_90); no spills in the cubin.
 
 Cases: every portable config of the arch's search space (kernels/configs.py) and every shipped pick
-(kernels/tuning_table.json), the raw-int32, split-K and SwiGLU epilogues, the quantizer and the q/k
-norm + RoPE kernel; for sm_90a the Gluon configs. ``--quick`` compiles one config per kernel family.
+(kernels/tuning_table.json), the raw-int32, split-K and SwiGLU epilogues (interleaved gate/up weights, and the
+gate/up pair read from two weights: ``swiglu-pair``), the quantizer and the q/k norm + RoPE kernel; for sm_90a
+the Gluon configs. ``--quick`` compiles one config per kernel family.
 Gluon on a Triton line the pack does not enable (backends.GLUON_TRITON_LINES) is compiled for
 information only: its failures are reported as INFO and do not fail the run.
 Exit status 1 if a case that must build fails. Used by tests/test_offline_compile.py and the CI
@@ -171,27 +172,32 @@ def _configs(cc: int, quick: bool) -> list:
         out.append((first, "raw"))
         if first.problem(2, swiglu=True) is None:
             out.append((first, "swiglu"))
+            out.append((first, "swiglu-pair"))
     return out
 
 
 def gemm_launches(cfg, epilogue: str, cc: int):
     """The launches of one GEMM case, built by the product's host code from CPU tensors."""
     M, N, K = _shape_for(cfg)
-    swiglu = epilogue == "swiglu"
+    swiglu = epilogue in ("swiglu", "swiglu-pair")
     q, w, sa, sb, out = _gemm_operands(M, N, K, torch.int32 if epilogue == "raw" else torch.bfloat16, swiglu)
     bias = None if epilogue != "linear" else torch.empty(N)
     raw = epilogue == "raw"
+    up = None
+    if epilogue == "swiglu-pair":  # gate w1 and up w3 [F, K] as two tensors, F = N / 2
+        w, up = w[: N // 2], (torch.empty(N // 2, K, dtype=torch.int8), torch.empty(N // 2))
+        sb = sb[: N // 2]
     if cfg.is_gluon:
         from comfyui_ideogram4_int8.kernels import gemm_gluon as G
 
         kps, splits = G.split_plan(cfg, K)
         ws = torch.empty(splits, M, N, dtype=torch.int32) if splits > 1 else None
         return [G.build_launch(q, w, None if raw else sa, None if raw else sb, bias, out, cfg, raw, swiglu, ws,
-                               num_sms=132)]  # fmt: skip
+                               num_sms=132, up=up)]  # fmt: skip
     from comfyui_ideogram4_int8.kernels import gemm_triton as T
 
     return T.build_launches(q, w, cfg, None if raw else sa, None if raw else sb, bias, out, raw, swiglu,
-                            num_sms=132)  # fmt: skip
+                            num_sms=132, up=up)  # fmt: skip
 
 
 def other_launches() -> list:

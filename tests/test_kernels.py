@@ -375,9 +375,9 @@ def test_every_shipped_pick_lies_in_its_search_space_and_says_where_it_was_measu
     for e in entries:
         cfg = C.GemmConfig.from_dict(e["config"])
         assert cfg in C.CONFIG_SPACES[e["arch"]], (e["gpu"], e["N"], e["K"], cfg.key())
-        assert cfg.problem(2, swiglu=e["epilogue"] == "swiglu") is None, cfg.key()
+        assert cfg.problem(2, swiglu=e["epilogue"] != "linear") is None, cfg.key()
         assert e["arch"] in C.MEASURED_ARCHS and e["measured"].strip() and "commit" in e["measured"]
-        assert e["triton"].count(".") == 1 and e["epilogue"] in ("linear", "swiglu")
+        assert e["triton"].count(".") == 1 and e["epilogue"] in tuning.EPILOGUES
         assert e["m_bucket"] == C.m_bucket(e["m_bucket"])  # a real bucket
     keys = [(e["arch"], e["gpu"], e["triton"], e["N"], e["K"], e["m_bucket"], e["epilogue"]) for e in entries]
     assert len(keys) == len(set(keys)), "two entries for one key"
@@ -472,6 +472,145 @@ def test_swiglu_fused_vs_float64(persistent, gen):
         assert rel_err(h[0], ref) <= (1e-2 if path != "dequant-bf16" else 2e-2), path
 
 
+# -- SwiGLU gate/up pair read from two weights (no interleaved copy) -------------------------------------
+
+
+def _pair_operands(m, f, k, gen, smooth=False):
+    x = activations(m, k, gen, dtype=torch.bfloat16)
+    w1, s1 = weight(f, k, gen)
+    w3, s3 = weight(f, k, gen)
+    sm = (torch.rand(k, generator=gen) * 3 + 0.25) if smooth else None
+    return x, w1, s1.float(), w3, s3.float(), sm
+
+
+def _pair_f64(q, s, w1, s1, w3, s3):
+    g = reference_f64(q, s, w1, s1)
+    u = reference_f64(q, s, w3, s3)
+    return g * torch.sigmoid(g) * u
+
+
+PAIR_CFGS = [
+    C.GemmConfig("triton", 32, 64, 32, group_m=2, num_warps=4, num_stages=2),
+    C.GemmConfig("triton", 16, 128, 64, group_m=1, num_warps=4, num_stages=2),  # small-M tile, 64 rows of each
+    C.GemmConfig("triton-tma", 32, 64, 32, group_m=2, num_warps=4, num_stages=2),
+    C.GemmConfig("triton-tma", 64, 32, 64, group_m=4, num_warps=4, num_stages=2),  # 16 rows of each weight per tile
+]
+
+
+@pytest.mark.parametrize("cfg", PAIR_CFGS, ids=lambda c: c.key())
+@pytest.mark.parametrize("m,f,k", [(37, 96, 160), (1, 64, 64), (70, 128, 96)])
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
+def test_gate_up_pair_bit_exact_against_the_interleaved_kernel(cfg, m, f, k, out_dtype, gen):
+    """Ideogram's FFN pair scaled down (and odd M): the kernel reading gate and up tiles from two weights gives
+    bit for bit what the interleaved SwiGLU kernel gives for the same tile (same accumulators, same float32
+    epilogue), every element written (NaN poison), and the float64 value of the same quantized operands."""
+    half = cfg.block_n // 2
+    if f % half:
+        pytest.skip("the interleaved kernel needs F % (BLOCK_N / 2) == 0")
+    x, w1, s1, w3, s3, _ = _pair_operands(m, f, k, gen)
+    q, s = K.quantize_per_token_ref(x)
+    w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, half)
+    want = torch.full((m, f), float("nan"), dtype=out_dtype)
+    launch_gemm(q, w13, cfg, s, s13, None, want, swiglu=True)
+    got = torch.full((m, f), float("nan"), dtype=out_dtype)
+    launch_gemm(q, w1, cfg, s, s1, None, got, swiglu=True, up=(w3, s3))
+    assert not got.isnan().any(), cfg.key()
+    assert torch.equal(got, want), f"{cfg.key()} seed {gen.initial_seed()}"
+    ref = _pair_f64(q, s, w1, s1, w3, s3)
+    assert rel_err(got, ref) <= (1e-2 if out_dtype == torch.bfloat16 else 1e-5) and cosine(got, ref) >= 0.9999
+
+
+@pytest.mark.parametrize("cfg", PAIR_CFGS, ids=lambda c: c.key())
+@pytest.mark.parametrize("m,f,k", [(33, 200, 100), (5, 40, 272), (130, 72, 48)])
+def test_gate_up_pair_odd_widths_against_float64(cfg, m, f, k, gen):
+    """F no multiple of the tile (rows past F wrapped / zero-filled, never stored), K no multiple of BLOCK_K (and
+    K = 100: rows TMA cannot address, so the persistent config runs the pointer kernel): float64 agreement,
+    every element written (NaN poison)."""
+    x, w1, s1, w3, s3, _ = _pair_operands(m, f, k, gen)
+    q, s = K.quantize_per_token_ref(x)
+    got = torch.full((m, f), float("nan"))
+    launch_gemm(q, w1, cfg, s, s1, None, got, swiglu=True, up=(w3, s3))
+    assert not got.isnan().any()
+    ref = _pair_f64(q, s, w1, s1, w3, s3)
+    assert rel_err(got, ref) <= 1e-5 and cosine(got, ref) >= 0.99999, f"{cfg.key()} seed {gen.initial_seed()}"
+
+
+def test_gate_up_pair_writes_nothing_outside_its_output(gen):
+    """The output is a view into a larger poisoned buffer (row stride > F): the kernel writes exactly [M, F]."""
+    m, f, k = 21, 80, 64
+    x, w1, s1, w3, s3, _ = _pair_operands(m, f, k, gen)
+    q, s = K.quantize_per_token_ref(x)
+    buf = torch.full((m, f + 48), float("nan"))
+    cfg = C.GemmConfig("triton", 32, 64, 32, group_m=2, num_warps=4, num_stages=2)
+    launch_gemm(q, w1, cfg, s, s1, None, buf[:, :f], swiglu=True, up=(w3, s3))
+    assert not buf[:, :f].isnan().any() and buf[:, f:].isnan().all()
+    assert rel_err(buf[:, :f], _pair_f64(q, s, w1, s1, w3, s3)) <= 1e-5
+
+
+@pytest.mark.parametrize("smooth", [False, True])
+def test_swiglu_w8a8_pair_every_path(smooth, gen):
+    """The public entry: one quantization (with the shared smoothing vector), the fused kernel on triton-int8 (bit
+    for bit swiglu_w8a8_linear on the interleaved weights), labelled fallbacks; every path near float64; the
+    registry records each projection's site with how the pair ran."""
+    m, f, k = 23, 96, 160
+    x, w1, s1, w3, s3, sm = _pair_operands(m, f, k, gen, smooth)
+    q, s = K.quantize_per_token_ref(x.float(), sm)
+    ref = _pair_f64(q, s, w1, s1, w3, s3)
+    w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, 32)
+    before = (launches("gate_up_pair"), launches("gemm_triton"), launches("quant_triton"))
+    h = K.swiglu_w8a8_pair(x.reshape(1, m, k), w1, s1, w3, s3, smooth=sm, path="triton-int8",
+                           site=("pair/layers.0.feed_forward.w1", "pair/layers.0.feed_forward.w3"))  # fmt: skip
+    assert (launches("gate_up_pair"), launches("gemm_triton"), launches("quant_triton")) == tuple(
+        b + 1 for b in before
+    ), "one quantization and one fused GEMM"
+    assert h.shape == (1, m, f) and h.dtype == torch.bfloat16
+    inter = K.swiglu_w8a8_linear(x.reshape(1, m, k), w13, s13, 32, smooth=sm, path="triton-int8")
+    assert torch.equal(h, inter), f"seed {gen.initial_seed()}"
+    assert rel_err(h[0], ref) <= 1e-2 and cosine(h[0], ref) >= 0.9999
+    recs = {r.layer: r for r in K.REGISTRY.layers("pair")}
+    for name in ("layers.0.feed_forward.w1", "layers.0.feed_forward.w3"):
+        r = recs[name]
+        assert (r.path, r.n, r.k, r.m_last) == ("triton-int8", f, k, m) and r.config and r.fusion
+        assert "one GEMM with the SwiGLU epilogue" in r.fusion
+    for path in ("cublas-int8", "dequant-bf16"):
+        y = K.swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=sm, path=path, site=f"pair/{path}", out_dtype=torch.float32)
+        rec = next(r for r in K.REGISTRY.layers("pair") if r.layer == path)
+        assert rec.path == path and rec.n == 2 * f and "forced" in rec.reason and "two" in rec.fusion
+        assert y.dtype == torch.float32 and rel_err(y, ref) <= (1e-5 if path == "cublas-int8" else 2e-2), path
+
+
+def test_swiglu_w8a8_pair_rejects_bad_operands(gen):
+    x, w1, s1, w3, s3, _ = _pair_operands(4, 32, 64, gen)
+    with pytest.raises(K.KernelInputError, match="one shape"):
+        K.swiglu_w8a8_pair(x, w1, s1, w3[:16], s3[:16])
+    with pytest.raises(K.KernelInputError, match="w3 must be a 2-D int8"):
+        K.swiglu_w8a8_pair(x, w1, s1, w3.float(), s3)
+    with pytest.raises(K.KernelInputError, match="x must be float"):
+        K.swiglu_w8a8_pair(x[:, :32], w1, s1, w3, s3)
+    with pytest.raises(K.KernelInputError, match="s3"):
+        K.swiglu_w8a8_pair(x, w1, s1, w3, s3[:8])
+    with pytest.raises(K.GemmPathUnavailable):
+        K.swiglu_w8a8_pair(x, w1, s1, w3, s3, path="fastest")
+
+
+def test_gate_up_pair_tuning_key_has_its_own_epilogue(monkeypatch):
+    """The pair's picks are keyed (N = 2F, epilogue 'swiglu-pair'); on the shipped GPU and Triton line, without
+    entries of its own, it takes the interleaved SwiGLU pick of the same GEMM and says so."""
+    from comfyui_ideogram4_int8.kernels import tuning
+
+    h100 = "NVIDIA H100 80GB HBM3"
+    cfg, source = tuning.shipped_config("sm90", h100, "3.6", 4608, 24576, 4608, epilogue=tuning.EPILOGUE_PAIR)
+    assert cfg.kernel == "gluon-ws" and cfg.block_n == 256 and "interleaved SwiGLU kernel" in source
+    assert tuning.shipped_config("sm90", h100, "3.6", 4608, 12288, 4608, epilogue=tuning.EPILOGUE_PAIR) is None
+    picker = tuning.ConfigPicker()
+    q, w1 = torch.zeros(300, 64, dtype=torch.int8), torch.zeros(96, 64, dtype=torch.int8)
+    cfg, source = picker.pick(q, w1, None, epilogue=tuning.EPILOGUE_PAIR, n=192)
+    assert source == "heuristic" and cfg.split_k == 1 and cfg.problem(2, swiglu=True) is None
+    (entry,) = picker.picks()
+    assert (entry["N"], entry["K"], entry["epilogue"]) == (192, 64, "swiglu-pair")
+    assert tuning._disk_key(("sm90", "G", "3.6", 192, 64, 512, "swiglu-pair", None)).endswith("|swiglu-pair")
+
+
 def test_interleave_roundtrip(gen):
     w1, s1 = weight(64, 32, gen)
     w3, s3 = weight(64, 32, gen)
@@ -531,7 +670,7 @@ class _Depth:
         return region()
 
 
-@pytest.mark.parametrize("entry", ["w8a8_linear", "swiglu_w8a8_linear"])
+@pytest.mark.parametrize("entry", ["w8a8_linear", "swiglu_w8a8_linear", "swiglu_w8a8_pair"])
 def test_timing_covers_the_launch_not_the_autotuning(entry, gen, monkeypatch):
     """A shape's first call may autotune (many trial launches): only the real launch counts as GEMM time."""
     from comfyui_ideogram4_int8.kernels import gemm_triton, tuning
@@ -549,8 +688,8 @@ def test_timing_covers_the_launch_not_the_autotuning(entry, gen, monkeypatch):
     trials = 2 + int(gen.initial_seed() % 3)
     real_pick = tuning.PICKER.pick
 
-    def autotuning_pick(q, w, launch=None, block_n=None):  # what _autotune does on a GPU: time trial launches
-        cfg, _ = real_pick(q, w, None, block_n=block_n)
+    def autotuning_pick(q, w, launch=None, block_n=None, **key):  # what _autotune does on a GPU: time trials
+        cfg, _ = real_pick(q, w, None, block_n=block_n, **key)
         for _ in range(trials):
             launch(cfg)
         return cfg, "autotuned (test)"
@@ -560,12 +699,14 @@ def test_timing_covers_the_launch_not_the_autotuning(entry, gen, monkeypatch):
     if entry == "w8a8_linear":
         w, ws = weight(48, 64, gen)
         K.w8a8_linear(x, w, ws, path="triton-int8", site="timingtest/a")
-    else:
+    elif entry == "swiglu_w8a8_linear":
         w1, s1 = weight(32, 64, gen)
         w3, s3 = weight(32, 64, gen)
         chunk = K.swiglu_chunk_for(32)
         w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, chunk)
         K.swiglu_w8a8_linear(x, w13, s13, chunk, path="triton-int8", site="timingtest/b")
+    else:
+        K.swiglu_w8a8_pair(x, *weight(32, 64, gen), *weight(32, 64, gen), path="triton-int8", site="timingtest/p")
     assert launch_depths == [0] * trials + [1]  # trials untimed, the launch timed (once, not nested)
     assert depth.entered and set(depth.entered) == {"triton-int8"}
     # unfused paths are timed as a whole, under their own path

@@ -370,3 +370,122 @@ def test_quantize_edge_rows_on_gpu_identical_to_twin(k, gen):
 def test_rotating_quantizer_on_gpu_matches_its_twin(m, k, gen):
     """ConvRot inside the quantizer at Ideogram 4's widths (group 256, as ComfyUI's int8_convrot files)."""
     check_rotated_quantizer(m, k, 256, gen, "cuda")
+
+
+# -- SwiGLU gate/up pair read from two weights (ComfyUI MODELs keep w1 / w3 as two [F, K] tensors) ------------
+
+
+def _pair(m, gen, f=12288, k=4608):
+    x = activations(m, k, gen, torch.bfloat16, "cuda")
+    w1, s1 = weight(f, k, gen, "cuda")
+    w3, s3 = weight(f, k, gen, "cuda")
+    return x, w1, s1.float(), w3, s3.float()
+
+
+PAIR_GPU_CFGS = [
+    WS,
+    PP,
+    C.GemmConfig("triton-tma", 128, 256, 128, group_m=16, num_warps=8),
+    C.GemmConfig("triton", 128, 128, 128),
+    C.GemmConfig("triton", 32, 128, 128, group_m=1, num_stages=3),  # mma.sync (the Ampere instruction path)
+]
+
+
+@pytest.mark.parametrize("m", [M_COND, M_UNCOND, 333, 17])
+def test_gate_up_pair_full_shape_bit_exact_against_the_interleaved_kernel(m, gen):
+    """w1 / w3 [12288, 4608] as two tensors: for every kernel family (Gluon cooperative and ping-pong where this GPU
+    runs them, the persistent TMA kernel, the pointer kernel, an mma.sync tile) the pair kernel gives bit for bit the
+    interleaved SwiGLU kernel's output for the same config, writes every element (NaN poison), matches float64, and
+    really ran (Gluon: its launcher ran a kernel with three TMA loads per stage: A, the w1 box, the w3 box)."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon
+
+    x, w1, s1, w3, s3 = _pair(m, gen)
+    q, s = K.quantize_per_token(x)
+    ref = None
+    gluon_ok = backends.gluon_unavailable(torch.device("cuda")) is None
+    ran = []
+    for cfg in PAIR_GPU_CFGS:
+        if cfg.is_gluon and not gluon_ok:
+            continue
+        if cfg.kernel == "triton-tma" and torch.cuda.get_device_capability() < (9, 0):
+            continue
+        w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, cfg.block_n // 2)
+        want = torch.full((m, 12288), float("nan"), dtype=torch.bfloat16, device="cuda")
+        launch_config(cfg, q, w13, s, s13, None, want, False, True)
+        got = torch.full((m, 12288), float("nan"), dtype=torch.bfloat16, device="cuda")
+        gemm_gluon.LAST_LAUNCH.clear()
+        launch_config(cfg, q, w1, s, s1, None, got, False, True, up=(w3, s3))
+        if cfg.is_gluon:
+            ptx = gemm_gluon.LAST_LAUNCH["kernel"].asm["ptx"]
+            assert ptx.count("cp.async.bulk.tensor.2d.shared") == 3, cfg.key()
+        assert not got.isnan().any(), cfg.key()
+        assert torch.equal(got, want), f"{cfg.key()} seed {gen.initial_seed()}"
+        if ref is None:
+            g = reference_f64(q, s, w1, s1)
+            u = reference_f64(q, s, w3, s3)
+            ref = g * torch.sigmoid(g) * u
+        assert rel_err(got, ref) < 1e-2 and cosine(got, ref) > 0.9999, cfg.key()
+        ran.append(cfg.kernel)
+    assert "triton" in ran and (not gluon_ok or {"gluon-ws", "gluon-pingpong"} <= set(ran))
+
+
+@pytest.mark.parametrize("m", [M_COND, M_UNCOND, 333, 17])
+def test_swiglu_w8a8_pair_full_shape_automatic_path(m, gen):
+    """The public entry at Ideogram's FFN shape: the automatic path is the fused pair kernel (one quantizer launch,
+    one GEMM launch; Gluon at the token counts the shipped table covers, where this GPU and Triton run it), recorded
+    under both projections' sites; the result is the interleaved entry's (bit for bit where both picked the same
+    config) and float64's."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon
+    from comfyui_ideogram4_int8.kernels.env import triton_line
+
+    x, w1, s1, w3, s3 = _pair(m, gen)
+    sites = (f"gpupair{m}/layers.0.feed_forward.w1", f"gpupair{m}/layers.0.feed_forward.w3")
+    before = (launches("gate_up_pair"), launches("quant_triton"))
+    gemm_gluon.LAST_LAUNCH.clear()
+    h = K.swiglu_w8a8_pair(x, w1, s1, w3, s3, site=sites)
+    torch.cuda.synchronize()
+    assert (launches("gate_up_pair"), launches("quant_triton")) == (before[0] + 1, before[1] + 1)
+    recs = {r.layer: r for r in K.REGISTRY.layers(f"gpupair{m}")}
+    rec = recs["layers.0.feed_forward.w1"]
+    assert rec.path == "triton-int8" and rec.reason == "" and "one GEMM" in rec.fusion, rec
+    assert recs["layers.0.feed_forward.w3"].config == rec.config
+    shipped = m in (M_COND, M_UNCOND) and triton_line() == "3.6" and torch.cuda.get_device_capability() == (9, 0)
+    if shipped and backends.gluon_unavailable(torch.device("cuda")) is None:
+        assert rec.config.startswith("gluon-ws/128x256x128") and "interleaved SwiGLU kernel" in rec.config_source
+        assert "kernel" in gemm_gluon.LAST_LAUNCH
+    q, s = K.quantize_per_token(x)
+    g = reference_f64(q, s, w1, s1)
+    u = reference_f64(q, s, w3, s3)
+    ref = g * torch.sigmoid(g) * u
+    assert rel_err(h, ref) < 1e-2 and cosine(h, ref) > 0.9999, f"seed {gen.initial_seed()}"
+    w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, 128)
+    inter = K.swiglu_w8a8_linear(x, w13, s13, 128, site=f"gpupair{m}/interleaved")
+    inter_rec = next(r for r in K.REGISTRY.layers(f"gpupair{m}") if r.layer == "interleaved")
+    if inter_rec.config == rec.config:
+        assert torch.equal(h, inter), f"seed {gen.initial_seed()}"
+    else:
+        assert rel_err(h, inter.double()) < 1e-3
+
+
+def test_gate_up_pair_gluon_failure_runs_the_portable_pair_exactly(gen, monkeypatch, clean_demotions):
+    """The Gluon pair kernel failing to compile: the call gives bit for bit the portable twin's pair result, the
+    pair's shape is demoted (under its own epilogue key), the registry says why."""
+    from comfyui_ideogram4_int8.kernels import gemm_gluon
+
+    _needs_gluon()
+    x, w1, s1, w3, s3 = _pair(M_COND, gen)
+    monkeypatch.setattr(tuning.PICKER, "pick", lambda *a, **kw: (WS, "test pin"))
+    q, s = K.quantize_per_token(x)
+    want = torch.full((M_COND, 12288), float("nan"), dtype=torch.bfloat16, device="cuda")
+    launch_config(C.portable_twin(WS, swiglu=True), q, w1, s, s1, None, want, False, True, up=(w3, s3))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("test: gluon pair kernel does not compile")
+
+    monkeypatch.setattr(gemm_gluon, "launch_gemm", broken)
+    h = K.swiglu_w8a8_pair(x, w1, s1, w3, s3, path="triton-int8", site="gpupairfb/w1")
+    assert torch.equal(h, want)
+    rec = next(r for r in K.REGISTRY.layers("gpupairfb"))
+    assert rec.path == "triton-int8" and rec.config == C.portable_twin(WS, swiglu=True).key()
+    assert "gluon pair kernel does not compile" in rec.config_source
+    assert any(d["shape"][-1] == "swiglu-pair" for d in backends.DEMOTIONS.items())

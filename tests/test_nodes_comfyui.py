@@ -201,6 +201,91 @@ def test_progress_and_panel_hooks(run_check):
     assert r["survived_broken_publish"] is True
 
 
+def test_gate_up_pair_runs_as_one_fused_call_in_native_models(run_check):
+    """Each block's w1|w3 runs as ONE call with one activation quantization (kernels.swiglu_w8a8_pair) in ComfyUI's
+    own model: module tree and state-dict keys stay native; the output equals the two modules' own forwards exactly
+    (fp32); different SmoothQuant vectors split (labelled) and say why; every split reason names its cause; a partial
+    (lowvram) load keeps the fused call and the output."""
+    r = run_check("gate_up")
+    seed = r["__seed__"]
+    for fmt, fused in (("w8a8_shared", True), ("int8_convrot", True), ("fp8", True), ("w8a8", False)):
+        quantized = r[f"{fmt}/coverage"]["expected"]
+        assert r[f"{fmt}/gate_up_modules"] == 4 and r[f"{fmt}/children"] == ["w1", "w2", "w3"], fmt
+        assert r[f"{fmt}/native_keys"] is True, fmt
+        assert r[f"{fmt}/coverage"]["ran"] == quantized and r[f"{fmt}/uncond_coverage"]["missing"] == [], fmt
+        assert r[f"{fmt}/fused_vs_split_max_abs"] == 0.0, (seed, fmt)  # the same int8 operands, the same float32 ops
+        assert r[f"{fmt}/vs_reference_dit"] <= INT8_WHOLE_MODEL, (seed, fmt)
+        assert len(r[f"{fmt}/summary"]) == 2, fmt  # one line per branch in the loader's summary
+        if fused:
+            assert all(ln.endswith("SwiGLU epilogue): 4/4 blocks") for ln in r[f"{fmt}/summary"]), r[f"{fmt}/summary"]
+            assert r[f"{fmt}/fused_calls"] == [1] * 4 and r[f"{fmt}/split_calls"] == [0] * 4, fmt
+            assert r[f"{fmt}/quantizer_passes"] == quantized - 4, fmt  # one quantization per w1|w3 pair
+            assert r[f"{fmt}/w1_fusion"].startswith("gate/up pair: one activation quantization"), fmt
+            assert r[f"{fmt}/last_split"] is None
+        else:  # the transformerlab layout as shipped: w1 and w3 carry different vectors
+            assert r[f"{fmt}/fused_calls"] == [0] * 4 and r[f"{fmt}/quantizer_passes"] == quantized
+            assert all(": 0/4 blocks; as two linears: 4 blocks (w1 and w3 divide their input by different SmoothQuant"
+                       in ln for ln in r[f"{fmt}/summary"]), r[f"{fmt}/summary"]  # fmt: skip
+            assert "different SmoothQuant vectors" in r[f"{fmt}/last_split"]
+            assert r[f"{fmt}/w1_fusion"].startswith("not fused with w3: w1 and w3 divide their input by different")
+            assert "w1|w3 not fused: w1 and w3 divide their input by different" in r[f"{fmt}/w3_reason"]
+    assert "ConvRot" in r["int8_convrot/w3_reason"]  # the rotation stays a separate op, once for both
+    assert r["bf16/dtype"] == "torch.bfloat16" and r["bf16/fused_calls"] == [1] * 4
+    assert r["bf16/fused_vs_split"] <= INT8_WHOLE_MODEL, seed  # one rounding of silu(g) * u instead of three
+    reasons = r["reasons"]
+    assert reasons["ok"] is None and reasons["smooth_restored"] is None
+    assert "offloaded" in reasons["offloaded"] and "DynamicVRAM" in reasons["streamed"]
+    assert "forward hooks" in reasons["hooked"] and "LoRA" in reasons["patched"]
+    assert "full-precision" in reasons["full_precision"] and "different SmoothQuant" in reasons["smooth_changed"]
+    assert r["lowvram_cast_w1"] is True and r["lowvram_fused"] == 1 and r["lowvram_max_abs"] == 0.0
+
+
+def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):
+    """A LoRA on w1 / w3 merged in full-load mode is requantized: the weights stay int8, the pair stays one fused
+    call, equal to the merged modules' own forwards and close to the float reference of W + delta; in lowvram the
+    patched block splits (labelled: the LoRA runs on the fly as a float GEMM) while the others stay fused."""
+    r = run_check("gate_up_lora")
+    seed = r["__seed__"]
+    assert r["int8_after_merge"] is True
+    assert r["merged_vs_w_plus_delta"] <= 0.05 < r["w_vs_w_plus_delta"], seed
+    assert r["merged_fused"] == [[1, 0], [1, 0]]
+    assert r["full_load_fusion"].startswith("gate/up pair: one")
+    assert r["fused_vs_split_after_merge"] == 0.0, seed
+    assert r["full_load_vs_ref"] <= 0.25 * r["effect"], seed
+    assert r["after_unpatch_vs_before"] == 0.0 and r["after_lowvram_vs_before"] == 0.0
+    assert r["lowvram_calls"] == [[0, 1], [1, 0]]
+    assert r["lowvram_vs_ref"] <= 0.01 * r["effect"], seed
+    assert r["lowvram_w1_path"] == "bf16" and "w1|w3 not fused: a weight patch (LoRA)" in r["lowvram_w1_reason"]
+    assert r["lowvram_w1_fusion"].startswith("not fused with w3") and r["lowvram_block1_fusion"].startswith("gate/up")
+
+
+def test_every_quantized_linear_runs_through_the_op_and_a_bypass_is_labelled(run_check):
+    """Per forward, registry calls of the quantized linears = their number (llm_cond_proj only with a text context),
+    through the sampler too; a forward that computes layers without the pack's op (F.linear on a dequantized weight,
+    an FFN of its own) labels the model: registry note, report (model and status notes), layer reasons, one log."""
+    r = run_check("coverage")
+    q = r["quantized"]
+    assert q == 23 and r["all_linears"] == 31
+    assert r["conditional/registry_calls"] == q
+    assert r["conditional/coverage"] == {"expected": q, "ran": q, "missing": []}
+    assert r["image_only/registry_calls"] == q - 1 and r["image_only/coverage"]["ran"] == q - 1
+    assert r["sampler_forwards"] == 2 and r["sampler_uncond_forwards"] == 2 and r["notes_before"] == {}
+    missing = ["layers.1.feed_forward.w1", "layers.1.feed_forward.w3", "layers.2.attention.o"]
+    assert r["bypass/coverage"] == {"expected": q, "ran": q - 3, "missing": missing}
+    assert r["bypass/counts"] == [2, 6]
+    note = r["bypass/note"]
+    assert note.startswith(f"3 of {q} quantized linears did not run through the pack's op") and all(
+        m in note for m in missing
+    )
+    assert note.endswith("seen in 2 of 6 forwards")
+    assert len(r["bypass/logged"]) == 1  # logged once per model
+    assert "not run through the pack's op" in r["bypass/o_reason"]
+    assert "not run through" not in r["bypass/qkv_reason"]
+    assert r["report_bypass"] == {"conditional": note, "unconditional": None}
+    assert f"conditional: {note}" in r["report_notes"]
+    assert r["report_valid"] in (True, None)
+
+
 # -- a real server ---------------------------------------------------------------------------------------------
 
 

@@ -34,6 +34,9 @@ def test_one_config_per_kernel_family_compiles_for_sm80_and_sm90a(tmp_path):
     ok = [r for r in rows if r["status"] == "OK"]
     kernels = {r["case"].split("/")[0] for r in ok if r["case"][0] in "tg"}
     assert {"triton", "triton-tma"} <= kernels  # triton-tma compiles for sm_90 only
+    # the SwiGLU gate/up pair from two weights: the pointer kernel everywhere, the persistent TMA kernel on sm_90a
+    pairs = {(r["cc"], r["case"].split("/")[0]) for r in ok if r["case"].endswith("[swiglu-pair]")}
+    assert {(80, "triton"), (90, "triton"), (90, "triton-tma")} <= pairs
     gemms80 = [r for r in ok if r["cc"] == 80 and r["case"].startswith("triton/") and not r["case"].endswith("reduce")]
     assert gemms80 and all(r["mma"] == "mma.sync" for r in gemms80)
     hopper = [
@@ -45,6 +48,8 @@ def test_one_config_per_kernel_family_compiles_for_sm80_and_sm90a(tmp_path):
         assert {"gluon-ws", "gluon-pingpong"} <= kernels
         gluon = [r for r in ok if r["case"].startswith("gluon")]
         assert any("[swiglu]" in r["case"] for r in gluon) and any("/sk" in r["case"] for r in gluon)
+        assert {r["case"].split("/")[0] for r in gluon if r["case"].endswith("[swiglu-pair]")} == {"gluon-ws",
+                                                                                               "gluon-pingpong"}
         assert all(r["regs"] == 168 for r in gluon)  # the launch cap of the 12-warp warp-specialized kernel
 
 
@@ -84,9 +89,9 @@ def test_gluon_launch_shape_and_register_cap():
     kernel, grid, args, kwargs = G.build_launch(q, w, sa, sb, torch.zeros(512), out, WS, num_sms=132)
     assert grid == (min(132, 3 * 2),) and kwargs["num_warps"] == 4 and kwargs["maxnreg"] == 168
     assert kwargs["PINGPONG"] is False and kwargs["SPLIT_K"] == 1 and kwargs["INSTR_N"] == 128
-    assert list(args[2].block_shape) == [64, 64]  # each consumer warpgroup stores its 64 rows
+    assert list(args[3].block_shape) == [64, 64]  # each consumer warpgroup stores its 64 rows
     _, _, args, kwargs = G.build_launch(q, w, sa, sb, None, out, PP, num_sms=132)
-    assert kwargs["PINGPONG"] is True and list(args[2].block_shape) == [128, 64]
+    assert kwargs["PINGPONG"] is True and list(args[3].block_shape) == [128, 64]
 
 
 def test_gluon_address_problems_name_the_operand():
@@ -107,7 +112,7 @@ def test_gluon_swiglu_launch_rules():
     q, w, sa, sb, out = _operands(swiglu=True)
     kernel, grid, args, kwargs = G.build_launch(q, w, sa, sb, None, out, WS, num_sms=132, swiglu=True)
     assert kwargs["SWIGLU"] is True and kwargs["EPI_BUFS"] == 2  # 128 columns out: 2 subtiles of 64
-    assert list(args[2].shape) == [300, 256] and list(args[2].block_shape) == [64, 64]
+    assert list(args[3].shape) == [300, 256] and list(args[3].block_shape) == [64, 64]
     full = torch.empty(300, 512, dtype=torch.bfloat16)
     for bad in (
         dict(out=full),  # out must be [M, N / 2]
@@ -120,6 +125,59 @@ def test_gluon_swiglu_launch_rules():
         with pytest.raises(ValueError):
             G.build_launch(**a, num_sms=132, swiglu=True)
     assert C.gluon_epi_bufs(C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=3, epi_n=128), 2, swiglu=True) == 1
+
+
+def test_gluon_gate_up_pair_launch_rules():
+    """The SwiGLU gate/up pair from two weights: two weight descriptors of half a B tile each (the kernel's B tile,
+    shared memory and wgmma shape stay the interleaved epilogue's), the up scales, out [M, F]; misuse refused."""
+    G = _gluon()
+    M, F, K = 300, 320, 1024  # F is no multiple of the tile: TMA zero-fills and clips, scale loads are masked
+    q, w1, sa, s1, out = _operands(M, F, K)
+    w3, s3 = torch.zeros(F, K, dtype=torch.int8), torch.ones(F)
+    kernel, grid, args, kwargs = G.build_launch(q, w1, sa, s1, None, out, WS, num_sms=132, swiglu=True, up=(w3, s3))
+    assert kwargs["SWIGLU"] is True and kwargs["PAIR"] is True and kwargs["INSTR_N"] == 128
+    assert args[1].base is w1 and args[2].base is w3 and list(args[1].block_shape) == list(args[2].block_shape)
+    assert list(args[1].block_shape) == [128, 128] and args[1].layout == args[2].layout
+    assert args[5] is s1 and args[6] is s3 and list(args[3].shape) == [M, F] and list(args[3].block_shape) == [64, 64]
+    assert grid == (min(132, 3 * 3),)  # 3 x cdiv(320, 128) tiles
+    # the linear launch hands the gate descriptor in for the unread up one
+    _, _, args, kwargs = G.build_launch(q, w1, sa, s1, None, out, WS, num_sms=132)
+    assert kwargs["PAIR"] is False and args[2] is args[1]
+    for bad in (
+        dict(up=(w3[:, :512], s3)),  # another shape
+        dict(up=(w3.float(), s3)),  # not int8
+        dict(bias=torch.zeros(F)),  # no bias
+        dict(swiglu=False),  # a pair is a SwiGLU epilogue
+        dict(out=torch.empty(M, F // 2, dtype=torch.bfloat16)),  # out [M, F]
+        dict(cfg=C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=5)),  # no split-K
+    ):
+        a = dict(q=q, w=w1, q_scale=sa, w_scale=s1, bias=None, out=out, cfg=WS, swiglu=True, up=(w3, s3)) | bad
+        with pytest.raises(ValueError):
+            G.build_launch(**a, num_sms=132)
+
+
+def test_portable_gate_up_pair_launch_rules():
+    """The portable kernels' gate/up pair: the pointer kernel for ``triton`` (and for ``triton-tma`` where TMA cannot
+    address an operand), the persistent TMA kernel otherwise; misuse refused before anything compiles."""
+    from comfyui_ideogram4_int8.kernels import gemm_triton as T
+
+    M, F, K = 300, 320, 1024
+    q, w1, sa, s1, out = _operands(M, F, K)
+    w3, s3 = torch.zeros(F, K, dtype=torch.int8), torch.ones(F)
+    ptr = C.GemmConfig("triton", 64, 128, 64)
+    (kernel, grid, args, _), = T.build_launches(q, w1, ptr, sa, s1, None, out, swiglu=True, up=(w3, s3))
+    assert kernel is T._gate_up_kernel and grid == (5 * 5,)  # cdiv(300, 64) x cdiv(320, 64)
+    tma = C.GemmConfig("triton-tma", 64, 128, 64)
+    (kernel, grid, args, _), = T.build_launches(q, w1, tma, sa, s1, None, out, swiglu=True, up=(w3, s3), num_sms=7)
+    assert kernel is T._gate_up_persistent_kernel and grid == (7,) and list(args[1].block_shape) == [64, 64]
+    (kernel, _, _, _), = T.build_launches(q[:, 1:1001], w1[:, 1:1001], tma, sa, s1, None, out, swiglu=True,
+                                          up=(w3[:, 1:1001], s3))  # fmt: skip
+    assert kernel is T._gate_up_kernel  # misaligned rows: the pointer kernel with the same tile
+    for bad in (dict(up=(w3[:200], s3[:200])), dict(bias=torch.zeros(F)), dict(raw_int32=True),
+                dict(cfg=C.GemmConfig("triton", 64, 128, 64, split_k=2)), dict(q_scale=None)):  # fmt: skip
+        a = dict(q=q, w=w1, cfg=ptr, q_scale=sa, w_scale=s1, bias=None, out=out, swiglu=True, up=(w3, s3)) | bad
+        with pytest.raises(ValueError):
+            T.build_launches(**a)
 
 
 def test_gluon_split_k_plan_and_workspace():
@@ -139,6 +197,6 @@ def test_gluon_split_k_plan_and_workspace():
         G.build_launch(q, w, sa, sb, None, out, cfg, ws=ws.float(), num_sms=132)
     kernel, grid, args, kwargs = G.build_launch(q, w, sa, sb, torch.zeros(N), out, cfg, ws=ws, num_sms=132)
     # a 3-D descriptor over ws: a tile's rows past M are clipped inside its own slice
-    assert list(args[2].shape) == [11, M, N] and list(args[2].block_shape) == [1, 64, 64] and args[2].base is ws
-    assert args[9] == 38 and kwargs["SPLIT_K"] == 11 and kwargs["RAW_INT32"] is True and kwargs["HAS_BIAS"] is False
+    assert list(args[3].shape) == [11, M, N] and list(args[3].block_shape) == [1, 64, 64] and args[3].base is ws
+    assert args[11] == 38 and kwargs["SPLIT_K"] == 11 and kwargs["RAW_INT32"] is True and kwargs["HAS_BIAS"] is False
     assert grid == (min(132, 3 * 2 * 11),)  # units = tiles x splits

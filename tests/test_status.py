@@ -267,6 +267,36 @@ def test_layer_table_is_in_forward_order_whatever_order_layers_were_seen(gen):
     assert [row["layer"] for row in model["layers"]] == forward, order
 
 
+def test_a_bypass_note_and_the_gate_up_pair_reach_the_report(gen):
+    """A model note of op_coverage (a forward routed around the pack's op) is the model's ``bypass`` and a status
+    note; the FFN pair's two projections say how the pair ran (``fusion``); schema-valid; cleared with the model."""
+    from comfyui_ideogram4_int8 import kernels as K
+
+    k, f = 64, 32
+    x = torch.randn(5, k, generator=gen)
+    w1, w3 = (torch.randint(-127, 128, (f, k), dtype=torch.int8, generator=gen) for _ in range(2))
+    s1, s3 = torch.rand(f, generator=gen) / 50, torch.rand(f, generator=gen) / 50
+    sites = ("conditional/layers.0.feed_forward.w1", "conditional/layers.0.feed_forward.w3")
+    K.swiglu_w8a8_pair(x, w1, s1, w3, s3, path="cublas-int8", site=sites)
+    REGISTRY.declare("conditional/layers.0.attention.o", "triton-int8", "", k, k)
+    message = "1 of 3 quantized linears did not run through the pack's op (layers.0.attention.o): seen in 1 of 1"
+    assert REGISTRY.set_model_note("conditional", "bypass", message)
+    assert not REGISTRY.set_model_note("conditional", "bypass", message)  # unchanged
+    report = status.status_report()
+    validate(report)
+    (model,) = report["models"]
+    assert model["bypass"] == message
+    assert f"conditional: {message}" in report["status"]["notes"]
+    rows = {r["layer"]: r for r in model["layers"]}
+    for name in ("layers.0.feed_forward.w1", "layers.0.feed_forward.w3"):
+        assert rows[name]["fusion"].startswith("gate/up pair: one activation quantization") and rows[name]["N"] == f
+    assert rows["layers.0.attention.o"]["fusion"] is None
+    REGISTRY.clear("conditional")
+    assert REGISTRY.model_notes("conditional") == {}
+    REGISTRY.declare("conditional/layers.0.attention.o", "triton-int8", "", k, k)
+    assert status.status_report()["models"][0]["bypass"] is None
+
+
 def test_layers_declared_at_load_count_as_not_run(tmp_path, gen):
     REGISTRY.declare("conditional/layers.0.attention.qkv", "triton-int8", "", 192, 64)
     report = status.status_report()

@@ -233,6 +233,7 @@ function layerTable(model) {
             r.reason && r.reason !== "—"
               ? h("div", { class: "ig4i8-reason", title: r.reason }, r.sameReasonAsAbove ? "↑ same as above" : r.reason)
               : null,
+            r.fusion ? h("div", { class: "ig4i8-reason", title: r.fusion }, `⇄ ${r.fusion}`) : null,
           ),
           h("td", { class: "ig4i8-path" }, r.pathLabel),
         ),

@@ -96,6 +96,23 @@ test("warning rule: any dequant-bf16 layer makes the model a warning", () => {
   assert.match(warningText(one), /Why: forced by x\./);
 });
 
+test("a forward that routed around the pack's op is a warning, said before anything else", () => {
+  const m = makeModel("conditional", repeat(10, "triton-int8"));
+  m.bypass = "2 of 10 quantized linears did not run through the pack's op (layers.1.feed_forward.w1, layers.1.feed_forward.w3)";
+  assert.equal(modelSeverity(m), "warning");
+  assert.match(warningText(m), /^ComfyUI routed around the pack's INT8 op: 2 of 10 quantized linears/);
+  assert.equal(summarizeModel(m).severity, "warning");
+  assert.equal(modelSeverity({ ...m, bypass: null }), "ok");
+});
+
+test("layers of a fused pair say how the pair ran", () => {
+  const m = makeModel("conditional", [["layers.0.feed_forward.w1", "triton-int8"], ["layers.0.attention.o", "triton-int8"]]);
+  m.layers[0].fusion = "gate/up pair: one GEMM with the SwiGLU epilogue, w1 and w3 read in place";
+  const rows = layerRows(m);
+  assert.match(rows[0].fusion, /one GEMM/);
+  assert.equal(rows[1].fusion, "");
+});
+
 test("cuBLAS INT8 is a notice (real INT8, not fused), never ok and never a warning", () => {
   const m = makeModel("conditional", [...repeat(4, "cublas-int8"), ...repeat(1, "bf16")]);
   assert.equal(modelSeverity(m), "notice");

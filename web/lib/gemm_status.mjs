@@ -90,11 +90,12 @@ function total(counts) {
   return PATHS.reduce((acc, p) => acc + counts[p], 0);
 }
 
-/** The warning rule. dequant-bf16 anywhere -> "warning"; cuBLAS INT8 (real INT8, not fused) or a model
- * with no quantized linear at all -> "notice"; all quantized linears on the fused kernel -> "ok";
- * nothing recorded -> "idle". */
+/** The warning rule. A forward that routed around the pack's op (`bypass`) or dequant-bf16 anywhere ->
+ * "warning"; cuBLAS INT8 (real INT8, not fused) or a model with no quantized linear at all -> "notice";
+ * all quantized linears on the fused kernel -> "ok"; nothing recorded -> "idle". */
 export function modelSeverity(model) {
   const c = countsOf(model);
+  if (model?.bypass) return "warning";
   if (total(c) === 0) return "idle";
   if (c["dequant-bf16"] > 0) return "warning";
   if (c["cublas-int8"] > 0) return "notice";
@@ -151,8 +152,10 @@ export function summarizeModel(model) {
   };
 }
 
-/** The sentence under a model's headline when it is not all fused; null when there is nothing to say. */
+/** The sentence under a model's headline when it is not all fused; null when there is nothing to say.
+ * A bypass comes first: then the table itself cannot be trusted for the layers it names. */
 export function warningText(model) {
+  if (model?.bypass) return `ComfyUI routed around the pack's INT8 op: ${model.bypass}.`;
   const c = countsOf(model);
   const n = c["dequant-bf16"];
   if (n > 0) {
@@ -373,6 +376,8 @@ export function layerRows(model, filter = "all") {
       return same;
     })(),
     config: l.config ? `${l.config}${l.config_source ? ` (${l.config_source})` : ""}` : "",
+    // a layer of a fused pair (the FFN's w1|w3): how the pair ran, or why it ran as two linears
+    fusion: l.fusion ? String(l.fusion) : "",
     severity: l.path === "dequant-bf16" ? "warning" : l.path === "cublas-int8" ? "notice" : "ok",
   }));
 }

@@ -1,0 +1,113 @@
+"""No silent bypass: after each forward of the pack's MODELs, check that every quantized linear ran through the
+pack's op, and label the model (registry -> panel, log once) when one did not.
+
+Why this is needed: the pack overrides ``Linear._forward`` (and each FFN's gate/up pair); a ComfyUI that computes a
+layer its own way never calls them. Newer ComfyUI (0.35-0.38 sources) dequantizes before ``_forward`` when
+``_full_precision_mm`` is set (that one still reaches the op, which labels it a float GEMM) and adds fused INT8
+FFN / norm functions (``_fused_swiglu_ffn``, ``linear_input_act``) that read the int8 weights directly and skip
+``Linear.forward`` altogether: the GEMM then runs on ComfyUI's kernel while the panel would still list the
+pack's path.
+
+How: each of the pack's Linears counts the calls that reach the op (``op_calls``; the fused gate/up call counts on
+both projections). Forward hooks on the diffusion model read the counters of its quantized linears (int8 weight)
+before and after the forward; a linear that should have run and did not is a bypass. ``llm_cond_proj`` runs only
+when the forward has a text context (the image-only pass never runs it). Cost: two reads of ~220 integers per
+forward of hundreds of milliseconds.
+
+Label after the fact, not refuse at load: whether a newer ComfyUI takes its own route depends on run-time facts
+(device and kitchen backend, batch size, whether the weights are resident or streamed), so a probe forward at
+load (on a tiny input, or a tiny model) can show that a route exists but not that the real run avoids it, and a
+full-size probe would load the model onto the GPU at load time, which ComfyUI does lazily at sampling. Refusing
+would also stop runs whose results are right (ComfyUI's own int8 path computes the same linear), only not on the
+pack's kernel. So every forward is checked; the first bypass is logged once per model, and the model carries a
+note in the registry (the panel shows it as a warning with the layers) from that forward on, with the count of
+forwards it happened in; the bypassed layers' reasons say so too.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .. import kernels
+from .int8_ops import int8_linears, is_int8_weight
+
+log = logging.getLogger("comfyui_ideogram4_int8")
+
+NOTE_KIND = "bypass"
+_STATE = "_ideogram4_int8_coverage"
+CONTEXT_ONLY = ("llm_cond_proj",)  # linears that run only when the forward has a text context
+LAYER_NOTE = "not run through the pack's op in a forward: ComfyUI computed this layer its own way"
+
+
+class Coverage:
+    """Per diffusion model: its linears (name, module) and the running tally (read by tests and the panel)."""
+
+    def __init__(self, label: str, linears: list[tuple[str, torch.nn.Module]]) -> None:
+        self.label = label
+        self.linears = linears
+        self.before: list[int] | None = None
+        self.context = True
+        self.forwards = 0
+        self.bypassed_forwards = 0
+        self.last: dict | None = None  # {"expected", "ran", "missing"} of the last forward
+        self.logged = False
+
+
+def install(diffusion_model: torch.nn.Module, label: str) -> Coverage:
+    """Attach the check to ``diffusion_model`` (forward pre-hook and hook); returns its tally."""
+    state = Coverage(label, list(int8_linears(diffusion_model).items()))
+    setattr(diffusion_model, _STATE, state)
+    diffusion_model.register_forward_pre_hook(_before, with_kwargs=True)
+    diffusion_model.register_forward_hook(_after, with_kwargs=True)
+    return state
+
+
+def coverage(diffusion_model: torch.nn.Module) -> Coverage | None:
+    return getattr(diffusion_model, _STATE, None)
+
+
+def _before(module, args, kwargs):
+    state = coverage(module)
+    if state is not None:
+        state.before = [m.op_calls for _, m in state.linears]
+        context = kwargs.get("context", args[2] if len(args) > 2 else None)
+        state.context = context is not None
+
+
+def _after(module, args, kwargs, output):
+    state = coverage(module)
+    if state is None or state.before is None:
+        return
+    expected, missing = 0, []
+    for (name, m), n0 in zip(state.linears, state.before, strict=True):
+        if not is_int8_weight(m.weight) or (not state.context and name.startswith(CONTEXT_ONLY)):
+            continue
+        expected += 1
+        if m.op_calls == n0:
+            missing.append(name)
+    state.before = None
+    state.forwards += 1
+    state.last = {"expected": expected, "ran": expected - len(missing), "missing": missing}
+    if missing:
+        state.bypassed_forwards += 1
+        _label(state, missing, expected)
+
+
+def _label(state: Coverage, missing: list[str], expected: int) -> None:
+    shown = ", ".join(missing[:4]) + (f" … (+{len(missing) - 4})" if len(missing) > 4 else "")
+    message = (
+        f"{len(missing)} of {expected} quantized linears did not run through the pack's op ({shown}): this ComfyUI "
+        f"computed them its own way (a fused or dequantizing route of its own), so their GEMM path is not what this "
+        f"panel lists; seen in {state.bypassed_forwards} of {state.forwards} forwards"
+    )
+    kernels.REGISTRY.set_model_note(state.label, NOTE_KIND, message)
+    for name in missing:
+        kernels.REGISTRY.annotate(f"{state.label}/{name}", LAYER_NOTE)
+    if not state.logged:
+        state.logged = True
+        log.warning("Ideogram4 INT8: %s: %s", state.label, message)
+
+
+__all__ = ["install", "coverage", "Coverage", "NOTE_KIND", "LAYER_NOTE"]

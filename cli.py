@@ -1,21 +1,135 @@
 """Command line: `python -m comfyui_ideogram4_int8 {demo,bench,info}`.
 
-Subcommands import their heavy modules lazily so `--help` stays instant.
+Subcommands import their heavy modules lazily so `--help` stays instant. A mistake on the command line ends in
+one line that names the option and what it accepts (exit status 2), never in a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import pathlib
 import sys
+
+# ideogram4.schedule.PRESETS' names, spelled here so that `--help` needs no torch (a test keeps them equal)
+PRESET_NAMES = ("Quality 48", "Default 20", "Turbo 12")
+DEVICE_CHOICES = "cpu, cuda, cuda:N"
+# an Ideogram 4 linear (attention.qkv: N = 13824, K = 4608) for `info`'s path question
+INFO_SHAPE = (13824, 4608)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line: ``<prog>: error: argument --x: ... (see --help)``."""
+
+    def error(self, message: str):  # noqa: D401 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _preset(value: str) -> str:
+    key = value.replace(" ", "").replace("_", "").lower()
+    for name in PRESET_NAMES:  # the same leniency as ideogram4.schedule.get_preset: 'turbo12', 'Turbo'
+        if name.replace(" ", "").lower() == key or name.split()[0].lower() == key:
+            return name
+    raise argparse.ArgumentTypeError(
+        f"invalid choice: {value!r} (choose from {', '.join(repr(n) for n in PRESET_NAMES)})")
+
+
+def _device(value: str) -> str:
+    name = value.strip().lower()
+    ok = name in ("cpu", "cuda") or (name.startswith("cuda:") and name[5:].isdigit())
+    if not ok:
+        raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {DEVICE_CHOICES})")
+    if name.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError(f"{value!r}: torch {torch.__version__} sees no CUDA GPU here "
+                                             "(choose cpu, or leave --device out)")  # fmt: skip
+        index = int(name[5:]) if ":" in name else 0
+        if index >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0 .. "
+                f"cuda:{torch.cuda.device_count() - 1})")
+    return name
+
+
+def _out_dir(value: str) -> str:
+    path = pathlib.Path(value)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r} is a file, not a folder (give a folder to write into)")
+    parent = path
+    while not parent.exists():  # the nearest folder that exists must be writable, the rest is created
+        parent = parent.parent
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{value!r}: {str(parent)!r} is a file, so no folder can be made under it")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"{value!r}: no permission to write in {str(parent)!r}")
+    return value
+
+
+def _threads(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"invalid value: {value!r} (a whole number >= 1)")
+    return n
+
+
+def info_report() -> dict:
+    """What this machine gets: versions, the GEMM path of an Ideogram 4 linear on its default device and why,
+    and, on the fused path, which kernel family runs it."""
+    import torch
+
+    from . import __version__
+    from .kernels import environment_report, select_path, triton_unavailable_reason
+
+    report = {"version": __version__, **environment_report()}
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    n, k = INFO_SHAPE
+    path, why_not_faster = select_path(device, n, k)
+    report.update(device=str(device), gemm_path=path, gemm_path_reason=why_not_faster or "the fastest path",
+                  fused_kernel_unavailable=triton_unavailable_reason(device))  # fmt: skip
+    if path == "triton-int8":
+        try:
+            from .kernels.gemm_gluon import gluon_available
+
+            gluon_why = gluon_available(device)
+        except Exception as exc:  # noqa: BLE001 - a Triton without Gluon: the portable kernel runs
+            gluon_why = f"Gluon cannot load: {type(exc).__name__}: {exc}"
+        if gluon_why is None:
+            report.update(backend="gluon", backend_reason="Hopper: warp-specialized Gluon kernels (wgmma + TMA) "
+                          "where the tuned table picks them, the portable Triton kernel elsewhere")  # fmt: skip
+        else:
+            report.update(backend="triton", backend_reason=f"portable Triton kernel (Gluon kernels not used: "
+                          f"{gluon_why})")  # fmt: skip
+    elif path == "cublas-int8":
+        report.update(backend="torch._int_mm", backend_reason="int8 GEMM by torch._int_mm "
+                      f"({'cuBLASLt' if device.type == 'cuda' else 'CPU'}), dequantization as a separate step")
+    else:
+        report.update(backend="float matmul", backend_reason="weights dequantized to bf16, then a float GEMM")
+    return report
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from . import __version__
-    from .kernels import environment_report
-
-    report = {"version": __version__, **environment_report()}
-    print(json.dumps(report, indent=2))
+    report = info_report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    gpu = report["gpu"] or "none (torch sees no CUDA GPU)"
+    if report["compute_capability"]:
+        gpu += f", sm_{report['compute_capability'].replace('.', '')} ({report['arch']})"
+    print(f"comfyui-ideogram4-int8 {report['version']}")
+    print(f"  torch      {report['torch']}")
+    print(f"  triton     {report['triton'] or 'not installed'}")
+    print(f"  GPU        {gpu}")
+    n, k = INFO_SHAPE
+    print(f"  GEMM path  {report['gemm_path']} on {report['device']} (an Ideogram 4 linear, N={n} K={k})")
+    print(f"    why      {report['gemm_path_reason']}")
+    print(f"  backend    {report['backend']}: {report['backend_reason']}")
+    print("  (--json for the same as JSON; IDEOGRAM4_INT8_GEMM_PATH forces a path)")
     return 0
 
 
@@ -26,30 +140,42 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    # NOTE (issue 21): the CLI imports bench/ here; bench/ is being refactored separately — the maintainer keeps
+    # this entry point in step with it.
     from .bench.gemm import run_bench
 
     return run_bench(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m comfyui_ideogram4_int8",
         description="Ideogram 4 W8A8 INT8: fused Triton GEMM tools.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    p_info = sub.add_parser("info", help="print GPU / torch / triton facts and the GEMM path this machine gets")
+    p_info = sub.add_parser(
+        "info", help="print GPU / torch / triton facts and the GEMM path and backend this machine gets, and why")
+    p_info.add_argument("--json", action="store_true", help="print the report as JSON")
     p_info.set_defaults(func=_cmd_info)
 
     p_demo = sub.add_parser(
         "demo",
         help="build a tiny Ideogram-4-architecture model, write it as W8A8, load it back and sample "
-        "through the fused path; writes a PNG preview and prints the GEMM-path table",
-    )
-    p_demo.add_argument("--out", default="demo_out", help="output folder (default: demo_out)")
-    p_demo.add_argument("--seed", type=int, default=0)
-    p_demo.add_argument("--preset", default="Turbo 12", help="sampling preset (default: 'Turbo 12')")
-    p_demo.add_argument("--device", default=None, help="cuda / cpu (default: cuda when available)")
+        "through the fused path; writes a labelled PNG preview and prints the GEMM-path table",
+        description="Build a tiny Ideogram-4-architecture model pair, write it as a W8A8 checkpoint, load it back "
+        "through the real reader, sample with the official asymmetric CFG and compare with the float model.",
+    )  # fmt: skip
+    p_demo.add_argument("--out", type=_out_dir, default="demo_out",
+                        help="output folder, created if missing (default: demo_out)")  # fmt: skip
+    p_demo.add_argument("--seed", type=int, default=0, help="noise seed (default: 0)")
+    p_demo.add_argument("--preset", type=_preset, default="Turbo 12", metavar="PRESET",
+                        help=f"sampling preset, one of: {', '.join(PRESET_NAMES)} (default: Turbo 12)")  # fmt: skip
+    p_demo.add_argument("--device", type=_device, default=None, metavar="DEVICE",
+                        help=f"one of: {DEVICE_CHOICES} (default: cuda when available, else cpu)")  # fmt: skip
+    p_demo.add_argument("--threads", type=_threads, default=None, metavar="N",
+                        help="CPU threads for torch (default: 1 on the CPU, where more only add overhead on this "
+                        "tiny model; OMP_NUM_THREADS, when set, is kept)")  # fmt: skip
     p_demo.set_defaults(func=_cmd_demo)
 
     p_bench = sub.add_parser(

@@ -27,7 +27,15 @@ from collections.abc import Callable, Iterable
 import torch
 
 from .config import Ideogram4Config, infer_config
-from .errors import PICK_IDEOGRAM4, BaseMismatchError, CheckpointError, MissingKeysError, TensorMismatchError, few
+from .errors import (
+    PICK_IDEOGRAM4,
+    BaseMismatchError,
+    CheckpointError,
+    DeviceUnavailableError,
+    MissingKeysError,
+    TensorMismatchError,
+    few,
+)
 from .formats.linear_plan import FLOAT_DTYPES, FP8_DTYPES, LinearPlan, check_float, classify, classify_bias
 from .formats.quantize_on_load import dequantize_fp8, quantize_weight
 from .formats.source import Source, open_source
@@ -56,6 +64,27 @@ class BranchStateDict(dict):
 
     def quantized_layers(self) -> list[str]:
         return sorted(k[: -len(".weight")] for k, v in self.items() if k.endswith(".weight") and v.dtype == torch.int8)
+
+
+def _check_device(device, path) -> torch.device:
+    """torch.device(device), or a DeviceUnavailableError saying why the tensors cannot go there."""
+    label = "<state dict>" if isinstance(path, dict) else path
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise DeviceUnavailableError(f"device={device!r} is not a torch device ({exc})", file=label,
+                                     fix="pass device='cpu' or 'cuda' (or 'cuda:N')") from None  # fmt: skip
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise DeviceUnavailableError(
+                f"device={device!r} asked for, but torch {torch.__version__} sees no CUDA GPU "
+                "(a CPU-only torch build, or no GPU / driver)", file=label,
+                fix="read on the CPU with device='cpu', or use a machine with an NVIDIA GPU and a CUDA build of torch")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise DeviceUnavailableError(f"device={device!r} asked for, but this machine has {count} CUDA device(s)",
+                                         file=label, fix=f"use cuda:0 .. cuda:{count - 1}")  # fmt: skip
+    return dev
 
 
 def read_branch(
@@ -99,11 +128,11 @@ def read_branch(
     """
     from .hub import resolve
 
+    device = _check_device(device, path)
     if not isinstance(path, dict):
         path = resolve(path, revision=revision, cache_dir=cache_dir)
     if base is not None and not isinstance(base, dict):
         base = resolve(base, revision=revision, cache_dir=cache_dir)
-    device = torch.device(device)
     if dtype not in FLOAT_DTYPES:
         raise ValueError(f"read_branch: dtype must be one of {FLOAT_DTYPES}; got {dtype}")
     main = open_source(path, branch)

@@ -6,13 +6,19 @@
 3. loads both branches back through ``read_branch`` into W8A8 DiTs;
 4. samples a latent with a preset through the W8A8 path (the fused Triton GEMM on a CUDA GPU;
    on the CPU the labelled cublas-int8 fallback) and the same sampling with the float models;
-5. writes a PNG preview (W8A8 | bf16 reference), prints the GEMM-path table and the
-   W8A8-vs-bf16 fidelity, and writes ``demo_summary.json``.
+5. writes a labelled PNG preview (W8A8 | bf16 reference | their difference, with the GEMM path and
+   the fidelity figures), prints the GEMM-path table and the W8A8-vs-bf16 fidelity, and writes
+   ``demo_summary.json``.
+
+On the CPU the demo runs torch on one thread unless told otherwise (``--threads``, or
+``OMP_NUM_THREADS`` in the environment): the model is tiny, and more threads only added overhead
+(README: the measured times).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import time
 
@@ -22,7 +28,7 @@ from .. import kernels
 from .checkpoint import read_branch
 from .config import Ideogram4Config
 from .dit import Ideogram4DiT
-from .preview import save_preview
+from .preview import difference_to_rgb, latents_to_rgb, save_labelled_preview
 from .sampler import make_noise, sample
 from .schedule import get_preset
 from .synthetic import RandomWeights, write_w8a8
@@ -32,6 +38,8 @@ MODEL_SEEDS = {"conditional": 4, "unconditional": 5}  # the embedded default mod
 TEXT_TOKENS = 24
 DEMO_SIZE = 256  # pixels: a 16 x 16 latent, 256 image tokens
 FIDELITY_MIN = 0.99
+CPU_THREADS = 1  # measured: README "Fresh-machine commands"
+DIFF_GAIN = 50.0
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -65,10 +73,69 @@ def path_table(labels: list[str]) -> list[dict]:
 
 
 def _print_table(rows: list[dict]) -> None:
-    print(f"\n{'model':<14} {'GEMM path':<13} {'layers':>6}  why")
+    print(f"\n{'model':<14} {'GEMM path':<13} {'layers':>6}  why not a faster path")
     print("-" * 100)
     for r in rows:
         print(f"{r['model']:<14} {r['path']:<13} {r['layers']:>6}  {r['reason']}")
+
+
+def _print_fidelity(fidelity: dict[str, float], rel_latent: float) -> None:
+    print(f"\n{'fidelity':<44} {'measure':<34} value")
+    print("-" * 86)
+    for k, v in fidelity.items():
+        print(f"{k.removesuffix(' (cosine)'):<44} {'cosine similarity (1 = identical)':<34} {v:.5f}")
+    print(f"{'sampled latent: W8A8 vs bf16':<44} {'relative L2 error (0 = identical)':<34} {rel_latent:.5f}")
+
+
+def _threads(args, device: torch.device) -> int:
+    """Set torch's CPU thread count for the demo; returns it."""
+    asked = getattr(args, "threads", None)
+    if asked is None and device.type == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
+        asked = min(CPU_THREADS, torch.get_num_threads())
+    if asked:
+        torch.set_num_threads(int(asked))
+    return torch.get_num_threads()
+
+
+def _paths_phrase(rows: list[dict], branch: str) -> str:
+    """'23 linears on cublas-int8, 8 in bf16 (6 unquantized top-level layer, 2 protected in checkpoint ...)'."""
+    mine = [r for r in rows if r["model"] == branch]
+    parts = []
+    for path in dict.fromkeys(r["path"] for r in mine):
+        group = [r for r in mine if r["path"] == path]
+        n = sum(r["layers"] for r in group)
+        if path == kernels.PATH_BF16:
+            why = ", ".join(f"{r['layers']} {r['reason']}" for r in group)
+            parts.append(f"{n} in bf16 ({why})")
+        else:
+            parts.append(f"{n} linears on {path}")
+    return ", ".join(parts)
+
+
+def _write_preview(path: pathlib.Path, lat_w8, lat_ref, rows, fidelity, rel_latent, cfg, preset, seed, device):
+    quant = sorted({r["path"] for r in rows if r["path"] != kernels.PATH_BF16})
+    reasons = sorted({r["reason"] for r in rows if r["path"] in quant and r["reason"] != "fastest path"})
+    why = f" ({'; '.join(reasons)})" if reasons else " (the fused kernel)"
+    w8_img, ref_img = latents_to_rgb([lat_w8, lat_ref])
+    diff_img = difference_to_rgb(lat_w8, lat_ref, gain=DIFF_GAIN)
+    cos_lat = fidelity["sampled latent: W8A8 vs bf16 (cosine)"]
+    panels = [
+        ("W8A8 INT8", f"int8 weights and activations; GEMM path {'/'.join(quant)}{why}. "
+         f"Per branch: {_paths_phrase(rows, 'conditional')}.", w8_img),
+        ("bf16 reference", "the same model with float (bf16) linears: what W8A8 should reproduce.", ref_img),
+        (f"difference x{DIFF_GAIN:g}", f"|W8A8 - bf16| per pixel, {DIFF_GAIN:g}x amplified (white = 1/{DIFF_GAIN:g} "
+         f"of the reference's range). Cosine {cos_lat:.5f}, relative L2 {rel_latent:.4f}.", diff_img),
+    ]  # fmt: skip
+    title = (f"Ideogram 4 W8A8 demo: {cfg.num_layers}-block tiny model, preset {preset.name}, seed {seed}, "
+             f"{device.type}")  # fmt: skip
+    notes = ("Latent previews (no VAE: the first 3 principal components of the 32 latent channels, one projection "
+             "for both). The model has seeded random weights, so it draws colour noise, not a picture: what matters "
+             "is that the W8A8 panel matches the bf16 one.")  # fmt: skip
+    fwd = " · ".join(f"{k.split(' forward')[0]} {v:.5f}" for k, v in fidelity.items() if "forward: W8A8" in k)
+    verdict = "passes" if all(v >= FIDELITY_MIN for v in fidelity.values()) else "FAILS"
+    footer = (f"Fidelity (cosine similarity, 1 = identical; >= {FIDELITY_MIN} {verdict}): sampled latent "
+              f"{cos_lat:.5f}; one forward pass, W8A8 vs bf16: {fwd}.")  # fmt: skip
+    return save_labelled_preview(path, panels, title, notes, footer)
 
 
 def run_demo(args) -> int:
@@ -77,11 +144,16 @@ def run_demo(args) -> int:
     seed = int(getattr(args, "seed", 0) or 0)
     preset = get_preset(getattr(args, "preset", None) or "Turbo 12")
     device = _device(getattr(args, "device", None))
+    threads = _threads(args, device)
     dtype = torch.bfloat16
     cfg = Ideogram4Config.demo()
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(f"demo: --out {str(out)!r}: cannot make the folder: {exc.strerror or exc}") from None
     print(f"Ideogram 4 W8A8 demo: {cfg.num_layers}-block model (emb {cfg.emb_dim}, {cfg.num_heads} heads), "
-          f"preset {preset.name}, {DEMO_SIZE}x{DEMO_SIZE} px, seed {seed}, device {device}")  # fmt: skip
+          f"preset {preset.name}, {DEMO_SIZE}x{DEMO_SIZE} px, seed {seed}, device {device}, "
+          f"{threads} CPU thread(s)")  # fmt: skip
 
     # 1-2. embedded model -> W8A8 file
     weights = {b: RandomWeights(cfg, s).materialize() for b, s in MODEL_SEEDS.items()}
@@ -126,25 +198,24 @@ def run_demo(args) -> int:
     rel_latent = _rel(lat_w8, lat_ref)
 
     # 5. outputs
-    png = save_preview(out / "demo_preview.png", [lat_w8[0], lat_ref[0]])
     rows = path_table(list(MODEL_SEEDS))
+    png = _write_preview(out / "demo_preview.png", lat_w8[0], lat_ref[0], rows, fidelity, rel_latent, cfg, preset,
+                         seed, device)  # fmt: skip
     _print_table(rows)
-    print(f"\n{'fidelity (cosine similarity)':<48} value")
-    print("-" * 60)
-    for k, v in fidelity.items():
-        print(f"{k:<48} {v:.5f}")
-    print(f"{'sampled latent: relative L2 error':<48} {rel_latent:.5f}")
+    _print_fidelity(fidelity, rel_latent)
     ok = all(v >= FIDELITY_MIN for v in fidelity.values())
     summary = {
         "device": str(device), "dtype": str(dtype).replace("torch.", ""), "preset": preset.name, "seed": seed,
-        "size": [DEMO_SIZE, DEMO_SIZE], "config": json.loads(cfg.to_json()), "checkpoint": str(ckpt),
+        "size": [DEMO_SIZE, DEMO_SIZE], "threads": threads, "config": json.loads(cfg.to_json()),
+        "checkpoint": str(ckpt),
         "preview": str(png), "gemm_paths": rows, "fidelity": fidelity, "latent_rel_err": rel_latent,
         "w8a8_sampling_seconds": t_w8, "total_seconds": time.perf_counter() - t_start, "ok": ok,
         "environment": kernels.environment_report(),
     }  # fmt: skip
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
     quant_paths = sorted({r["path"] for r in rows if r["path"] != kernels.PATH_BF16})
-    print(f"\npreview: {png}  (left: W8A8 via {'/'.join(quant_paths)}, right: bf16 reference)")
+    print(f"\npreview: {png}  (left: W8A8 via {'/'.join(quant_paths)}, middle: bf16 reference, "
+          f"right: their difference x{DIFF_GAIN:g})")
     print(f"summary: {out / 'demo_summary.json'}")
     print(f"W8A8 sampling {t_w8:.1f} s, total {summary['total_seconds']:.1f} s — "
           + ("fidelity OK" if ok else f"FIDELITY BELOW {FIDELITY_MIN}"))  # fmt: skip

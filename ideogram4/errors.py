@@ -122,3 +122,7 @@ def few(keys, n: int = 5) -> str:
     keys = sorted(keys)
     head = ", ".join(keys[:n])
     return head + (f" … and {len(keys) - n} more" if len(keys) > n else "")
+
+
+class DeviceUnavailableError(CheckpointError):
+    """The device the tensors should go to does not exist here (e.g. ``device="cuda"`` without a CUDA GPU)."""

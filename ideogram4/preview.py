@@ -52,3 +52,90 @@ def save_preview(path: str | pathlib.Path, latents: list[torch.Tensor], gap: int
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray(canvas).save(path)
     return path
+
+
+def difference_to_rgb(a: torch.Tensor, b: torch.Tensor, gain: float = 10.0, scale: int = 8) -> torch.Tensor:
+    """|a - b| per pixel of latents [128, gh, gw] as a grey uint8 [H, W, 3] image.
+
+    The per-pixel L2 norm of the difference over the 32 unpatchified channels, divided by the 99th percentile of
+    ``b``'s per-pixel norm and multiplied by ``gain``: white = a difference of 1/gain of ``b``'s typical magnitude.
+    """
+    pa, pb = unpatchify(a.detach().float().cpu()), unpatchify(b.detach().float().cpu())
+    diff = (pa - pb).norm(dim=0)
+    ref = pb.norm(dim=0).flatten().quantile(0.99).clamp_min(1e-12)
+    img = (diff / ref * gain).clamp(0, 1)
+    img = img.repeat_interleave(scale, 0).repeat_interleave(scale, 1)
+    return (img * 255).round().to(torch.uint8)[..., None].expand(-1, -1, 3).contiguous()
+
+
+def _font(size: int):
+    from PIL import ImageFont
+
+    try:
+        return ImageFont.load_default(size=size)  # Pillow >= 10.1: a scalable font shipped with Pillow
+    except TypeError:  # pragma: no cover - older Pillow: the small bitmap font
+        return ImageFont.load_default()
+
+
+def _wrap(draw, text: str, font, width: int) -> list[str]:
+    lines = []
+    for para in text.split("\n"):
+        line = ""
+        for word in para.split(" "):
+            candidate = f"{line} {word}".strip()
+            if line and draw.textlength(candidate, font=font) > width:
+                lines.append(line)
+                line = word
+            else:
+                line = candidate
+        lines.append(line)
+    return lines
+
+
+def save_labelled_preview(path: str | pathlib.Path, panels: list[tuple[str, str, torch.Tensor]], title: str,
+                          notes: str = "", footer: str = "", gap: int = 16, margin: int = 16) -> pathlib.Path:
+    """A PNG that explains itself: a title and notes on top, then one column per panel (a bold-ish heading, a
+    caption under it, the image), then a footer. ``panels``: (heading, caption, uint8 [H, W, 3]); captions and notes
+    wrap to the width they have."""
+    from PIL import Image, ImageDraw
+
+    big, small = _font(18), _font(13)
+    h, w = panels[0][2].shape[:2]
+    width = 2 * margin + len(panels) * w + (len(panels) - 1) * gap
+    scratch = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    line_big, line_small = 24, 17
+    title_lines = _wrap(scratch, title, big, width - 2 * margin)
+    note_lines = _wrap(scratch, notes, small, width - 2 * margin) if notes else []
+    captions = [_wrap(scratch, caption, small, w) for _, caption, _ in panels]
+    heads = [_wrap(scratch, head, big, w) for head, _, _ in panels]
+    foot_lines = _wrap(scratch, footer, small, width - 2 * margin) if footer else []
+    head_h = max(len(x) for x in heads) * line_big + max(len(c) for c in captions) * line_small + 6
+    top = margin + len(title_lines) * line_big + len(note_lines) * line_small + 12
+    height = top + head_h + h + 12 + len(foot_lines) * line_small + margin
+    canvas = Image.new("RGB", (width, height), (250, 250, 248))
+    draw = ImageDraw.Draw(canvas)
+    y = margin
+    for line in title_lines:
+        draw.text((margin, y), line, fill=(20, 20, 20), font=big)
+        y += line_big
+    for line in note_lines:
+        draw.text((margin, y), line, fill=(80, 80, 80), font=small)
+        y += line_small
+    for i, ((_, _, img), head, caption) in enumerate(zip(panels, heads, captions, strict=True)):
+        x = margin + i * (w + gap)
+        yy = top
+        for line in head:
+            draw.text((x, yy), line, fill=(20, 20, 20), font=big)
+            yy += line_big
+        for line in caption:
+            draw.text((x, yy), line, fill=(60, 60, 60), font=small)
+            yy += line_small
+        canvas.paste(Image.fromarray(img.numpy()), (x, top + head_h))
+    y = top + head_h + h + 12
+    for line in foot_lines:
+        draw.text((margin, y), line, fill=(20, 20, 20), font=small)
+        y += line_small
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    canvas.save(path)
+    return path

@@ -6,7 +6,7 @@ element is drawn first, i.e. furthest back), as the official guidance and ComfyU
 
 from __future__ import annotations
 
-from comfy_api.latest import io, ui
+from comfy_api.v0_0_2 import io, ui
 
 from ..ideogram4.captions import builder as b
 from ..ideogram4.captions import check_caption, serialize_caption

@@ -11,7 +11,7 @@ import logging
 import comfy.model_management
 import comfy.utils
 import folder_paths
-from comfy_api.latest import io, ui
+from comfy_api.v0_0_2 import io, ui
 
 from .. import kernels
 from ..ideogram4 import hub

@@ -15,7 +15,7 @@ import comfy.model_management
 import comfy.model_patcher
 import comfy.utils
 import torch
-from comfy_api.latest import io, ui
+from comfy_api.v0_0_2 import io, ui
 
 from .. import kernels
 from ..ideogram4.checkpoint import read_branch

@@ -16,7 +16,7 @@ import comfy.samplers
 import comfy.utils
 import latent_preview
 import torch
-from comfy_api.latest import io
+from comfy_api.v0_0_2 import io
 from comfy_extras.nodes_custom_sampler import Guider_DualModel
 
 from .. import kernels

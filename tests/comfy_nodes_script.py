@@ -325,6 +325,10 @@ def check_interrupt():
             comfy.model_management.interrupt_current_processing(True)
 
     comfy.utils.set_progress_bar_global_hook(hook)
+    # ComfyUI passes a step to the hook only 100 ms after the last one it passed: on a fast machine step 3 would
+    # never reach it (the check then depended on the machine's speed). Every step, here.
+    throttle = comfy.utils.PROGRESS_THROTTLE_MIN_INTERVAL
+    comfy.utils.PROGRESS_THROTTLE_MIN_INTERVAL = 0.0
     interrupted = False
     try:
         _latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
@@ -332,6 +336,7 @@ def check_interrupt():
         interrupted = True
     finally:
         comfy.utils.set_progress_bar_global_hook(None)
+        comfy.utils.PROGRESS_THROTTLE_MIN_INTERVAL = throttle
         comfy.model_management.interrupt_current_processing(False)
     leftovers = [n for n, m in int8_ops.int8_linears(cond.model.diffusion_model).items() if len(m.weight_function)]
     again = _latent_node(cond, uncond, ctx, 7, preset="Turbo 12")

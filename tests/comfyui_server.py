@@ -13,6 +13,8 @@ Environment:
                    linked into a temporary ``--base-directory`` (custom_nodes, user, input, output, temp).
   COMFYUI_PYTHON   interpreter to run it (default: $COMFYUI_DIR/.venv/bin/python, else this interpreter).
   COMFYUI_ARGS     extra command-line arguments (shell-split), e.g. "--disable-cuda-malloc".
+  COMFYUI_KEEP_BASE  set to keep the temporary base directory (``comfyui-base-*``, with ``comfyui.log``) after
+                   ``stop()``; by default it is removed.
 Only loopback is used; the port is a free one picked at start.
 """
 
@@ -86,6 +88,7 @@ class ComfyUIServer:
         self.base: pathlib.Path | None = None
         self.log_path: pathlib.Path | None = None
         self._log = None
+        self._final_log = ""
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
     @property
@@ -142,6 +145,9 @@ class ComfyUIServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self.base is not None and self.base.exists() and not os.environ.get("COMFYUI_KEEP_BASE"):
+            self._final_log = self.log_text()  # kept for log_tail() after the folder is gone
+            shutil.rmtree(self.base, ignore_errors=True)
 
     def __enter__(self) -> ComfyUIServer:
         return self.start()
@@ -151,7 +157,9 @@ class ComfyUIServer:
 
     # -- logs --------------------------------------------------------------------------------------------------
     def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
+        if self.log_path and self.log_path.exists():
+            return self.log_path.read_text(errors="replace")
+        return self._final_log
 
     def log_tail(self, lines: int = 80) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])

@@ -8,6 +8,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import sys
+import tempfile
 
 import pytest
 
@@ -20,6 +23,34 @@ except ImportError:  # pragma: no cover - torch is a hard dependency
 
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_SESSION_TMP: str | None = None
+
+
+def pytest_configure(config):
+    global _SESSION_TMP
+    _SESSION_TMP = tempfile.mkdtemp(prefix="ig4i8-tests-")
+    os.environ["TMPDIR"] = _SESSION_TMP  # subprocesses (ComfyUI, node, chromium) and this process alike
+    tempfile.tempdir = None  # re-read from TMPDIR on next use
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if _SESSION_TMP and exitstatus not in (0, 5) and os.path.isdir(_SESSION_TMP):
+        terminalreporter.write_line(f"temporary files of this session kept for inspection: {_SESSION_TMP}")
+
+
+def pytest_unconfigure(config):
+    server = sys.modules.get("comfyui_server")
+    if server is not None and getattr(server, "_SHARED", None) is not None:
+        server._SHARED.stop()  # before its base directory goes (its atexit hook would run later)
+    status = getattr(config, "_ig4i8_exitstatus", 0)
+    if _SESSION_TMP and status in (0, 5):
+        shutil.rmtree(_SESSION_TMP, ignore_errors=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._ig4i8_exitstatus = int(exitstatus)
 
 
 def pytest_collection_modifyitems(config, items):

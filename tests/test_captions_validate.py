@@ -93,21 +93,25 @@ def test_several_problems_are_all_reported():
     assert paths == {f"{e}[0].bbox[1]", f"{e}[0].bbox", f"{e}[3].color_palette[0]", f"{e}[5].extra"}
 
 
-def test_huge_text_is_refused_quickly_with_an_actionable_message():
+def test_huge_text_is_refused_unparsed_with_an_actionable_message(monkeypatch):
+    from comfyui_ideogram4_int8.ideogram4.captions import rules
+
     raw = json.dumps({"compositional_deconstruction": {"background": "x" * (limits.MAX_CAPTION_CHARS + 10),
                                                        "elements": []}})
-    t = time.perf_counter()
+
+    def no_parse(*a, **k):
+        raise AssertionError("a caption over the limit must be refused before it is parsed")
+
+    monkeypatch.setattr(rules.json, "loads", no_parse)
     problems = validate_caption(raw)
-    assert time.perf_counter() - t < 1.0
+    monkeypatch.undo()
     assert len(problems) == 1 and problems[0].startswith("$:") and "refusing" in problems[0]
 
 
 def test_many_elements_are_checked_and_the_report_stays_readable_but_counts_everything():
     el = {"type": "obj", "bbox": [10, 10, 5, 20], "desc": "a pebble"}  # each one swapped
     cap = {"compositional_deconstruction": {"background": "a beach", "elements": [dict(el) for _ in range(2000)]}}
-    t = time.perf_counter()
-    report = check_caption(cap)
-    assert time.perf_counter() - t < 20
+    report = check_caption(cap)  # (its speed is not asserted: tests do not time things)
     assert len(report.errors) == 2000
     text = report.text()
     assert f"{len(report.errors)} error(s)" in text

@@ -274,3 +274,17 @@ def test_dit_refuses_incomplete_or_extra_state(gen):
     extra = dict(weights, **{"layers.0.attention.qkv.act_scale": torch.ones(3)})
     with pytest.raises(ValueError, match="unused"):
         Ideogram4DiT(TINY, state_dict=extra)
+
+
+def test_a_device_that_is_not_here_is_named_with_the_fix(w8a8_file):
+    if not torch.cuda.is_available():
+        with pytest.raises(E.DeviceUnavailableError) as info:
+            read_branch(w8a8_file, "conditional", device="cuda")
+        msg = str(info.value)
+        assert str(w8a8_file) in msg and "device='cuda'" in msg and "sees no CUDA GPU" in msg and "device='cpu'" in msg
+        assert "pin_memory" not in msg
+    with pytest.raises(E.DeviceUnavailableError, match="cuda:99"):
+        read_branch(w8a8_file, "conditional", device="cuda:99")
+    with pytest.raises(E.DeviceUnavailableError, match="not a torch device"):
+        read_branch(w8a8_file, "conditional", device="gpu")
+    assert issubclass(E.DeviceUnavailableError, ValueError)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pathlib
 import subprocess
 import sys
 
+import pytest
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -141,10 +143,64 @@ def test_cli_help_lists_subcommands():
         assert sub in out.stdout
 
 
-def test_cli_info_reports_versions():
-    out = subprocess.run(
-        [sys.executable, "-m", "comfyui_ideogram4_int8", "info"], capture_output=True, text=True, timeout=120
-    )
+def _cli(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "comfyui_ideogram4_int8", *args], capture_output=True, text=True,
+                          timeout=120, env=env)  # fmt: skip
+
+
+def test_cli_info_reports_versions_and_the_gemm_path_with_its_reason():
+    import torch
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IDEOGRAM4_INT8_GEMM_PATH")}
+    out = _cli("info", "--json", env=env)
     assert out.returncode == 0, out.stderr
     info = json.loads(out.stdout)
-    assert info["torch"] and "arch" in info
+    assert info["torch"] == torch.__version__ and "arch" in info
+    assert info["gemm_path"] in ("triton-int8", "cublas-int8", "dequant-bf16") and info["gemm_path_reason"]
+    assert info["backend"] and info["backend_reason"]
+    if not torch.cuda.is_available():
+        assert info["device"] == "cpu" and info["gemm_path"] == "cublas-int8"
+        assert "CUDA GPU" in info["gemm_path_reason"] and info["backend"] == "torch._int_mm"
+    text = _cli("info", env=env)
+    assert text.returncode == 0, text.stderr
+    assert f"GEMM path  {info['gemm_path']} on {info['device']}" in text.stdout
+    assert info["gemm_path_reason"] in text.stdout and f"backend    {info['backend']}" in text.stdout
+    forced = json.loads(_cli("info", "--json", env=dict(env, IDEOGRAM4_INT8_GEMM_PATH="dequant-bf16")).stdout)
+    assert forced["gemm_path"] == "dequant-bf16" and "IDEOGRAM4_INT8_GEMM_PATH" in forced["gemm_path_reason"]
+
+
+@pytest.mark.parametrize("args, option, choices", [
+    (("demo", "--preset", "Fast 4"), "--preset", "'Quality 48', 'Default 20', 'Turbo 12'"),
+    (("demo", "--device", "gpu"), "--device", "cpu, cuda, cuda:N"),
+    (("demo", "--threads", "0"), "--threads", ">= 1"),
+    (("demo", "--seed", "x"), "--seed", "int"),
+    (("bogus",), "command", "info"),
+])  # fmt: skip
+def test_cli_mistakes_are_one_line_naming_the_option_and_its_choices(args, option, choices):
+    out = _cli(*args)
+    assert out.returncode == 2 and out.stdout == ""
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert option in out.stderr and choices in out.stderr, out.stderr
+
+
+def test_cli_device_cuda_without_a_gpu_is_one_line():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    out = _cli("demo", "--device", "cuda")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "argument --device" in out.stderr and "sees no CUDA GPU" in out.stderr
+
+
+def test_demo_help_lists_the_presets_and_devices():
+    from comfyui_ideogram4_int8.cli import PRESET_NAMES
+    from comfyui_ideogram4_int8.ideogram4.schedule import PRESETS
+
+    assert tuple(PRESETS) == PRESET_NAMES
+    out = _cli("demo", "--help")
+    assert out.returncode == 0, out.stderr
+    flat = " ".join(out.stdout.split())
+    for name in PRESET_NAMES:
+        assert name in flat
+    assert "cpu, cuda, cuda:N" in flat

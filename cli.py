@@ -84,7 +84,8 @@ def info_report() -> dict:
     import torch
 
     from . import __version__
-    from .kernels import environment_report, select_path, triton_unavailable_reason
+    from .kernels import backends, environment_report, select_path, triton_unavailable_reason
+    from .kernels.launch import status as launch_status
 
     report = {"version": __version__, **environment_report()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -92,13 +93,9 @@ def info_report() -> dict:
     path, why_not_faster = select_path(device, n, k)
     report.update(device=str(device), gemm_path=path, gemm_path_reason=why_not_faster or "the fastest path",
                   fused_kernel_unavailable=triton_unavailable_reason(device))  # fmt: skip
+    report.update(cached_launches=launch_status(), demoted=backends.DEMOTIONS.items())
     if path == "triton-int8":
-        try:
-            from .kernels.gemm_gluon import gluon_available
-
-            gluon_why = gluon_available(device)
-        except Exception as exc:  # noqa: BLE001 - a Triton without Gluon: the portable kernel runs
-            gluon_why = f"Gluon cannot load: {type(exc).__name__}: {exc}"
+        gluon_why = backends.gluon_unavailable(device)
         if gluon_why is None:
             report.update(backend="gluon", backend_reason="Hopper: warp-specialized Gluon kernels (wgmma + TMA) "
                           "where the tuned table picks them, the portable Triton kernel elsewhere")  # fmt: skip
@@ -129,6 +126,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"  GEMM path  {report['gemm_path']} on {report['device']} (an Ideogram 4 linear, N={n} K={k})")
     print(f"    why      {report['gemm_path_reason']}")
     print(f"  backend    {report['backend']}: {report['backend_reason']}")
+    if report["gemm_path"] == "triton-int8":
+        print(f"  launches   cached compiled-kernel launches {report['cached_launches']}")
     print("  (--json for the same as JSON; IDEOGRAM4_INT8_GEMM_PATH forces a path)")
     return 0
 
@@ -140,9 +139,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    # NOTE (issue 21): the CLI imports bench/ here; bench/ is being refactored separately — the maintainer keeps
-    # this entry point in step with it.
-    from .bench.gemm import run_bench
+    from .bench.gemm import run_bench  # only when asked: the CLI imports no bench code at start
 
     return run_bench(args)
 

@@ -29,6 +29,9 @@ ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 _QUANT_PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)
+# REGISTRY.launches key counting activation quantizations that divide by a SmoothQuant vector (any path): a
+# model whose smoothing is folded at load (ideogram4.smooth_fold) runs none for its folded layers
+QUANT_DIVIDE = "quant_divide"
 
 
 class KernelInputError(ValueError):
@@ -179,6 +182,8 @@ def quantize_per_token(x: torch.Tensor, smooth: torch.Tensor | None = None):
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
     smooth = _vector(smooth, k, "quantize_per_token: smooth", x.device)
+    if smooth is not None:
+        REGISTRY.count_launch(QUANT_DIVIDE)
     if triton_unavailable_reason(x.device) is None:
         from .quant_triton import quantize_rows_triton
 
@@ -343,6 +348,8 @@ def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype):
     Timing: the caller's for the unfused paths (``_timed_unless_fused``); the fused path times itself.
     """
     if chosen == PATH_DEQUANT:
+        if smooth is not None:
+            REGISTRY.count_launch(QUANT_DIVIDE)
         y = reference.dequant_linear_ref(x2, w, w_scale, bias, smooth, compute_dtype=x2.dtype)
         return y.to(out_dtype), None, None
     if chosen == PATH_TRITON:
@@ -352,6 +359,8 @@ def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype):
 
                 q, s = quantize_rows_triton(x2, smooth)
                 REGISTRY.count_launch("quant_triton")
+                if smooth is not None:
+                    REGISTRY.count_launch(QUANT_DIVIDE)
             else:
                 q, s = quantize_per_token(x2, smooth)
         return _launch_fused(q, w, s, w_scale, bias, out_dtype, raw_int32=False, timed=PATH_TRITON)

@@ -122,6 +122,9 @@ def test_fold_never_writes_into_the_callers_tensors(gen):
     assert set(state) == set(before) and all(torch.equal(state[k], before[k]) for k in before)
     smooth_fold.fold_smoothing(state, SMALL)  # in place on the dict: entries replaced, tensors untouched
     assert all(torch.equal(originals[k], before[k]) for k in before)
+    # one tensor per key (safetensors refuses to save shared storage): the shared w1/w3 vector is two copies
+    ptrs = [v.data_ptr() for k, v in state.items() if k.endswith(("input_smooth", "input_folded"))]
+    assert len(ptrs) == len(set(ptrs))
     assert not torch.equal(state["layers.0.attention_norm1.weight"], before["layers.0.attention_norm1.weight"])
 
 

@@ -331,7 +331,7 @@ def fold_smoothing(state: MutableMapping, config: Ideogram4Config, *, gate_up: s
             f, s = state[f"{name}.{FOLDED}"], state[f"{name}.{SMOOTH}"]
             status = ALREADY if torch.equal(f, s) else PARTLY
             site = sites.get(name)
-            where = f"folded into {site.words} before saving" if site else "folded before saving"
+            where = f"{site.words} (folded before saving)" if site else "(folded before saving)"
             if status == PARTLY:
                 where = "divides by the ratio of its vector to the one folded before saving"
             report.add(name, status, where)

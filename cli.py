@@ -188,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="also time bf16 / FP8 / comfy-kitchen / ours under sustained load: each replayed back to back "
         "for SECONDS per round (the board at its power limit, as in a sampling loop); 0: off",
     )  # fmt: skip
+    p_bench.add_argument(
+        "--smooth", action="store_true",
+        help="also time the whole linear with a SmoothQuant vector (the transformerlab layout): with the divide in the "
+        "quantizer (unfolded) and with the activation already divided upstream (folded); FFN pairs: two dividing "
+        "passes, w3's ratio divide, one shared folded vector",
+    )  # fmt: skip
     p_bench.set_defaults(func=_cmd_bench)
     return parser
 

@@ -17,6 +17,14 @@ image tokens only. Paths (each a whole model, same weights, same seed):
 The W8A8 models keep ``feed_forward.w2`` of every odd block in bf16 (17 protected layers, as
 in the published W8A8 file) unless --no-protected.
 
+``--smooth``: the W8A8 models are built the way the transformerlab file is laid out, a distinct SmoothQuant
+vector on every quantized linear (``synthetic.smooth_vectors(names=...)``; w1 and w3 differ), the in-memory state
+``read_branch`` would return (``synthetic.w8a8_state``), through ``Ideogram4DiT.from_state_dict``: with the fold
+(``--fold on``, the default: divides folded into norms / scales at load, w1/w3 on one shared vector
+``--gate-up``), without it (``--fold off``: every smoothed layer divides at run time, w1/w3 stay two GEMMs), or
+both in one run (``--fold both``; paths labelled "<path> smooth folded" / "<path> smooth unfolded"), or both plus
+the W8A8 model without any smoothing vector (``--fold all``, paths unlabelled as before).
+
 Per path: median step time (both branches + CFG + Euler), GEMM / attention / other split from
 the torch profiler, peak VRAM (weights of both branches + activations), a full Default-20 sample
 time, and the sampled latent's cosine against bf16's. Writes JSON and a PNG plot.
@@ -121,6 +129,25 @@ def build_branch(config, seed, factory, label):
     return model.eval()
 
 
+def build_branch_smooth(config, seed, label, protected, fold: bool, gate_up: str):
+    """One W8A8 branch in the transformerlab layout (a SmoothQuant vector on every quantized linear), built from
+    the in-memory state read_branch returns, folded at build (``fold``) or not."""
+    from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT
+    from comfyui_ideogram4_int8.ideogram4.synthetic import RandomWeights, smooth_vectors, w8a8_state
+    from comfyui_ideogram4_int8.ideogram4.w8a8_module import w8a8_linears
+
+    weights = RandomWeights(config, seed=seed, device="cuda", dtype=torch.float32)
+    names = set(config.linear_names()) - set(protected)
+    vectors = smooth_vectors(weights, config, names=names, seed=seed)
+    state = w8a8_state(weights, config, smooth=vectors, quantized=names, protected=protected, dtype=torch.bfloat16,
+                       device="cuda")  # fmt: skip
+    del vectors
+    model = Ideogram4DiT.from_state_dict(state, w8a8_linears(dtype=torch.bfloat16), config=config,
+                                         dtype=torch.bfloat16, device="cuda", label=label, consume=True,
+                                         fold_smooth=fold, gate_up=gate_up)  # fmt: skip
+    return model.eval()
+
+
 def set_w8a8_path(models, path, fuse_gate_up):
     from comfyui_ideogram4_int8.ideogram4.w8a8_module import W8A8Linear
 
@@ -182,6 +209,7 @@ def run(args) -> dict:
     from comfyui_ideogram4_int8.ideogram4.schedule import get_preset
     from comfyui_ideogram4_int8.ideogram4.synthetic import default_protected
     from comfyui_ideogram4_int8.ideogram4.w8a8_module import float_linears, w8a8_linears
+    from comfyui_ideogram4_int8.kernels.dispatch import QUANT_DIVIDE
 
     config = Ideogram4Config.full()
     if args.layers:
@@ -224,22 +252,36 @@ def run(args) -> dict:
     if "fp8" in wanted:
         groups.append(("fp8", fp8_linears, ["fp8"]))
     w8 = [p for p in wanted if p in ("dequant-bf16", "cublas-int8", "triton-int8")]
-    if w8:
+    if w8 and (not args.smooth or args.fold == "all"):
         groups.append(("w8a8", lambda: w8a8_linears(quantize=lambda n: n not in protected, dtype=torch.bfloat16), w8))
+    if w8 and args.smooth:
+        folds = {"on": (True,), "off": (False,), "both": (True, False), "all": (True, False)}[args.fold]
+        for fold in folds:
+            tag = "smooth folded" if fold else "smooth unfolded"
+            result["info"].setdefault("smooth", {"vectors": "a distinct SmoothQuant vector on every quantized linear "
+                                                 "(w1/w3 different)", "gate_up": args.gate_up, "fold": args.fold})
+            groups.append((f"w8a8 {tag}", ("smooth", fold), [(p, f"{p} {tag}") for p in w8]))
 
     for group, make_factory, paths in groups:
         gc.collect()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         t0 = time.perf_counter()
-        cond = build_branch(config, 1, make_factory(), "conditional")
-        uncond = build_branch(config, 2, make_factory(), "unconditional")
+        if isinstance(make_factory, tuple):  # ("smooth", fold): the transformerlab layout, folded or not
+            fold = make_factory[1]
+            cond = build_branch_smooth(config, 1, "conditional", protected, fold, args.gate_up)
+            uncond = build_branch_smooth(config, 2, "unconditional", protected, fold, args.gate_up)
+            result["info"]["smooth"][f"fold_{'on' if fold else 'off'}_summary"] = cond.smoothing.summary_lines()
+        else:
+            cond = build_branch(config, 1, make_factory(), "conditional")
+            uncond = build_branch(config, 2, make_factory(), "unconditional")
         torch.cuda.synchronize()
         build_s = time.perf_counter() - t0
         weights_gib = torch.cuda.memory_allocated() / 2**30
         print(f"[{group}] built both branches in {build_s:.1f}s, {weights_gib:.2f} GiB resident", flush=True)
-        for path in paths:
-            if group == "w8a8":
+        for entry in paths:
+            path, label = entry if isinstance(entry, tuple) else (entry, entry)
+            if group.startswith("w8a8"):
                 set_w8a8_path((cond, uncond), path, not args.no_fuse_gate_up)
             kernels.REGISTRY.clear()
             with torch.inference_mode():
@@ -256,12 +298,20 @@ def run(args) -> dict:
                 b.synchronize()
                 sample_ms = a.elapsed_time(b)
                 host_s = time.perf_counter() - t_s
-            latents[path] = lat.float().cpu()
+                before = kernels.REGISTRY.launches[QUANT_DIVIDE]
+                step(cond, uncond)  # one more step, counting the quantizer passes that divide by a smoothing vector
+                divides_per_step = kernels.REGISTRY.launches[QUANT_DIVIDE] - before
+            latents[label] = lat.float().cpu()
             counts = {}
-            for label in ("conditional", "unconditional"):
-                counts[label] = kernels.REGISTRY.counts(label)
+            for branch in ("conditional", "unconditional"):
+                counts[branch] = kernels.REGISTRY.counts(branch)
             med = sorted(times)[len(times) // 2]
-            result["paths"][path] = {
+            fused = sum(getattr(layer.feed_forward, "gate_up", None) is not None for m in (cond, uncond)
+                        for layer in getattr(m, "layers", []))  # fmt: skip
+            result["paths"][label] = {
+                "gemm_path": path,
+                "dividing_quantizer_passes_per_step": divides_per_step,
+                "fused_gate_up_blocks": fused,
                 "step_ms_median": med,
                 "step_ms_all": times,
                 "profile_ms": split,
@@ -271,7 +321,7 @@ def run(args) -> dict:
                 "default20_host_s": host_s,
                 "layers_per_path": counts,
             }
-            print(f"[{path}] step {med:.1f} ms, peak {peak:.2f} GiB, Default-20 {sample_ms / 1e3:.2f} s, "
+            print(f"[{label}] step {med:.1f} ms, peak {peak:.2f} GiB, Default-20 {sample_ms / 1e3:.2f} s, "
                   f"split {({k: round(v, 1) for k, v in split.items()})}", flush=True)  # fmt: skip
         del cond, uncond
     ref = latents.get("bf16")
@@ -295,12 +345,12 @@ def run(args) -> dict:
 def print_table(result):
     print(f"\n{result['info']['gpu']}, torch {result['info']['torch']}, triton {result['info']['triton']}, "
           f"{result['info']['layers']} blocks, {result['info']['size']}, {result['info']['text_tokens']} text tokens")
-    head = (f"{'path':<14}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'D20 s':>8}{'gemm':>8}{'quant':>7}"
+    head = (f"{'path':<30}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'D20 s':>8}{'gemm':>8}{'quant':>7}"
             f"{'attn':>7}{'other':>7}{'peak GiB':>10}{'cos':>8}")  # fmt: skip
     print(head)
     for path, e in result["paths"].items():
         p = e["profile_ms"]
-        print(f"{path:<14}{e['step_ms_median']:>9.1f}{e.get('step_speedup_vs_bf16', 0):>7.2f}x"
+        print(f"{path:<30}{e['step_ms_median']:>9.1f}{e.get('step_speedup_vs_bf16', 0):>7.2f}x"
               f"{e.get('step_speedup_vs_fp8', 0):>6.2f}x{e['default20_sample_ms'] / 1e3:>8.2f}{p['gemm']:>8.1f}"
               f"{p['act-quant']:>7.1f}{p['attention']:>7.1f}{p['other']:>7.1f}{e['peak_gib']:>10.2f}"
               f"{e.get('latent_cosine_vs_bf16', float('nan')):>8.4f}")  # fmt: skip
@@ -342,8 +392,22 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=None, help="fewer blocks (smoke runs only)")
     ap.add_argument("--no-protected", action="store_true", help="quantize every block linear")
     ap.add_argument("--no-fuse-gate-up", action="store_true", help="run w1 and w3 as two GEMMs")
+    ap.add_argument("--smooth", action="store_true",
+                    help="W8A8 models in the transformerlab layout: a distinct SmoothQuant vector on every quantized "
+                         "linear (w1/w3 different)")
+    ap.add_argument("--fold", choices=("on", "off", "both", "all"), default="on",
+                    help="with --smooth: fold the divides at load (on, the default), keep them at run time (off), "
+                         "time both in one run (both), or both plus the W8A8 model without smoothing vectors (all)")
+    ap.add_argument("--gate-up", default=None,
+                    help="with --smooth and the fold: w1/w3 mode (ideogram4.smooth_fold.GATE_UP_MODES; default "
+                         "its DEFAULT_GATE_UP)")
     args = ap.parse_args(argv)
     args.paths = args.paths.split(",")
+    from comfyui_ideogram4_int8.ideogram4 import smooth_fold
+
+    args.gate_up = args.gate_up or smooth_fold.DEFAULT_GATE_UP
+    if args.gate_up not in smooth_fold.GATE_UP_MODES:
+        ap.error(f"--gate-up {args.gate_up!r}: choose one of {list(smooth_fold.GATE_UP_MODES)}")
     if not torch.cuda.is_available():
         print("the end-to-end benchmark needs a CUDA GPU", file=sys.stderr)
         return 2

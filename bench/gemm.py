@@ -11,6 +11,14 @@ between repetitions), starting from a bf16 activation and ending with a bf16 out
   fp8-rowwise     eager per-row fp8 quantization of x + torch._scaled_mm (FP8 tensor cores)
   ck-int8         comfy-kitchen's int8_linear (ComfyUI's native INT8 path), when importable
 plus the parts of ours (quant alone, fused GEMM alone) and the device copy bandwidth.
+``--smooth`` adds the layout users load (a SmoothQuant vector s per linear, weights stored as W·diag(s)):
+  triton-int8-smooth   the whole linear with the divide by s in the activation quantizer (no fold)
+  triton-int8-folded   the same weights, the activation arriving already divided by s (what the load-time fold
+                       of ideogram4.smooth_fold gives: the quantizer runs without the divide)
+  quant-smooth-only    the quantizer with the divide
+and for the FFN pair (w1, w3 with different vectors s1, s3): ``triton-int8-unfused-smooth`` (two dividing
+passes), ``triton-int8-ratio`` (w1 folded, w3 divides by s3 / s1, two GEMMs) and ``triton-int8-folded`` (one
+shared vector min(s1, s3) folded, weights re-quantized to it, one fused SwiGLU GEMM).
 ``--tune`` first times every config of this GPU's space per shape and writes the winners as a
 list of tuning-table entries (``kernels/tuning_table.json`` format) and times the comparison with them.
 """
@@ -153,7 +161,26 @@ def _fp8_available() -> bool:
     return hasattr(torch, "float8_e4m3fn") and torch.cuda.get_device_capability() >= (8, 9)
 
 
-def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0):
+def _smoothquant(w_f, x):
+    """SmoothQuant vector (alpha 0.5) of a float weight for the activation x, as transformerlab makes them."""
+    from comfyui_ideogram4_int8.ideogram4.synthetic import smoothquant_vector
+
+    return smoothquant_vector(w_f, x.float().abs().amax(0)).contiguous()
+
+
+def _smooth_ratios(row: dict) -> None:
+    """Speedups of the smoothed whole linear, unfolded and folded, against bf16, and the fold's gain."""
+    for label in ("triton-int8-smooth", "triton-int8-folded", "triton-int8-unfused-smooth", "triton-int8-ratio"):
+        for suffix in ("_gpu_ms", "_ms"):
+            if f"{label}{suffix}" in row and f"bf16{suffix}" in row:
+                kind = "gpu_" if suffix == "_gpu_ms" else ""
+                row[f"{label}_{kind}speedup_vs_bf16"] = row[f"bf16{suffix}"] / row[f"{label}{suffix}"]
+    for unfolded in ("triton-int8-smooth", "triton-int8-unfused-smooth"):
+        if f"{unfolded}_gpu_ms" in row and "triton-int8-folded_gpu_ms" in row:
+            row["fold_gain_gpu"] = row[f"{unfolded}_gpu_ms"] / row["triton-int8-folded_gpu_ms"]
+
+
+def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0, smooth=False):
     from comfyui_ideogram4_int8 import kernels as Kn
     from comfyui_ideogram4_int8.kernels.dispatch import _launch_fused
 
@@ -173,6 +200,10 @@ def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0):
             st["w8"] = (w_f / (amax / 448.0)).to(torch.float8_e4m3fn)
             st["w8_s"] = (amax / 448.0).float().reshape(1, N)
         st["q"], st["s"] = Kn.quantize_per_token(x)
+        if smooth:
+            st["sm"] = _smoothquant(w_f, x)
+            st["w_qs"], st["w_ss"] = Kn.quantize_weight_ref(w_f, st["sm"])
+            st["x_div"] = (x.float() / st["sm"]).to(x.dtype)  # what the folded producer hands over
         sets.append(st)
 
     def fp8_linear(st):
@@ -197,6 +228,12 @@ def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0):
     }
     if _fp8_available():
         peers["fp8-rowwise"] = fp8_linear
+    if smooth:
+        peers["triton-int8-smooth"] = lambda st: Kn.w8a8_linear(st["x"], st["w_qs"], st["w_ss"], st["bias"],
+                                                                 smooth=st["sm"], path="triton-int8")  # fmt: skip
+        peers["triton-int8-folded"] = lambda st: Kn.w8a8_linear(st["x_div"], st["w_qs"], st["w_ss"], st["bias"],
+                                                                 path="triton-int8")  # fmt: skip
+        peers["quant-smooth-only"] = lambda st: Kn.quantize_per_token(st["x"], st["sm"])
     if ck is not None:
         for st in sets:
             st["w_s_col"] = st["w_s"].reshape(N, 1).contiguous()
@@ -206,7 +243,7 @@ def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0):
     st0 = sets[0]
     ref = F.linear(st0["x"].float(), st0["w_f"], st0["bias"].float())
     for label, fn in peers.items():
-        if label in ("quant-only", "triton-gemm-only"):
+        if label in ("quant-only", "triton-gemm-only", "quant-smooth-only"):
             continue
         out = fn(st0)
         row[f"{label}_relerr"] = ((out.float() - ref).norm() / ref.norm()).item()
@@ -216,6 +253,8 @@ def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0):
     _time_peers(
         row, peers, sets, flop, quick, ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "dequant-bf16"), sustained
     )
+    if smooth:
+        _smooth_ratios(row)
     rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
     row["triton_config"], row["triton_config_source"] = rec.config, rec.config_source
     quant_ms = row.get("quant-only_gpu_ms", row["quant-only_ms"])
@@ -228,7 +267,7 @@ def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0):
     return row
 
 
-def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0):
+def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0, smooth=False):
     """The FFN gate/up pair: silu(x W1^T) * (x W3^T), each peer from a bf16 x to a bf16 h."""
     from comfyui_ideogram4_int8 import kernels as Kn
 
@@ -252,6 +291,19 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0):
         chunk = Kn.swiglu_chunk_for(F_)
         st["chunk"] = chunk
         st["w13"], st["s13"] = Kn.interleave_gate_up(st["w1_q"], st["w1_s"], st["w3_q"], st["w3_s"], chunk)
+        if smooth:  # the file's layout: w1 and w3 with their own vectors; the fold's two ways out
+            from comfyui_ideogram4_int8.ideogram4.smooth_fold import requantize_columns
+
+            s1, s3 = _smoothquant(st["w1_f"], x), _smoothquant(st["w3_f"], x)
+            st["s1"], st["s3"], st["ratio"] = s1, s3, (s3 / s1).contiguous()
+            st["w1_qs"], st["w1_ss"] = Kn.quantize_weight_ref(st["w1_f"], s1)
+            st["w3_qs"], st["w3_ss"] = Kn.quantize_weight_ref(st["w3_f"], s3)
+            st["x_div1"] = (x.float() / s1).to(x.dtype)
+            shared = torch.minimum(s1, s3)
+            q1, c1 = requantize_columns(st["w1_qs"], st["w1_ss"], shared / s1)
+            q3, c3 = requantize_columns(st["w3_qs"], st["w3_ss"], shared / s3)
+            st["w13_sh"], st["s13_sh"] = Kn.interleave_gate_up(q1, c1, q3, c3, chunk)
+            st["x_div_sh"] = (x.float() / shared).to(x.dtype)
         sets.append(st)
 
     def fp8_lin(x8, xs, w8, w8s):
@@ -281,6 +333,21 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0):
     }
     if _fp8_available():
         peers["fp8-rowwise"] = fp8_pair
+    if smooth:
+        def unfused_smooth(st):
+            a = Kn.w8a8_linear(st["x"], st["w1_qs"], st["w1_ss"], smooth=st["s1"], path="triton-int8")
+            return F.silu(a) * Kn.w8a8_linear(st["x"], st["w3_qs"], st["w3_ss"], smooth=st["s3"], path="triton-int8")
+
+        def ratio(st):
+            a = Kn.w8a8_linear(st["x_div1"], st["w1_qs"], st["w1_ss"], path="triton-int8")
+            return F.silu(a) * Kn.w8a8_linear(st["x_div1"], st["w3_qs"], st["w3_ss"], smooth=st["ratio"],
+                                              path="triton-int8")  # fmt: skip
+
+        peers["triton-int8-unfused-smooth"] = unfused_smooth
+        peers["triton-int8-ratio"] = ratio
+        peers["triton-int8-folded"] = lambda st: Kn.swiglu_w8a8_linear(
+            st["x_div_sh"], st["w13_sh"], st["s13_sh"], st["chunk"], path="triton-int8", site=f"bench/{name}-folded"
+        )
     if ck is not None:
         for st in sets:
             st["w1_sc"] = st["w1_s"].reshape(F_, 1).contiguous()
@@ -302,6 +369,8 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0):
         row, peers, sets, flop, quick,
         ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused", "triton-int8-pair"), sustained,
     )  # fmt: skip
+    if smooth:
+        _smooth_ratios(row)
     rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
     row["triton_config"], row["triton_config_source"] = rec.config, rec.config_source
     rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == f"{name}-pair")
@@ -425,6 +494,25 @@ def print_table(rows, copy_gbps):
           " quant >= 70% of copy bandwidth (GPU time)")  # fmt: skip
 
 
+def print_smooth(rows) -> None:
+    """The smoothed layout: whole linear with the divide (unfolded) vs the activation divided upstream (folded)."""
+    print("\nSmoothQuant layout (GPU time, x bf16): unfolded = divide in the quantizer, folded = divide moved upstream")
+    cols = ("triton-int8", "triton-int8-smooth", "triton-int8-unfused-smooth", "triton-int8-ratio",
+            "triton-int8-folded")  # fmt: skip
+    print(f"{'shape':<18}" + "".join(f"{c:>28}" for c in cols) + f"{'fold gain':>11}{'quant÷':>9}")
+    for r in rows:
+        line = f"{r['shape']:<18}"
+        for c in cols:
+            ms = r.get(f"{c}_gpu_ms")
+            sp = r.get("gpu_speedup_vs_bf16" if c == "triton-int8" else f"{c}_gpu_speedup_vs_bf16")
+            line += f"{ms:>15.3f}ms {sp or 0:>5.2f}x bf16" if ms else f"{'-':>28}"
+        gain = r.get("fold_gain_gpu")
+        line += f"{gain:>10.2f}x" if gain else f"{'-':>11}"
+        qs, q = r.get("quant-smooth-only_gpu_ms"), r.get("quant-only_gpu_ms")
+        line += f"{qs / q:>8.2f}x" if qs and q else f"{'-':>9}"
+        print(line)
+
+
 def print_sustained(rows) -> None:
     """The third block: each target peer replayed back to back for a sustained window (the board at
     its power limit, as in a sampling loop), with the median SM clock NVML read during it."""
@@ -488,7 +576,8 @@ def run_bench(args) -> int:
     for name in names:
         try:
             fn = bench_swiglu if name in SWIGLU_SHAPES else bench_shape
-            rows.append(fn(name, *SHAPES[name], args.quick, ck, gen, getattr(args, "sustained", 0.0)))
+            rows.append(fn(name, *SHAPES[name], args.quick, ck, gen, getattr(args, "sustained", 0.0),
+                           getattr(args, "smooth", False)))
         except Exception as exc:  # keep the other shapes' numbers
             print(f"shape {name} failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
             result.setdefault("failed", {})[name] = f"{exc.__class__.__name__}: {exc}"
@@ -497,5 +586,7 @@ def run_bench(args) -> int:
     print(f"\nGPU {info['gpu']} (cc {info['cc']}), torch {info['torch']}, triton {info['triton']}, "
           f"comfy-kitchen {ck_note}, copy {copy_gbps:.0f} GB/s")  # fmt: skip
     print_table(rows, copy_gbps)
+    if getattr(args, "smooth", False):
+        print_smooth(rows)
     print(f"\nresults: {out}")
     return 0

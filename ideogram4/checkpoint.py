@@ -11,6 +11,9 @@ Output: a dict (``BranchStateDict``) where each quantized linear ``<m>`` is
     <m>.weight int8 [N, K], <m>.weight_scale float32 [N], [<m>.input_smooth float32 [K]],
     [<m>.bias], [<m>.convrot_groupsize int64 [] (ComfyUI ConvRot weights)]
 
+(plus ``<m>.input_folded`` [K] only when the source is this pack's own form saved after the smoothing fold:
+``smooth_fold``; read_branch never folds anything itself)
+
 and every other tensor (float linears, norms, the indicator embedding) is a float tensor in
 ``dtype``. Everything is checked from the headers before any tensor data is read; a failed load
 returns nothing and drops whatever it had loaded.
@@ -393,6 +396,10 @@ def _load_linear(lp: LinearPlan, out: dict, device, dtype) -> None:
             smooth = src.load(lp.smooth, device).float().reshape(-1).to(device)
             _finite_positive(smooth, lp, lp.smooth, "SmoothQuant vector", allow_zero=False)
             out[f"{m}.input_smooth"] = smooth
+        if lp.folded is not None:  # this pack's own form, saved after the smoothing fold (smooth_fold)
+            folded = src.load(lp.folded, device).float().reshape(-1).to(device)
+            _finite_positive(folded, lp, lp.folded, "folded SmoothQuant vector", allow_zero=False)
+            out[f"{m}.input_folded"] = folded
         if lp.group is not None:
             out[f"{m}.convrot_groupsize"] = torch.tensor(lp.group, dtype=torch.int64)
     else:

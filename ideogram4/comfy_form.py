@@ -5,7 +5,8 @@
 ``<m>.convrot_groupsize``, optional ``<m>.bias``. ComfyUI's ``mixed_precision_ops`` expects
 ``int8_tensorwise`` layers as ``<m>.weight`` int8 [N, K], ``<m>.weight_scale`` float32 [N, 1] and a
 ``<m>.comfy_quant`` uint8 JSON marker (ConvRot in the marker). The smoothing vector has no slot
-in ComfyUI's format: it stays ``<m>.input_smooth`` and the pack's ops consume it.
+in ComfyUI's format: it stays ``<m>.input_smooth`` (and, after the smoothing fold, ``<m>.input_folded``:
+``smooth_fold``) and the pack's ops consume it.
 
 ``to_comfy_state_dict`` converts without copying a weight (scales are reshaped views); the result
 loads into ComfyUI's own Ideogram 4 model built with the pack's ops. The other direction (a native
@@ -25,6 +26,7 @@ from .errors import TensorMismatchError, few
 from .formats.comfy_quant import encode_comfy_quant
 
 SMOOTH_KEY = "input_smooth"
+FOLDED_KEY = "input_folded"
 INT8_FORMAT = "int8_tensorwise"
 
 
@@ -58,6 +60,7 @@ def to_comfy_state_dict(state: Mapping[str, torch.Tensor], config: Ideogram4Conf
         out[f"{m}.weight"] = w
         scale = src.pop(f"{m}.weight_scale", None)
         smooth = src.pop(f"{m}.{SMOOTH_KEY}", None)
+        folded = src.pop(f"{m}.{FOLDED_KEY}", None)
         group = src.pop(f"{m}.convrot_groupsize", None)
         if w.dtype == torch.int8:
             if scale is None:
@@ -68,7 +71,9 @@ def to_comfy_state_dict(state: Mapping[str, torch.Tensor], config: Ideogram4Conf
             out[f"{m}.comfy_quant"] = int8_marker(int(group) if group is not None else None)
             if smooth is not None:
                 out[f"{m}.{SMOOTH_KEY}"] = smooth.float().reshape(spec.in_features)
-        elif scale is not None or smooth is not None or group is not None:
+            if folded is not None:
+                out[f"{m}.{FOLDED_KEY}"] = folded.float().reshape(spec.in_features)
+        elif scale is not None or smooth is not None or group is not None or folded is not None:
             raise TensorMismatchError("a float weight carries int8 scale / smoothing tensors", file="<state dict>",
                                       key=f"{m}.weight", expected="int8 weight", found=str(w.dtype))  # fmt: skip
         bias = src.pop(f"{m}.bias", None)
@@ -103,6 +108,7 @@ class LinearInfo:
     int8: bool
     smooth: bool = False
     convrot: int | None = None
+    folded: bool = False
 
     @property
     def top_level(self) -> bool:
@@ -120,8 +126,10 @@ def linear_infos(state: Mapping[str, torch.Tensor], config: Ideogram4Config) -> 
 
             group = decode_comfy_quant(state[f"{spec.name}.comfy_quant"])["convrot_groupsize"]
         infos.append(LinearInfo(spec.name, spec.out_features, spec.in_features, w.dtype == torch.int8,
-                                f"{spec.name}.{SMOOTH_KEY}" in state, int(group) if group is not None else None))
+                                f"{spec.name}.{SMOOTH_KEY}" in state, int(group) if group is not None else None,
+                                f"{spec.name}.{FOLDED_KEY}" in state))
     return infos
 
 
-__all__ = ["to_comfy_state_dict", "int8_marker", "linear_infos", "LinearInfo", "SMOOTH_KEY", "INT8_FORMAT"]
+__all__ = ["to_comfy_state_dict", "int8_marker", "linear_infos", "LinearInfo", "SMOOTH_KEY", "FOLDED_KEY",
+           "INT8_FORMAT"]

@@ -27,7 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import kernels
-from . import rope
+from . import rope, smooth_fold
 from .config import Ideogram4Config, LinearSpec, infer_config
 from .w8a8_module import (
     QUANT_KEYS,
@@ -151,6 +151,7 @@ class Ideogram4DiT(nn.Module):
         self.config = config
         self.compute_dtype = dtype
         self.label = label
+        self.smoothing: smooth_fold.FoldReport | None = None  # set by from_state_dict
         factory = linears or float_linears(dtype=dtype)
         sd = state_dict if consume or state_dict is None else dict(state_dict)
         if sd is not None:
@@ -203,15 +204,36 @@ class Ideogram4DiT(nn.Module):
     # -- construction helpers ----------------------------------------------------------------
     @classmethod
     def from_state_dict(cls, state_dict: dict[str, torch.Tensor], linears: LinearFactory | None = None, *,
-                        config: Ideogram4Config | None = None, **kwargs) -> Ideogram4DiT:  # fmt: skip
+                        config: Ideogram4Config | None = None, fold_smooth: bool = True,
+                        gate_up: str = smooth_fold.DEFAULT_GATE_UP, **kwargs) -> Ideogram4DiT:  # fmt: skip
         """Build from a state dict (e.g. ``read_branch`` output); the config is taken from the
-        dict's ``.config`` attribute (read_branch sets it), else inferred from the shapes."""
+        dict's ``.config`` attribute (read_branch sets it), else inferred from the shapes.
+
+        ``fold_smooth`` (default on): fold every foldable SmoothQuant divide into the norm weight / weight scales
+        that produce the layer's input (``smooth_fold.fold_smoothing``; ``gate_up`` picks how w1 / w3 with
+        different vectors are handled), so those layers quantize their input without a divide. The caller's dict
+        is not changed unless ``consume=True``. What was folded where is ``model.smoothing``."""
         if config is None:
             config = getattr(state_dict, "config", None)
         if config is None:
             shapes = {k: tuple(v.shape) for k, v in state_dict.items()}
             config = infer_config(shapes)
-        return cls(config, linears, state_dict=state_dict, **kwargs)
+        if not kwargs.get("consume", False):
+            state_dict = dict(state_dict)  # the fold replaces entries: never in the caller's dict
+            kwargs["consume"] = True
+        report = smooth_fold.fold_smoothing(state_dict, config, gate_up=gate_up if fold_smooth else "off")
+        model = cls(config, linears, state_dict=state_dict, **kwargs)
+        model.smoothing = report
+        model._note_smoothing()
+        return model
+
+    def _note_smoothing(self) -> None:
+        """Tell the registry (and so the panel) which linears still divide by a smoothing vector, and why."""
+        report = getattr(self, "smoothing", None)
+        for name, module in self.linear_modules().items():
+            site = getattr(module, "site", None)
+            if site is not None:
+                kernels.REGISTRY.set_note(site, report.note(name) if report is not None else None)
 
     def linear_modules(self) -> dict[str, nn.Module]:
         names = set(self.config.linear_names())
@@ -241,11 +263,13 @@ class Ideogram4DiT(nn.Module):
         for name, module in self.linear_modules().items():
             if isinstance(module, (W8A8Linear, FloatLinear)):
                 module.site = f"{label}/{name}" if label else None
+        self._note_smoothing()
 
     def declare_paths(self) -> None:
         """List every linear in kernels.REGISTRY before it runs (path predicted, 0 calls)."""
         from .. import kernels
 
+        self._note_smoothing()
         for module in self.linear_modules().values():
             site = getattr(module, "site", None)
             if site is None:

@@ -207,6 +207,9 @@ def branch_report(label: str, source: str, compute_dtype: str, paths: Mapping[st
         elif info.int8:
             rep.int8_stored += 1
     rep.from_base = list(getattr(state, "from_base", []) or [])
+    smoothing = getattr(state, "smoothing", None)  # smooth_fold.FoldReport, set when the model was built
+    if smoothing is not None:
+        rep.notes.extend(smoothing.summary_lines())
     return rep
 
 

@@ -111,14 +111,32 @@ def smoothquant_vector(weight: torch.Tensor, act_amax: torch.Tensor, alpha: floa
     return s.clamp_min(1e-5)
 
 
-def smooth_vectors(weights: Mapping, config: Ideogram4Config, alpha: float = 0.5) -> dict[str, torch.Tensor]:
-    """SmoothQuant vectors for the linears that read a normed activation (qkv, w1, w3, llm_cond_proj),
-    with the norm weight as the activation-magnitude proxy (no calibration data here)."""
-    out = {"llm_cond_proj": smoothquant_vector(weights["llm_cond_proj.weight"], weights["llm_cond_norm.weight"], alpha)}
+def smooth_vectors(weights: Mapping, config: Ideogram4Config, alpha: float = 0.5, *, names: Iterable[str] | None = None,
+                   seed: int = 0) -> dict[str, torch.Tensor]:  # fmt: skip
+    """SmoothQuant vectors s = amax_x^alpha / amax_w^(1-alpha) (no calibration data here).
+
+    Default: the linears that read a normed activation (qkv, w1, w3, llm_cond_proj), with the norm weight as the
+    activation-magnitude proxy. ``names``: a vector for each of these linears instead (the transformerlab file
+    smooths every quantized layer); those without a norm in front get a seeded activation-amax proxy (log-normal
+    channel magnitudes, 1/64 of the channels 8x larger), so every layer's vector is its own (w1 and w3 differ
+    through their weights)."""
+    normed = {"llm_cond_proj": "llm_cond_norm.weight"}
     for i in range(config.num_layers):
         for lin, norm in SMOOTHED_FROM.items():
-            name = f"layers.{i}.{lin}"
-            out[name] = smoothquant_vector(weights[name + ".weight"], weights[f"layers.{i}.{norm}.weight"], alpha)
+            normed[f"layers.{i}.{lin}"] = f"layers.{i}.{norm}.weight"
+    wanted = list(normed) if names is None else list(names)
+    out = {}
+    for name in wanted:
+        w = weights[name + ".weight"]
+        if name in normed:
+            amax = weights[normed[name]]
+        else:
+            k = w.shape[1]
+            g = torch.Generator().manual_seed(_seed_for(seed, "act-amax:" + name))
+            amax = torch.exp(0.5 * torch.randn(k, generator=g))
+            amax[torch.randperm(k, generator=g)[: max(1, k // 64)]] *= 8.0
+            amax = amax.to(w.device)
+        out[name] = smoothquant_vector(w, amax, alpha)
     return out
 
 

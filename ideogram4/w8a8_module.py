@@ -6,10 +6,13 @@ In-memory form of a quantized linear ``<m>`` (what ``read_branch`` returns, what
     <m>.weight             int8 [N, K]   K-contiguous
     <m>.weight_scale       float32 [N]   per output channel: W ~ weight * weight_scale[:, None]
     <m>.input_smooth       float32 [K]   optional SmoothQuant vector: the activation is divided by it
+    <m>.input_folded       float32 [K]   optional: the part of input_smooth already divided out upstream
+                                         (``smooth_fold``): the module's input arrives as x / input_folded
     <m>.bias               float [N]     optional
     <m>.convrot_groupsize  int64 []      optional: ComfyUI ConvRot weight, activation is rotated first
 
-so y = ((x / input_smooth) [rotated]) @ (weight * weight_scale[:, None])^T + bias.
+so y = ((x / input_smooth) [rotated]) @ (weight * weight_scale[:, None])^T + bias, where the module itself
+divides its input by input_smooth / input_folded only (nothing after a full fold).
 
 A linear factory ``factory(spec: LinearSpec, entries: dict | None) -> nn.Module`` builds one
 linear from its spec and its state-dict entries (keys without the ``<m>.`` prefix); ``None``
@@ -29,8 +32,10 @@ import torch.nn.functional as F
 from .. import kernels
 from . import convrot
 from .config import LinearSpec
+from .smooth_fold import runtime_divisor
 
-QUANT_KEYS = ("weight", "weight_scale", "input_smooth", "bias", "convrot_groupsize")
+QUANT_KEYS = ("weight", "weight_scale", "input_smooth", "input_folded", "bias", "convrot_groupsize")
+VECTOR_KEYS = ("input_smooth", "input_folded")
 
 LinearFactory = Callable[[LinearSpec, "dict[str, torch.Tensor] | None"], nn.Module]
 
@@ -40,7 +45,9 @@ def is_quantized_entries(entries: dict | None) -> bool:
 
 
 def dequantize_entries(entries: dict, dtype=torch.float32) -> torch.Tensor:
-    """The float weight [N, K] an int8 entry set stands for (smoothing and ConvRot undone)."""
+    """The float weight [N, K] an int8 entry set applies to its module's input: smoothing and ConvRot undone,
+    and, where part of the smoothing was folded upstream (``input_folded`` f), W·diag(f), since that input
+    arrives already divided by f."""
     w = entries["weight"].float() * entries["weight_scale"].float().reshape(-1, 1)
     group = entries.get("convrot_groupsize")
     if group is not None:
@@ -48,6 +55,9 @@ def dequantize_entries(entries: dict, dtype=torch.float32) -> torch.Tensor:
     smooth = entries.get("input_smooth")
     if smooth is not None:
         w = w / smooth.float().reshape(1, -1)
+    folded = entries.get("input_folded")
+    if folded is not None:
+        w = w * folded.float().reshape(1, -1)
     return w.to(dtype)
 
 
@@ -74,11 +84,12 @@ class W8A8Linear(_KeepFloat32):
     forces a path (e.g. ``"dequant-bf16"`` for the phantom-INT8 comparison).
     """
 
-    _fp32_buffers = ("weight_scale", "input_smooth", "bias")
+    _fp32_buffers = ("weight_scale", "input_smooth", "input_folded", "input_divisor", "bias")
 
     def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
                  input_smooth: torch.Tensor | None = None, *, convrot_groupsize: int | None = None,
-                 site: str | None = None, path: str | None = None) -> None:  # fmt: skip
+                 site: str | None = None, path: str | None = None,
+                 input_folded: torch.Tensor | None = None) -> None:  # fmt: skip
         super().__init__()
         if weight.dtype != torch.int8 or weight.dim() != 2:
             raise ValueError(f"W8A8Linear {site}: weight must be int8 [N, K]; got {weight.dtype} {list(weight.shape)}")
@@ -91,6 +102,8 @@ class W8A8Linear(_KeepFloat32):
         self.register_buffer("weight", weight if weight.is_contiguous() else weight.contiguous())
         self.register_buffer("weight_scale", scale)
         self.register_buffer("input_smooth", _vector(input_smooth, k, "input_smooth", site))
+        self.register_buffer("input_folded", _vector(input_folded, k, "input_folded", site))
+        self._refresh_divisor()
         self.register_buffer("bias", _vector(bias, n, "bias", site))
         self.convrot_groupsize = int(convrot_groupsize) if convrot_groupsize is not None else None
         self.in_features, self.out_features = k, n
@@ -101,7 +114,8 @@ class W8A8Linear(_KeepFloat32):
     def from_entries(cls, entries: dict, *, site=None, path=None) -> W8A8Linear:
         group = entries.get("convrot_groupsize")
         return cls(entries["weight"], entries["weight_scale"], entries.get("bias"), entries.get("input_smooth"),
-                   convrot_groupsize=int(group) if group is not None else None, site=site, path=path)  # fmt: skip
+                   convrot_groupsize=int(group) if group is not None else None, site=site, path=path,
+                   input_folded=entries.get("input_folded"))  # fmt: skip
 
     @classmethod
     def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, smooth: torch.Tensor | None = None,
@@ -110,15 +124,23 @@ class W8A8Linear(_KeepFloat32):
         q, s = quantize_rows(weight, smooth)
         return cls(q, s, bias, smooth, site=site, path=path)
 
+    def _refresh_divisor(self) -> None:
+        """``input_divisor``: what forward divides its input by (input_smooth / input_folded; None after a full
+        fold). Derived, so not saved: the state dict holds input_smooth and input_folded."""
+        divisor = runtime_divisor(self.input_smooth, self.input_folded)
+        self.register_buffer("input_divisor", divisor, persistent=False)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return w8a8_forward(x, self.weight, self.weight_scale, self.bias, self.input_smooth, self.convrot_groupsize,
+        return w8a8_forward(x, self.weight, self.weight_scale, self.bias, self.input_divisor, self.convrot_groupsize,
                             path=self.path, site=self.site)  # fmt: skip
 
     def dequantized_weight(self, dtype=torch.float32) -> torch.Tensor:
+        """The float weight this module applies to its input (see ``dequantize_entries``)."""
         return dequantize_entries(self._entries(), dtype)
 
     def _entries(self) -> dict:
-        e = {"weight": self.weight, "weight_scale": self.weight_scale, "input_smooth": self.input_smooth}
+        e = {"weight": self.weight, "weight_scale": self.weight_scale, "input_smooth": self.input_smooth,
+             "input_folded": self.input_folded}  # fmt: skip
         if self.convrot_groupsize is not None:
             e["convrot_groupsize"] = torch.tensor(self.convrot_groupsize)
         return e
@@ -138,11 +160,19 @@ class W8A8Linear(_KeepFloat32):
         elif self.convrot_groupsize is not None:
             missing_keys.append(key)
         rest = {k: v for k, v in state_dict.items() if k != key}
+        for name in VECTOR_KEYS:  # a shell (or an unsmoothed module) takes the vectors a saved state carries
+            t = rest.get(prefix + name)
+            if t is not None and getattr(self, name) is None and isinstance(t, torch.Tensor):
+                self.register_buffer(name, torch.empty(self.in_features, dtype=torch.float32,
+                                                       device=self.weight.device))  # fmt: skip
         super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        self._refresh_divisor()
 
     def extra_repr(self) -> str:
         extras = [f"in_features={self.in_features}", f"out_features={self.out_features}",
                   f"bias={self.bias is not None}", f"smooth={self.input_smooth is not None}"]  # fmt: skip
+        if self.input_folded is not None:
+            extras.append("smooth folded upstream" + (", ratio divided here" if self.input_divisor is not None else ""))
         if self.convrot_groupsize:
             extras.append(f"convrot={self.convrot_groupsize}")
         if self.path:
@@ -189,7 +219,7 @@ class FusedGateUp(nn.Module):
         w13, s13 = kernels.interleave_gate_up(w1.weight, w1.weight_scale, w3.weight, w3.weight_scale, self.chunk)
         self.register_buffer("w13", w13)
         self.register_buffer("s13", s13)
-        self.register_buffer("input_smooth", w1.input_smooth)
+        self.register_buffer("input_smooth", w1.input_divisor)  # what both divide their input by (None: folded)
         self.in_features, self.out_features = w1.in_features, w1.out_features
         self.site, self.path = site, w1.path
 
@@ -208,9 +238,9 @@ def fuse_gate_up_blocker(w1, w3) -> str | None:
         return "biased projections"
     if w1.weight.shape != w3.weight.shape or kernels.swiglu_chunk_for(w1.out_features) is None:
         return "shapes"
-    s1, s3 = w1.input_smooth, w3.input_smooth
+    s1, s3 = w1.input_divisor, w3.input_divisor  # what each divides its input by at run time
     if (s1 is None) != (s3 is None) or (s1 is not None and not torch.equal(s1, s3)):
-        return "different smoothing vectors"
+        return "different smoothing vectors (w1 and w3 would quantize different activations)"
     return None
 
 

@@ -29,6 +29,9 @@ ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
 _FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _HALF_DTYPES = (torch.float16, torch.bfloat16)
 _QUANT_PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)
+# REGISTRY.launches key counting activation quantizations that divide by a SmoothQuant vector (any path): a
+# model whose smoothing is folded at load (ideogram4.smooth_fold) runs none for its folded layers
+QUANT_DIVIDE = "quant_divide"
 
 
 class KernelInputError(ValueError):
@@ -200,6 +203,8 @@ def _quantize_rows(x2: torch.Tensor, smooth, group: int | None):
     """Per-token quantization of a validated [M, K] (unit column stride): the Triton kernel where it can run
     (the plain or the rotating one), else the twin."""
     fused = triton_unavailable_reason(x2.device) is None
+    if smooth is not None:
+        REGISTRY.count_launch(QUANT_DIVIDE)
     if group is None:
         if fused:
             from .quant_triton import quantize_rows_triton
@@ -380,6 +385,8 @@ def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype, group=None):
     Timing: the caller's for the unfused paths (``_timed_unless_fused``); the fused path times itself.
     """
     if chosen == PATH_DEQUANT:
+        if smooth is not None:
+            REGISTRY.count_launch(QUANT_DIVIDE)
         if group is not None:  # the phantom path rotates in float, then dequantizes
             xs = x2 if smooth is None else (x2.float() / smooth).to(x2.dtype)
             x2, smooth = reference.rotate_ref(xs, group), None

@@ -78,6 +78,9 @@ class GemmRegistry:
         self._run_started: float | None = None
         self._model_notes: dict[str, dict[str, str]] = {}  # label -> {kind: message}
         self.launches: collections.Counter = collections.Counter()
+        # per call site: a standing note appended to every reason recorded for it (set by whoever names the
+        # site, e.g. "SmoothQuant divide kept at run time: ..."); record() would otherwise overwrite it per call
+        self._notes: dict[str, str] = {}
 
     # -- recording ------------------------------------------------------------------------
     def record(
@@ -98,6 +101,9 @@ class GemmRegistry:
         with self._lock:
             if site is None:
                 site = f"unnamed/{n}x{k}"
+            note = self._notes.get(site)
+            if note:
+                reason = f"{reason}; {note}" if reason else note
             rec = self._layers.get(site)
             if rec is None:
                 rec = self._layers[site] = LayerRecord(site, path, reason, n, k, m)
@@ -148,11 +154,29 @@ class GemmRegistry:
                 return dict(self._model_notes.get(model, {}))
             return {m: dict(n) for m, n in self._model_notes.items() if n}
 
-    def declare(self, site: str, path: str, reason: str, n: int, k: int) -> None:
-        """Register a layer before it ever runs (e.g. at load), with zero calls."""
+    def declare(self, site: str, path: str, reason: str, n: int, k: int, note: str | None = None) -> None:
+        """Register a layer before it ever runs (e.g. at load), with zero calls; ``note``: see set_note."""
+        if note is not None:
+            self.set_note(site, note)
         with self._lock:
+            note = self._notes.get(site)
+            if note:
+                reason = f"{reason}; {note}" if reason else note
             if site not in self._layers:
                 self._layers[site] = LayerRecord(site, path, reason, n, k, 0)
+
+    def set_note(self, site: str | None, note: str | None) -> None:
+        """A standing note for ``site``, appended to every reason recorded for it (None / "" removes it)."""
+        if site is None:
+            return
+        with self._lock:
+            if note:
+                self._notes[site] = note
+            else:
+                self._notes.pop(site, None)
+
+    def note_of(self, site: str) -> str | None:
+        return self._notes.get(site)
 
     def count_launch(self, kernel: str) -> None:
         self.launches[kernel] += 1
@@ -184,10 +208,13 @@ class GemmRegistry:
             if model is None:
                 self._layers.clear()
                 self._model_notes.clear()
+                self._notes.clear()
             else:
                 for site in [s for s, r in self._layers.items() if r.model == model]:
                     del self._layers[site]
                 self._model_notes.pop(model, None)
+                for site in [s for s in self._notes if s.split("/", 1)[0] == model and "/" in s]:
+                    del self._notes[site]
 
     # -- timing ---------------------------------------------------------------------------
     def enable_timing(self, on: bool = True) -> None:

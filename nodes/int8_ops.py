@@ -19,6 +19,13 @@ What the Linear adds (comfyui-integration.md §3.4):
   dequantized weight by s and ``set_weight`` multiplies by s before requantizing, and when
   ComfyUI dequantizes for a float GEMM (lowvram LoRA, forced cast) the division is put in front
   of its weight functions — LoRA deltas are always applied to the real W.
+* the smoothing fold (``ideogram4.smooth_fold``, applied at load): ``input_folded`` f (saved as
+  ``<m>.input_folded``) is the part of s already divided out upstream, so the module's input arrives as x / f
+  and the GEMM path divides it by s / f only (``input_divisor``: nothing after a full fold). The float path
+  re-applies f after the weight functions: F.linear(x / f, W'·diag(f)) = F.linear(x, W'). A linear whose output
+  rows carry a consumer's fold (the v rows of attention.qkv for attention.o, feed_forward.w3's rows for w2) knows
+  them as ``output_folded`` and undoes / redoes them around LoRA the same way; so does a norm whose weight carries
+  a fold (``RMSNorm.ideogram4_fold``). ``link_folds`` sets both from the linears' ``input_folded`` after a load.
 * ``run_every_op()`` (interruption) is called by the inherited ``forward``.
 
 w1|w3 as one GEMM with the SwiGLU in its epilogue: a native MODEL keeps ``feed_forward.w1`` / ``w3`` as separate
@@ -35,15 +42,18 @@ a layer its own way without calling ``Linear.forward`` — and labels the model 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
+import comfy.float
 import comfy.model_management
 import comfy.ops
 import torch
 from comfy.quant_ops import QuantizedTensor
 
 from .. import kernels
-from ..ideogram4.comfy_form import SMOOTH_KEY
+from ..ideogram4.comfy_form import FOLDED_KEY, SMOOTH_KEY
+from ..ideogram4.smooth_fold import fold_sites, runtime_divisor
 from ..ideogram4.w8a8_module import w8a8_forward
 
 INT8_LAYOUT = "TensorWiseINT8Layout"
@@ -64,6 +74,26 @@ def _layout_name(qt) -> str:
     return layout if isinstance(layout, str) else getattr(layout, "__name__", str(layout))
 
 
+def _like(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return v.to(device=w.device, dtype=w.dtype)
+
+
+@contextlib.contextmanager
+def _around_weight_functions(module, before, after):
+    """ComfyUI applies ``module.weight_function`` to the cast weight on its float path: run ``before`` first and
+    ``after`` last for the duration (the module's own list is restored, even on an exception)."""
+    had_own = "weight_function" in module.__dict__
+    fns = module.weight_function
+    module.weight_function = [f for f in (before, *fns, after) if f is not None]
+    try:
+        yield
+    finally:
+        if had_own:
+            module.weight_function = fns
+        else:
+            del module.weight_function
+
+
 @functools.lru_cache(maxsize=8)
 def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
     """The ops container for ``model_config.custom_operations`` (one class per compute dtype)."""
@@ -76,6 +106,10 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
             def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
                 super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
                 self.register_parameter(SMOOTH_KEY, None)
+                self.register_parameter(FOLDED_KEY, None)
+                self.register_buffer("input_divisor", None, persistent=False)  # s / f: what the GEMM path divides by
+                self.output_folded: torch.Tensor | None = None  # float32 [N]: rows divided by a consumer's fold
+                self.smooth_note: str | None = None  # the panel's note when a divide remains (smooth_fold)
                 self.site: str | None = None  # "<label>/<module path>", set by label_sites()
                 self.gemm_path: str | None = None  # forced GEMM path (None: automatic)
                 self.float_reason = REASON_PROTECTED
@@ -84,67 +118,95 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
             # -- loading / saving -----------------------------------------------------------
             def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                                       unexpected_keys, error_msgs):  # fmt: skip
-                smooth = state_dict.pop(prefix + SMOOTH_KEY, None)
+                vectors = {key: state_dict.pop(prefix + key, None) for key in (SMOOTH_KEY, FOLDED_KEY)}
                 super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
                                               unexpected_keys, error_msgs)  # fmt: skip
-                if smooth is not None:
-                    if not is_int8_weight(self.weight):
-                        error_msgs.append(f"{prefix}{SMOOTH_KEY}: a smoothing vector needs an int8 weight")
-                        return
-                    if smooth.numel() != self.in_features:
-                        error_msgs.append(f"{prefix}{SMOOTH_KEY}: {smooth.numel()} values for K={self.in_features}")
-                        return
-                    device = self.factory_kwargs["device"]
-                    value = smooth.reshape(self.in_features).to(device=device, dtype=torch.float32)
-                    self.input_smooth = torch.nn.Parameter(value, requires_grad=False)
-                if prefix + SMOOTH_KEY in missing_keys:
-                    missing_keys.remove(prefix + SMOOTH_KEY)
+                for key, vec in vectors.items():
+                    if vec is not None:
+                        if not is_int8_weight(self.weight):
+                            error_msgs.append(f"{prefix}{key}: a smoothing vector needs an int8 weight")
+                            return
+                        if vec.numel() != self.in_features:
+                            error_msgs.append(f"{prefix}{key}: {vec.numel()} values for K={self.in_features}")
+                            return
+                        device = self.factory_kwargs["device"]
+                        value = vec.reshape(self.in_features).to(device=device, dtype=torch.float32)
+                        setattr(self, key, torch.nn.Parameter(value, requires_grad=False))
+                    if prefix + key in missing_keys:
+                        missing_keys.remove(prefix + key)
+                self.refresh_divisor()
+
+            def refresh_divisor(self) -> None:
+                """``input_divisor`` = input_smooth / input_folded (None after a full fold): what the GEMM path
+                divides the input by. Derived from the two saved vectors, so not saved itself."""
+                s = None if self.input_smooth is None else self.input_smooth.detach()
+                f = None if self.input_folded is None else self.input_folded.detach()
+                self.input_divisor = runtime_divisor(s, f)
 
             def state_dict(self, *args, destination=None, prefix="", **kwargs):
                 sd = super().state_dict(*args, destination=destination, prefix=prefix, **kwargs)
-                if self.input_smooth is not None:
-                    sd[prefix + SMOOTH_KEY] = self.input_smooth
+                for key in (SMOOTH_KEY, FOLDED_KEY):
+                    if getattr(self, key) is not None:
+                        sd[prefix + key] = getattr(self, key)
                 return sd
 
             # -- LoRA (ModelPatcher.patch_weight_to_device) -----------------------------------
-            def _smooth_like(self, w: torch.Tensor) -> torch.Tensor:
-                return self.input_smooth.to(device=w.device, dtype=w.dtype)
+            # The stored int8 weight is diag(1 / o)·W·diag(s) (o: output_folded rows, s: input_smooth); LoRA
+            # functions must see W, the module's input is x / f (f: input_folded).
+            def _has_folds(self) -> bool:
+                return is_int8_weight(self.weight) and (self.input_smooth is not None
+                                                        or self.output_folded is not None)  # fmt: skip
+
+            def _to_real(self, w: torch.Tensor) -> torch.Tensor:
+                """The stored (dequantized) weight -> the real W."""
+                if self.input_smooth is not None:
+                    w = w / _like(self.input_smooth, w)
+                if self.output_folded is not None:
+                    w = w * _like(self.output_folded, w).reshape(-1, 1)
+                return w
+
+            def _to_stored(self, w: torch.Tensor) -> torch.Tensor:
+                """The real W -> what the int8 weight stores."""
+                if self.output_folded is not None:
+                    w = w / _like(self.output_folded, w).reshape(-1, 1)
+                if self.input_smooth is not None:
+                    w = w * _like(self.input_smooth, w)
+                return w
+
+            def _to_input(self, w: torch.Tensor) -> torch.Tensor:
+                """The real W -> the float weight for the module's input x / f, output rows still folded."""
+                if self.input_folded is not None:
+                    w = w * _like(self.input_folded, w)
+                if self.output_folded is not None:
+                    w = w / _like(self.output_folded, w).reshape(-1, 1)
+                return w
 
             def convert_weight(self, weight, inplace=False, **kwargs):
                 w = super().convert_weight(weight, inplace=inplace, **kwargs)
-                if self.input_smooth is not None and isinstance(weight, QuantizedTensor):
-                    w = w / self._smooth_like(w)
+                if isinstance(weight, QuantizedTensor) and self._has_folds():
+                    w = self._to_real(w)
                 return w
 
             def set_weight(self, weight, inplace_update=False, seed=None, return_weight=False, **kwargs):
-                if self.input_smooth is not None and is_int8_weight(self.weight):
-                    weight = weight * self._smooth_like(weight)
+                if self._has_folds():
+                    weight = self._to_stored(weight)
                 return super().set_weight(weight, inplace_update=inplace_update, seed=seed,
                                           return_weight=return_weight, **kwargs)  # fmt: skip
 
             # -- forward ------------------------------------------------------------------------
-            def _unsmooth(self, w: torch.Tensor) -> torch.Tensor:
-                return w / self._smooth_like(w)
-
             def _float_path(self) -> bool:
                 return bool(self._full_precision_mm or getattr(self, "comfy_force_cast_weights", False)
                             or len(self.weight_function) or len(self.bias_function))  # fmt: skip
 
             def forward(self, input, *args, **kwargs):
-                if self.input_smooth is None or not is_int8_weight(self.weight) or not self._float_path():
+                if not self._has_folds() or not self._float_path():
                     return super().forward(input, *args, **kwargs)
-                # ComfyUI will dequantize (W·diag(s)) and run the weight functions (LoRA) on it:
-                # undo the smoothing first so the functions and the float GEMM see the real W.
-                had_own = "weight_function" in self.__dict__
-                fns = self.weight_function
-                self.weight_function = [self._unsmooth, *fns]
-                try:
+                # ComfyUI will dequantize (the stored weight) and run the weight functions (LoRA) on it: undo the
+                # smoothing and the output fold first so the functions see the real W, and re-apply what the
+                # module's input and its consumer expect last (F.linear(x / f, W'·diag(f)) = F.linear(x, W')).
+                after = self._to_input if (self.input_folded is not None or self.output_folded is not None) else None
+                with _around_weight_functions(self, self._to_real, after):
                     return super().forward(input, *args, **kwargs)
-                finally:
-                    if had_own:
-                        self.weight_function = fns
-                    else:
-                        del self.weight_function
 
             def _forward(self, input, weight, bias):
                 self.op_calls += 1
@@ -153,7 +215,7 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
                     qdata, scale = weight._qdata, params.scale
                     if getattr(params, "transposed", False):
                         return super()._forward(input, weight, bias)
-                    smooth = self.input_smooth
+                    smooth = self.input_divisor
                     if smooth is not None and smooth.device != input.device:
                         smooth = comfy.model_management.cast_to_device(smooth, input.device, None)
                     group = params.convrot_groupsize if getattr(params, "convrot", False) else None
@@ -170,6 +232,42 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
                     reason = REASON_DEQUANT
                 return kernels.float_linear(input, weight, bias, site=self.site, reason=reason)
 
+        class RMSNorm(base.RMSNorm):
+            """ComfyUI's RMSNorm, plus LoRA conversions for a weight that carries a folded smoothing vector:
+            ``ideogram4_fold`` (float32 [dim], set by ``link_folds``) = what the weight was divided by. LoRA
+            functions see the real weight; the stored one stays divided."""
+
+            ideogram4_fold: torch.Tensor | None = None
+
+            def convert_weight(self, weight, inplace=False, **kwargs):
+                fold = self.ideogram4_fold
+                return weight if fold is None else weight * _like(fold, weight)
+
+            def set_weight(self, weight, inplace_update=False, seed=None, return_weight=False, **kwargs):
+                # what ModelPatcher does for a weight without set_weight, on the re-folded value
+                fold = self.ideogram4_fold
+                if fold is not None:
+                    weight = weight / _like(fold, weight)
+                out = comfy.float.stochastic_rounding(weight, self.weight.dtype, seed=seed)
+                if return_weight:
+                    return out
+                if inplace_update:
+                    self.weight.data.copy_(out)
+                else:
+                    self.weight = torch.nn.Parameter(out, requires_grad=False)
+
+            def _refold(self, w: torch.Tensor) -> torch.Tensor:
+                return w / _like(self.ideogram4_fold, w)
+
+            def _unfold(self, w: torch.Tensor) -> torch.Tensor:
+                return w * _like(self.ideogram4_fold, w)
+
+            def forward(self, *args, **kwargs):
+                if self.ideogram4_fold is None or not len(self.weight_function):
+                    return super().forward(*args, **kwargs)
+                with _around_weight_functions(self, self._unfold, self._refold):
+                    return super().forward(*args, **kwargs)
+
     Ideogram4Int8Ops.__name__ = f"Ideogram4Int8Ops_{str(compute_dtype).replace('torch.', '')}"
     return Ideogram4Int8Ops
 
@@ -180,14 +278,48 @@ def int8_linears(diffusion_model: torch.nn.Module) -> dict[str, torch.nn.Module]
 
 
 def label_sites(diffusion_model: torch.nn.Module, label: str, gemm_path: str | None = None) -> int:
-    """Name every linear's registry call site "<label>/<module path>" and set its forced GEMM path."""
+    """Name every linear's registry call site "<label>/<module path>", set its forced GEMM path, and give the
+    registry its smoothing note (a divide left at run time, and why)."""
     n = 0
     for name, m in int8_linears(diffusion_model).items():
         m.site = f"{label}/{name}"
         m.gemm_path = gemm_path
         m.float_reason = REASON_PROTECTED if name.startswith("layers.") else REASON_TOP
+        kernels.REGISTRY.set_note(m.site, m.smooth_note)
         n += 1
     return n
+
+
+def link_folds(diffusion_model: torch.nn.Module, config, report=None) -> int:
+    """After a load: tell every producer of a folded smoothing vector what it carries (a norm's
+    ``ideogram4_fold``, a linear's ``output_folded`` rows) so LoRA conversions can undo it, and give each linear
+    its panel note from ``report`` (a ``smooth_fold.FoldReport``; None keeps the notes). Returns the number of
+    folded linears linked."""
+    modules = dict(diffusion_model.named_modules())
+    linked = 0
+    for consumer, site in fold_sites(config).items():
+        m = modules.get(consumer)
+        f = getattr(m, FOLDED_KEY, None)
+        if f is None:
+            continue
+        producer = modules.get(site.producer)
+        if producer is None:
+            continue
+        f = f.detach().float().cpu()
+        if site.kind == "norm":
+            producer.ideogram4_fold = f
+        else:
+            rows = producer.output_folded
+            if rows is None:
+                rows = torch.ones(producer.out_features, dtype=torch.float32)
+            rows = rows.clone()
+            rows[site.start : site.stop] = f
+            producer.output_folded = rows
+        linked += 1
+    if report is not None:
+        for name, m in int8_linears(diffusion_model).items():
+            m.smooth_note = report.note(name)
+    return linked
 
 
 def predicted_paths(diffusion_model: torch.nn.Module, device: torch.device) -> dict[str, tuple[str, str]]:
@@ -210,8 +342,9 @@ def declare_sites(diffusion_model: torch.nn.Module, label: str, device: torch.de
     kernels.REGISTRY.clear(model=label)
     for name, m in int8_linears(diffusion_model).items():
         path, reason = paths[name]
-        kernels.REGISTRY.declare(f"{label}/{name}", path, reason, m.out_features, m.in_features)
+        kernels.REGISTRY.declare(f"{label}/{name}", path, reason, m.out_features, m.in_features, note=m.smooth_note)
     return paths
 
 
-__all__ = ["make_ops", "label_sites", "declare_sites", "predicted_paths", "int8_linears", "is_int8_weight"]
+__all__ = ["make_ops", "label_sites", "declare_sites", "predicted_paths", "int8_linears", "is_int8_weight",
+           "link_folds"]

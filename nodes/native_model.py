@@ -19,6 +19,7 @@ call where it can (``ffn_fusion``), and every forward checks that each quantized
 from __future__ import annotations
 
 import logging
+import os
 
 import comfy.model_base
 import comfy.model_management
@@ -26,12 +27,13 @@ import comfy.model_patcher
 import comfy.supported_models
 import torch
 
+from ..ideogram4 import smooth_fold
 from ..ideogram4.comfy_form import to_comfy_state_dict
 from ..ideogram4.config import Ideogram4Config
 from ..ideogram4.errors import CheckpointError
 from . import ffn_fusion, op_coverage
 from .attention_override import install as install_attention
-from .int8_ops import declare_sites, label_sites, make_ops
+from .int8_ops import declare_sites, label_sites, link_folds, make_ops
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -66,10 +68,20 @@ def model_config_for(config: Ideogram4Config, dtype: torch.dtype):
     return mc
 
 
+def smooth_fold_mode() -> str:
+    """The smoothing fold mode for MODELs built here: ``smooth_fold.ENV_MODE`` (a w1/w3 mode, or "off"), default
+    ``smooth_fold.DEFAULT_GATE_UP``. A bad value raises ValueError naming the choices."""
+    return smooth_fold.gate_up_mode_from_env(os.environ.get(smooth_fold.ENV_MODE))
+
+
 def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dtype: torch.dtype,
                        gemm_path: str | None = None, load_device: torch.device | None = None,
-                       offload_device: torch.device | None = None):  # fmt: skip
+                       offload_device: torch.device | None = None, smooth: str | None = None):  # fmt: skip
     """A ModelPatcher around ComfyUI's Ideogram 4 model holding ``state`` (a read_branch result).
+
+    SmoothQuant divides are folded at load where they can be (``smooth_fold.fold_smoothing``, mode ``smooth`` or
+    ``smooth_fold_mode()``; the report lands in ``state.smoothing`` for the loader's summary, notes for the panel).
+    ``state`` is changed in place by that (entries replaced, never the tensors themselves).
 
     Returns ``(patcher, paths)`` with ``paths`` = {linear: (predicted GEMM path, reason)} on the
     load device. Raises CheckpointError naming the key when the state does not fit the model; a
@@ -77,6 +89,9 @@ def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dt
     """
     load_device = load_device or comfy.model_management.get_torch_device()
     offload_device = offload_device or comfy.model_management.unet_offload_device()
+    mode = smooth or smooth_fold_mode()
+    work = load_device if load_device.type == "cuda" else None  # re-quantization (w1/w3) runs on the GPU if any
+    report = smooth_fold.fold_smoothing(state, config, gate_up=mode, work_device=work)
     comfy_sd = to_comfy_state_dict(state, config)
     model = None
     try:
@@ -91,6 +106,7 @@ def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dt
                 fix="report this: the pack's conversion and ComfyUI's Ideogram 4 model disagree",
             )  # fmt: skip
         comfy_sd.clear()
+        link_folds(model.diffusion_model, config, report)
         label_sites(model.diffusion_model, label, gemm_path)
         ffn_fusion.install(model.diffusion_model)
         op_coverage.install(model.diffusion_model, label)

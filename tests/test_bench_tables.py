@@ -32,3 +32,23 @@ def test_sustained_block_prints_times_clocks_and_ratios(capsys):
 
 def test_sustained_peers_are_the_target_peers():
     assert set(gemm.SUSTAINED_PEERS) == {"triton-int8"} | set(gemm.TARGETS)
+
+
+def test_smooth_block_prints_unfolded_folded_and_the_folds_gain(capsys):
+    o = {"shape": "o", "bf16_gpu_ms": 0.30, "triton-int8_gpu_ms": 0.18, "gpu_speedup_vs_bf16": 0.30 / 0.18,
+         "triton-int8-smooth_gpu_ms": 0.21, "triton-int8-folded_gpu_ms": 0.18, "quant-only_gpu_ms": 0.023,
+         "quant-smooth-only_gpu_ms": 0.044}  # fmt: skip
+    ffn = {"shape": "ffn_swiglu", "bf16_gpu_ms": 0.9, "triton-int8_gpu_ms": 0.45, "triton-int8-folded_gpu_ms": 0.45,
+           "triton-int8-unfused-smooth_gpu_ms": 0.60, "triton-int8-ratio_gpu_ms": 0.55}  # fmt: skip
+    for row in (o, ffn):
+        gemm._smooth_ratios(row)
+    assert o["fold_gain_gpu"] == pytest.approx(0.21 / 0.18)
+    assert o["triton-int8-smooth_gpu_speedup_vs_bf16"] == pytest.approx(0.30 / 0.21)
+    assert ffn["fold_gain_gpu"] == pytest.approx(0.60 / 0.45)
+    gemm.print_smooth([o, ffn])
+    out = capsys.readouterr().out
+    o_line = next(line for line in out.splitlines() if line.startswith("o "))
+    assert "0.210ms  1.43x bf16" in o_line and f"{0.21 / 0.18:>10.2f}x" in o_line
+    assert f"{0.044 / 0.023:>8.2f}x" in o_line  # the quantizer with the divide vs without
+    ffn_line = next(line for line in out.splitlines() if line.startswith("ffn_swiglu"))
+    assert "0.600ms  1.50x bf16" in ffn_line and "0.550ms  1.64x bf16" in ffn_line

@@ -247,10 +247,17 @@ def test_fused_gate_up_matches_separate_projections(gen, tmp_path, path):
     assert sites["layers.0.feed_forward.w1|w3"] == path
 
 
-def test_gate_up_with_different_smoothing_stays_split(gen, tmp_path):
+def test_gate_up_with_different_smoothing_fuses_only_after_a_shared_fold(gen, tmp_path):
     weights = tiny_weights(gen)
     file = write_w8a8(tmp_path / "w.safetensors", weights, TINY, smooth="auto")
-    model = Ideogram4DiT.from_state_dict(read_branch(file, "conditional", dtype=torch.float32), w8a8_linears(),
-                                         config=TINY)  # fmt: skip
-    assert model.fuse_gate_up() == 0  # w1 and w3 divide their input by different vectors
-    assert model.layers[0].feed_forward.w1 is not None
+    sd = read_branch(file, "conditional", dtype=torch.float32)
+    assert not torch.equal(sd["layers.0.feed_forward.w1.input_smooth"], sd["layers.0.feed_forward.w3.input_smooth"])
+    # unfolded, or folded with w3 dividing by its ratio to w1's vector: w1 and w3 quantize different activations
+    for kwargs in ({"fold_smooth": False}, {"gate_up": "ratio"}):
+        model = Ideogram4DiT.from_state_dict(sd, w8a8_linears(), config=TINY, **kwargs)
+        assert model.fuse_gate_up() == 0, kwargs
+        assert model.layers[0].feed_forward.w1 is not None
+    # one shared vector folded into ffn_norm1 (the default): the same activation, one fused GEMM
+    model = Ideogram4DiT.from_state_dict(sd, w8a8_linears(), config=TINY)
+    assert model.fuse_gate_up() == TINY.num_layers
+    assert model.layers[0].feed_forward.gate_up.input_smooth is None  # and its quantizer does not divide

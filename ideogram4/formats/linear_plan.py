@@ -4,6 +4,7 @@ Kinds:
   w8a8   transformerlab: <m>.wq int8 [N,K], <m>.ws [N] | [N,1] (f32/bf16/f16), <m>.smooth [K]
   int8   ComfyUI int8_tensorwise (optionally ConvRot) or this pack's own form:
          <m>.weight int8, <m>.weight_scale [] | [1] | [N] | [N,1], <m>.comfy_quant / <m>.input_smooth /
+         <m>.input_folded (a model saved after ``smooth_fold``: the part of input_smooth folded upstream) /
          <m>.convrot_groupsize
   fp8    ComfyUI fp8_scaled: <m>.weight float8, <m>.weight_scale (or legacy <m>.scale_weight)
   float  <m>.weight float32 / bf16 / fp16
@@ -33,6 +34,7 @@ class LinearPlan:
     weight: str
     scale: str | None = None
     smooth: str | None = None
+    folded: str | None = None
     bias_source: Source | None = None
     group: int | None = None
     comfy_format: str | None = None
@@ -50,7 +52,8 @@ class LinearPlan:
             what = "W8A8 (.wq/.ws" + (", smooth" if self.smooth else "") + ")"
         elif self.kind == "int8":
             what = f"int8 per-channel ({self.comfy_format or 'no comfy_quant marker'}"
-            what += f", ConvRot {self.group})" if self.group else ")"
+            what += f", ConvRot {self.group}" if self.group else ""
+            what += ", smoothing folded upstream)" if self.folded else ")"
         elif self.kind == "fp8":
             dt = str(self.source.dtype(self.weight)).replace("torch.", "")
             what = f"{dt} scaled" + (" -> W8A8, quantized on load" if self.quantize else " -> float")
@@ -95,8 +98,8 @@ def classify(source: Source, spec: LinearSpec) -> LinearPlan | None:
     if has(f"{m}.wq"):
         return _classify_w8a8(source, spec)
     if not has(f"{m}.weight"):
-        orphans = [f"{m}.{s}" for s in ("ws", "smooth", "weight_scale", "scale_weight", "comfy_quant", "input_smooth")
-                   if has(f"{m}.{s}")]  # fmt: skip
+        orphans = [f"{m}.{s}" for s in ("ws", "smooth", "weight_scale", "scale_weight", "comfy_quant", "input_smooth",
+                                        "input_folded") if has(f"{m}.{s}")]  # fmt: skip
         if orphans:
             raise _err("scale / smooth tensors without a weight", source, orphans[0], f"{m}.wq or {m}.weight",
                        "neither")  # fmt: skip
@@ -163,6 +166,9 @@ def _classify_int8(source, spec, key, cq):
     if source.has(f"{m}.input_smooth"):
         plan.smooth = source.use(f"{m}.input_smooth")
         _check_vector(source, plan.smooth, k, "SmoothQuant vector input_smooth")
+    if source.has(f"{m}.input_folded"):
+        plan.folded = source.use(f"{m}.input_folded")
+        _check_vector(source, plan.folded, k, "folded SmoothQuant vector input_folded")
     group = cq["convrot_groupsize"] if cq and cq["convrot"] else None
     if source.has(f"{m}.convrot_groupsize"):
         group = int(source.load(source.use(f"{m}.convrot_groupsize")))

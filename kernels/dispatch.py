@@ -487,7 +487,7 @@ FUSION_ONE_QUANT = "gate/up pair: one activation quantization, two GEMMs, SwiGLU
 FUSION_DEQUANT = "gate/up pair: two dequantized float GEMMs, SwiGLU in float32"
 
 
-def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_dtype=None):
+def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_dtype=None, convrot_group=None):
     """h = silu(x W1^T) * (x W3^T) for x [..., K] and two int8 weights w1 (gate), w3 (up) [F, K] with their
     per-channel scales s1, s3 [F]: the gate/up pair without an interleaved copy of the weights.
 
@@ -497,7 +497,8 @@ def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_d
     kernel that fails for the shape, labelled) quantize once, run both projections and apply the SwiGLU in
     float32. ``path`` forces a path (strict), as for ``w8a8_linear``. ``site``: one call site (recorded as
     the pair, N = 2F) or a tuple (gate site, up site), each recorded as its own [F, K] projection; every
-    record says how the pair ran (``fusion``).
+    record says how the pair ran (``fusion``). ``convrot_group``: both weights are ConvRot-rotated (int8_convrot
+    files): the activation is rotated inside its one quantization.
     """
     _check_int8_2d(w1, "swiglu_w8a8_pair: w1")
     _check_int8_2d(w3, "swiglu_w8a8_pair: w3")
@@ -515,13 +516,16 @@ def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_d
     s1 = _vector(s1, f, "swiglu_w8a8_pair: s1", x.device)
     s3 = _vector(s3, f, "swiglu_w8a8_pair: s3", x.device)
     smooth = _vector(smooth, k, "swiglu_w8a8_pair: smooth", x.device)
+    group = _check_group(convrot_group, k, "swiglu_w8a8_pair")
     chosen, reason = select_path(x.device, f, k, path)
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
     cfg = source = h = q = s = None
     if chosen == PATH_TRITON:
         with REGISTRY.timed(PATH_TRITON, x.device):
-            q, s = quantize_per_token(x2, smooth)
+            q, s = _quantize_rows(x2, smooth, group)
         try:
             out = _out_buffer(None, q.shape[0], f, out_dtype, q.device, "swiglu_w8a8_pair")
             h, cfg, source = run_fused(q, w1, s, s1, None, out, False, timed=PATH_TRITON, up=(w3, s3))
@@ -532,7 +536,7 @@ def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_d
             chosen, reason = _after_fused_failure(x.device, f, k, exc)
     if h is None:
         with REGISTRY.timed(chosen, x.device):
-            h = _pair_unfused(x2, q, s, w1, s1, w3, s3, smooth, chosen, out_dtype)
+            h = _pair_unfused(x2, q, s, w1, s1, w3, s3, smooth, chosen, out_dtype, group)
     fusion = {PATH_TRITON: FUSION_ONE_GEMM, PATH_DEQUANT: FUSION_DEQUANT}.get(chosen, FUSION_ONE_QUANT)
     conf = cfg.key() if cfg is not None else None
     m = x2.shape[0]
@@ -546,15 +550,15 @@ def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_d
     return h.reshape(*lead, f)
 
 
-def _pair_unfused(x2, q, s, w1, s1, w3, s3, smooth, chosen, out_dtype):
+def _pair_unfused(x2, q, s, w1, s1, w3, s3, smooth, chosen, out_dtype, group=None):
     """The gate/up pair on an unfused path: both projections in float32 from one quantization (cuBLAS int8),
     or both dequantized (dequant-bf16), then silu(g) * u in float32."""
     if chosen == PATH_DEQUANT:
-        g = reference.dequant_linear_ref(x2, w1, s1, None, smooth, compute_dtype=x2.dtype).float()
-        u = reference.dequant_linear_ref(x2, w3, s3, None, smooth, compute_dtype=x2.dtype).float()
+        g = _w8a8_compute(x2, w1, s1, None, smooth, PATH_DEQUANT, torch.float32, group)[0]
+        u = _w8a8_compute(x2, w3, s3, None, smooth, PATH_DEQUANT, torch.float32, group)[0]
     else:
         if q is None:
-            q, s = quantize_per_token(x2, smooth)
+            q, s = _quantize_rows(x2, smooth, group)
         g = _cublas_linear(q, s, w1, s1, None, torch.float32)
         u = _cublas_linear(q, s, w3, s3, None, torch.float32)
     return (F.silu(g) * u).to(out_dtype)

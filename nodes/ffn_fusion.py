@@ -35,7 +35,6 @@ import torch
 from comfy.ldm.lumina.model import FeedForward, clamp_fp16
 
 from .. import kernels
-from ..ideogram4 import convrot
 from ..ideogram4.w8a8_module import CONVROT_NOTE
 from .int8_ops import is_int8_weight
 
@@ -131,7 +130,7 @@ def split_reason(ff, x: torch.Tensor) -> str | None:
         return "global module forward hooks are registered: the modules' own forwards must run"
     if _group(w1) != _group(w3):
         return "w1 and w3 rotate their input differently (ConvRot)"
-    if not _same_smooth(ff, w1.input_smooth, w3.input_smooth):
+    if not _same_smooth(ff, w1.input_divisor, w3.input_divisor):
         return "w1 and w3 divide their input by different SmoothQuant vectors (two quantizer passes)"
     return None
 
@@ -171,16 +170,15 @@ def _gate_up(ff, x: torch.Tensor) -> torch.Tensor:
     """silu(w1 x) * w3 x through ``kernels.swiglu_w8a8_pair`` on the modules' int8 weights (conditions checked)."""
     w1, w3 = ff.w1, ff.w3
     q1, q3 = w1.weight, w3.weight
-    smooth = w1.input_smooth
+    # what the GEMM path divides by: s / f, nothing once the fold moved the whole vector into ffn_norm1 (the
+    # module's input then arrives divided already)
+    smooth = w1.input_divisor
     if smooth is not None and smooth.device != x.device:
         smooth = comfy.model_management.cast_to_device(smooth, x.device, None)
-    group = _group(w1)
-    if group is not None:  # the rotation runs once for both projections (w8a8_forward does the same per linear)
-        if smooth is not None:
-            x = x / smooth.to(x.dtype)
-        x, smooth = convrot.rotate(x, group), None
+    group = _group(w1)  # ConvRot: rotated inside the one quantization of both projections
     h = kernels.swiglu_w8a8_pair(x, q1._qdata, q1._params.scale, q3._qdata, q3._params.scale, smooth=smooth,
-                                 path=w1.gemm_path, site=(w1.site, w3.site), out_dtype=x.dtype)  # fmt: skip
+                                 path=w1.gemm_path, site=(w1.site, w3.site), out_dtype=x.dtype,
+                                 convrot_group=group)  # fmt: skip
     if group is not None:
         for site in (w1.site, w3.site):
             if site is not None:

@@ -33,7 +33,7 @@ import comfy.utils  # noqa: E402
 import folder_paths  # noqa: E402
 from comfy.quant_ops import QuantizedTensor  # noqa: E402
 from comfyui_ideogram4_int8 import kernels  # noqa: E402
-from comfyui_ideogram4_int8.ideogram4 import make_noise, read_branch, sample, synthetic  # noqa: E402
+from comfyui_ideogram4_int8.ideogram4 import make_noise, read_branch, sample, smooth_fold, synthetic  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import dequantize_entries, w8a8_linears  # noqa: E402
@@ -806,7 +806,7 @@ def _stock_keys():
     return set(stock.state_dict())
 
 
-QUANT_EXTRAS = (".weight_scale", ".comfy_quant", ".input_smooth")
+QUANT_EXTRAS = (".weight_scale", ".comfy_quant", ".input_smooth", ".input_folded")  # the pack's extra tensors
 
 
 def _quant_calls():
@@ -841,8 +841,12 @@ def check_gate_up():
     for fmt, cf, uf in (("w8a8_shared", "i4_w8a8_shared.safetensors", loader_nodes.SAME_FILE),
                         ("int8_convrot", "i4_int8_convrot.safetensors", "i4_unconditional_int8_convrot.safetensors"),
                         ("fp8", "i4_fp8_scaled.safetensors", "i4_unconditional_fp8_scaled.safetensors"),
-                        ("w8a8", "i4_w8a8.safetensors", loader_nodes.SAME_FILE)):
-        cond, uncond, summary = load(cf, uf)
+                        ("w8a8", "i4_w8a8.safetensors", loader_nodes.SAME_FILE),
+                        ("w8a8_min", "i4_w8a8.safetensors", loader_nodes.SAME_FILE)):
+        # the transformerlab layout (w1 and w3 with different vectors): folded with w1/w3 mode 'ratio' w3 still
+        # divides by a ratio at run time (two quantizer passes, split); with the default 'min' both share a vector
+        with _env(smooth_fold.ENV_MODE, "ratio" if fmt == "w8a8" else ""):
+            cond, uncond, summary = load(cf, uf)
         dm = cond.model.diffusion_model
         ffs = [b.feed_forward for b in dm.layers]
         res[f"{fmt}/summary"] = [ln.strip() for ln in summary.splitlines() if "FFN w1|w3" in ln]
@@ -880,8 +884,10 @@ def check_gate_up():
     res["bf16/dtype"] = str(fused.dtype)
     res["bf16/fused_calls"] = [b.feed_forward.fused_calls for b in dm.layers]
     res["bf16/fused_vs_split"] = rel(fused.float(), split.float())
-    # split reasons, each with the pair's other conditions met
-    cond, _, _ = load("i4_w8a8_shared.safetensors")
+    # split reasons, each with the pair's other conditions met; loaded unfolded, so both linears divide their input
+    # by the file's (shared) vector at run time and an in-place change of one vector must be seen
+    with _env(smooth_fold.ENV_MODE, "off"):
+        cond, _, _ = load("i4_w8a8_shared.safetensors")
     dm = cond.model.diffusion_model
     ff = dm.layers[0].feed_forward
     xin = torch.randn(1, 3, CFG.emb_dim)

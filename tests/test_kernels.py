@@ -822,3 +822,23 @@ def test_other_convrot_groups_rotate_then_quantize_and_bad_ones_are_named(gen):
         K.quantize_per_token(x, convrot_group=32)
     with pytest.raises(K.KernelInputError, match="not a multiple of the ConvRot group size 256"):
         K.quantize_per_token(x, convrot_group=256)
+
+
+@pytest.mark.parametrize("path", ["triton-int8", "cublas-int8", "dequant-bf16"])
+def test_gate_up_pair_rotates_convrot_activations_once_in_its_quantizer(path, gen):
+    """The gate/up pair of an int8_convrot file: one rotating quantization for both projections gives what the two
+    ConvRot linears give (bit for bit on the unfused paths; the fused epilogue's float32 op order otherwise)."""
+    m, f, k, group = 19, 64, 512, 256
+    x = activations(m, k, gen, dtype=torch.bfloat16)
+    (w1, s1), (w3, s3) = weight(f, k, gen), weight(f, k, gen)
+    before = launches("quant_rotated_triton")
+    h = K.swiglu_w8a8_pair(x, w1, s1, w3, s3, path=path, site=f"pairrot/{path}", convrot_group=group)
+    if path == "triton-int8":
+        assert launches("quant_rotated_triton") == before + 1  # one rotating quantization for both
+    g = K.w8a8_linear(x, w1, s1, path=path, out_dtype=torch.float32, convrot_group=group)
+    u = K.w8a8_linear(x, w3, s3, path=path, out_dtype=torch.float32, convrot_group=group)
+    want = (torch.nn.functional.silu(g) * u).to(torch.bfloat16)
+    if path == "triton-int8":
+        assert rel_err(h, want) < 1e-2, f"seed {gen.initial_seed()}"
+    else:
+        assert torch.equal(h, want), f"seed {gen.initial_seed()}"

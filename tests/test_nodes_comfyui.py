@@ -250,10 +250,12 @@ def test_gate_up_pair_runs_as_one_fused_call_in_native_models(run_check):
     """Each block's w1|w3 runs as ONE call with one activation quantization (kernels.swiglu_w8a8_pair) in ComfyUI's
     own model: module tree and state-dict keys stay native; the output equals the two modules' own forwards exactly
     (fp32); different SmoothQuant vectors split (labelled) and say why; every split reason names its cause; a partial
-    (lowvram) load keeps the fused call and the output."""
+    (lowvram) load keeps the fused call and the output. The transformerlab layout (w1 and w3 with different vectors)
+    fuses once the load folds one shared vector (the default, 'w8a8_min') and splits under w1/w3 mode 'ratio'."""
     r = run_check("gate_up")
     seed = r["__seed__"]
-    for fmt, fused in (("w8a8_shared", True), ("int8_convrot", True), ("fp8", True), ("w8a8", False)):
+    for fmt, fused in (("w8a8_shared", True), ("int8_convrot", True), ("fp8", True), ("w8a8", False),
+                       ("w8a8_min", True)):
         quantized = r[f"{fmt}/coverage"]["expected"]
         assert r[f"{fmt}/gate_up_modules"] == 4 and r[f"{fmt}/children"] == ["w1", "w2", "w3"], fmt
         assert r[f"{fmt}/native_keys"] is True, fmt
@@ -267,7 +269,7 @@ def test_gate_up_pair_runs_as_one_fused_call_in_native_models(run_check):
             assert r[f"{fmt}/quantizer_passes"] == quantized - 4, fmt  # one quantization per w1|w3 pair
             assert r[f"{fmt}/w1_fusion"].startswith("gate/up pair: one activation quantization"), fmt
             assert r[f"{fmt}/last_split"] is None
-        else:  # the transformerlab layout as shipped: w1 and w3 carry different vectors
+        else:  # the transformerlab layout, w1/w3 mode 'ratio': w3 divides by a ratio of the two vectors at run time
             assert r[f"{fmt}/fused_calls"] == [0] * 4 and r[f"{fmt}/quantizer_passes"] == quantized
             assert all(": 0/4 blocks; as two linears: 4 blocks (w1 and w3 divide their input by different SmoothQuant"
                        in ln for ln in r[f"{fmt}/summary"]), r[f"{fmt}/summary"]  # fmt: skip
@@ -299,7 +301,10 @@ def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):
     assert r["full_load_vs_ref"] <= 0.25 * r["effect"], seed
     assert r["after_unpatch_vs_before"] == 0.0 and r["after_lowvram_vs_before"] == 0.0
     assert r["lowvram_calls"] == [[0, 1], [1, 0]]
-    assert r["lowvram_vs_ref"] <= 0.01 * r["effect"], seed
+    # lowvram adds delta to the dequantized int8 weight in float; the reference quantizes W + delta: the two differ by
+    # the patched layers' quantization noise: 0-1.8% of the LoRA's effect over 8 seeds, with and without the smoothing
+    # fold (the earlier 1% bound failed about one seed in eight either way)
+    assert r["lowvram_vs_ref"] <= 0.03 * r["effect"], seed
     assert r["lowvram_w1_path"] == "bf16" and "w1|w3 not fused: a weight patch (LoRA)" in r["lowvram_w1_reason"]
     assert r["lowvram_w1_fusion"].startswith("not fused with w3") and r["lowvram_block1_fusion"].startswith("gate/up")
 

@@ -245,7 +245,7 @@ def _combine(mode: str, s1: torch.Tensor, s3: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown gate/up mode {mode!r}")
 
 
-REQUANT_CHUNK_ELEMENTS = 1 << 26  # float32 temporaries of at most 256 MiB
+REQUANT_CHUNK_ELEMENTS = 1 << 22  # float32 temporaries of at most 16 MiB per chunk
 
 
 def requantize_columns(q: torch.Tensor, ws: torch.Tensor, ratio: torch.Tensor):
@@ -257,7 +257,9 @@ def requantize_columns(q: torch.Tensor, ws: torch.Tensor, ratio: torch.Tensor):
     n, k = q.shape
     q2 = torch.empty_like(q)
     ws2 = ws.float().clone().reshape(n)
-    rows = max(1, REQUANT_CHUNK_ELEMENTS // max(1, k))
+    # chunks of at most 1/32 of the rows: the float32 temporaries (a few per chunk) stay a small part of one int8
+    # layer, so a load through the fold still holds at most one layer beyond the final model
+    rows = max(1, min(n // 32, REQUANT_CHUNK_ELEMENTS // max(1, k)))
     r = ratio.float().reshape(1, k)
     for a in range(0, n, rows):
         b = min(n, a + rows)

@@ -126,9 +126,11 @@ def test_lora_on_a_smoothed_int8_layer_full_load_and_lowvram(run_check):
     assert r["after_unpatch_vs_unpatched"] <= 1e-5, seed
     # lowvram: applied on the fly to the dequantized real W, a labelled float GEMM, exact against the reference
     assert r["lowvram_cast_modules"] == 31 and r["lowvram_weight_function"] == 1
-    # the LoRA'd layer itself is a float GEMM on both sides; the other layers are int8 in two implementations,
-    # so rare rounding flips elsewhere show up (1.6e-5 seen): far below the patch's own effect
-    assert r["lowvram_vs_ref"] <= 0.01 * r["unpatched_vs_patched_ref"], seed
+    # the LoRA'd layer itself is a float GEMM on both sides (exact layer by layer); the model around it is not: the
+    # native model folds the smoothing into attention_norm1, the reference (whose qkv is a float layer) does not, so
+    # the int8 activations downstream round differently now and then. Over 18 seeds: 10 within 2e-6 of the patch's
+    # effect, the others 0.1-2.4% (the earlier 1% bound failed CI twice); a patch not applied is off by 100%
+    assert r["lowvram_vs_ref"] <= 0.05 * r["unpatched_vs_patched_ref"], seed
     assert r["lowvram_path"] == "bf16" and "LoRA" in r["lowvram_reason"]
     assert r["after_lowvram_vs_unpatched"] <= 1e-5, seed
 

@@ -20,6 +20,12 @@ peak VRAM during sampling (both branches resident), the latent's cosine against 
 paths ran. ``native-fp8-fast`` is native fp8 with ComfyUI's ``--fast fp8_matrix_mult``; ``native-int8-convrot``
 runs ComfyUI's int8 path through comfy-kitchen (its backend is reported). ``ours-w8a8-lora`` merges a synthetic
 rank-32 LoRA on every block linear first (full-load mode). ``--layers`` builds fewer blocks (smoke runs only).
+
+``--compile default,max-autotune-no-cudagraphs``: after a peer's eager run, the same MODELs compiled the way
+ComfyUI's TorchCompileModel node does it (``comfy_api.torch_helpers.set_torch_compile_wrapper`` on the diffusion
+model, inductor; ``default`` is exactly the node's settings), labelled "<peer> compiled:<mode>": the warm-up's
+extra wall time over the eager warm-up as ``compile_s``, the step ratio to the eager peer, and ratios to the native
+peers compiled the same way.
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ PEERS = {  # name: (layout, how it loads)
     "ours-w8a8-lora": ("w8a8", "loader-lora"),
 }
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
 
 def _parse(argv):
@@ -66,8 +73,13 @@ def _parse(argv):
     p.add_argument("--reference-latent", default=None, help="native-bf16 latent (.pt) of an earlier call")
     p.add_argument("--latents", default=None, help="save each peer's latent here (.pt per peer)")
     p.add_argument("--out", default=None, help="JSON results file")
+    p.add_argument("--compile", default="", help=f"comma list of {list(COMPILE_MODES)}: also run each peer "
+                   "compiled that way (ComfyUI's TorchCompileModel)")  # fmt: skip
     a = p.parse_args(argv)
     a.peers = [x for x in a.peers.split(",") if x]
+    a.compile = [x for x in a.compile.split(",") if x]
+    if [x for x in a.compile if x not in COMPILE_MODES]:
+        p.error(f"--compile: choose from {list(COMPILE_MODES)}")
     unknown = [x for x in a.peers if x not in PEERS]
     if unknown:
         p.error(f"--peers: unknown {unknown}; choices: {list(PEERS)}")
@@ -213,6 +225,26 @@ def _sample(models, ctx, steps: int, seed: int, size: int) -> tuple[torch.Tensor
     return latent.float().cpu(), (time.perf_counter() - t0) * 1e3
 
 
+def _compiled(models, mode: str):
+    """Clones of ``models`` compiled as ComfyUI's TorchCompileModel node compiles them (inductor, whole diffusion
+    model, applied at sample time; its guard filter skips ``transformer_options``); ``default`` is the node itself."""
+    from comfy_api.torch_helpers import set_torch_compile_wrapper
+
+    def skip_transformer_options(guard_entries):
+        return [("transformer_options" not in entry.name) for entry in guard_entries]
+
+    out = []
+    for m in models:
+        c = m.clone(disable_dynamic=True)  # as the node does (a dynamic-VRAM MODEL is rebuilt non-dynamic)
+        if mode == "default":
+            set_torch_compile_wrapper(model=c, backend="inductor",
+                                      options={"guard_filter_fn": skip_transformer_options})  # fmt: skip
+        else:
+            set_torch_compile_wrapper(model=c, backend="inductor", mode=mode)
+        out.append(c)
+    return tuple(out)
+
+
 def _sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -271,7 +303,7 @@ def run(argv=None) -> dict:
                     models, notes = _load(peer, files, config)
                     entry.update(load_s=round(time.perf_counter() - t0, 1), **notes)
                     kernels.REGISTRY.clear()
-                    _sample(models, ctx, 2, a.seed, size)  # warm-up: autotuning, compilation, first loads
+                    _, eager_warmup_ms = _sample(models, ctx, 2, a.seed, size)  # warm-up: autotuning, first loads
                     if torch.cuda.is_available():
                         torch.cuda.reset_peak_memory_stats()
                     latent, ms = _sample(models, ctx, a.steps, a.seed, size)
@@ -286,6 +318,8 @@ def run(argv=None) -> dict:
                         pathlib.Path(a.latents).mkdir(parents=True, exist_ok=True)
                         torch.save(latent, pathlib.Path(a.latents) / f"{peer}.pt")
                     print(f"[{peer}] {json.dumps(entry)}", flush=True)
+                    for mode in a.compile:
+                        _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_warmup_ms)
                 except Exception as exc:  # noqa: BLE001 - one peer failing keeps the others' numbers
                     entry["error"] = f"{type(exc).__name__}: {exc}"[:600]
                     print(f"[{peer}] FAILED {entry['error']}", flush=True)
@@ -305,6 +339,40 @@ def run(argv=None) -> dict:
         pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
         plot(result, pathlib.Path(a.out).with_suffix(".png"))
     return result
+
+
+def _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_warmup_ms) -> None:
+    """``peer`` compiled in ``mode``: one more entry of ``result["peers"]`` (an error there, not raised)."""
+    import comfy.model_management
+    import torch._dynamo
+
+    from .. import kernels
+
+    name = f"{peer} compiled:{mode}"
+    entry = result["peers"][name] = {"layout": result["peers"][peer]["layout"], "compiled": mode}
+    try:
+        torch._dynamo.reset()
+        comfy.model_management.unload_all_models()  # the eager MODELs leave the GPU before the compiled clones load
+        compiled = _compiled(models, mode)
+        kernels.REGISTRY.clear()
+        _, warm_ms = _sample(compiled, ctx, 2, a.seed, size)  # tracing, code generation, autotuning
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        latent, ms = _sample(compiled, ctx, a.steps, a.seed, size)
+        entry.update(compile_s=round((warm_ms - eager_warmup_ms) / 1e3, 1), sample_ms=round(ms, 1),
+                     step_ms=round(ms / a.steps, 1), peak_gib=_peak_gib(),
+                     speedup_vs_eager=round(result["peers"][peer]["step_ms"] / (ms / a.steps), 3),
+                     paths={m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()})  # fmt: skip
+        if reference is not None:
+            entry["latent_cosine_vs_bf16"] = round(torch.nn.functional.cosine_similarity(
+                latent.flatten().double(), reference.flatten().double(), dim=0).item(), 5)  # fmt: skip
+        print(f"[{name}] {json.dumps(entry)}", flush=True)
+    except Exception as exc:  # noqa: BLE001 - one compiled peer failing keeps the others' numbers
+        entry["error"] = f"{type(exc).__name__}: {exc}"[:600]
+        print(f"[{name}] FAILED {entry['error']}", flush=True)
+    finally:
+        compiled = None
+        torch._dynamo.reset()
 
 
 def plot(result: dict, png: pathlib.Path) -> None:
@@ -347,8 +415,9 @@ def _comfyui_version(root: str) -> str:
 def _ratios(result: dict) -> None:
     peers = result["peers"]
     for entry in peers.values():
+        suffix = f" compiled:{entry['compiled']}" if entry.get("compiled") else ""  # against peers compiled alike
         for ref in ("native-bf16", "native-fp8", "native-fp8-fast", "native-int8-convrot"):
-            base = peers.get(ref, {}).get("step_ms")
+            base = peers.get(ref + suffix, {}).get("step_ms")
             if base and entry.get("step_ms"):
                 entry[f"speedup_vs_{ref}"] = round(base / entry["step_ms"], 3)
 
@@ -357,18 +426,18 @@ def print_table(result: dict) -> None:
     info = result["info"]
     print(f"\n{info['gpu']}, torch {info['torch']}, triton {info['triton']}, ComfyUI {info['comfyui']}, "
           f"{info['layers']} blocks, {info['size']}, {info['steps']} steps")
-    print(f"{'peer':<22}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'x fp8f':>8}{'x int8':>8}{'D20 s':>8}"
+    print(f"{'peer':<46}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'x fp8f':>8}{'x int8':>8}{'D20 s':>8}"
           f"{'peak GiB':>10}{'cos':>9}")
     for name, e in result["peers"].items():
         if "error" in e:
-            print(f"{name:<22} FAILED: {e['error'][:100]}")
+            print(f"{name:<46} FAILED: {e['error'][:100]}")
             continue
 
         def r(ref, e=e):
             return f"{e[f'speedup_vs_{ref}']:.2f}x" if f"speedup_vs_{ref}" in e else "-"
 
         cos = f"{e['latent_cosine_vs_bf16']:.4f}" if "latent_cosine_vs_bf16" in e else "-"
-        print(f"{name:<22}{e['step_ms']:>9.1f}{r('native-bf16'):>8}{r('native-fp8'):>7}{r('native-fp8-fast'):>8}"
+        print(f"{name:<46}{e['step_ms']:>9.1f}{r('native-bf16'):>8}{r('native-fp8'):>7}{r('native-fp8-fast'):>8}"
               f"{r('native-int8-convrot'):>8}{e['sample_ms'] / 1e3:>8.2f}{e['peak_gib'] or 0:>10.2f}{cos:>9}")
 
 

@@ -25,6 +25,11 @@ vector on every quantized linear (``synthetic.smooth_vectors(names=...)``; w1 an
 both in one run (``--fold both``; paths labelled "<path> smooth folded" / "<path> smooth unfolded"), or both plus
 the W8A8 model without any smoothing vector (``--fold all``, paths unlabelled as before).
 
+``--compile default,max-autotune-no-cudagraphs``: after each path's eager numbers, the same path with both branches
+under ``torch.compile`` (inductor) in each mode, labelled "<path> compiled:<mode>": the first step's wall time
+(tracing, code generation, autotuning) as ``compile_s``, its ratio to the eager path, and its ratios to bf16 / fp8
+compiled the same way.
+
 Per path: median step time (both branches + CFG + Euler), GEMM / attention / other split from
 the torch profiler, peak VRAM (weights of both branches + activations), a full Default-20 sample
 time, and the sampled latent's cosine against bf16's. Writes JSON and a PNG plot.
@@ -44,6 +49,8 @@ import torch
 import torch.nn as nn
 
 PATHS = ("bf16", "fp8", "dequant-bf16", "cublas-int8", "triton-int8")
+# --compile: torch.compile settings per mode name (each branch compiled as a whole module)
+COMPILE_MODES = {"default": {}, "max-autotune-no-cudagraphs": {"mode": "max-autotune-no-cudagraphs"}}
 WIDTH = HEIGHT = 1024
 TEXT_TOKENS = 512
 
@@ -230,6 +237,49 @@ def run(args) -> dict:
         v = gw * out + (1.0 - gw) * out_u
         return x0 + (float(sig[4]) - float(sig[3])) * v
 
+    def measure(cond, uncond, path, label, weights_gib):
+        """One path's numbers: step times, profiler split, peak memory, a Default-20 sample and its latent."""
+        kernels.REGISTRY.clear()
+        with torch.inference_mode():
+            torch.cuda.reset_peak_memory_stats()
+            times = time_steps(lambda c=cond, u=uncond: step(c, u), args.warmup, args.reps)
+            peak = torch.cuda.max_memory_allocated() / 2**30
+            split = profile_step(lambda c=cond, u=uncond: step(c, u))
+            t_s = time.perf_counter()
+            a = torch.cuda.Event(enable_timing=True)
+            b = torch.cuda.Event(enable_timing=True)
+            a.record()
+            lat = sample(cond, uncond, context, width=WIDTH, height=HEIGHT, preset="Default 20", seed=7)
+            b.record()
+            b.synchronize()
+            sample_ms = a.elapsed_time(b)
+            host_s = time.perf_counter() - t_s
+            before = kernels.REGISTRY.launches[QUANT_DIVIDE]
+            step(cond, uncond)  # one more step, counting the quantizer passes that divide by a smoothing vector
+            divides_per_step = kernels.REGISTRY.launches[QUANT_DIVIDE] - before
+        counts = {}
+        for branch in ("conditional", "unconditional"):
+            counts[branch] = kernels.REGISTRY.counts(branch)
+        med = sorted(times)[len(times) // 2]
+        fused = sum(getattr(layer.feed_forward, "gate_up", None) is not None for m in (cond, uncond)
+                    for layer in getattr(m, "layers", []))  # fmt: skip
+        entry = {
+            "gemm_path": path,
+            "dividing_quantizer_passes_per_step": divides_per_step,
+            "fused_gate_up_blocks": fused,
+            "step_ms_median": med,
+            "step_ms_all": times,
+            "profile_ms": split,
+            "peak_gib": peak,
+            "weights_gib": weights_gib,
+            "default20_sample_ms": sample_ms,
+            "default20_host_s": host_s,
+            "layers_per_path": counts,
+        }
+        print(f"[{label}] step {med:.1f} ms, peak {peak:.2f} GiB, Default-20 {sample_ms / 1e3:.2f} s, "
+              f"split {({k: round(v, 1) for k, v in split.items()})}", flush=True)  # fmt: skip
+        return entry, lat.float().cpu()
+
     result = {
         "info": {
             "gpu": torch.cuda.get_device_name(),
@@ -283,46 +333,23 @@ def run(args) -> dict:
             path, label = entry if isinstance(entry, tuple) else (entry, entry)
             if group.startswith("w8a8"):
                 set_w8a8_path((cond, uncond), path, not args.no_fuse_gate_up)
-            kernels.REGISTRY.clear()
-            with torch.inference_mode():
-                torch.cuda.reset_peak_memory_stats()
-                times = time_steps(lambda c=cond, u=uncond: step(c, u), args.warmup, args.reps)
-                peak = torch.cuda.max_memory_allocated() / 2**30
-                split = profile_step(lambda c=cond, u=uncond: step(c, u))
-                t_s = time.perf_counter()
-                a = torch.cuda.Event(enable_timing=True)
-                b = torch.cuda.Event(enable_timing=True)
-                a.record()
-                lat = sample(cond, uncond, context, width=WIDTH, height=HEIGHT, preset="Default 20", seed=7)
-                b.record()
-                b.synchronize()
-                sample_ms = a.elapsed_time(b)
-                host_s = time.perf_counter() - t_s
-                before = kernels.REGISTRY.launches[QUANT_DIVIDE]
-                step(cond, uncond)  # one more step, counting the quantizer passes that divide by a smoothing vector
-                divides_per_step = kernels.REGISTRY.launches[QUANT_DIVIDE] - before
-            latents[label] = lat.float().cpu()
-            counts = {}
-            for branch in ("conditional", "unconditional"):
-                counts[branch] = kernels.REGISTRY.counts(branch)
-            med = sorted(times)[len(times) // 2]
-            fused = sum(getattr(layer.feed_forward, "gate_up", None) is not None for m in (cond, uncond)
-                        for layer in getattr(m, "layers", []))  # fmt: skip
-            result["paths"][label] = {
-                "gemm_path": path,
-                "dividing_quantizer_passes_per_step": divides_per_step,
-                "fused_gate_up_blocks": fused,
-                "step_ms_median": med,
-                "step_ms_all": times,
-                "profile_ms": split,
-                "peak_gib": peak,
-                "weights_gib": weights_gib,
-                "default20_sample_ms": sample_ms,
-                "default20_host_s": host_s,
-                "layers_per_path": counts,
-            }
-            print(f"[{label}] step {med:.1f} ms, peak {peak:.2f} GiB, Default-20 {sample_ms / 1e3:.2f} s, "
-                  f"split {({k: round(v, 1) for k, v in split.items()})}", flush=True)  # fmt: skip
+            result["paths"][label], latents[label] = measure(cond, uncond, path, label, weights_gib)
+            for mode in args.compile:
+                # each branch compiled as a whole, the way ComfyUI's TorchCompileModel compiles a diffusion model
+                torch._dynamo.reset()
+                compiled = tuple(torch.compile(m, **COMPILE_MODES[mode]) for m in (cond, uncond))
+                t_c = time.perf_counter()
+                with torch.inference_mode():
+                    step(*compiled)  # tracing and code generation of both branches (Triton autotuning included)
+                torch.cuda.synchronize()
+                compile_s = time.perf_counter() - t_c
+                name = f"{label} compiled:{mode}"
+                result["paths"][name], latents[name] = measure(*compiled, path, name, weights_gib)
+                result["paths"][name].update(compiled=mode, compile_s=round(compile_s, 1),
+                                             speedup_vs_eager=result["paths"][label]["step_ms_median"]
+                                             / result["paths"][name]["step_ms_median"])  # fmt: skip
+                del compiled
+                torch._dynamo.reset()
         del cond, uncond
     ref = latents.get("bf16")
     for path, lat in latents.items():
@@ -331,11 +358,13 @@ def run(args) -> dict:
             entry["latent_cosine_vs_bf16"] = torch.nn.functional.cosine_similarity(
                 lat.flatten().double(), ref.flatten().double(), dim=0
             ).item()
-        bf = result["paths"].get("bf16")
+        mode = entry.get("compiled")
+        suffix = f" compiled:{mode}" if mode else ""  # a compiled path against its peers compiled the same way
+        bf = result["paths"].get("bf16" + suffix)
         if bf:
             entry["step_speedup_vs_bf16"] = bf["step_ms_median"] / entry["step_ms_median"]
             entry["sample_speedup_vs_bf16"] = bf["default20_sample_ms"] / entry["default20_sample_ms"]
-        fp8 = result["paths"].get("fp8")
+        fp8 = result["paths"].get("fp8" + suffix)
         if fp8:
             entry["step_speedup_vs_fp8"] = fp8["step_ms_median"] / entry["step_ms_median"]
             entry["sample_speedup_vs_fp8"] = fp8["default20_sample_ms"] / entry["default20_sample_ms"]
@@ -401,8 +430,14 @@ def main(argv=None) -> int:
     ap.add_argument("--gate-up", default=None,
                     help="with --smooth and the fold: w1/w3 mode (ideogram4.smooth_fold.GATE_UP_MODES; default "
                          "its DEFAULT_GATE_UP)")
+    ap.add_argument("--compile", default="", help=f"comma list of {list(COMPILE_MODES)}: also time each path "
+                    "compiled that way")
     args = ap.parse_args(argv)
     args.paths = args.paths.split(",")
+    args.compile = [m for m in args.compile.split(",") if m]
+    bad = [m for m in args.compile if m not in COMPILE_MODES]
+    if bad:
+        ap.error(f"--compile {','.join(bad)}: choose from {list(COMPILE_MODES)}")
     from comfyui_ideogram4_int8.ideogram4 import smooth_fold
 
     args.gate_up = args.gate_up or smooth_fold.DEFAULT_GATE_UP

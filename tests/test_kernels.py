@@ -489,6 +489,14 @@ def _pair_f64(q, s, w1, s1, w3, s3):
     return g * torch.sigmoid(g) * u
 
 
+def _interpreter_counts_tma_strides_in_elements() -> bool:
+    """Triton 3.4 / 3.5's interpreter asserts a descriptor's strides are multiples of 16 elements; the GPU (and the
+    host-side TensorDescriptor, and later interpreters) need 16 bytes."""
+    import triton
+
+    return tuple(int(p) for p in triton.__version__.split(".")[:2]) < (3, 6)
+
+
 PAIR_CFGS = [
     C.GemmConfig("triton", 32, 64, 32, group_m=2, num_warps=4, num_stages=2),
     C.GemmConfig("triton", 16, 128, 64, group_m=1, num_warps=4, num_stages=2),  # small-M tile, 64 rows of each
@@ -526,6 +534,9 @@ def test_gate_up_pair_odd_widths_against_float64(cfg, m, f, k, gen):
     """F no multiple of the tile (rows past F wrapped / zero-filled, never stored), K no multiple of BLOCK_K (and
     K = 100: rows TMA cannot address, so the persistent config runs the pointer kernel): float64 agreement,
     every element written (NaN poison)."""
+    if cfg.kernel == "triton-tma" and k % 16 == 0 and f % 16 and _interpreter_counts_tma_strides_in_elements():
+        pytest.skip("this Triton's interpreter checks descriptor strides in elements (a float32 row of "
+                    f"{f} elements, {4 * f} bytes, is 16-byte aligned on the GPU); covered on Triton >= 3.6")
     x, w1, s1, w3, s3, _ = _pair_operands(m, f, k, gen)
     q, s = K.quantize_per_token_ref(x)
     got = torch.full((m, f), float("nan"))

@@ -27,6 +27,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import kernels
+from ..kernels import ops as kernel_ops
 from . import rope, smooth_fold
 from .config import Ideogram4Config, LinearSpec, infer_config
 from .w8a8_module import (
@@ -100,8 +101,8 @@ class Ideogram4Block(nn.Module):
             # one fused pass per tensor (norm + rotation in float32, rounded once), like ComfyUI's
             # fused rms_rope kernel; the CPU keeps the eager ops (bit-for-bit with ComfyUI's CPU path)
             nq, nk = self.attention.norm_q, self.attention.norm_k
-            q = kernels.qk_norm_rope(q, nq.weight, cos, sin, nq.eps)
-            k = kernels.qk_norm_rope(k, nk.weight, cos, sin, nk.eps)
+            q = kernel_ops.qk_norm_rope(q, nq.weight, cos, sin, nq.eps)
+            k = kernel_ops.qk_norm_rope(k, nk.weight, cos, sin, nk.eps)
         else:
             q = rope.apply_rope(self.attention.norm_q(q), cos, sin)
             k = rope.apply_rope(self.attention.norm_k(k), cos, sin)

@@ -30,6 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import kernels
+from ..kernels import ops as kernel_ops
 from . import convrot
 from .config import LinearSpec
 from .smooth_fold import runtime_divisor
@@ -196,7 +197,7 @@ class FloatLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.site is not None:
-            return kernels.float_linear(x, self.weight, self.bias, site=self.site, reason=self.reason)
+            return kernel_ops.float_linear(x, self.weight, self.bias, self.site, self.reason)
         w = self.weight if self.weight.dtype == x.dtype else self.weight.to(x.dtype)
         b = None if self.bias is None else self.bias.to(x.dtype)
         return F.linear(x, w, b)
@@ -224,8 +225,8 @@ class FusedGateUp(nn.Module):
         self.site, self.path = site, w1.path
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.swiglu_w8a8_linear(x, self.w13, self.s13, self.chunk, smooth=self.input_smooth, path=self.path,
-                                          site=self.site)  # fmt: skip
+        return kernel_ops.swiglu_w8a8_linear(x, self.w13, self.s13, self.chunk, self.input_smooth, self.path,
+                                             self.site)  # fmt: skip
 
 
 def fuse_gate_up_blocker(w1, w3) -> str | None:
@@ -248,7 +249,7 @@ def can_fuse_gate_up(w1, w3) -> bool:
     return fuse_gate_up_blocker(w1, w3) is None
 
 
-CONVROT_NOTE = "ConvRot weight: the activation is rotated inside its quantizer (int8_convrot)"
+CONVROT_NOTE = kernel_ops.CONVROT_NOTE  # noted on a ConvRot layer's registry reason
 
 
 def w8a8_forward(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
@@ -257,14 +258,12 @@ def w8a8_forward(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tens
     """The W8A8 linear of the in-memory form as a function (``W8A8Linear.forward`` and the ComfyUI ops use it).
 
     y = ((x / input_smooth) [rotated]) @ (weight * weight_scale[:, None])^T + bias, through
-    ``kernels.w8a8_linear`` (fused where it can run; path recorded under ``site``).
+    ``kernels.w8a8_linear`` (fused where it can run; path recorded under ``site``; a ConvRot layer's registry
+    reason says so), or, while dynamo traces, the registered op ``torch.ops.ideogram4_int8.w8a8_linear`` that runs it.
     """
-    if convrot_groupsize is not None:
-        y = kernels.w8a8_linear(x, weight, weight_scale, bias, input_smooth, path=path, site=site,
-                                convrot_group=int(convrot_groupsize))  # fmt: skip
-        _annotate(site, CONVROT_NOTE)
-        return y
-    return kernels.w8a8_linear(x, weight, weight_scale, bias, input_smooth, path=path, site=site)
+    group = int(convrot_groupsize) if convrot_groupsize is not None else None
+    # the registered op under torch.compile (bookkeeping opaque to dynamo), the direct call in eager mode
+    return kernel_ops.w8a8_linear(x, weight, weight_scale, bias, input_smooth, path, site, None, group)
 
 
 def quantize_rows(weight: torch.Tensor, smooth: torch.Tensor | None = None):
@@ -284,15 +283,6 @@ def _vector(t, length, name, site):
         raise ValueError(f"W8A8Linear {site}: {name} must be [{length}] or [{length}, 1]; got {list(t.shape)}")
     t = t.reshape(length)
     return t if t.dtype == torch.float32 else t.float()
-
-
-def _annotate(site: str | None, note: str) -> None:
-    """Append a note to the registry record's reason (shown by the panel) once per call site."""
-    if site is None:
-        return
-    for rec in kernels.REGISTRY.layers():
-        if rec.site == site and note not in rec.reason:
-            rec.reason = f"{rec.reason}; {note}" if rec.reason else note
 
 
 # -- linear factories ----------------------------------------------------------------------------

@@ -5,6 +5,7 @@ Public names (stable, see DESIGN.md §6): ``quantize_per_token``, ``int8_matmul`
 ``int8_matmul_int32``, ``w8a8_linear``.
 """
 
+from . import ops
 from .backends import DEMOTIONS
 from .dispatch import (
     ENV_PATH,
@@ -53,6 +54,7 @@ __all__ = [
     "triton_unavailable_reason",
     "environment_report",
     "DEMOTIONS",
+    "ops",
     "REGISTRY",
     "PATHS",
     "PATH_TRITON",

@@ -1,0 +1,211 @@
+"""The pack's W8A8 entry points as registered torch custom ops, for ``torch.compile`` and CUDA graphs.
+
+Under ``torch.compile`` dynamo traces Python. The dispatch functions (``dispatch.py``) pick a GEMM path, record
+it in the registry, time it, count launches, pick tile configs and demote failing backends: Python bookkeeping
+on mutable state that dynamo cannot put in a graph (graph breaks) or guards on (a recompile per layer or step).
+So each entry point is also a custom op, ``torch.ops.ideogram4_int8.<name>``, whose real implementation is the
+eager function itself: opaque to dynamo, it runs all that bookkeeping at run time, exactly as in eager mode.
+Each op has a fake implementation giving the output's shape, dtype and device, which is all the tracer needs.
+
+Module forwards call the helpers below (``w8a8_linear``, ``float_linear``, ``swiglu_w8a8_pair``,
+``swiglu_w8a8_linear``, ``qk_norm_rope``): under ``torch.compiler.is_compiling()`` they emit the op, otherwise
+they call the eager function directly (no dispatcher round trip: a step's host time matters). Their string and
+int arguments (site, path, ConvRot group) are constants of the traced graph, read from module attributes that
+do not change between steps; nothing reads the registry in traced code.
+
+Ops (every output is a new contiguous tensor, never a view of an input):
+  w8a8_linear(x, w, w_scale, bias?, smooth?, path?, site?, out_dtype?, convrot_group?)    [..., N]
+  float_linear(x, weight, bias?, site?, reason)                                            [..., N]
+  swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth?, path?, site?, up_site?, out_dtype?, convrot_group?)  [..., F]
+  swiglu_w8a8_linear(x, w13, s13, chunk, smooth?, path?, site?, out_dtype?)                [..., N2 / 2]
+  qk_norm_rope(x, weight, cos, sin, eps)                                                   [B, N, H, D]
+
+If this torch cannot register custom ops (older than 2.4) or a registration fails, ``OPS_UNAVAILABLE`` says why
+and the helpers call the eager functions under compile too (correct, with graph breaks).
+"""
+
+import logging
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import dispatch
+from .registry import REGISTRY
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "ideogram4_int8"
+# appended to the registry reason of a ConvRot layer (the panel shows it)
+CONVROT_NOTE = "ConvRot weight: the activation is rotated inside its quantizer (int8_convrot)"
+
+
+# True while dynamo traces (a constant in the traced code); bound once: the eager path asks it on every call
+_is_compiling = torch.compiler.is_compiling
+
+
+# -- real implementations: the eager functions plus the bookkeeping their module callers did -------------------
+
+
+def w8a8_linear_impl(x, w, w_scale, bias=None, smooth=None, path=None, site=None, out_dtype=None,
+                     convrot_group=None):  # fmt: skip
+    y = dispatch.w8a8_linear(x, w, w_scale, bias, smooth, path=path, site=site, out_dtype=out_dtype,
+                             convrot_group=convrot_group)  # fmt: skip
+    if convrot_group is not None and site is not None:
+        REGISTRY.annotate(site, CONVROT_NOTE)
+    return y
+
+
+def swiglu_w8a8_pair_impl(x, w1, s1, w3, s3, smooth=None, path=None, site=None, up_site=None, out_dtype=None,
+                          convrot_group=None):  # fmt: skip
+    """``site`` alone: the pair recorded as one call site; with ``up_site``: (gate site, up site)."""
+    sites = (site, up_site) if up_site is not None else site
+    h = dispatch.swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=smooth, path=path, site=sites, out_dtype=out_dtype,
+                                  convrot_group=convrot_group)  # fmt: skip
+    if convrot_group is not None:
+        for one in (site, up_site):
+            if one is not None:
+                REGISTRY.annotate(one, CONVROT_NOTE)
+    return h
+
+
+# -- the ops ------------------------------------------------------------------------------------------------------
+
+OPS_UNAVAILABLE: str | None = None
+_OPS: dict = {}
+
+
+def _register() -> None:
+    global OPS_UNAVAILABLE
+    if not hasattr(torch.library, "custom_op") or not hasattr(torch, "compiler"):
+        OPS_UNAVAILABLE = f"torch {torch.__version__} has no torch.library.custom_op (2.4+)"
+        return
+    try:
+        _define()
+    except Exception as exc:  # noqa: BLE001 - never fail the import for compile support: eager still runs
+        OPS_UNAVAILABLE = f"registering the pack's custom ops failed: {type(exc).__name__}: {exc}"
+        _OPS.clear()
+        log.warning("Ideogram4 INT8: %s; torch.compile will break graphs at each W8A8 layer", OPS_UNAVAILABLE)
+
+
+def _define() -> None:
+    # No `from __future__ import annotations` in this module: the schema is inferred from these annotations, and
+    # Optional[...] rather than `X | None` because the custom-op schema inference of older torch lines reads only the
+    # former (ruff's UP045 is off for this file).
+    @torch.library.custom_op(f"{NAMESPACE}::w8a8_linear", mutates_args=())
+    def w8a8_linear_op(x: Tensor, w: Tensor, w_scale: Tensor, bias: Optional[Tensor], smooth: Optional[Tensor],
+                       path: Optional[str], site: Optional[str], out_dtype: Optional[torch.dtype],
+                       convrot_group: Optional[int]) -> Tensor:  # fmt: skip
+        return w8a8_linear_impl(x, w, w_scale, bias, smooth, path, site, out_dtype, convrot_group)
+
+    @w8a8_linear_op.register_fake
+    def _(x, w, w_scale, bias, smooth, path, site, out_dtype, convrot_group):
+        _fake_check(x, w.shape[1], "w8a8_linear")
+        return x.new_empty((*x.shape[:-1], w.shape[0]), dtype=out_dtype or x.dtype)
+
+    @torch.library.custom_op(f"{NAMESPACE}::float_linear", mutates_args=())
+    def float_linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], site: Optional[str],
+                        reason: str) -> Tensor:  # fmt: skip
+        return dispatch.float_linear(x, weight, bias, site=site, reason=reason)
+
+    @float_linear_op.register_fake
+    def _(x, weight, bias, site, reason):
+        _fake_check(x, weight.shape[1], "float_linear")
+        return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+    @torch.library.custom_op(f"{NAMESPACE}::swiglu_w8a8_pair", mutates_args=())
+    def swiglu_w8a8_pair_op(x: Tensor, w1: Tensor, s1: Tensor, w3: Tensor, s3: Tensor, smooth: Optional[Tensor],
+                            path: Optional[str], site: Optional[str], up_site: Optional[str],
+                            out_dtype: Optional[torch.dtype], convrot_group: Optional[int]) -> Tensor:  # fmt: skip
+        return swiglu_w8a8_pair_impl(x, w1, s1, w3, s3, smooth, path, site, up_site, out_dtype, convrot_group)
+
+    @swiglu_w8a8_pair_op.register_fake
+    def _(x, w1, s1, w3, s3, smooth, path, site, up_site, out_dtype, convrot_group):
+        _fake_check(x, w1.shape[1], "swiglu_w8a8_pair")
+        return x.new_empty((*x.shape[:-1], w1.shape[0]), dtype=out_dtype or x.dtype)
+
+    @torch.library.custom_op(f"{NAMESPACE}::swiglu_w8a8_linear", mutates_args=())
+    def swiglu_w8a8_linear_op(x: Tensor, w13: Tensor, s13: Tensor, chunk: int, smooth: Optional[Tensor],
+                              path: Optional[str], site: Optional[str],
+                              out_dtype: Optional[torch.dtype]) -> Tensor:  # fmt: skip
+        return dispatch.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site,
+                                           out_dtype=out_dtype)  # fmt: skip
+
+    @swiglu_w8a8_linear_op.register_fake
+    def _(x, w13, s13, chunk, smooth, path, site, out_dtype):
+        _fake_check(x, w13.shape[1], "swiglu_w8a8_linear")
+        return x.new_empty((*x.shape[:-1], w13.shape[0] // 2), dtype=out_dtype or x.dtype)
+
+    @torch.library.custom_op(f"{NAMESPACE}::qk_norm_rope", mutates_args=())
+    def qk_norm_rope_op(x: Tensor, weight: Tensor, cos: Tensor, sin: Tensor, eps: float) -> Tensor:
+        return dispatch.qk_norm_rope(x, weight, cos, sin, eps)
+
+    @qk_norm_rope_op.register_fake
+    def _(x, weight, cos, sin, eps):
+        if x.dim() != 4:
+            raise dispatch.KernelInputError(f"qk_norm_rope: x must be [B, N, H, D]; got {tuple(x.shape)}")
+        return x.new_empty(x.shape)
+
+    ops = getattr(torch.ops, NAMESPACE)
+    for name in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "swiglu_w8a8_linear", "qk_norm_rope"):
+        _OPS[name] = getattr(ops, name).default
+
+
+def _fake_check(x, k: int, where: str) -> None:
+    """What the tracer can check from shapes alone (the real implementation validates everything else)."""
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise dispatch.KernelInputError(f"{where}: x is {tuple(x.shape)} but the weight has K={k}; x's last dim must "
+                                        "be K")  # fmt: skip
+
+
+_register()
+
+
+def op(name: str):
+    """The registered op overload ``torch.ops.ideogram4_int8.<name>.default`` (None when unavailable)."""
+    return _OPS.get(name)
+
+
+# -- what module forwards call ----------------------------------------------------------------------------------
+
+
+def w8a8_linear(x, w, w_scale, bias=None, smooth=None, path=None, site=None, out_dtype=None, convrot_group=None):
+    """``dispatch.w8a8_linear`` (ConvRot noted in the registry): the registered op while dynamo traces, else the
+    direct call."""
+    if _is_compiling() and _OPS:
+        return _OPS["w8a8_linear"](x, w, w_scale, bias, smooth, path, site, out_dtype, convrot_group)
+    return w8a8_linear_impl(x, w, w_scale, bias, smooth, path, site, out_dtype, convrot_group)
+
+
+def float_linear(x, weight, bias=None, site=None, reason="unquantized layer"):
+    """``dispatch.float_linear`` (a float linear recorded as path 'bf16'): the op while dynamo traces."""
+    if _is_compiling() and _OPS:
+        return _OPS["float_linear"](x, weight, bias, site, reason)
+    return dispatch.float_linear(x, weight, bias, site=site, reason=reason)
+
+
+def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, up_site=None, out_dtype=None,
+                     convrot_group=None):  # fmt: skip
+    """``dispatch.swiglu_w8a8_pair`` with ``site`` (and ``up_site``: the two projections' own sites): the op while
+    dynamo traces."""
+    if _is_compiling() and _OPS:
+        return _OPS["swiglu_w8a8_pair"](x, w1, s1, w3, s3, smooth, path, site, up_site, out_dtype, convrot_group)
+    return swiglu_w8a8_pair_impl(x, w1, s1, w3, s3, smooth, path, site, up_site, out_dtype, convrot_group)
+
+
+def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, out_dtype=None):
+    """``dispatch.swiglu_w8a8_linear`` (interleaved gate/up weight): the op while dynamo traces."""
+    if _is_compiling() and _OPS:
+        return _OPS["swiglu_w8a8_linear"](x, w13, s13, chunk, smooth, path, site, out_dtype)
+    return dispatch.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)
+
+
+def qk_norm_rope(x, weight, cos, sin, eps):
+    """``dispatch.qk_norm_rope`` (per-head RMSNorm + RoPE of q or k): the op while dynamo traces."""
+    if _is_compiling() and _OPS:
+        return _OPS["qk_norm_rope"](x, weight, cos, sin, float(eps))
+    return dispatch.qk_norm_rope(x, weight, cos, sin, eps)
+
+
+__all__ = ["NAMESPACE", "OPS_UNAVAILABLE", "CONVROT_NOTE", "op", "w8a8_linear", "float_linear", "swiglu_w8a8_pair",
+           "swiglu_w8a8_linear", "qk_norm_rope", "w8a8_linear_impl", "swiglu_w8a8_pair_impl"]

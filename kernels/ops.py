@@ -19,11 +19,19 @@ Ops (every output is a new contiguous tensor, never a view of an input):
   swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth?, path?, site?, up_site?, out_dtype?, convrot_group?)  [..., F]
   swiglu_w8a8_linear(x, w13, s13, chunk, smooth?, path?, site?, out_dtype?)                [..., N2 / 2]
   qk_norm_rope(x, weight, cos, sin, eps)                                                   [B, N, H, D]
+  after_forward(out, key, flag)                                                            out's copy
+
+``after_forward`` computes nothing: it is how a check that must run after a model's forward (the ComfyUI path's
+op_coverage) still runs in a compiled graph. Its real implementation calls the callbacks registered with
+``on_after_forward`` with (key, flag) and returns a copy of ``out`` (an op's output may not alias its input; the copy of
+a model's output latent is ~2 MB at 1024 px); taking the forward's output as input orders it after every layer.
+Under CUDA-graph replay no Python runs: the registry, counters and this check see the captured run only.
 
 If this torch cannot register custom ops (older than 2.4) or a registration fails, ``OPS_UNAVAILABLE`` says why
 and the helpers call the eager functions under compile too (correct, with graph breaks).
 """
 
+import collections
 import logging
 from typing import Optional
 
@@ -73,6 +81,29 @@ def swiglu_w8a8_pair_impl(x, w1, s1, w3, s3, smooth=None, path=None, site=None, 
 
 OPS_UNAVAILABLE: str | None = None
 _OPS: dict = {}
+# calls of the registered ops per call site (what a torch.compile'd graph ran; eager calls go straight to the
+# functions and are counted by their callers): the ComfyUI path's op_coverage adds these to the modules' own counts
+OP_CALLS: collections.Counter = collections.Counter()
+
+
+def _count(*sites) -> None:
+    for site in sites:
+        if site is not None:
+            OP_CALLS[site] += 1
+
+
+_AFTER_FORWARD: list = []  # callbacks (key: str, flag: bool) -> None run by after_forward's real implementation
+
+
+def on_after_forward(fn) -> None:
+    """Register ``fn(key, flag)`` to be called by every run of ``after_forward`` (once per function)."""
+    if fn not in _AFTER_FORWARD:
+        _AFTER_FORWARD.append(fn)
+
+
+def _run_after_forward(key: str, flag: bool) -> None:
+    for fn in list(_AFTER_FORWARD):
+        fn(key, flag)
 
 
 def _register() -> None:
@@ -96,6 +127,7 @@ def _define() -> None:
     def w8a8_linear_op(x: Tensor, w: Tensor, w_scale: Tensor, bias: Optional[Tensor], smooth: Optional[Tensor],
                        path: Optional[str], site: Optional[str], out_dtype: Optional[torch.dtype],
                        convrot_group: Optional[int]) -> Tensor:  # fmt: skip
+        _count(site)
         return w8a8_linear_impl(x, w, w_scale, bias, smooth, path, site, out_dtype, convrot_group)
 
     @w8a8_linear_op.register_fake
@@ -106,6 +138,7 @@ def _define() -> None:
     @torch.library.custom_op(f"{NAMESPACE}::float_linear", mutates_args=())
     def float_linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], site: Optional[str],
                         reason: str) -> Tensor:  # fmt: skip
+        _count(site)
         return dispatch.float_linear(x, weight, bias, site=site, reason=reason)
 
     @float_linear_op.register_fake
@@ -117,6 +150,7 @@ def _define() -> None:
     def swiglu_w8a8_pair_op(x: Tensor, w1: Tensor, s1: Tensor, w3: Tensor, s3: Tensor, smooth: Optional[Tensor],
                             path: Optional[str], site: Optional[str], up_site: Optional[str],
                             out_dtype: Optional[torch.dtype], convrot_group: Optional[int]) -> Tensor:  # fmt: skip
+        _count(site, up_site)
         return swiglu_w8a8_pair_impl(x, w1, s1, w3, s3, smooth, path, site, up_site, out_dtype, convrot_group)
 
     @swiglu_w8a8_pair_op.register_fake
@@ -128,6 +162,7 @@ def _define() -> None:
     def swiglu_w8a8_linear_op(x: Tensor, w13: Tensor, s13: Tensor, chunk: int, smooth: Optional[Tensor],
                               path: Optional[str], site: Optional[str],
                               out_dtype: Optional[torch.dtype]) -> Tensor:  # fmt: skip
+        _count(site)
         return dispatch.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site,
                                            out_dtype=out_dtype)  # fmt: skip
 
@@ -146,8 +181,18 @@ def _define() -> None:
             raise dispatch.KernelInputError(f"qk_norm_rope: x must be [B, N, H, D]; got {tuple(x.shape)}")
         return x.new_empty(x.shape)
 
+    @torch.library.custom_op(f"{NAMESPACE}::after_forward", mutates_args=())
+    def after_forward_op(out: Tensor, key: str, flag: bool) -> Tensor:
+        _run_after_forward(key, flag)
+        return out.clone()
+
+    @after_forward_op.register_fake
+    def _(out, key, flag):
+        return torch.empty_like(out)
+
     ops = getattr(torch.ops, NAMESPACE)
-    for name in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "swiglu_w8a8_linear", "qk_norm_rope"):
+    for name in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "swiglu_w8a8_linear", "qk_norm_rope",
+                 "after_forward"):  # fmt: skip
         _OPS[name] = getattr(ops, name).default
 
 
@@ -207,5 +252,15 @@ def qk_norm_rope(x, weight, cos, sin, eps):
     return dispatch.qk_norm_rope(x, weight, cos, sin, eps)
 
 
-__all__ = ["NAMESPACE", "OPS_UNAVAILABLE", "CONVROT_NOTE", "op", "w8a8_linear", "float_linear", "swiglu_w8a8_pair",
-           "swiglu_w8a8_linear", "qk_norm_rope", "w8a8_linear_impl", "swiglu_w8a8_pair_impl"]
+def after_forward(out, key: str, flag: bool = False):
+    """Run the ``on_after_forward`` callbacks with (key, flag) after ``out`` is computed: while dynamo traces, the op
+    (its copy of ``out`` is returned); else the callbacks now (``out`` itself is returned)."""
+    if _is_compiling() and _OPS:
+        return _OPS["after_forward"](out, key, flag)
+    _run_after_forward(key, flag)
+    return out
+
+
+__all__ = ["NAMESPACE", "OPS_UNAVAILABLE", "OP_CALLS", "CONVROT_NOTE", "op", "w8a8_linear", "float_linear",
+           "swiglu_w8a8_pair", "swiglu_w8a8_linear", "qk_norm_rope", "w8a8_linear_impl", "swiglu_w8a8_pair_impl",
+           "after_forward", "on_after_forward"]

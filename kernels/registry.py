@@ -81,6 +81,9 @@ class GemmRegistry:
         # per call site: a standing note appended to every reason recorded for it (set by whoever names the
         # site, e.g. "SmoothQuant divide kept at run time: ..."); record() would otherwise overwrite it per call
         self._notes: dict[str, str] = {}
+        # per call site: (fusion, why not faster) for the records of a projection whose fused pair ran split in a
+        # torch.compile'd graph (set_split_hint: decided when the graph was traced, applied to each record of it)
+        self._split_hints: dict[str, tuple[str, str | None]] = {}
 
     # -- recording ------------------------------------------------------------------------
     def record(
@@ -104,6 +107,12 @@ class GemmRegistry:
             note = self._notes.get(site)
             if note:
                 reason = f"{reason}; {note}" if reason else note
+            if fusion is None and self._split_hints:
+                hint = self._split_hints.get(site)
+                if hint is not None:
+                    fusion, why = hint
+                    if why and why not in reason:
+                        reason = f"{reason}; {why}" if reason else why
             rec = self._layers.get(site)
             if rec is None:
                 rec = self._layers[site] = LayerRecord(site, path, reason, n, k, m)
@@ -126,6 +135,18 @@ class GemmRegistry:
             rec.fusion = fusion
             if why_not_faster and why_not_faster not in rec.reason:
                 rec.reason = f"{rec.reason}; {why_not_faster}" if rec.reason else why_not_faster
+
+    def set_split_hint(self, site: str | None, fusion: str | None, why_not_faster: str | None = None) -> None:
+        """What ``note_fusion`` says after each call, for calls no Python runs after: a projection of a fused pair
+        that ran split inside a torch.compile'd graph. Every later record of ``site`` that carries no fusion of its
+        own gets ``fusion`` and ``why_not_faster`` (appended to its reason); ``fusion`` None removes the hint."""
+        if site is None or (fusion is None and not self._split_hints):
+            return
+        with self._lock:
+            if fusion is None:
+                self._split_hints.pop(site, None)
+            else:
+                self._split_hints[site] = (fusion, why_not_faster)
 
     def annotate(self, site: str, note: str) -> None:
         """Append ``note`` to the reason of ``site``'s record (once); nothing when the site has no record."""
@@ -209,12 +230,15 @@ class GemmRegistry:
                 self._layers.clear()
                 self._model_notes.clear()
                 self._notes.clear()
+                self._split_hints.clear()
             else:
                 for site in [s for s, r in self._layers.items() if r.model == model]:
                     del self._layers[site]
                 self._model_notes.pop(model, None)
                 for site in [s for s in self._notes if s.split("/", 1)[0] == model and "/" in s]:
                     del self._notes[site]
+                for site in [s for s in self._split_hints if s.split("/", 1)[0] == model and "/" in s]:
+                    del self._split_hints[site]
 
     # -- timing ---------------------------------------------------------------------------
     def enable_timing(self, on: bool = True) -> None:

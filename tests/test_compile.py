@@ -250,3 +250,42 @@ def test_the_registry_reads_no_state_in_traced_code():
     torch.compile(f, fullgraph=True, backend=counter)(x)
     assert counter.frame_count == 1 and counter.op_count == 2  # the op and the multiplication
     assert kernels.REGISTRY.path_of("traced/one") == kernels.PATH_CUBLAS
+
+
+def test_after_forward_runs_its_callbacks_at_run_time_and_counts_op_calls():
+    """``after_forward`` (how op_coverage checks a compiled forward): in a compiled graph its callbacks run on every
+    call, with the graph's constants, after the output exists, and the op returns a copy; eager mode calls them
+    directly. The registered ops count their calls per call site (``OP_CALLS``): what the ComfyUI path's
+    op_coverage reads for a compiled forward."""
+    seen = []
+
+    def callback(key, flag):
+        seen.append((key, flag))
+
+    ops.on_after_forward(callback)
+    ops.on_after_forward(callback)  # registered once
+    try:
+        w, ws = kernels.quantize_weight_ref(torch.randn(16, 64))
+
+        def f(x):
+            y = ops.w8a8_linear(x, w, ws, None, None, None, "traced/counted")
+            return ops.after_forward(y, "test-key", True)
+
+        counter = CompileCounter()
+        compiled = torch.compile(f, fullgraph=True, backend=counter)
+        n0 = ops.OP_CALLS["traced/counted"]
+        with dynamo.config.patch(error_on_recompile=True):
+            outs = [compiled(torch.randn(3, 64)) for _ in range(3)]
+        assert counter.frame_count == 1 and seen == [("test-key", True)] * 3
+        assert ops.OP_CALLS["traced/counted"] - n0 == 3
+        y = torch.randn(2, 5)
+        got = ops.op("after_forward")(y, "k", False)
+        assert torch.equal(got, y) and got.data_ptr() != y.data_ptr() and seen[-1] == ("k", False)
+        torch.library.opcheck(ops.op("after_forward"), (y, "k", False), test_utils=("test_schema", "test_faketensor"))
+        seen.clear()
+        assert ops.after_forward(y, "eager", False) is y and seen == [("eager", False)]
+        assert ops.OP_CALLS["traced/counted"] - n0 == 3 and all(o.shape == (3, 16) for o in outs)
+        f(torch.randn(3, 64))  # eager: the direct call, not counted by the op
+        assert ops.OP_CALLS["traced/counted"] - n0 == 3
+    finally:
+        ops._AFTER_FORWARD.remove(callback)

@@ -35,9 +35,10 @@ import torch
 from comfy.ldm.lumina.model import FeedForward, clamp_fp16
 
 from .. import kernels
-from ..ideogram4.w8a8_module import CONVROT_NOTE
+from ..kernels import ops as kernel_ops
 from .int8_ops import is_int8_weight
 
+_is_compiling = torch.compiler.is_compiling
 ENV_FUSE = "IDEOGRAM4_INT8_FUSE_GATE_UP"  # "0": w1 and w3 run as their own linears (for A/B measurements)
 SPLIT_NOTE = "w1|w3 not fused"
 
@@ -54,6 +55,8 @@ class GateUpFeedForward(FeedForward):
 
     def forward(self, x):
         why = split_reason(self, x)
+        if _is_compiling():
+            return self._traced_forward(x, why)
         if why is None:
             comfy.ops.run_every_op()
             self.fused_calls += 1
@@ -61,21 +64,53 @@ class GateUpFeedForward(FeedForward):
             return self.w2(_gate_up(self, x))
         self.split_calls += 1
         self.last_split = why
+        for m in (self.w1, self.w3):  # a hint left by a compiled graph would add its own reason to these records
+            kernels.REGISTRY.set_split_hint(getattr(m, "site", None), None)
         y = super().forward(x)  # ComfyUI's own: w2(silu(w1 x) * w3 x), each module through its own forward
         for m, other in ((self.w1, "w3"), (self.w3, "w1")):
             kernels.REGISTRY.note_fusion(getattr(m, "site", None), f"not fused with {other}: {why}",
                                          f"{SPLIT_NOTE}: {why}")  # fmt: skip
         return y
 
+    def _traced_forward(self, x, why):
+        """``forward`` while dynamo traces (torch.compile): the same computation without the counters (module state
+        read in traced code would be a guard that fails on every call); the split decision is a constant of the
+        traced graph, so a split pair's registry note is given once, when the graph is traced (``_hint_split``), and
+        the registry puts it on every record the graph's ops make."""
+        if why is None:
+            comfy.ops.run_every_op()
+            return self.w2(_gate_up(self, x))
+        _hint_split(getattr(self.w1, "site", None), getattr(self.w3, "site", None), why)
+        return super().forward(x)
+
 
 def install(diffusion_model: torch.nn.Module) -> int:
-    """Make every FeedForward whose w1 and w3 are the pack's Linears a ``GateUpFeedForward``; returns how many."""
+    """Make every FeedForward whose w1 and w3 are the pack's Linears a ``GateUpFeedForward``; returns how many.
+
+    Whether w1 and w3 divide by the same smoothing vector is compared here, once (a traced graph reads that
+    answer: a comparison of tensor values cannot be traced without a graph break)."""
     n = 0
     for m in diffusion_model.modules():
         if type(m) is FeedForward and _ours(m.w1) and _ours(m.w3):
             m.__class__ = GateUpFeedForward
+            _same_smooth(m, getattr(m.w1, "input_divisor", None), getattr(m.w3, "input_divisor", None))
             n += 1
     return n
+
+
+@torch.compiler.assume_constant_result
+def _hint_split(w1_site: str | None, w3_site: str | None, why: str) -> bool:
+    """Tell the registry how a split pair runs in a graph being traced: dynamo runs this once, at trace time (its
+    arguments are constants of the graph), and the registry applies the note to every record of those sites.
+
+    A side effect under ``assume_constant_result`` is sound here because it is idempotent, depends only on the
+    graph's constants (a changed reason means a failed guard, so a new trace that sets the new hint) and is only read
+    when the ops record at run time. What it cannot cover: a graph run without a trace in this process (a compiled
+    artifact loaded from a cache that skips dynamo) leaves the split records without the note (a label, not a path:
+    the ops still record the path they ran)."""
+    for site, other in ((w1_site, "w3"), (w3_site, "w1")):
+        kernels.REGISTRY.set_split_hint(site, f"not fused with {other}: {why}", f"{SPLIT_NOTE}: {why}")
+    return True
 
 
 def load_summary(diffusion_model: torch.nn.Module) -> str | None:
@@ -149,6 +184,9 @@ def _same_smooth(ff, s1, s3) -> bool:
         return s1 is s3
     if s1 is s3:
         return True
+    if _is_compiling():  # the answer of the last eager comparison (install() makes one): values, not storage
+        memo = ff.__dict__.get("_smooth_memo")
+        return memo is not None and memo[1]
     key = (_tensor_key(s1), _tensor_key(s3))
     memo = ff.__dict__.get("_smooth_memo")
     if memo is not None and memo[0] == key:
@@ -175,16 +213,13 @@ def _gate_up(ff, x: torch.Tensor) -> torch.Tensor:
     smooth = w1.input_divisor
     if smooth is not None and smooth.device != x.device:
         smooth = comfy.model_management.cast_to_device(smooth, x.device, None)
-    group = _group(w1)  # ConvRot: rotated inside the one quantization of both projections
-    h = kernels.swiglu_w8a8_pair(x, q1._qdata, q1._params.scale, q3._qdata, q3._params.scale, smooth=smooth,
-                                 path=w1.gemm_path, site=(w1.site, w3.site), out_dtype=x.dtype,
-                                 convrot_group=group)  # fmt: skip
-    if group is not None:
-        for site in (w1.site, w3.site):
-            if site is not None:
-                kernels.REGISTRY.annotate(site, CONVROT_NOTE)
-    w1.op_calls += 1
-    w3.op_calls += 1
+    group = _group(w1)  # ConvRot: rotated inside the one quantization of both projections (noted on both records)
+    # the registered op while dynamo traces (counted there per site), the direct call in eager mode
+    h = kernel_ops.swiglu_w8a8_pair(x, q1._qdata, q1._params.scale, q3._qdata, q3._params.scale, smooth, w1.gemm_path,
+                                    w1.site, w3.site, x.dtype, group)  # fmt: skip
+    if not _is_compiling():
+        w1.op_calls += 1
+        w3.op_calls += 1
     return clamp_fp16(h)
 
 

@@ -38,6 +38,11 @@ fly, ...); ``w2`` stays its own linear.
 Every call that reaches the op counts in ``op_calls`` (the fused pair counts on both modules): ``op_coverage``
 checks after each forward that every quantized linear of the model ran through it — a newer ComfyUI may compute
 a layer its own way without calling ``Linear.forward`` — and labels the model when one did not.
+
+torch.compile (ComfyUI's TorchCompileModel, KJNodes): while dynamo traces, the linears emit the pack's registered
+ops (``kernels.ops``), whose real implementations choose the path and record it at run time, and nothing here
+writes module state (a counter read in traced code would be a guard that fails on every call): the ops count their
+calls per site instead (``op_calls()`` adds both).
 """
 
 from __future__ import annotations
@@ -55,7 +60,9 @@ from .. import kernels
 from ..ideogram4.comfy_form import FOLDED_KEY, SMOOTH_KEY
 from ..ideogram4.smooth_fold import fold_sites, runtime_divisor
 from ..ideogram4.w8a8_module import w8a8_forward
+from ..kernels import ops as kernel_ops
 
+_is_compiling = torch.compiler.is_compiling  # True while dynamo traces: module counters are not touched then
 INT8_LAYOUT = "TensorWiseINT8Layout"
 REASON_PROTECTED = "protected in checkpoint (stored bf16)"
 REASON_TOP = "unquantized top-level layer"
@@ -209,8 +216,13 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
                     return super().forward(input, *args, **kwargs)
 
             def _forward(self, input, weight, bias):
-                self.op_calls += 1
+                if not _is_compiling():  # a traced graph's calls are counted by the registered op (op_calls())
+                    self.op_calls += 1
                 if is_int8_weight(weight):
+                    if _is_compiling() and weight.device == self.weight.device:
+                        # a resident weight is handed over as the parameter itself, but dynamo lost track of where
+                        # it came from (it passed through ComfyUI's cast context) and cannot read its Params then
+                        weight = self.weight
                     params = weight._params
                     qdata, scale = weight._qdata, params.scale
                     if getattr(params, "transposed", False):
@@ -230,7 +242,7 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
                     reason = REASON_FULL_PRECISION
                 else:
                     reason = REASON_DEQUANT
-                return kernels.float_linear(input, weight, bias, site=self.site, reason=reason)
+                return kernel_ops.float_linear(input, weight, bias, self.site, reason)
 
         class RMSNorm(base.RMSNorm):
             """ComfyUI's RMSNorm, plus LoRA conversions for a weight that carries a folded smoothing vector:
@@ -270,6 +282,12 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
 
     Ideogram4Int8Ops.__name__ = f"Ideogram4Int8Ops_{str(compute_dtype).replace('torch.', '')}"
     return Ideogram4Int8Ops
+
+
+def op_calls(module) -> int:
+    """Calls of the pack's Linear ``module`` that reached the pack's op: its own count (eager forwards) plus the
+    calls a torch.compile'd graph made of the registered ops under its call site (counted inside the op)."""
+    return module.op_calls + (kernel_ops.OP_CALLS[module.site] if kernel_ops.OP_CALLS and module.site else 0)
 
 
 def int8_linears(diffusion_model: torch.nn.Module) -> dict[str, torch.nn.Module]:
@@ -347,4 +365,4 @@ def declare_sites(diffusion_model: torch.nn.Module, label: str, device: torch.de
 
 
 __all__ = ["make_ops", "label_sites", "declare_sites", "predicted_paths", "int8_linears", "is_int8_weight",
-           "link_folds"]
+           "link_folds", "op_calls"]

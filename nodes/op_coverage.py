@@ -9,10 +9,18 @@ FFN / norm functions (``_fused_swiglu_ffn``, ``linear_input_act``) that read the
 pack's path.
 
 How: each of the pack's Linears counts the calls that reach the op (``op_calls``; the fused gate/up call counts on
-both projections). Forward hooks on the diffusion model read the counters of its quantized linears (int8 weight)
-before and after the forward; a linear that should have run and did not is a bypass. ``llm_cond_proj`` runs only
-when the forward has a text context (the image-only pass never runs it). Cost: two reads of ~220 integers per
-forward of hundreds of milliseconds.
+both projections; in a torch.compile'd graph the registered ops count them per call site: ``int8_ops.op_calls``).
+Forward hooks on the diffusion model read the counters of its quantized linears (int8 weight) before and after the
+forward; a linear that should have run and did not is a bypass. ``llm_cond_proj`` runs only when the forward has a
+text context (the image-only pass never runs it). Cost: two reads of ~220 integers per forward of hundreds of
+milliseconds.
+
+Under torch.compile (ComfyUI's TorchCompileModel compiles the diffusion model as a whole) dynamo traces the hooks
+too: a counter read in traced code would be a constant of the graph. There the pre-hook does nothing and the hook
+puts the check into the graph as the op ``kernels.ops.after_forward`` on the forward's output (so it runs after every
+layer, at run time); it compares the counters with their values at the end of the previous checked forward of this
+model (or at install), since no op can be ordered before every layer of a graph. A call of one of the model's linears
+between two forwards (outside any forward) could hide a bypass from that check; it cannot raise a false one.
 
 Label after the fact, not refuse at load: whether a newer ComfyUI takes its own route depends on run-time facts
 (device and kitchen backend, batch size, whether the weights are resident or streamed), so a probe forward at
@@ -26,12 +34,15 @@ forwards it happened in; the bypassed layers' reasons say so too.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import weakref
 
 import torch
 
 from .. import kernels
-from .int8_ops import int8_linears, is_int8_weight
+from ..kernels import ops as kernel_ops
+from .int8_ops import int8_linears, is_int8_weight, op_calls
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -39,6 +50,8 @@ NOTE_KIND = "bypass"
 _STATE = "_ideogram4_int8_coverage"
 CONTEXT_ONLY = ("llm_cond_proj",)  # linears that run only when the forward has a text context
 LAYER_NOTE = "not run through the pack's op in a forward: ComfyUI computed this layer its own way"
+_KEYS = itertools.count()
+_BY_KEY: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # the compiled graphs' after_forward key -> tally
 
 
 class Coverage:
@@ -47,18 +60,24 @@ class Coverage:
     def __init__(self, label: str, linears: list[tuple[str, torch.nn.Module]]) -> None:
         self.label = label
         self.linears = linears
+        self.key = f"op_coverage:{label}:{next(_KEYS)}"  # names this tally in a compiled graph's after_forward op
         self.before: list[int] | None = None
+        self.done = self.counts()  # the counters after the last checked forward (a compiled forward's "before")
         self.context = True
         self.forwards = 0
         self.bypassed_forwards = 0
         self.last: dict | None = None  # {"expected", "ran", "missing"} of the last forward
         self.logged = False
 
+    def counts(self) -> list[int]:
+        return [op_calls(m) for _, m in self.linears]
+
 
 def install(diffusion_model: torch.nn.Module, label: str) -> Coverage:
     """Attach the check to ``diffusion_model`` (forward pre-hook and hook); returns its tally."""
     state = Coverage(label, list(int8_linears(diffusion_model).items()))
     setattr(diffusion_model, _STATE, state)
+    _BY_KEY[state.key] = state
     diffusion_model.register_forward_pre_hook(_before, with_kwargs=True)
     diffusion_model.register_forward_hook(_after, with_kwargs=True)
     return state
@@ -69,25 +88,51 @@ def coverage(diffusion_model: torch.nn.Module) -> Coverage | None:
 
 
 def _before(module, args, kwargs):
+    if torch.compiler.is_compiling():  # traced: the check runs after the forward, in the graph (module docstring)
+        return
     state = coverage(module)
     if state is not None:
-        state.before = [m.op_calls for _, m in state.linears]
+        state.before = state.counts()
         context = kwargs.get("context", args[2] if len(args) > 2 else None)
         state.context = context is not None
 
 
 def _after(module, args, kwargs, output):
     state = coverage(module)
-    if state is None or state.before is None:
-        return
+    if state is None:
+        return None
+    if torch.compiler.is_compiling():
+        if not isinstance(output, torch.Tensor):
+            return None
+        context = kwargs.get("context", args[2] if len(args) > 2 else None)
+        return kernel_ops.after_forward(output, state.key, context is not None)
+    if state.before is not None:
+        _check(state, state.before)
+    return None
+
+
+def _after_compiled(key: str, context: bool) -> None:
+    """``after_forward``'s callback: the check of a compiled forward, against the counters of the last check."""
+    state = _BY_KEY.get(key)
+    if state is not None:
+        state.context = context
+        _check(state, state.done)
+
+
+kernel_ops.on_after_forward(_after_compiled)
+
+
+def _check(state: Coverage, before: list[int]) -> None:
+    now = state.counts()
     expected, missing = 0, []
-    for (name, m), n0 in zip(state.linears, state.before, strict=True):
+    for (name, m), n0, n in zip(state.linears, before, now, strict=True):
         if not is_int8_weight(m.weight) or (not state.context and name.startswith(CONTEXT_ONLY)):
             continue
         expected += 1
-        if m.op_calls == n0:
+        if n == n0:
             missing.append(name)
     state.before = None
+    state.done = now
     state.forwards += 1
     state.last = {"expected": expected, "ran": expected - len(missing), "missing": missing}
     if missing:

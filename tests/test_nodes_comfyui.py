@@ -338,6 +338,53 @@ def test_every_quantized_linear_runs_through_the_op_and_a_bypass_is_labelled(run
     assert r["report_valid"] in (True, None)
 
 
+def test_native_model_compiles_in_one_graph_without_recompiles(run_check):
+    """torch.compile (issue 23) on ComfyUI's native Ideogram 4 with the pack's ops, loaded by the pack's loader from
+    the transformerlab W8A8 layout (smoothing folded at load: w1|w3 fused; w1/w3 mode 'ratio': split, labelled) and
+    the int8_convrot layout, each branch with ComfyUI's forward args (text context, with a mask, image only) and the
+    pack's attention override: dynamo gives no graph break; fullgraph aot_eager equals eager bit for bit (the same
+    kernels run: the pack's ops are opaque to dynamo) over 3 sampling steps (new noise and sigma) compiled once; the
+    registry records every layer each step with eager's path, reason and fusion; op_coverage checks each compiled
+    forward and catches a layer computed around the op inside the graph. ComfyUI's own torch.compile wrapper (its
+    TorchCompileModel's, with its guard filter) through apply_model and through comfy.sample: eager's output, no
+    recompile on the next steps or the next run."""
+    r = run_check("compile")
+    seed = r["__seed__"]
+    quantized = {"w8a8": 23, "w8a8_ratio": 23, "int8_convrot": 25}
+    for fmt, q in quantized.items():
+        assert r[f"{fmt}/conditional/quantized"] == q and r[f"{fmt}/unconditional/quantized"] == q - 1
+        assert r[f"{fmt}/conditional/override"] == ["optimized_attention_override"]
+        for case in ("conditional", "conditional_masked", "image_only"):
+            key = f"{fmt}/{case}"
+            expected = q - 1 if case == "image_only" else q
+            assert r[f"{key}/break_reasons"] == [] and r[f"{key}/graph_break_counter"] == 0, (seed, key)
+            # the forward in one graph; op_coverage's hook runs as its own frame: a graph of its one op
+            assert r[f"{key}/graphs"] == 2 and isinstance(r[f"{key}/graph_ops"][0], int), (seed, key)
+            assert r[f"{key}/graph_ops"][1] == ["ideogram4_int8.after_forward.default"], (seed, key)
+            assert r[f"{key}/frames"] == 2, (seed, key)  # fullgraph: forward + hook, compiled once for 3 steps
+            assert r[f"{key}/max_abs"] == 0.0 and r[f"{key}/eager_norm"] > 1.0, (seed, key)
+            assert r[f"{key}/records_equal"] and r[f"{key}/calls_per_layer"] == [3], (seed, key)
+            assert r[f"{key}/coverage_forwards"] == 3 and r[f"{key}/coverage_bypassed"] == 0, (seed, key)
+            assert r[f"{key}/coverage_last"] == {"expected": expected, "ran": expected, "missing": []}, (seed, key)
+            ops = {f"ideogram4_int8.{n}.default" for n in ("w8a8_linear", "float_linear", "after_forward")}
+            pair = "ideogram4_int8.swiglu_w8a8_pair.default"
+            assert set(r[f"{key}/ops_in_graph"]) == (ops if fmt == "w8a8_ratio" else ops | {pair}), (seed, key)
+    # a linear computed around the pack's op inside the compiled graph: no break, and labelled after that forward
+    assert r["bypass/break_reasons"] == []
+    assert r["bypass/compiled_forwards"] == [2, 2]  # both compiled forwards checked, both labelled
+    assert r["bypass/coverage_last"] == {"expected": 23, "ran": 22, "missing": ["layers.2.attention.o"]}
+    assert "layers.2.attention.o" in r["bypass/note"]
+    # ComfyUI's wrapper: one frame per model kind (+ its hook), each step equal to eager, both branches checked
+    assert r["wrapper/frames"] == 4 and r["wrapper/max_abs"] == 0.0 and r["wrapper/eager_norm"] > 1.0, seed
+    assert r["wrapper/coverage_forwards"] == [6, 6]  # 3 eager + 3 compiled steps per model
+    assert r["wrapper/conditional/coverage_last"] == {"expected": 23, "ran": 23, "missing": []}
+    assert r["wrapper/image_only/coverage_last"] == {"expected": 22, "ran": 22, "missing": []}
+    assert "ideogram4_int8.swiglu_w8a8_pair.default" in r["wrapper/ops_in_graph"]
+    assert r["sample/frames"] == 2, seed
+    for diff, norm in r["sample/max_abs_and_norm"]:
+        assert diff == 0.0 and norm > 1.0, seed
+
+
 # -- a real server ---------------------------------------------------------------------------------------------
 
 

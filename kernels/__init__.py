@@ -36,6 +36,7 @@ from .reference import (
     quantize_weight_ref,
 )
 from .registry import PATH_BF16, PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
+from .sites import SITES
 
 __all__ = [
     "quantize_per_token",
@@ -56,6 +57,7 @@ __all__ = [
     "DEMOTIONS",
     "ops",
     "REGISTRY",
+    "SITES",
     "PATHS",
     "PATH_TRITON",
     "PATH_CUBLAS",

@@ -10,8 +10,11 @@ Each op has a fake implementation giving the output's shape, dtype and device, w
 Module forwards call the helpers below (``w8a8_linear``, ``float_linear``, ``swiglu_w8a8_pair``,
 ``swiglu_w8a8_linear``, ``qk_norm_rope``): under ``torch.compiler.is_compiling()`` they emit the op, otherwise
 they call the eager function directly (no dispatcher round trip: a step's host time matters). Their string and
-int arguments (site, path, ConvRot group) are constants of the traced graph, read from module attributes that
-do not change between steps; nothing reads the registry in traced code.
+int arguments (path, ConvRot group) are constants of the traced graph, read from module attributes that do not
+change between steps; nothing reads the registry in traced code. A per-layer site would be a constant that differs
+between blocks sharing one forward (a recompile per block): a module whose weight is resident passes none, and the
+op looks the site up by that weight at run time (``sites.py``; ``w8a8_linear``, ``float_linear``, and
+``swiglu_w8a8_pair`` with neither site).
 
 Ops (every output is a new contiguous tensor, never a view of an input):
   w8a8_linear(x, w, w_scale, bias?, smooth?, path?, site?, out_dtype?, convrot_group?)    [..., N]
@@ -40,6 +43,7 @@ from torch import Tensor
 
 from . import dispatch
 from .registry import REGISTRY
+from .sites import SITES
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +131,7 @@ def _define() -> None:
     def w8a8_linear_op(x: Tensor, w: Tensor, w_scale: Tensor, bias: Optional[Tensor], smooth: Optional[Tensor],
                        path: Optional[str], site: Optional[str], out_dtype: Optional[torch.dtype],
                        convrot_group: Optional[int]) -> Tensor:  # fmt: skip
+        site = site if site is not None else SITES.find(w)  # no site: the module's weight names it (sites.py)
         _count(site)
         return w8a8_linear_impl(x, w, w_scale, bias, smooth, path, site, out_dtype, convrot_group)
 
@@ -138,6 +143,7 @@ def _define() -> None:
     @torch.library.custom_op(f"{NAMESPACE}::float_linear", mutates_args=())
     def float_linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], site: Optional[str],
                         reason: str) -> Tensor:  # fmt: skip
+        site = site if site is not None else SITES.find(weight)
         _count(site)
         return dispatch.float_linear(x, weight, bias, site=site, reason=reason)
 
@@ -150,6 +156,8 @@ def _define() -> None:
     def swiglu_w8a8_pair_op(x: Tensor, w1: Tensor, s1: Tensor, w3: Tensor, s3: Tensor, smooth: Optional[Tensor],
                             path: Optional[str], site: Optional[str], up_site: Optional[str],
                             out_dtype: Optional[torch.dtype], convrot_group: Optional[int]) -> Tensor:  # fmt: skip
+        if site is None and up_site is None:  # each projection named by its own weight
+            site, up_site = SITES.find(w1), SITES.find(w3)
         _count(site, up_site)
         return swiglu_w8a8_pair_impl(x, w1, s1, w3, s3, smooth, path, site, up_site, out_dtype, convrot_group)
 

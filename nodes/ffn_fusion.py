@@ -28,6 +28,7 @@ reads the merged weights.
 from __future__ import annotations
 
 import os
+import weakref
 
 import comfy.model_management
 import comfy.ops
@@ -80,7 +81,7 @@ class GateUpFeedForward(FeedForward):
         if why is None:
             comfy.ops.run_every_op()
             return self.w2(_gate_up(self, x))
-        _hint_split(getattr(self.w1, "site", None), getattr(self.w3, "site", None), why)
+        _hint_split(why)
         return super().forward(x)
 
 
@@ -93,23 +94,31 @@ def install(diffusion_model: torch.nn.Module) -> int:
     for m in diffusion_model.modules():
         if type(m) is FeedForward and _ours(m.w1) and _ours(m.w3):
             m.__class__ = GateUpFeedForward
+            _PAIRS.add(m)
             _same_smooth(m, getattr(m.w1, "input_divisor", None), getattr(m.w3, "input_divisor", None))
             n += 1
     return n
 
 
+_PAIRS: weakref.WeakSet = weakref.WeakSet()  # every GateUpFeedForward installed (for _hint_split)
+
+
 @torch.compiler.assume_constant_result
-def _hint_split(w1_site: str | None, w3_site: str | None, why: str) -> bool:
+def _hint_split(why: str) -> bool:
     """Tell the registry how a split pair runs in a graph being traced: dynamo runs this once, at trace time (its
-    arguments are constants of the graph), and the registry applies the note to every record of those sites.
+    argument is a constant of the graph), and the registry applies the note to every record of the pairs' sites that
+    carries no fusion of its own (a pair that runs fused records its fusion). The sites are not arguments: they
+    differ per block, and blocks compiled one by one share one traced forward (a recompile per block).
 
     A side effect under ``assume_constant_result`` is sound here because it is idempotent, depends only on the
     graph's constants (a changed reason means a failed guard, so a new trace that sets the new hint) and is only read
     when the ops record at run time. What it cannot cover: a graph run without a trace in this process (a compiled
     artifact loaded from a cache that skips dynamo) leaves the split records without the note (a label, not a path:
     the ops still record the path they ran)."""
-    for site, other in ((w1_site, "w3"), (w3_site, "w1")):
-        kernels.REGISTRY.set_split_hint(site, f"not fused with {other}: {why}", f"{SPLIT_NOTE}: {why}")
+    for ff in list(_PAIRS):
+        for m, other in ((ff.w1, "w3"), (ff.w3, "w1")):
+            kernels.REGISTRY.set_split_hint(getattr(m, "site", None), f"not fused with {other}: {why}",
+                                            f"{SPLIT_NOTE}: {why}")  # fmt: skip
     return True
 
 
@@ -214,9 +223,11 @@ def _gate_up(ff, x: torch.Tensor) -> torch.Tensor:
     if smooth is not None and smooth.device != x.device:
         smooth = comfy.model_management.cast_to_device(smooth, x.device, None)
     group = _group(w1)  # ConvRot: rotated inside the one quantization of both projections (noted on both records)
-    # the registered op while dynamo traces (counted there per site), the direct call in eager mode
+    # the registered op while dynamo traces (counted there per site; the sites found by the weights, not passed:
+    # per-layer constants would recompile every block, kernels/sites.py), the direct call in eager mode
+    sites = (None, None) if _is_compiling() else (w1.site, w3.site)
     h = kernel_ops.swiglu_w8a8_pair(x, q1._qdata, q1._params.scale, q3._qdata, q3._params.scale, smooth, w1.gemm_path,
-                                    w1.site, w3.site, x.dtype, group)  # fmt: skip
+                                    *sites, x.dtype, group)  # fmt: skip
     if not _is_compiling():
         w1.op_calls += 1
         w3.op_calls += 1

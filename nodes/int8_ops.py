@@ -218,11 +218,13 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
             def _forward(self, input, weight, bias):
                 if not _is_compiling():  # a traced graph's calls are counted by the registered op (op_calls())
                     self.op_calls += 1
+                site = self.site
                 if is_int8_weight(weight):
                     if _is_compiling() and weight.device == self.weight.device:
                         # a resident weight is handed over as the parameter itself, but dynamo lost track of where
-                        # it came from (it passed through ComfyUI's cast context) and cannot read its Params then
-                        weight = self.weight
+                        # it came from (it passed through ComfyUI's cast context) and cannot read its Params then;
+                        # the op finds the site by it (a per-layer constant would recompile every block: sites.py)
+                        weight, site = self.weight, None
                     params = weight._params
                     qdata, scale = weight._qdata, params.scale
                     if getattr(params, "transposed", False):
@@ -233,16 +235,19 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
                     group = params.convrot_groupsize if getattr(params, "convrot", False) else None
                     if bias is not None and bias.dtype != input.dtype:
                         bias = bias.to(input.dtype)
-                    return w8a8_forward(input, qdata, scale, bias, smooth, group, path=self.gemm_path, site=self.site)
+                    return w8a8_forward(input, qdata, scale, bias, smooth, group, path=self.gemm_path, site=site)
                 if isinstance(weight, QuantizedTensor):
                     weight = weight.dequantize()
                 if not isinstance(self.weight, QuantizedTensor):
                     reason = self.float_reason
+                    if (_is_compiling() and not len(self.weight_function) and weight.device == self.weight.device
+                            and weight.dtype == self.weight.dtype):
+                        weight, site = self.weight, None  # the parameter itself, uncast: the op finds the site
                 elif self._full_precision_mm:
                     reason = REASON_FULL_PRECISION
                 else:
                     reason = REASON_DEQUANT
-                return kernel_ops.float_linear(input, weight, bias, self.site, reason)
+                return kernel_ops.float_linear(input, weight, bias, site, reason)
 
         class RMSNorm(base.RMSNorm):
             """ComfyUI's RMSNorm, plus LoRA conversions for a weight that carries a folded smoothing vector:
@@ -304,8 +309,15 @@ def label_sites(diffusion_model: torch.nn.Module, label: str, gemm_path: str | N
         m.gemm_path = gemm_path
         m.float_reason = REASON_PROTECTED if name.startswith("layers.") else REASON_TOP
         kernels.REGISTRY.set_note(m.site, m.smooth_note)
+        kernels.SITES.track(m, _site_tensors)
         n += 1
     return n
+
+
+def _site_tensors(m) -> tuple:
+    """The tensor a compiled graph hands the pack's op for ``m`` (``kernels.sites``): its int8 data or its weight."""
+    w = m.weight
+    return (w._qdata,) if is_int8_weight(w) else (w,)
 
 
 def link_folds(diffusion_model: torch.nn.Module, config, report=None) -> int:

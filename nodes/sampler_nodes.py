@@ -10,6 +10,8 @@ like any sampler node. Argument checking lives in ``ideogram4.sampling_args``.
 
 from __future__ import annotations
 
+import math
+
 import comfy.model_management
 import comfy.sample
 import comfy.samplers
@@ -42,7 +44,56 @@ class PerStepGuidanceGuider(Guider_DualModel):
     def predict_noise(self, x, timestep, model_options={}, seed=None):  # noqa: B006 - ComfyUI's signature
         sigma = float(timestep.reshape(-1)[0])
         self.cfg = self.guidance[sa.step_index(self.plan_sigmas, sigma)]
-        return super().predict_noise(x, timestep, model_options, seed)
+        uncond_inner, uncond_conds = getattr(self, "uncond_inner", None), getattr(self, "_uncond_conds", None)
+        if uncond_inner is None or uncond_conds is None or (
+                math.isclose(self.cfg, 1.0) and not model_options.get("disable_cfg1_optimization", False)):
+            return super().predict_noise(x, timestep, model_options, seed)  # the conditional pass alone
+        # ComfyUI's dual-model guider runs the negative pass with the positive MODEL's options, so a wrapper of the
+        # positive MODEL (TorchCompileModel's swaps in its compiled diffusion model) computed the negative pass with
+        # the positive weights. Each pass here gets its own MODEL's wrappers and patches.
+        positive = self.conds.get("positive")
+        cond = comfy.samplers.calc_cond_batch(self.inner_model, [positive], x, timestep, model_options)[0]
+        uncond = comfy.samplers.calc_cond_batch(uncond_inner, [uncond_conds], x, timestep,
+                                                own_model_options(model_options, self.uncond_model_patcher,
+                                                                  self.model_patcher))[0]
+        return comfy.samplers.cfg_function(self.inner_model, cond, uncond, self.cfg, x, timestep,
+                                           model_options=model_options, cond=positive, uncond=uncond_conds)
+
+
+PER_MODEL_TRANSFORMER_OPTIONS = ("wrappers", "callbacks", "patches", "patches_replace")
+
+
+def own_model_options(run_options: dict, patcher, run_patcher) -> dict:
+    """The sampling run's ``model_options`` (prepared for ``run_patcher``, the positive MODEL) for a pass of
+    ``patcher``: what the run added (sigmas, ...) stays; what a MODEL brings — its transformer options (attention
+    override, ...), wrappers, callbacks, patches, ``model_function_wrapper`` — comes from ``patcher``, not from
+    ``run_patcher``."""
+    own = patcher.model_options
+    out = {k: v for k, v in run_options.items() if k not in ("model_function_wrapper", "multigpu_clones")}
+    if "model_function_wrapper" in own:
+        out["model_function_wrapper"] = own["model_function_wrapper"]
+    run_to = run_options.get("transformer_options", {})
+    run_own = run_patcher.model_options.get("transformer_options", {})
+    own_to = own.get("transformer_options", {})
+    to = {k: v for k, v in run_to.items() if k not in run_own and k not in PER_MODEL_TRANSFORMER_OPTIONS}
+    to.update((k, v) for k, v in own_to.items() if k not in ("wrappers", "callbacks"))
+    # ComfyUI's guider merges the negative MODEL's wrappers / callbacks into its own options at every run (lists
+    # extended in place): each function once, whether it came from there or from the MODEL
+    to["wrappers"] = _each_once(own_to.get("wrappers", {}), getattr(patcher, "wrappers", {}))
+    to["callbacks"] = _each_once(own_to.get("callbacks", {}), getattr(patcher, "callbacks", {}))
+    out["transformer_options"] = to
+    return out
+
+
+def _each_once(*tables: dict) -> dict:
+    """``{kind: {key: [fn, ...]}}`` tables merged, each function once, in order."""
+    out: dict = {}
+    for table in tables:
+        for kind, by_key in table.items():
+            for key, fns in by_key.items():
+                have = out.setdefault(kind, {}).setdefault(key, [])
+                have.extend(f for f in fns if not any(f is g for g in have))
+    return out
 
 
 def check_conditioning(positive, features: int) -> None:

@@ -287,16 +287,17 @@ def check_sampler():
     res["native_graph_norm"] = native.norm().item()
     # per-step guidance and sigmas of every preset at 1024x1024, with the model calls stubbed out (fast)
     import comfy.samplers
-    from comfy_extras.nodes_custom_sampler import Guider_DualModel
 
+    guider = sampler_nodes.PerStepGuidanceGuider
     seen = []
-    real_predict, real_calc = Guider_DualModel.predict_noise, comfy.samplers.calc_cond_batch
+    real_predict, real_calc = guider.predict_noise, comfy.samplers.calc_cond_batch
 
     def spy(self, x, timestep, model_options={}, seed=None):  # noqa: B006
-        seen.append((float(timestep.reshape(-1)[0]), float(self.cfg)))
-        return real_predict(self, x, timestep, model_options, seed)
+        out = real_predict(self, x, timestep, model_options, seed)
+        seen.append((float(timestep.reshape(-1)[0]), float(self.cfg)))  # the guidance this step ran with
+        return out
 
-    Guider_DualModel.predict_noise = spy
+    guider.predict_noise = spy
     comfy.samplers.calc_cond_batch = lambda model, conds, x, *a, **k: [torch.zeros_like(x) for _ in conds]
     try:
         from comfyui_ideogram4_int8.ideogram4 import PRESETS
@@ -310,7 +311,7 @@ def check_sampler():
             res[f"preset/{name}/sigma_max_abs"] = max(abs(a - b) for (a, _), b in zip(seen, want_sig, strict=True))
             res[f"preset/{name}/calls"] = len(seen)
     finally:
-        Guider_DualModel.predict_noise, comfy.samplers.calc_cond_batch = real_predict, real_calc
+        guider.predict_noise, comfy.samplers.calc_cond_batch = real_predict, real_calc
     return res
 
 
@@ -1137,6 +1138,38 @@ def _compile_case(dm, opts, label, steps, kw, quantized):
     return out, got[0], (xs[0], sigmas[0], kw)
 
 
+def _per_block_case(dm, opts, label, kw, quantized):
+    """Each block compiled on its own (KJNodes' "transformer blocks only"; also what a graph break between blocks
+    leaves): the blocks share one forward, so a per-layer constant among the ops' arguments would recompile it for
+    every block. Frames compiled over 2 steps, output and registry records against eager."""
+    import torch._dynamo as dynamo
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    x0, ctx, _, mask = inputs()
+    kw = {k: {"context": ctx, "attention_mask": mask}[k] for k in kw}
+    steps = [(torch.randn(x0.shape, generator=G), torch.rand(x0.shape[0], generator=G) * 0.9 + 0.05)
+             for _ in range(2)]  # fmt: skip
+    dynamo.reset()
+    with torch.no_grad():
+        eager = [dm(x, s, transformer_options=opts, **kw) for x, s in steps]
+    rec_eager = _records(label)
+    counter = CompileCounterWithBackend("aot_eager")
+    blocks = list(dm.layers)
+    for i, block in enumerate(blocks):
+        dm.layers[i] = torch.compile(block, backend=counter)
+    try:
+        with torch.no_grad():
+            got = [dm(x, s, transformer_options=opts, **kw) for x, s in steps]
+    finally:
+        for i, block in enumerate(blocks):
+            dm.layers[i] = block
+    rec = _records(label)
+    return {"blocks": len(blocks), "frames": counter.frame_count,
+            "max_abs": max((a - b).abs().max().item() for a, b in zip(got, eager, strict=True)),
+            "records_equal": {k: v[:3] for k, v in rec.items()} == {k: v[:3] for k, v in rec_eager.items()},
+            "calls_per_layer": sorted({rec[n][3] - rec_eager[n][3] for n in quantized})}  # fmt: skip
+
+
 def _sampling_options(patcher):
     """The transformer_options a sampler hands apply_model: the MODEL's own, with its wrappers."""
     return dict(patcher.model_options.get("transformer_options", {}), wrappers=patcher.wrappers)
@@ -1178,6 +1211,8 @@ def check_compile():
                 r, _, _ = _compile_case(dm, opts, label, 3, kw, quantized)
                 for k, v in r.items():
                     res[f"{fmt}/{case}/{k}"] = v
+            for k, v in _per_block_case(dm, opts, label, cases[0][1], quantized).items():
+                res[f"{fmt}/{branch}/per_block/{k}"] = v
             if fmt == "w8a8" and branch == "conditional":
                 # a linear computed around the pack's op inside the compiled graph is still seen
                 o = dm.layers[2].attention.o
@@ -1241,6 +1276,30 @@ def check_compile():
         latents.append([(got - want).abs().max().item(), want.norm().item()])
     res["sample/frames"] = counter.frame_count
     res["sample/max_abs_and_norm"] = latents
+    # the pack's sampler node (dual-model CFG) with TorchCompileModel's wrapper on the positive MODEL only, and on
+    # both: eager's latent. ComfyUI's own dual-model guider hands the negative pass the positive MODEL's options,
+    # so its compile wrapper swapped in the positive compiled model there: reproduced by giving the negative pass
+    # the run's options unchanged (what the sampler did before)
+    def compiled(patcher):
+        m = patcher.clone()
+        set_torch_compile_wrapper(model=m, backend="aot_eager", options={"guard_filter_fn": skip_torch_compile_dict})
+        return m
+
+    dynamo.reset()
+    text = torch.randn(1, 5, CFG.llm_features_dim, generator=G)
+    want = _latent_node(cond, uncond, text, 11)
+    res["sampler_node/eager_norm"] = want.norm().item()
+    res["sampler_node/positive_compiled"] = (_latent_node(compiled(cond), uncond, text, 11)
+                                             - want).abs().max().item()
+    res["sampler_node/both_compiled"] = (_latent_node(compiled(cond), compiled(uncond), text, 11)
+                                         - want).abs().max().item()
+    fixed = sampler_nodes.own_model_options
+    sampler_nodes.own_model_options = lambda run_options, patcher, run_patcher: run_options
+    try:
+        res["sampler_node/positive_compiled_run_options"] = (
+            _latent_node(compiled(cond), uncond, text, 11) - want).abs().max().item()
+    finally:
+        sampler_nodes.own_model_options = fixed
     return res
 
 CHECKS = {"parity": check_parity, "sampler": check_sampler, "interrupt": check_interrupt, "lora": check_lora,

@@ -369,6 +369,14 @@ def test_native_model_compiles_in_one_graph_without_recompiles(run_check):
             ops = {f"ideogram4_int8.{n}.default" for n in ("w8a8_linear", "float_linear", "after_forward")}
             pair = "ideogram4_int8.swiglu_w8a8_pair.default"
             assert set(r[f"{key}/ops_in_graph"]) == (ops if fmt == "w8a8_ratio" else ops | {pair}), (seed, key)
+    # each block compiled on its own (KJNodes' "transformer blocks only"): one frame per kind of block, not per block
+    # (the W8A8 file's odd blocks keep w2 in bf16: two kinds), every layer recorded under its own site as in eager
+    for fmt, kinds in (("w8a8", 2), ("w8a8_ratio", 2), ("int8_convrot", 1)):
+        for branch in ("conditional", "unconditional"):
+            key = f"{fmt}/{branch}/per_block"
+            assert r[f"{key}/blocks"] == 4 and r[f"{key}/frames"] == kinds, (seed, key)
+            assert r[f"{key}/max_abs"] == 0.0 and r[f"{key}/records_equal"], (seed, key)
+            assert r[f"{key}/calls_per_layer"] == [2], (seed, key)
     # a linear computed around the pack's op inside the compiled graph: no break, and labelled after that forward
     assert r["bypass/break_reasons"] == []
     assert r["bypass/compiled_forwards"] == [2, 2]  # both compiled forwards checked, both labelled
@@ -379,6 +387,11 @@ def test_native_model_compiles_in_one_graph_without_recompiles(run_check):
     assert r["wrapper/coverage_forwards"] == [6, 6]  # 3 eager + 3 compiled steps per model
     assert r["wrapper/conditional/coverage_last"] == {"expected": 23, "ran": 23, "missing": []}
     assert r["wrapper/image_only/coverage_last"] == {"expected": 22, "ran": 22, "missing": []}
+    # the pack's sampler node with TorchCompileModel's wrapper on the positive MODEL, or on both: eager's latent;
+    # the negative pass given the positive MODEL's options (ComfyUI's dual-model guider) ran the positive weights
+    assert r["sampler_node/eager_norm"] > 1.0
+    assert r["sampler_node/positive_compiled"] == 0.0 and r["sampler_node/both_compiled"] == 0.0, seed
+    assert r["sampler_node/positive_compiled_run_options"] > 0.01 * r["sampler_node/eager_norm"], seed
     assert "ideogram4_int8.swiglu_w8a8_pair.default" in r["wrapper/ops_in_graph"]
     assert r["sample/frames"] == 2, seed
     for diff, norm in r["sample/max_abs_and_norm"]:

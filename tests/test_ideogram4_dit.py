@@ -174,7 +174,10 @@ def test_w8a8_dit_matches_float_dit_with_outliers(gen, tmp_path, smooth):
         sd = read_branch(path, branch, dtype=torch.float32)
         w8 = Ideogram4DiT.from_state_dict(sd, w8a8_linears(), label=branch)
         dq = Ideogram4DiT.from_state_dict(read_branch(path, branch, dtype=torch.float32), dequant_linears())
-        assert _activation_outlier_ratio(ref, x, sigma, c) > 8.0, "the test model lost its outlier channels"
+        # max / median channel absmax of the qkv input: 9.5-28+ over 300 draws with outlier_gain 24 (7.0 seen once in
+        # CI, the old bound 8 failed it); 1.6-4.4 over 80 draws without outlier channels (outlier_gain 1)
+        ratio = _activation_outlier_ratio(ref, x, sigma, c)
+        assert ratio > 5.0, f"seed {gen.initial_seed()} {branch}: the test model lost its outlier channels ({ratio})"
         with torch.no_grad():
             r, a, d = ref(x, sigma, context=c), w8(x, sigma, context=c), dq(x, sigma, context=c)
         assert cosine(a, r) >= 0.99, f"seed {gen.initial_seed()} {branch}: {cosine(a, r)}"

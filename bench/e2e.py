@@ -336,20 +336,25 @@ def run(args) -> dict:
             result["paths"][label], latents[label] = measure(cond, uncond, path, label, weights_gib)
             for mode in args.compile:
                 # each branch compiled as a whole, the way ComfyUI's TorchCompileModel compiles a diffusion model
+                name = f"{label} compiled:{mode}"
                 torch._dynamo.reset()
                 compiled = tuple(torch.compile(m, **COMPILE_MODES[mode]) for m in (cond, uncond))
-                t_c = time.perf_counter()
-                with torch.inference_mode():
-                    step(*compiled)  # tracing and code generation of both branches (Triton autotuning included)
-                torch.cuda.synchronize()
-                compile_s = time.perf_counter() - t_c
-                name = f"{label} compiled:{mode}"
-                result["paths"][name], latents[name] = measure(*compiled, path, name, weights_gib)
-                result["paths"][name].update(compiled=mode, compile_s=round(compile_s, 1),
-                                             speedup_vs_eager=result["paths"][label]["step_ms_median"]
-                                             / result["paths"][name]["step_ms_median"])  # fmt: skip
-                del compiled
-                torch._dynamo.reset()
+                try:
+                    t_c = time.perf_counter()
+                    with torch.inference_mode():
+                        step(*compiled)  # tracing and code generation of both branches (Triton autotuning included)
+                    torch.cuda.synchronize()
+                    compile_s = time.perf_counter() - t_c
+                    result["paths"][name], latents[name] = measure(*compiled, path, name, weights_gib)
+                    result["paths"][name].update(compiled=mode, compile_s=round(compile_s, 1),
+                                                 speedup_vs_eager=result["paths"][label]["step_ms_median"]
+                                                 / result["paths"][name]["step_ms_median"])  # fmt: skip
+                except Exception as exc:  # noqa: BLE001 - a compile failure is a result; the other paths still run
+                    result.setdefault("compile_errors", {})[name] = f"{type(exc).__name__}: {exc}"[:600]
+                    print(f"[{name}] FAILED {result['compile_errors'][name]}", flush=True)
+                finally:
+                    del compiled
+                    torch._dynamo.reset()
         del cond, uncond
     ref = latents.get("bf16")
     for path, lat in latents.items():

@@ -96,6 +96,8 @@ def _count(*sites) -> None:
             OP_CALLS[site] += 1
 
 
+UNNAMED = "(weight not tracked)"  # a compiled gate/up pair whose weight the site book does not know
+
 _AFTER_FORWARD: list = []  # callbacks (key: str, flag: bool) -> None run by after_forward's real implementation
 
 
@@ -131,8 +133,9 @@ def _define() -> None:
     def w8a8_linear_op(x: Tensor, w: Tensor, w_scale: Tensor, bias: Optional[Tensor], smooth: Optional[Tensor],
                        path: Optional[str], site: Optional[str], out_dtype: Optional[torch.dtype],
                        convrot_group: Optional[int]) -> Tensor:  # fmt: skip
-        site = site if site is not None else SITES.find(w)  # no site: the module's weight names it (sites.py)
-        _count(site)
+        sites = (site,) if site is not None else SITES.find_all(w)  # no site: the module's weight names it (sites.py)
+        site = sites[0] if sites else None
+        _count(*sites)  # a weight two models share: counted for both (their bypass checks see the call)
         return w8a8_linear_impl(x, w, w_scale, bias, smooth, path, site, out_dtype, convrot_group)
 
     @w8a8_linear_op.register_fake
@@ -143,8 +146,9 @@ def _define() -> None:
     @torch.library.custom_op(f"{NAMESPACE}::float_linear", mutates_args=())
     def float_linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], site: Optional[str],
                         reason: str) -> Tensor:  # fmt: skip
-        site = site if site is not None else SITES.find(weight)
-        _count(site)
+        sites = (site,) if site is not None else SITES.find_all(weight)
+        site = sites[0] if sites else None
+        _count(*sites)
         return dispatch.float_linear(x, weight, bias, site=site, reason=reason)
 
     @float_linear_op.register_fake
@@ -157,8 +161,12 @@ def _define() -> None:
                             path: Optional[str], site: Optional[str], up_site: Optional[str],
                             out_dtype: Optional[torch.dtype], convrot_group: Optional[int]) -> Tensor:  # fmt: skip
         if site is None and up_site is None:  # each projection named by its own weight
-            site, up_site = SITES.find(w1), SITES.find(w3)
-        _count(site, up_site)
+            found1, found3 = SITES.find_all(w1), SITES.find_all(w3)
+            # recorded as two sites even if one is unknown (one site would be recorded as a single 2F-wide layer)
+            site, up_site = (found1 or (UNNAMED,))[0], (found3 or (UNNAMED,))[0]
+            _count(*found1, *found3)
+        else:
+            _count(site, up_site)
         return swiglu_w8a8_pair_impl(x, w1, s1, w3, s3, smooth, path, site, up_site, out_dtype, convrot_group)
 
     @swiglu_w8a8_pair_op.register_fake

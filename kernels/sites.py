@@ -41,45 +41,57 @@ class SiteBook:
         """Look ``owner.site`` up by the tensors ``tensors(owner)`` names (read again at every rebuild)."""
         with self._lock:
             self._owners[owner] = tensors
+            self._table = {}  # relabelled or new: the next lookup rebuilds
             self._unknown.clear()
 
     def find(self, t: torch.Tensor) -> str | None:
-        """The call site whose tracked tensor ``t`` is, or None."""
+        """The call site whose tracked tensor ``t`` is (the first, if several share it), or None."""
+        sites = self.find_all(t)
+        return sites[0] if sites else None
+
+    def find_all(self, t: torch.Tensor) -> tuple[str, ...]:
+        """Every call site whose tracked tensor ``t`` is: more than one where models share a weight (the Patch node
+        takes a MODEL's int8 layers as they are), empty when none."""
         key = _key(t)
-        site = self._match(key, t)
-        if site is not None:
-            return site
+        sites = self._match(key, t)
+        if sites:
+            return sites
         with self._lock:
             failed = self._unknown.get(key)
             if failed is not None and time.monotonic() - failed < RETRY_S:
-                return None
+                return ()
             self._rebuild()
-            site = self._match(key, t)
-            if site is None:
+            sites = self._match(key, t)
+            if not sites:
                 if len(self._unknown) > 4096:
                     self._unknown.clear()
                 self._unknown[key] = time.monotonic()
-            return site
+            return sites
 
-    def _match(self, key: tuple, t: torch.Tensor) -> str | None:
+    def _match(self, key: tuple, t: torch.Tensor) -> tuple[str, ...]:
         hit = self._table.get(key)
         if hit is None:
-            return None
-        ref, site = hit
+            return ()
+        ref, sites = hit
         mine = ref()
         if mine is None or mine.data_ptr() != key[2] or mine.shape != t.shape:
-            return None
-        return site
+            return ()
+        return sites
 
     def _rebuild(self) -> None:
-        table = {}
+        table: dict[tuple, tuple[weakref.ref, tuple[str, ...]]] = {}
         for owner, tensors in list(self._owners.items()):
             site = getattr(owner, "site", None)
             if site is None:
                 continue
             for t in tensors(owner):
                 if isinstance(t, torch.Tensor) and t.data_ptr():
-                    table[_key(t)] = (weakref.ref(t), site)
+                    key = _key(t)
+                    known = table.get(key)
+                    if known is not None and known[0]() is t and site not in known[1]:
+                        table[key] = (known[0], (*known[1], site))
+                    elif known is None:
+                        table[key] = (weakref.ref(t), (site,))
         self._table = table
         self.rebuilds += 1
 

@@ -53,6 +53,8 @@ class GateUpFeedForward(FeedForward):
     fused_calls = 0
     split_calls = 0
     last_split: str | None = None
+    ideogram4_pair = True  # found by int8_ops.label_sites, which sets site_label
+    site_label: str | None = None  # the model's label (the prefix of its sites): one value for all its blocks
 
     def forward(self, x):
         why = split_reason(self, x)
@@ -81,7 +83,7 @@ class GateUpFeedForward(FeedForward):
         if why is None:
             comfy.ops.run_every_op()
             return self.w2(_gate_up(self, x))
-        _hint_split(why)
+        _hint_split(why, self.site_label)
         return super().forward(x)
 
 
@@ -104,18 +106,19 @@ _PAIRS: weakref.WeakSet = weakref.WeakSet()  # every GateUpFeedForward installed
 
 
 @torch.compiler.assume_constant_result
-def _hint_split(why: str) -> bool:
+def _hint_split(why: str, label: str | None) -> bool:
     """Tell the registry how a split pair runs in a graph being traced: dynamo runs this once, at trace time (its
-    argument is a constant of the graph), and the registry applies the note to every record of the pairs' sites that
-    carries no fusion of its own (a pair that runs fused records its fusion). The sites are not arguments: they
-    differ per block, and blocks compiled one by one share one traced forward (a recompile per block).
+    arguments are constants of the graph), and the registry applies the note to every record of the sites of the
+    model ``label``'s pairs that carries no fusion of its own (a pair that runs fused records its fusion). The sites
+    are not arguments: they differ per block, and blocks compiled one by one share one traced forward (a recompile
+    per block); the label is the same for every block of a model.
 
     A side effect under ``assume_constant_result`` is sound here because it is idempotent, depends only on the
     graph's constants (a changed reason means a failed guard, so a new trace that sets the new hint) and is only read
     when the ops record at run time. What it cannot cover: a graph run without a trace in this process (a compiled
     artifact loaded from a cache that skips dynamo) leaves the split records without the note (a label, not a path:
     the ops still record the path they ran)."""
-    for ff in list(_PAIRS):
+    for ff in [ff for ff in list(_PAIRS) if ff.site_label == label]:
         for m, other in ((ff.w1, "w3"), (ff.w3, "w1")):
             kernels.REGISTRY.set_split_hint(getattr(m, "site", None), f"not fused with {other}: {why}",
                                             f"{SPLIT_NOTE}: {why}")  # fmt: skip

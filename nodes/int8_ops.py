@@ -311,6 +311,9 @@ def label_sites(diffusion_model: torch.nn.Module, label: str, gemm_path: str | N
         kernels.REGISTRY.set_note(m.site, m.smooth_note)
         kernels.SITES.track(m, _site_tensors)
         n += 1
+    for m in diffusion_model.modules():  # ffn_fusion's gate/up pairs: the label their compiled split note names
+        if getattr(type(m), "ideogram4_pair", False):
+            m.site_label = label
     return n
 
 

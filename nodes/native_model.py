@@ -107,8 +107,8 @@ def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dt
             )  # fmt: skip
         comfy_sd.clear()
         link_folds(model.diffusion_model, config, report)
+        ffn_fusion.install(model.diffusion_model)  # first: label_sites also names the gate/up pairs' model
         label_sites(model.diffusion_model, label, gemm_path)
-        ffn_fusion.install(model.diffusion_model)
         op_coverage.install(model.diffusion_model, label)
         patcher = comfy.model_patcher.ModelPatcher(model, load_device=load_device, offload_device=offload_device)
         patcher.ideogram4_attention = install_attention(patcher.model_options)

@@ -77,8 +77,8 @@ def own_model_options(run_options: dict, patcher, run_patcher) -> dict:
     own_to = own.get("transformer_options", {})
     to = {k: v for k, v in run_to.items() if k not in run_own and k not in PER_MODEL_TRANSFORMER_OPTIONS}
     to.update((k, v) for k, v in own_to.items() if k not in ("wrappers", "callbacks"))
-    # ComfyUI's guider merges the negative MODEL's wrappers / callbacks into its own options at every run (lists
-    # extended in place): each function once, whether it came from there or from the MODEL
+    # the MODEL's own wrappers / callbacks and those its options already hold (from a node, or merged by a guider):
+    # each function once
     to["wrappers"] = _each_once(own_to.get("wrappers", {}), getattr(patcher, "wrappers", {}))
     to["callbacks"] = _each_once(own_to.get("callbacks", {}), getattr(patcher, "callbacks", {}))
     out["transformer_options"] = to

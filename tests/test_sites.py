@@ -65,3 +65,18 @@ def test_an_unknown_address_rebuilds_at_most_once_per_retry_period(monkeypatch):
     assert book.find(t) is None and book.rebuilds == 1  # within RETRY_S: no rebuild
     now[0] += sites.RETRY_S + 0.1
     assert book.find(t) is None and book.rebuilds == 2
+
+
+def test_a_weight_two_models_share_names_both_sites():
+    """The Patch node takes a MODEL's int8 layers as they are: two models, one tensor; the op counts the call for
+    both (neither bypass check sees a layer that did not run)."""
+    book = sites.SiteBook()
+    a, b = _Layer("first/layers.0.o"), _Layer("second/layers.0.o")
+    b.weight = a.weight
+    book.track(a, _weight)
+    book.track(b, _weight)
+    assert book.find_all(a.weight) == ("first/layers.0.o", "second/layers.0.o")
+    assert book.find(a.weight) == "first/layers.0.o"
+    b.site = "third/layers.0.o"
+    book.track(b, _weight)  # tracked again after a relabel: the table is built anew
+    assert book.find_all(a.weight) == ("first/layers.0.o", "third/layers.0.o")

@@ -92,6 +92,14 @@ def _wrap(draw, text: str, font, width: int) -> list[str]:
     return lines
 
 
+def _text_lines(draw, x: int, y: int, lines, font, fill, step: int) -> int:
+    """Draw ``lines`` one under the other from (x, y); returns the y below the last."""
+    for line in lines:
+        draw.text((x, y), line, fill=fill, font=font)
+        y += step
+    return y
+
+
 def save_labelled_preview(path: str | pathlib.Path, panels: list[tuple[str, str, torch.Tensor]], title: str,
                           notes: str = "", footer: str = "", gap: int = 16, margin: int = 16) -> pathlib.Path:
     """A PNG that explains itself: a title and notes on top, then one column per panel (a bold-ish heading, a
@@ -114,27 +122,14 @@ def save_labelled_preview(path: str | pathlib.Path, panels: list[tuple[str, str,
     height = top + head_h + h + 12 + len(foot_lines) * line_small + margin
     canvas = Image.new("RGB", (width, height), (250, 250, 248))
     draw = ImageDraw.Draw(canvas)
-    y = margin
-    for line in title_lines:
-        draw.text((margin, y), line, fill=(20, 20, 20), font=big)
-        y += line_big
-    for line in note_lines:
-        draw.text((margin, y), line, fill=(80, 80, 80), font=small)
-        y += line_small
+    y = _text_lines(draw, margin, margin, title_lines, big, (20, 20, 20), line_big)
+    _text_lines(draw, margin, y, note_lines, small, (80, 80, 80), line_small)
     for i, ((_, _, img), head, caption) in enumerate(zip(panels, heads, captions, strict=True)):
         x = margin + i * (w + gap)
-        yy = top
-        for line in head:
-            draw.text((x, yy), line, fill=(20, 20, 20), font=big)
-            yy += line_big
-        for line in caption:
-            draw.text((x, yy), line, fill=(60, 60, 60), font=small)
-            yy += line_small
+        yy = _text_lines(draw, x, top, head, big, (20, 20, 20), line_big)
+        _text_lines(draw, x, yy, caption, small, (60, 60, 60), line_small)
         canvas.paste(Image.fromarray(img.numpy()), (x, top + head_h))
-    y = top + head_h + h + 12
-    for line in foot_lines:
-        draw.text((margin, y), line, fill=(20, 20, 20), font=small)
-        y += line_small
+    _text_lines(draw, margin, top + head_h + h + 12, foot_lines, small, (20, 20, 20), line_small)
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     canvas.save(path)

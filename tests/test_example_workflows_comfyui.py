@@ -26,12 +26,12 @@ import functools
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import urllib.request
 
 import pytest
 import torch
+from browser_checks import shots_dir
 from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer, history_errors
 from workflow_checks import (
     API_DIR,
@@ -50,7 +50,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 OURS = ("ideogram4_int8_text_to_image", "ideogram4_int8_fp8_patch", "ideogram4_int8_native_guider")
 ALL_UI = sorted(p.stem for p in EXAMPLES.glob("*.json"))
 CHECK_SCRIPT = ROOT / "tests" / "browser" / "example_workflow_check.mjs"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 SEED = int.from_bytes(os.urandom(3), "little")
 
 
@@ -198,21 +197,9 @@ def test_native_guider_graph_gives_the_same_image_as_the_sampler_node(srv):
 # -- the frontend ---------------------------------------------------------------------------------------------------
 
 
-def _browser_ready() -> bool:
-    node = shutil.which("node")
-    if not node or not pathlib.Path(CHROMIUM).exists():
-        return False
-    return subprocess.run([node, "-e", "require.resolve('playwright-core')"], capture_output=True,
-                          timeout=30).returncode == 0  # fmt: skip
-
-
 @pytest.fixture
 def shots(tmp_path):
-    if not _browser_ready():
-        pytest.skip("needs node, playwright-core on NODE_PATH and chromium")
-    out = pathlib.Path(os.environ.get("EXAMPLE_SHOTS_DIR") or tmp_path / "shots")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return shots_dir(tmp_path, "EXAMPLE_SHOTS_DIR")
 
 
 def _open_in_browser(server, out: pathlib.Path, names) -> dict[str, dict]:

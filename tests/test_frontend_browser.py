@@ -18,15 +18,15 @@ Screenshots go to ``PANEL_SHOTS_DIR`` (default: pytest's tmp folder): look at th
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pathlib
 import subprocess
 
 import pytest
-from test_panel_browser import _check_run, _has_playwright, _shoot
-from test_status_comfyui import CLEAN_ENV, COND, TEST_PACK, WEIGHTS, setup_files
+from browser_checks import shots_dir
+from test_panel_browser import _check_run, _shoot
+from test_status_comfyui import COND, WEIGHTS, panel_server
 
 pytestmark = pytest.mark.comfyui
 
@@ -53,26 +53,11 @@ def _unpacked_version(static: pathlib.Path) -> str | None:
 
 @pytest.fixture
 def shots(tmp_path):
-    if not _has_playwright():
-        pytest.skip("needs node, playwright-core on NODE_PATH and chromium")
-    out = pathlib.Path(os.environ.get("PANEL_SHOTS_DIR") or tmp_path / "shots")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return shots_dir(tmp_path, "PANEL_SHOTS_DIR")
 
 
-@contextlib.contextmanager
 def _server(frontend_root: str | None = None):
-    from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer
-
-    args = ("--front-end-root", frontend_root) if frontend_root else ()
-    server = ComfyUIServer(packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": TEST_PACK}, setup=setup_files,
-                           env=CLEAN_ENV, args=args)  # fmt: skip
-    server.start()
-    try:
-        assert server.import_failures() == [], server.log_tail()
-        yield server
-    finally:
-        server.stop()
+    return panel_server(args=("--front-end-root", frontend_root) if frontend_root else ())
 
 
 def _frontend_check(server, out: pathlib.Path, name: str, version: str) -> dict:

@@ -9,12 +9,11 @@ frontend's properties panel for the node. Issue 22: the editor shrank after a bo
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import subprocess
 
 import pytest
-from test_panel_browser import _has_playwright
+from browser_checks import shots_dir
 
 pytestmark = pytest.mark.comfyui
 
@@ -25,11 +24,7 @@ WORKFLOW = ROOT / "example_workflows" / "ideogram4_captions.json"
 
 @pytest.fixture
 def shots(tmp_path):
-    if not _has_playwright():
-        pytest.skip("needs node, playwright-core on NODE_PATH and chromium")
-    out = pathlib.Path(os.environ.get("LAYOUT_SHOTS_DIR") or tmp_path / "shots")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return shots_dir(tmp_path, "LAYOUT_SHOTS_DIR")
 
 
 def test_the_box_editor_keeps_its_size_when_a_box_is_clicked_and_lists_no_stray_property(shots):

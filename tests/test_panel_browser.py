@@ -14,37 +14,23 @@ Screenshots go to ``PANEL_SHOTS_DIR`` (default: pytest's tmp folder): look at th
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import shutil
 import subprocess
 
 import pytest
+from browser_checks import shots_dir
 from test_status_comfyui import COND, WEIGHTS, expected_layers, panel_server
 
 pytestmark = pytest.mark.comfyui
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "browser" / "gemm_panel_shots.mjs"
-CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 OURS = ("Ideogram4Int8Loader", "Ideogram4Int8Sampler")
-
-
-def _has_playwright() -> bool:
-    node = shutil.which("node")
-    if not node or not pathlib.Path(CHROMIUM).exists():
-        return False
-    probe = subprocess.run([node, "-e", "require.resolve('playwright-core')"], capture_output=True, timeout=30)
-    return probe.returncode == 0
 
 
 @pytest.fixture
 def shots(tmp_path):
-    if not _has_playwright():
-        pytest.skip("needs node, playwright-core on NODE_PATH and chromium")
-    out = pathlib.Path(os.environ.get("PANEL_SHOTS_DIR") or tmp_path / "shots")
-    out.mkdir(parents=True, exist_ok=True)
-    return out
+    return shots_dir(tmp_path, "PANEL_SHOTS_DIR")
 
 
 def _shoot(server, out: pathlib.Path, name: str, phase: str, options: dict | None = None) -> dict:

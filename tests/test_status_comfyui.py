@@ -84,12 +84,13 @@ def expected_layers():
 
 
 @contextlib.contextmanager
-def panel_server(env: dict[str, str] | None = None):
-    """A real ComfyUI with the pack, the test pack and the synthetic files; stopped on exit."""
+def panel_server(env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
+    """A real ComfyUI with the pack, the test pack and the synthetic files (``args``: more of ComfyUI's command-line
+    options); stopped on exit."""
     from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer
 
     server = ComfyUIServer(packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": TEST_PACK}, setup=setup_files,
-                           env={**CLEAN_ENV, **(env or {})})  # fmt: skip
+                           env={**CLEAN_ENV, **(env or {})}, args=args)  # fmt: skip
     server.start()
     try:
         assert server.import_failures() == [], server.log_tail()

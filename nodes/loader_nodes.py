@@ -21,6 +21,7 @@ from ..ideogram4.errors import CheckpointError
 from ..ideogram4.load_plan import branch_report, format_summary, plan_branches
 from . import ffn_fusion
 from .native_model import COMPUTE_DTYPES, build_native_model, node_id_of, publish, resolve_compute_dtype
+from .streaming_patcher import streaming_summary
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -218,8 +219,7 @@ class Ideogram4Int8Loader(io.ComfyNode):
                 kernels.REGISTRY.clear(model=src.branch)
             models.clear()
             raise
-        notes = ["model management: legacy ModelPatcher (DynamicVRAM off for these MODELs); LoRA merged in full-load "
-                 "mode stays INT8 (requantized), in lowvram mode it runs as a float GEMM (labelled in the panel)",
+        notes = [streaming_summary(models),
                  getattr(models[0], "ideogram4_attention", "attention: ComfyUI's own")]
         summary = format_summary(reports, notes)
         log.info("%s\n%s", NODE_NAME, summary)

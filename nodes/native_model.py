@@ -5,11 +5,13 @@ The model is ComfyUI's own ``model_base.Ideogram4`` / ``Ideogram4Transformer2DMo
 a normal Ideogram 4 model — built with the pack's custom operations (``int8_ops.make_ops``). The
 state dict is converted to ComfyUI's comfy_quant form without copying a weight.
 
-Model management: a plain (non-dynamic) ``ModelPatcher``. ComfyUI's DynamicVRAM applies LoRA
-patches to the dequantized stored weight inside its streaming code, where the pack's op cannot
-undo the SmoothQuant scaling first; the legacy patcher's full-load, lowvram/offload and LoRA paths
-all go through the op (see ``int8_ops``). ``cached_patcher_init`` is set so clones and multi-GPU
-deep clones rebuild the model from its source.
+Model management: ``streaming_patcher.Ideogram4ModelPatcher``, ComfyUI's legacy (non-dynamic)
+ModelPatcher whose partial loads stream whole blocks of int8 weights from pinned host memory behind
+compute. ComfyUI's DynamicVRAM applies LoRA patches to the dequantized stored weight inside its
+streaming code, where the pack's op cannot undo the SmoothQuant scaling first, and it casts each
+layer when called; the pack's patcher keeps ComfyUI's loading decisions and LoRA patches and runs
+every layer, streamed or resident, through the op (see ``int8_ops``). ``cached_patcher_init`` is set
+so clones and multi-GPU deep clones rebuild the model from its source.
 
 Two things are added to the model without changing its modules or keys: each block's FFN runs w1|w3 as one fused
 call where it can (``ffn_fusion``), and every forward checks that each quantized linear ran through the pack's op
@@ -23,7 +25,6 @@ import os
 
 import comfy.model_base
 import comfy.model_management
-import comfy.model_patcher
 import comfy.supported_models
 import torch
 
@@ -34,6 +35,7 @@ from ..ideogram4.errors import CheckpointError
 from . import ffn_fusion, op_coverage
 from .attention_override import install as install_attention
 from .int8_ops import declare_sites, label_sites, link_folds, make_ops
+from .streaming_patcher import Ideogram4ModelPatcher
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -110,7 +112,7 @@ def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dt
         ffn_fusion.install(model.diffusion_model)  # first: label_sites also names the gate/up pairs' model
         label_sites(model.diffusion_model, label, gemm_path)
         op_coverage.install(model.diffusion_model, label)
-        patcher = comfy.model_patcher.ModelPatcher(model, load_device=load_device, offload_device=offload_device)
+        patcher = Ideogram4ModelPatcher(model, load_device=load_device, offload_device=offload_device)
         patcher.ideogram4_attention = install_attention(patcher.model_options)
         if offload_device.type != "cpu":
             model.to(offload_device)

@@ -1,0 +1,419 @@
+"""The pack's ModelPatcher: ComfyUI's loading decisions, with the weights that do not fit streamed behind compute.
+
+ComfyUI decides how many bytes of a MODEL may sit on the card (``load_models_gpu`` → ``partially_load`` →
+``load(lowvram_model_memory=...)``, ``partially_unload`` when another model needs room). Its legacy partial load
+then casts every offloaded layer when it is called: the copy stream first waits for all compute queued so far
+(``model_management.get_offload_stream``), and the compute waits for the copy, so copies and compute take turns.
+That was 7.8x the resident step on an emulated 16 GB card (DESIGN.md §9).
+
+Here the same budget is honoured block by block (``ideogram4.streaming``): the blocks that fit stay resident, the
+others keep their big weights (int8 stays int8, protected bf16 stays bf16) in pinned host memory and stream through
+reused device slots, queued a block ahead on a copy stream of their own. The streamed layers run the same fused
+kernels on the slot as a resident layer on its weight, so the latent is the resident run's bit for bit.
+
+* LoRA: a streamed layer's patches are merged once, on the load device, into its host copy (the original is kept in
+  ComfyUI's backup and restored on unpatch), so it streams merged and stays INT8, as a resident layer's merge does.
+* Two MODELs on one card (Ideogram 4's two branches): ComfyUI gives the first model loaded all it asks for and the
+  second the rest, so one pass would stream almost everything and the other nothing. Both passes hide their copies
+  best when each streams its share, so a load that must stream rebalances the pack's other loaded MODELs on the
+  card to shares proportional to their sizes (the sum ComfyUI allowed is kept).
+* Pinned memory goes through ComfyUI's ``pin_memory`` (bounded by its ``MAX_PINNED_MEMORY``); a tensor it will not
+  pin streams from pageable memory, labelled as such.
+* ``IDEOGRAM4_INT8_STREAM=0`` keeps ComfyUI's own partial load (for comparisons).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+
+import comfy.model_management
+import comfy.model_patcher
+import torch
+from comfy.quant_ops import QuantizedTensor
+
+from .. import kernels
+from ..ideogram4 import streaming
+
+log = logging.getLogger("comfyui_ideogram4_int8")
+
+ENV_STREAM = "IDEOGRAM4_INT8_STREAM"  # "0": ComfyUI's own partial load instead of block streaming
+ENV_SLOTS = "IDEOGRAM4_INT8_STREAM_SLOTS"  # device slots per model (default 2)
+NOTE_KIND = "streaming"
+_ON_DEVICE: weakref.WeakSet = weakref.WeakSet()  # patchers whose model has weights on a device
+
+
+def streaming_enabled() -> bool:
+    return os.environ.get(ENV_STREAM, "1").strip() != "0"
+
+
+def slot_count() -> int:
+    try:
+        return max(1, int(os.environ.get(ENV_SLOTS, "2")))
+    except ValueError:
+        return 2
+
+
+def _blocks(model) -> list[torch.nn.Module]:
+    return list(getattr(model.diffusion_model, "layers", []))
+
+
+def _streamable(block: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """The block's linears whose weights stream: the pack's Linears (int8, or protected bf16)."""
+    return [(n, m) for n, m in block.named_modules() if getattr(m, "ideogram4_int8", False) and m.weight is not None]
+
+
+def _weight_bytes(m) -> int:
+    w = m.weight
+    data = w._qdata if isinstance(w, QuantizedTensor) else w
+    return data.numel() * data.element_size()
+
+
+def _host_data(w) -> torch.Tensor:
+    return w._qdata if isinstance(w, QuantizedTensor) else w.data
+
+
+class _ModelStream:
+    """The streaming state of one diffusion model: plan, host weights, device views, hooks, streamer."""
+
+    def __init__(self, patcher, device: torch.device, plan: streaming.ResidencyPlan):
+        self.device = device
+        self.plan = plan
+        self.label = _label(patcher.model)
+        self.pinned: list[torch.Tensor] = []
+        self.hooks = []
+        blocks = _blocks(patcher.model)
+        units = [self._unit(i, blocks[i]) for i in plan.streamed]
+        self.streamer = streaming.BlockStreamer(units, device, plan.slots, plan.slot_bytes)
+        for i in plan.streamed:
+            self.hooks.append(blocks[i].register_forward_pre_hook(_Before(self.streamer, i)))
+            self.hooks.append(blocks[i].register_forward_hook(_After(self.streamer, i, self)))
+
+    def _unit(self, index: int, block) -> streaming.StreamUnit:
+        modules = [m for _, m in _streamable(block)]
+        hosts = [m.weight for m in modules]
+        cache: dict[int, list] = {}
+
+        def device_params(views):
+            key = id(views)
+            if key not in cache:
+                out = []
+                for host, view in zip(hosts, views, strict=True):
+                    if isinstance(host, QuantizedTensor):
+                        t = QuantizedTensor(view, host._layout_cls, host._params.to_device(self.device))
+                    else:
+                        t = view
+                    out.append(torch.nn.Parameter(t, requires_grad=False))
+                cache[key] = out
+            return cache[key]
+
+        def bind(views):
+            for m, p in zip(modules, device_params(views), strict=True):
+                m._parameters["weight"] = p
+                m.comfy_cast_weights = False
+
+        def unbind():
+            for m, host in zip(modules, hosts, strict=True):
+                m._parameters["weight"] = host
+                m.comfy_cast_weights = True  # a stray call outside the block casts through ComfyUI: slow, correct
+
+        data = [_host_data(h) for h in hosts]
+        pinned = [d.is_pinned() for d in data]
+        for m in modules:
+            m.comfy_cast_weights = True
+        return streaming.StreamUnit(index, data, bind, unbind, pinned)
+
+    def note(self) -> str:
+        p, s = self.plan, self.streamer.stats
+        text = (
+            f"low-VRAM streaming: {p.device_bytes / streaming.GIB:.2f} GiB on the card "
+            f"({len(p.resident)} blocks resident, {len(p.streamed)} streamed through {p.slots} slots), "
+            f"{p.streamed_bytes / streaming.GIB:.2f} GiB int8/bf16 weights from host memory per forward"
+        )
+        if s.forwards:
+            hidden = "hidden behind compute" if s.hidden else f"not hidden: compute waited {s.wait_ms:.1f} ms"
+            text += f"; copies {s.copy_ms:.1f} ms per forward, {hidden}"
+        if s.pageable:
+            text += f"; {s.pageable} tensors from pageable memory (pinned-memory limit reached)"
+        return text
+
+    def publish(self) -> None:
+        if self.label:
+            kernels.REGISTRY.set_model_note(self.label, NOTE_KIND, self.note())
+
+    def stop(self) -> None:
+        self.streamer.drain()
+        for h in self.hooks:
+            h.remove()
+        self.hooks.clear()
+        if self.label:
+            kernels.REGISTRY.set_model_note(self.label, NOTE_KIND, None)
+
+
+class _Before:
+    def __init__(self, streamer, index):
+        self.streamer, self.index = streamer, index
+
+    def __call__(self, module, args):
+        self.streamer.before(self.index)
+
+
+class _After:
+    def __init__(self, streamer, index, stream):
+        self.streamer, self.index, self.stream = streamer, index, stream
+        self.last = index == stream.plan.streamed[-1]
+
+    def __call__(self, module, args, output):
+        self.streamer.after(self.index)
+        if self.last:
+            self.stream.publish()
+
+
+def _label(model) -> str | None:
+    for m in model.diffusion_model.modules():
+        site = getattr(m, "site", None) if getattr(m, "ideogram4_int8", False) else None
+        if site:
+            return site.split("/", 1)[0]
+    return None
+
+
+class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
+    """ComfyUI's (legacy) ModelPatcher whose partial loads stream whole blocks behind compute (module docstring).
+
+    The streaming state lives on the model (``model.ideogram4_stream``), which clones of this patcher share."""
+
+    # -- what streams -------------------------------------------------------------------------------------------------
+    def _block_bytes(self) -> list[int]:
+        return [sum(_weight_bytes(m) for _, m in _streamable(b)) for b in _blocks(self.model)]
+
+    def _streams_on(self, device) -> bool:
+        device = torch.device(device) if device is not None else None
+        forced = getattr(self.model, "ideogram4_stream_any_device", False)  # tests: the plan on a CPU
+        return device is not None and (device.type == "cuda" or forced) and streaming_enabled() and bool(
+            _blocks(self.model))  # fmt: skip
+
+    def stream_plan(self, budget: float) -> streaming.ResidencyPlan:
+        blocks = self._block_bytes()
+        fixed = self.model_size() - sum(blocks)
+        return streaming.plan_residency(blocks, fixed, budget, slot_count())
+
+    def streaming_minimum(self) -> int:
+        blocks = self._block_bytes()
+        return streaming.minimum_bytes(blocks, self.model_size() - sum(blocks), slot_count())
+
+    @property
+    def stream(self) -> _ModelStream | None:
+        return getattr(self.model, "ideogram4_stream", None)
+
+    # -- ComfyUI's interfaces -----------------------------------------------------------------------------------------
+    def _load_list(self, *args, **kwargs):
+        loading = super()._load_list(*args, **kwargs)
+        skip = getattr(self.model, "ideogram4_streamed_modules", None)
+        if not skip:
+            return loading
+        return [x for x in loading if x[-3] not in skip]
+
+    def load(self, device_to=None, lowvram_model_memory=0, force_patch_weights=False, full_load=False):
+        budget = lowvram_model_memory
+        if self._streams_on(device_to):
+            _ON_DEVICE.add(self)
+        if full_load or not self._streams_on(device_to) or budget <= 0 or budget >= 1e30:
+            self._to_resident(device_to)
+            return super().load(device_to, lowvram_model_memory, force_patch_weights, full_load)
+        budget += self._rebalance(device_to, budget)
+        plan = self.stream_plan(budget)  # InsufficientVRAMError names the minimum
+        if not plan.streamed:
+            self._to_resident(device_to)
+            return super().load(device_to, lowvram_model_memory=1e32, force_patch_weights=force_patch_weights)
+        self._apply(device_to, plan)
+        return None
+
+    def partially_unload(self, device_to, memory_to_free=0, force_patch_weights=False):
+        device = self.load_device
+        if not self._streams_on(device) or self.model.model_loaded_weight_memory <= 0:
+            return super().partially_unload(device_to, memory_to_free, force_patch_weights)
+        before = self.model.model_loaded_weight_memory
+        try:
+            plan = self.stream_plan(before - memory_to_free)
+        except streaming.InsufficientVRAMError:
+            return 0  # ComfyUI unloads the whole model instead
+        if not plan.streamed:
+            return 0
+        self._apply(device, plan)
+        freed = before - self.model.model_loaded_weight_memory
+        log.info("ideogram4-int8: %s unloaded partially to %s (%.2f GiB freed)", self.stream.label or "model",
+                 plan.describe(), freed / streaming.GIB)  # fmt: skip
+        return freed
+
+    def unpatch_model(self, device_to=None, unpatch_weights=True):
+        if unpatch_weights:
+            self._stop_stream(release=True)
+        return super().unpatch_model(device_to, unpatch_weights)
+
+    # -- moving blocks ------------------------------------------------------------------------------------------------
+    def _apply(self, device, plan: streaming.ResidencyPlan) -> None:
+        """Make ``plan`` true: streamed blocks' weights on the host (LoRA merged), everything else on ``device``."""
+        device = torch.device(device)
+        old = self.stream
+        if old is not None and old.plan.streamed == plan.streamed and old.device == device:
+            return
+        with self.use_ejected():
+            self._stop_stream()
+            blocks = _blocks(self.model)
+            streamed = set(plan.streamed)
+            for i, block in enumerate(blocks):  # what leaves the card first, so what comes in finds room
+                if i in streamed:
+                    for name, m in _streamable(block):
+                        self._stream_module(f"diffusion_model.layers.{i}.{name}", m, device)
+            names = {f"diffusion_model.layers.{i}.{n}" for i in streamed for n, _ in _streamable(blocks[i])}
+            for i, block in enumerate(blocks):
+                if i not in streamed:
+                    for _, m in _streamable(block):
+                        self._unstream_module(m, device)
+            self.model.ideogram4_streamed_modules = names
+            super().load(device, lowvram_model_memory=1e32, force_patch_weights=False)  # the rest, resident
+            stream = _ModelStream(self, device, plan)
+            self.model.ideogram4_stream = stream
+            self.model.model_lowvram = True  # ComfyUI offers more memory later (partially_load) instead of skipping
+            self.model.model_loaded_weight_memory = plan.device_bytes
+            _ON_DEVICE.add(self)
+        stream.publish()
+        log.info("ideogram4-int8: %s %s", stream.label or "model", plan.describe())
+
+    def _stream_module(self, key: str, m, device) -> None:
+        """``m``'s weight to pinned host memory (LoRA merged on ``device`` first); its small tensors on ``device``."""
+        weight_key, bias_key = f"{key}.weight", f"{key}.bias"
+        if not getattr(m, "comfy_patched_weights", False):
+            if weight_key in self.patches:
+                self.patch_weight_to_device(weight_key, device_to=device)
+            if m.bias is not None:
+                self.patch_weight_to_device(bias_key, device_to=device)
+            m.comfy_patched_weights = True
+        w = m.weight
+        if w.device.type != "cpu" or not _host_data(w).is_pinned():
+            host = w.to("cpu") if w.device.type != "cpu" else w
+            data = _host_data(host)
+            if data.is_contiguous() and comfy.model_management.pin_memory(data):
+                self._pinned().append(data)
+            m._parameters["weight"] = torch.nn.Parameter(host, requires_grad=False)
+        for name, p in list(m._parameters.items()):
+            if name != "weight" and p is not None and p.device != device:
+                m._parameters[name] = torch.nn.Parameter(p.data.to(device), requires_grad=False)
+        for name, b in list(m._buffers.items()):
+            if b is not None and b.device != device:
+                m._buffers[name] = b.to(device)
+
+    def _unstream_module(self, m, device) -> None:
+        """A formerly streamed ``m`` back on ``device`` as a resident layer (its host copy already merged)."""
+        w = m.weight
+        if w.device.type == "cpu" and getattr(m, "comfy_patched_weights", False):
+            self._unpin(_host_data(w))
+            m._parameters["weight"] = torch.nn.Parameter(w.to(device), requires_grad=False)
+            m.comfy_cast_weights = False
+
+    def _to_resident(self, device) -> None:
+        """Streaming ends: streamed layers come back to ``device`` as resident layers."""
+        if self.stream is not None:
+            self._stop_stream(move_to=device)
+
+    def _stop_stream(self, move_to=None, release: bool = False) -> None:
+        """Remove the hooks and slots. ``move_to``: bring the streamed weights to that device; ``release``: unpin
+        every host copy (before ComfyUI restores or drops them); neither: they stay pinned for the next plan."""
+        stream = self.stream
+        if stream is not None:
+            stream.stop()
+            self.model.ideogram4_stream = None
+            names = getattr(self.model, "ideogram4_streamed_modules", None) or set()
+            self.model.ideogram4_streamed_modules = None
+            modules = dict(self.model.named_modules())
+            for name in names:
+                m = modules.get(name)
+                if m is not None and move_to is not None and torch.device(move_to).type != "cpu":
+                    self._unstream_module(m, move_to)
+                elif m is not None:
+                    m.comfy_cast_weights = False
+        if release:
+            for t in self._pinned():
+                comfy.model_management.unpin_memory(t)
+            self._pinned().clear()
+            _ON_DEVICE.discard(self)
+
+    def _pinned(self) -> list:
+        if not hasattr(self.model, "ideogram4_pinned"):
+            self.model.ideogram4_pinned = []
+        return self.model.ideogram4_pinned
+
+    def _unpin(self, data: torch.Tensor) -> None:
+        pinned = self._pinned()
+        for k, t in enumerate(pinned):
+            if t is data:
+                comfy.model_management.unpin_memory(t)
+                pinned.pop(k)
+                return
+
+    def _rebalance(self, device, budget: float) -> float:
+        """Shrink the pack's other MODELs on ``device`` to their share of the memory they and this load were given;
+        returns the bytes freed for this load."""
+        others = [p for p in list(_ON_DEVICE) if p.model is not self.model and p.load_device == self.load_device
+                  and p.model.model_loaded_weight_memory > 0 and p._streams_on(device)]  # fmt: skip
+        if not others:
+            return 0
+        pool = budget + sum(p.model.model_loaded_weight_memory for p in others)
+        sizes = self.model_size() + sum(p.model_size() for p in others)
+        freed = 0
+        for p in others:
+            share = pool * p.model_size() / sizes
+            if p.model.model_loaded_weight_memory > share:
+                freed += p.partially_unload(p.offload_device, p.model.model_loaded_weight_memory - share)
+        return freed
+
+    def detach(self, unpatch_all=True):
+        out = super().detach(unpatch_all)
+        if unpatch_all:
+            _ON_DEVICE.discard(self)
+        return out
+
+
+def streaming_summary(models) -> str:
+    """The loader summary's line: how ComfyUI's budget will be met on this card (a prediction from the free memory
+    now; the panel shows what happened once sampling ran)."""
+    patchers = [m for m in models if isinstance(m, Ideogram4ModelPatcher)]
+    if not patchers:
+        return "model management: ComfyUI's ModelPatcher"
+    head = ("model management: ComfyUI decides what stays on the card; blocks that do not fit stream from pinned "
+            "host memory behind compute (int8 stays int8, LoRA merged)")  # fmt: skip
+    device = patchers[0].load_device
+    if not streaming_enabled():
+        return f"model management: ComfyUI's own partial load ({ENV_STREAM}=0)"
+    if torch.device(device).type != "cuda":
+        return f"{head}; on {torch.device(device).type} nothing streams"
+    total = sum(p.model_size() for p in patchers)
+    free = comfy.model_management.get_free_memory(device) - comfy.model_management.minimum_inference_memory()
+    free += sum(p.model.model_loaded_weight_memory for p in patchers)
+    minimum = sum(p.streaming_minimum() for p in patchers)
+    line = (f"{head}. Weights {total / streaming.GIB:.1f} GiB; streaming needs at least "
+            f"{minimum / streaming.GIB:.1f} GiB for them")
+    if free >= total:
+        return f"{line}; this card has room for all of them ({free / streaming.GIB:.1f} GiB free)"
+    if free < minimum:
+        return f"{line}; this card has {max(free, 0) / streaming.GIB:.1f} GiB free: too little (free VRAM first)"
+    plans = [p.stream_plan(free * p.model_size() / total) for p in patchers]
+    crossing = sum(x.streamed_bytes for x in plans)
+    return (f"{line}; with {free / streaming.GIB:.1f} GiB free now, about {crossing / streaming.GIB:.1f} GiB cross "
+            "per step (the panel shows the measured copies after sampling)")
+
+
+def stream_report(model) -> dict | None:
+    """The streaming state of a MODEL for the panel and benchmarks (None when nothing streams)."""
+    stream = getattr(getattr(model, "model", None), "ideogram4_stream", None)
+    if stream is None:
+        return None
+    p = stream.plan
+    return {"resident_blocks": len(p.resident), "streamed_blocks": len(p.streamed), "slots": p.slots,
+            "gib_on_card": round(p.device_bytes / streaming.GIB, 3),
+            "gib_streamed_per_forward": round(p.streamed_bytes / streaming.GIB, 3),
+            **stream.streamer.stats.as_dict()}  # fmt: skip
+
+
+__all__ = ["Ideogram4ModelPatcher", "stream_report", "streaming_summary", "streaming_enabled", "ENV_STREAM"]

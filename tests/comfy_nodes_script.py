@@ -747,8 +747,6 @@ def check_bad_inputs():
         weights="i4_nobase.safetensors", unconditional_weights=loader_nodes.SAME_FILE,
         base="i4_base_conditional.safetensors", unconditional_base="i4_base_unconditional.safetensors",
         compute_dtype="fp32", gemm_path="auto"))
-    errors["validate_inputs"] = sampler_nodes.Ideogram4Int8Sampler.validate_inputs(width=1000, height=1024)
-    errors["validate_inputs_ok"] = sampler_nodes.Ideogram4Int8Sampler.validate_inputs(width=1024, height=512)
     return errors
 
 
@@ -1302,10 +1300,116 @@ def check_compile():
         sampler_nodes.own_model_options = fixed
     return res
 
+
+def _streaming_budget(patcher, streamed_blocks):
+    """A weight budget under which ``patcher``'s plan streams exactly ``streamed_blocks`` blocks."""
+    sizes = patcher._block_bytes()
+    fixed = patcher.model_size() - sum(sizes)
+    budget = fixed + sum(sizes)
+    step = max(1024, budget // 4000)
+    while budget > 0:
+        budget -= step
+        try:
+            plan = patcher.stream_plan(budget)
+        except Exception:  # noqa: BLE001
+            break
+        if len(plan.streamed) == streamed_blocks:
+            return budget
+    raise AssertionError(f"no budget streams {streamed_blocks} blocks")
+
+
+def check_streaming():
+    """Low-VRAM streaming (nodes.streaming_patcher) with CPU copies: ComfyUI's partial-load budget met block by
+    block; the streamed model computes what the resident one does, bit for bit, through the same paths; LoRA merged
+    into the streamed copy; partially_unload streams more; unpatch restores; the pack's two MODELs rebalance."""
+    from comfyui_ideogram4_int8.ideogram4 import streaming
+    from comfyui_ideogram4_int8.nodes import ffn_fusion, streaming_patcher
+
+    write_all()
+    cond, uncond, _ = load("i4_w8a8.safetensors")
+    x, ctx, sigma, mask = inputs()
+    res = {"patcher": type(cond).__name__}
+    dm = cond.model.diffusion_model
+    with torch.no_grad():
+        full = dm(x, sigma, context=ctx)
+    paths_resident = {r.layer: r.path for r in kernels.REGISTRY.layers("conditional")}
+    before_sd = {k: (v._qdata if isinstance(v, QuantizedTensor) else v).clone() for k, v in dm.state_dict().items()}
+    cpu = torch.device("cpu")
+    for m in (cond, uncond):
+        m.model.ideogram4_stream_any_device = True  # the CPU stands in for the card (copies in place)
+    budget = _streaming_budget(cond, 3)
+    cond.patch_model(device_to=cpu, lowvram_model_memory=budget)
+    stream = cond.model.ideogram4_stream
+    res["streamed"] = list(stream.plan.streamed)
+    res["loaded_within_budget"] = cond.model.model_loaded_weight_memory <= budget
+    res["model_lowvram"] = cond.model.model_lowvram
+    kernels.REGISTRY.clear(model="conditional")
+    with torch.no_grad():
+        outs = [dm(x, sigma, context=ctx) for _ in range(3)]
+    res["max_abs_vs_resident"] = max((o - full).abs().max().item() for o in outs)
+    paths = {r.layer: r.path for r in kernels.REGISTRY.layers("conditional")}
+    streamed_layers = [k for k in paths if k.startswith(f"layers.{stream.plan.streamed[0]}.")]
+    res["streamed_layers_recorded"] = len(streamed_layers)
+    res["same_paths"] = all(paths[k] == paths_resident[k] for k in streamed_layers)
+    ff = dm.layers[stream.plan.streamed[0]].feed_forward
+    res["streamed_ffn_fused_calls"] = ff.fused_calls if isinstance(ff, ffn_fusion.GateUpFeedForward) else None
+    res["unbound_after_forward"] = dm.layers[stream.plan.streamed[0]].attention.qkv.weight._qdata.data_ptr() not in {
+        b.data_ptr() for b in stream.streamer.buffers}
+    res["mispredicted"] = stream.streamer.stats.mispredicted
+    res["note"] = kernels.REGISTRY.model_notes("conditional").get(streaming_patcher.NOTE_KIND)
+    res["report"] = streaming_patcher.stream_report(cond)
+    # ComfyUI asks for memory back: more blocks stream, the output stays
+    target = _streaming_budget(cond, 4)
+    freed = cond.partially_unload(cpu, memory_to_free=cond.model.model_loaded_weight_memory - target)
+    res["freed_positive"] = freed > 0
+    res["streamed_after_unload"] = len(cond.model.ideogram4_stream.plan.streamed)
+    with torch.no_grad():
+        res["max_abs_after_unload"] = (dm(x, sigma, context=ctx) - full).abs().max().item()
+    cond.unpatch_model(cpu)
+    res["stream_after_unpatch"] = cond.stream is None
+    # LoRA on a streamed layer: merged into the host copy, equal to the same patch merged in a full load
+    lora = cond.clone()
+    key = f"diffusion_model.layers.{cond.stream_plan(budget).streamed[0]}.attention.qkv.weight"
+    real = dm.layers[0].attention.qkv.weight.dequantize()
+    patch = torch.randn(real.shape, generator=G) * 0.3 * real.float().std()
+    lora.add_patches({key: (patch,)}, 1.0)
+    lora.patch_model(device_to=cpu, lowvram_model_memory=0)  # full load: merged, requantized
+    with torch.no_grad():
+        want = lora.model.diffusion_model(x, sigma, context=ctx)
+    lora.unpatch_model(cpu)
+    lora.patch_model(device_to=cpu, lowvram_model_memory=budget)
+    res["lora_streamed"] = key.split(".")[2] in [str(i) for i in lora.model.ideogram4_stream.plan.streamed]
+    with torch.no_grad():
+        got = lora.model.diffusion_model(x, sigma, context=ctx)
+    res["lora_max_abs_vs_full_load"] = (got - want).abs().max().item()
+    res["lora_changed_output"] = (want - full).abs().max().item()
+    lora.unpatch_model(cpu)
+    after_sd = dm.state_dict()
+    res["restored_after_unpatch"] = all(
+        torch.equal((after_sd[k]._qdata if isinstance(after_sd[k], QuantizedTensor) else after_sd[k]), v)
+        for k, v in before_sd.items())
+    # the pack's two MODELs on one card: the second load rebalances the first to its share
+    uncond.patch_model(device_to=cpu, lowvram_model_memory=uncond.model_size() * 2)
+    res["uncond_first_resident"] = uncond.stream is None
+    cond.patch_model(device_to=cpu, lowvram_model_memory=_streaming_budget(cond, 4))
+    res["uncond_streams_after_rebalance"] = uncond.stream is not None
+    res["cond_streamed_after_rebalance"] = len(cond.model.ideogram4_stream.plan.streamed)
+    with torch.no_grad():
+        res["max_abs_rebalanced"] = (dm(x, sigma, context=ctx) - full).abs().max().item()
+    cond.unpatch_model(cpu)
+    uncond.unpatch_model(cpu)
+    try:
+        cond.stream_plan(1)
+        res["insufficient"] = None
+    except streaming.InsufficientVRAMError as exc:
+        res["insufficient"] = str(exc)
+    return res
+
+
 CHECKS = {"parity": check_parity, "sampler": check_sampler, "interrupt": check_interrupt, "lora": check_lora,
           "smooth": check_smooth, "offload": check_offload, "patch": check_patch, "bad_inputs": check_bad_inputs,
           "hooks": check_hooks, "gate_up": check_gate_up, "gate_up_lora": check_gate_up_lora,
-          "coverage": check_coverage, "compile": check_compile}
+          "coverage": check_coverage, "compile": check_compile, "streaming": check_streaming}
 
 try:
     result = CHECKS[check]()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from comfyui_ideogram4_int8.ideogram4 import streaming
 
 MIB = 2**20

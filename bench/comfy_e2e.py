@@ -75,8 +75,21 @@ def _parse(argv):
     p.add_argument("--out", default=None, help="JSON results file")
     p.add_argument("--compile", default="", help=f"comma list of {list(COMPILE_MODES)}: also run each peer "
                    "compiled that way (ComfyUI's TorchCompileModel)")  # fmt: skip
+    p.add_argument("--vram", default="", help="comma list of card sizes to emulate, in GiB (0: the whole GPU): "
+                   "each peer runs once per size, each run in a process of its own (a hard cap: the rest of the "
+                   "GPU is taken before ComfyUI starts, so its loading decisions and every allocation see that card)")
+    p.add_argument("--setup", default="server", choices=("server", "plain"), help="server (default): ComfyUI's "
+                   "model management as main.py sets it up (DynamicVRAM through comfy-aimdo where it initializes, "
+                   "async offload); plain: ComfyUI imported as a library")
+    p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # JSON of one run (peer, cap, files)
     a = p.parse_args(argv)
     a.peers = [x for x in a.peers.split(",") if x]
+    try:
+        a.vram = [float(x) for x in a.vram.split(",") if x.strip()]
+    except ValueError:
+        p.error("--vram: a comma list of GiB numbers, e.g. 0,24,16,12,8")
+    if any(v < 0 or (0 < v < 4) for v in a.vram):
+        p.error("--vram: each size is 0 (the whole GPU) or at least 4 GiB")
     a.compile = [x for x in a.compile.split(",") if x]
     if [x for x in a.compile if x not in COMPILE_MODES]:
         p.error(f"--compile: choose from {list(COMPILE_MODES)}")
@@ -256,6 +269,14 @@ def _peak_gib() -> float | None:
 
 def run(argv=None) -> dict:
     a = _parse(argv)
+    if a.child:
+        from . import comfy_cards
+
+        return comfy_cards.child(a)
+    if a.vram:
+        from . import comfy_cards
+
+        return comfy_cards.parent(a)
     if not torch.cuda.is_available() and a.config == "full" and not (a.layers and a.size):
         raise SystemExit("the ComfyUI end-to-end benchmark needs a CUDA GPU (CPU smoke runs: --config demo, or "
                          "--layers and --size)")

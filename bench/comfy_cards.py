@@ -1,0 +1,353 @@
+"""``comfy_e2e --vram``: the peers on the cards users own, each run in a process of its own.
+
+    COMFYUI_DIR=... python -m comfyui_ideogram4_int8.bench.comfy_e2e --workdir /tmp/i4 --vram 0,24,16,12,8 \\
+        --peers ours-w8a8,native-fp8 --steps 6 --out results.json
+
+The parent writes each layout's synthetic files once and starts one child process per (peer, card size), so no
+peer's allocator state, compiled kernels or pinned memory reaches another. A child:
+
+* sets ComfyUI's model management up as its server does (``--setup server``): comfy-aimdo's DynamicVRAM where it
+  initializes on this machine (``control.init`` before ComfyUI's model management is imported, ``init_devices``
+  after, the server's per-node clean-up between loading and sampling) and async offload; the result says whether
+  DynamicVRAM came up and why not;
+* emulates a card of ``--vram`` GiB with a hard cap: right after CUDA starts it takes everything above the card's
+  size (its own CUDA context counted in) as one allocation, so ComfyUI's loading decisions read that card's free
+  memory and nothing in the process can allocate past it;
+* loads both branches, warms up 2 steps, samples ``--steps`` steps, and reports min / median of the per-step times
+  (a device synchronization at each step's callback), the peak device memory (context included), the bytes the
+  pack streamed per step, its copy time and whether the copies were hidden, and the pinned host→device bandwidth.
+
+The parent adds per card size: the ratio to the pack's resident run (size 0), the ratio to each native peer at the
+same size, and a floor: max(resident step, bytes streamed per step / pinned bandwidth).
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+GIB = 1024**3
+NATIVE = ("native-bf16", "native-fp8", "native-fp8-fast", "native-int8-convrot")
+
+
+# -- parent ------------------------------------------------------------------------------------------------------------
+def parent(a) -> dict:
+    from ..ideogram4.config import Ideogram4Config
+    from . import comfy_e2e as e2e
+
+    config = Ideogram4Config.full()
+    if a.layers:
+        import dataclasses
+
+        config = dataclasses.replace(config, num_layers=a.layers)
+    workdir = pathlib.Path(a.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = {"info": {"command": "python -m comfyui_ideogram4_int8.bench.comfy_e2e " + " ".join(sys.argv[1:]),
+                       "layers": config.num_layers, "size": f"{a.size or e2e.WIDTH}x{a.size or e2e.WIDTH}",
+                       "steps": a.steps, "setup": a.setup, "vram_gib": a.vram}, "runs": {}}  # fmt: skip
+    for layout in e2e.LAYOUTS:
+        peers = [p for p in a.peers if e2e.PEERS[p][0] == layout]
+        if not peers:
+            continue
+        files = e2e._write_layout(layout, config, workdir, a.seed)
+        try:
+            for peer in peers:
+                for cap in a.vram:
+                    name = f"{peer}@{_cap_name(cap)}"
+                    entry = _spawn(a, peer, cap, files)
+                    result["runs"][name] = entry
+                    for key in ("gpu", "torch", "triton", "comfyui", "pinned_gib_s", "pageable_gib_s"):
+                        if key in entry and key not in result["info"]:
+                            result["info"][key] = entry[key]
+                    print(f"[{name}] {json.dumps(entry)[:900]}", flush=True)
+                    if a.out:
+                        pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
+        finally:
+            for f in set(files.values()):
+                f.unlink(missing_ok=True)
+    ratios(result)
+    compare_latents(result, a.latents)
+    print_table(result)
+    if a.out:
+        pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
+    return result
+
+
+def _cap_name(cap: float) -> str:
+    return "resident" if not cap else f"{cap:g}GB"
+
+
+def _spawn(a, peer: str, cap: float, files: dict) -> dict:
+    job = {"peer": peer, "cap": cap, "files": {b: str(p) for b, p in files.items()}}
+    cmd = [sys.executable, "-m", "comfyui_ideogram4_int8.bench.comfy_e2e", "--workdir", a.workdir,
+           "--comfyui", a.comfyui, "--steps", str(a.steps), "--seed", str(a.seed), "--setup", a.setup,
+           "--child", json.dumps(job)]  # fmt: skip
+    if a.layers:
+        cmd += ["--layers", str(a.layers)]
+    if a.size:
+        cmd += ["--size", str(a.size)]
+    t0 = time.perf_counter()
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("CHILD_RESULT ")]
+    if not lines:
+        tail = (out.stdout[-1500:] + "\n" + out.stderr[-2500:]).strip()
+        return {"error": f"exit {out.returncode}: {tail}"[-3000:], "process_s": round(time.perf_counter() - t0, 1)}
+    entry = json.loads(lines[-1][len("CHILD_RESULT ") :])
+    entry["process_s"] = round(time.perf_counter() - t0, 1)
+    return entry
+
+
+def compare_latents(result: dict, folder: str | None) -> None:
+    """Each run's latent against its own peer's resident run (streaming must not change the result)."""
+    if not folder:
+        return
+    for name, e in result["runs"].items():
+        peer, cap = name.split("@")
+        ref, got = pathlib.Path(folder) / f"{peer}@resident.pt", pathlib.Path(folder) / f"{name}.pt"
+        if cap == "resident" or not ref.exists() or not got.exists():
+            continue
+        x, y = torch.load(got).double().flatten(), torch.load(ref).double().flatten()
+        e["latent_max_abs_vs_resident"] = (x - y).abs().max().item()
+        e["latent_cosine_vs_resident"] = round(torch.nn.functional.cosine_similarity(x, y, dim=0).item(), 7)
+
+
+def ratios(result: dict) -> None:
+    runs = result["runs"]
+    for name, e in runs.items():
+        if "step_ms_median" not in e:
+            continue
+        peer, cap = name.split("@")
+        own = runs.get(f"{peer}@resident", {}).get("step_ms_median")
+        ours = runs.get("ours-w8a8@resident", {}).get("step_ms_median")
+        if own:
+            e["x_own_resident"] = round(e["step_ms_median"] / own, 3)
+        if ours and peer.startswith("ours"):
+            e["x_ours_resident"] = round(e["step_ms_median"] / ours, 3)
+            streamed = e.get("gib_streamed_per_step") or 0
+            bw = e.get("pinned_gib_s")
+            e["floor_ms"] = round(max(ours, streamed / bw * 1e3 if bw else 0), 1)
+        for ref in NATIVE:
+            base = runs.get(f"{ref}@{cap}", {}).get("step_ms_median")
+            if base:
+                e[f"speedup_vs_{ref}"] = round(base / e["step_ms_median"], 3)
+
+
+def print_table(result: dict) -> None:
+    info = result["info"]
+    print(f"\n{info.get('gpu', '?')}, torch {info.get('torch', '?')}, triton {info.get('triton', '?')}, ComfyUI "
+          f"{info.get('comfyui', '?')}, {info['size']}, {info['steps']} steps, setup {info['setup']}, pinned H2D "
+          f"{info.get('pinned_gib_s', '?')} GiB/s")  # fmt: skip
+    print(f"{'run':<34}{'min ms':>8}{'med ms':>8}{'x res':>7}{'x fp8':>7}{'x bf16':>7}{'x int8':>7}{'floor':>7}"
+          f"{'GiB/st':>7}{'copy':>7}{'hid':>5}{'peak':>7}  dynvram")  # fmt: skip
+    for name, e in result["runs"].items():
+        if "error" in e:
+            print(f"{name:<34} FAILED: {e['error'][-160:]}")
+            continue
+
+        def r(key, e=e):
+            return f"{e[key]:.2f}" if key in e else "-"
+
+        hidden = {True: "yes", False: "no", None: "-"}[e.get("copies_hidden")]
+        print(f"{name:<34}{e['step_ms_min']:>8.1f}{e['step_ms_median']:>8.1f}{r('x_ours_resident'):>7}"
+              f"{r('speedup_vs_native-fp8'):>7}{r('speedup_vs_native-bf16'):>7}{r('speedup_vs_native-int8-convrot'):>7}"
+              f"{e.get('floor_ms', '-'):>7}{e.get('gib_streamed_per_step', 0):>7.2f}"
+              f"{e.get('copy_ms_per_step', 0):>7.1f}{hidden:>5}{e['peak_gib']:>7.2f}  "
+              f"{e.get('dynamic_vram', '-')[:40]}")
+
+
+# -- child -------------------------------------------------------------------------------------------------------------
+def child(a) -> dict:
+    job = json.loads(a.child)
+    peer, cap = job["peer"], float(job["cap"])
+    entry: dict = {"peer": peer, "vram_gib": cap}
+    try:
+        entry.update(_bandwidth())
+        entry["dynamic_vram"] = _setup_comfyui(a.comfyui, server=a.setup == "server")
+        ballast = _take_all_but(cap)  # held for the whole run: the emulated card's edge
+        extra = ballast.numel() if ballast is not None else 0
+        entry["ballast_gib"] = round(extra / GIB, 2)
+        entry.update(_run_peer(a, peer, {b: pathlib.Path(p) for b, p in job["files"].items()}, extra))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, which keeps the other runs
+        import traceback
+
+        entry["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"
+    print("CHILD_RESULT " + json.dumps(entry), flush=True)
+    return entry
+
+
+def _bandwidth() -> dict:
+    """Host→device GiB/s from pinned and pageable memory (1 GiB, 4 copies each), before anything else runs."""
+    out = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    import triton
+
+    out["triton"] = triton.__version__
+    for pinned in (True, False):
+        h = torch.empty(GIB, dtype=torch.uint8, pin_memory=pinned)
+        d = torch.empty_like(h, device="cuda")
+        d.copy_(h)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(4):
+            d.copy_(h, non_blocking=True)
+        torch.cuda.synchronize()
+        out["pinned_gib_s" if pinned else "pageable_gib_s"] = round(4 / (time.perf_counter() - t), 1)
+        del h, d
+    torch.cuda.empty_cache()
+    return out
+
+
+def _setup_comfyui(root: str, server: bool) -> str:
+    """Import ComfyUI as its server does; returns what DynamicVRAM did ("enabled", or why not)."""
+    root = str(pathlib.Path(root).resolve())
+    sys.path.insert(0, root)
+    argv, sys.argv = sys.argv, [sys.argv[0]]
+    try:
+        from comfy.cli_args import args, enables_dynamic_vram
+
+        state = "off (--setup plain)"
+        control = None
+        if server and enables_dynamic_vram():
+            try:
+                import comfy_aimdo.control as control
+
+                try:
+                    control.init(simple_vram_headroom=None, nvml_pressure=True)
+                except TypeError:
+                    control.init()
+            except Exception as exc:  # noqa: BLE001
+                state, control = f"comfy-aimdo did not load: {type(exc).__name__}: {exc}"[:200], None
+        import comfy.memory_management
+        import comfy.model_management as mm
+        import comfy.model_patcher
+
+        if server and control is not None:
+            if mm.torch_version_numeric < (2, 8):
+                state = "off: torch < 2.8"
+            else:
+                try:
+                    devices = mm.get_all_torch_devices()
+                    ok = control.init_devices((d.index, int(args.vram_headroom * GIB)) for d in devices)
+                except TypeError:
+                    ok = control.init_devices(d.index for d in mm.get_all_torch_devices())
+                if ok:
+                    comfy.model_patcher.CoreModelPatcher = comfy.model_patcher.ModelPatcherDynamic
+                    comfy.memory_management.aimdo_enabled = True
+                    state = "enabled"
+                else:
+                    state = "off: comfy_aimdo.control.init_devices returned False (as the server would fall back)"
+        state += f"; async offload streams {mm.NUM_STREAMS}"
+        return state
+    finally:
+        sys.argv = argv
+
+
+def _take_all_but(cap: float):
+    """Hold everything above a ``cap``-GiB card (this process's CUDA context counted in) as one allocation."""
+    if not cap:
+        return None
+    free, total = torch.cuda.mem_get_info()
+    context = total - free  # this process's context (and whatever else holds the GPU now)
+    extra = int(free - (cap * GIB - context))
+    if extra <= 0:
+        raise RuntimeError(f"the GPU has {free / GIB:.1f} GiB free: cannot emulate a {cap:g} GiB card")
+    return torch.empty(extra, dtype=torch.uint8, device="cuda")
+
+
+def _server_cleanup() -> None:
+    """What ComfyUI's executor does after each node when DynamicVRAM is on (execution.py)."""
+    import comfy.memory_management
+    import comfy.model_management
+
+    if comfy.memory_management.aimdo_enabled:
+        import comfy_aimdo.model_vbar
+
+        comfy.model_management.reset_cast_buffers()
+        comfy_aimdo.model_vbar.vbars_reset_watermark_limits()
+
+
+def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
+    import latent_preview
+
+    from .. import kernels
+    from ..ideogram4 import sampling_args
+    from ..ideogram4.config import Ideogram4Config
+    from ..nodes import sampler_nodes, streaming_patcher
+    from . import comfy_e2e as e2e
+
+    config = Ideogram4Config.full()
+    if a.layers:
+        import dataclasses
+
+        config = dataclasses.replace(config, num_layers=a.layers)
+    size = a.size or e2e.WIDTH
+    g = torch.Generator().manual_seed(1234)
+    ctx = torch.randn(1, e2e.TEXT_TOKENS, config.llm_features_dim, generator=g).bfloat16()
+    out = {"comfyui": e2e._comfyui_version(a.comfyui)}
+    t0 = time.perf_counter()
+    models, notes = e2e._load(peer, files, config)
+    out["load_s"] = round(time.perf_counter() - t0, 1)
+    out.update(notes)
+    _server_cleanup()
+    marks: list[float] = []
+    peak = [0]
+
+    def timing_callback(*_args, **_kw):
+        def cb(step, x0, x, total_steps):
+            torch.cuda.synchronize()
+            marks.append(time.perf_counter())
+            f, t = torch.cuda.mem_get_info()
+            peak[0] = max(peak[0], t - f)
+
+        return cb
+
+    latent_preview.prepare_callback = timing_callback
+    sampler_nodes.latent_preview.prepare_callback = timing_callback
+
+    def sample(steps):
+        plan = sampling_args.plan_sampling("custom", size, size, steps=steps, polish_steps=min(2, steps - 1))
+        marks.clear()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        latent = sampler_nodes.sample(models[0], models[1], [[ctx, {}]], plan, size, size, a.seed)
+        torch.cuda.synchronize()
+        times = [(b - a_) * 1e3 for a_, b in zip([start, *marks[:-1]], marks, strict=True)]
+        return latent, times
+
+    kernels.REGISTRY.clear()
+    sample(2)  # warm-up: autotuning, first loads, the streaming plan
+    _server_cleanup()
+    for m in models:
+        report = streaming_patcher.stream_report(m)
+        if report is not None:
+            m.model.ideogram4_stream.streamer.reset_stats()
+    torch.cuda.reset_peak_memory_stats()
+    peak[0] = 0
+    latent, times = sample(a.steps)
+    out.update(step_ms_min=round(min(times), 1), step_ms_median=round(statistics.median(times), 1),
+               step_ms=[round(t, 1) for t in times])  # fmt: skip
+    held = torch.cuda.memory_reserved()
+    out["peak_gib"] = round(max(peak[0] - ballast_bytes, 0) / GIB, 2)  # the card's use at step ends, context in
+    out["torch_peak_reserved_gib"] = round((torch.cuda.max_memory_reserved() - ballast_bytes) / GIB, 2)
+    out["held_gib_end"] = round((held - ballast_bytes) / GIB, 2)
+    streams = [streaming_patcher.stream_report(m) for m in models]
+    out["streaming"] = streams
+    live = [s for s in streams if s]
+    out["gib_streamed_per_step"] = round(sum(s["gib_streamed_per_forward"] for s in live), 3)
+    out["copy_ms_per_step"] = round(sum(s["copy_ms_per_forward"] for s in live), 2)
+    out["wait_ms_per_step"] = round(sum(s["wait_ms_per_forward"] for s in live), 2)
+    out["copies_hidden"] = all(s["hidden"] for s in live) if live else None
+    out["paths"] = {m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()}
+    notes = {m: kernels.REGISTRY.model_notes(m) for m in kernels.REGISTRY.models()}
+    out["panel_notes"] = {m: n.get(streaming_patcher.NOTE_KIND) for m, n in notes.items() if n}
+    if a.latents:
+        pathlib.Path(a.latents).mkdir(parents=True, exist_ok=True)
+        torch.save(latent.float().cpu(), pathlib.Path(a.latents) / f"{peer}@{_cap_name(json.loads(a.child)['cap'])}.pt")
+    out["loaded"] = [type(m).__name__ for m in models]
+    return out
+

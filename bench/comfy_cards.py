@@ -55,7 +55,7 @@ def parent(a) -> dict:
         peers = [p for p in a.peers if e2e.PEERS[p][0] == layout]
         if not peers:
             continue
-        files = e2e._write_layout(layout, config, workdir, a.seed)
+        files = _spawn_write(a, layout)  # in a process of its own: the parent never holds GPU memory
         try:
             for peer in peers:
                 for cap in a.vram:
@@ -83,8 +83,15 @@ def _cap_name(cap: float) -> str:
     return "resident" if not cap else f"{cap:g}GB"
 
 
-def _spawn(a, peer: str, cap: float, files: dict) -> dict:
-    job = {"peer": peer, "cap": cap, "files": {b: str(p) for b, p in files.items()}}
+def _spawn_write(a, layout: str) -> dict:
+    entry = _spawn(a, None, 0, {}, write=layout)
+    if "files" not in entry:
+        raise RuntimeError(f"writing the {layout} files failed: {entry.get('error')}")
+    return {b: pathlib.Path(p) for b, p in entry["files"].items()}
+
+
+def _spawn(a, peer: str | None, cap: float, files: dict, write: str | None = None) -> dict:
+    job = {"peer": peer, "cap": cap, "files": {b: str(p) for b, p in files.items()}, "write": write}
     cmd = [sys.executable, "-m", "comfyui_ideogram4_int8.bench.comfy_e2e", "--workdir", a.workdir,
            "--comfyui", a.comfyui, "--steps", str(a.steps), "--seed", str(a.seed), "--setup", a.setup,
            "--child", json.dumps(job)]  # fmt: skip
@@ -164,6 +171,8 @@ def print_table(result: dict) -> None:
 # -- child -------------------------------------------------------------------------------------------------------------
 def child(a) -> dict:
     job = json.loads(a.child)
+    if job.get("write"):
+        return _child_write(a, job["write"])
     peer, cap = job["peer"], float(job["cap"])
     entry: dict = {"peer": peer, "vram_gib": cap}
     try:
@@ -177,6 +186,25 @@ def child(a) -> dict:
         import traceback
 
         entry["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-1500:]}"
+    print("CHILD_RESULT " + json.dumps(entry), flush=True)
+    return entry
+
+
+def _child_write(a, layout: str) -> dict:
+    from ..ideogram4.config import Ideogram4Config
+    from . import comfy_e2e as e2e
+
+    config = Ideogram4Config.full()
+    if a.layers:
+        import dataclasses
+
+        config = dataclasses.replace(config, num_layers=a.layers)
+    entry = {}
+    try:
+        files = e2e._write_layout(layout, config, pathlib.Path(a.workdir), a.seed)
+        entry["files"] = {b: str(p) for b, p in files.items()}
+    except Exception as exc:  # noqa: BLE001
+        entry["error"] = f"{type(exc).__name__}: {exc}"
     print("CHILD_RESULT " + json.dumps(entry), flush=True)
     return entry
 

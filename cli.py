@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import sys
@@ -17,6 +18,7 @@ PRESET_NAMES = ("Quality 48", "Default 20", "Turbo 12")
 DEVICE_CHOICES = "cpu, cuda, cuda:N"
 # an Ideogram 4 linear (attention.qkv: N = 13824, K = 4608) for `info`'s path question
 INFO_SHAPE = (13824, 4608)
+MAX_SEED = 2**64 - 1  # torch's generator takes a 64-bit seed (ComfyUI's seed widget has the same range)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -76,6 +78,26 @@ def _threads(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"invalid value: {value!r} (a whole number >= 1)")
     return n
+
+
+def _seed(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"invalid value: {value!r} (a whole number 0..{MAX_SEED}, as ComfyUI's seed)")
+    return n
+
+
+def _seconds(value: str) -> float:
+    try:
+        t = float(value)
+    except ValueError:
+        t = -1.0
+    if not (math.isfinite(t) and t >= 0):
+        raise argparse.ArgumentTypeError(f"invalid value: {value!r} (seconds, a number >= 0; 0: off)")
+    return t
 
 
 def info_report() -> dict:
@@ -165,7 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p_demo.add_argument("--out", type=_out_dir, default="demo_out",
                         help="output folder, created if missing (default: demo_out)")  # fmt: skip
-    p_demo.add_argument("--seed", type=int, default=0, help="noise seed (default: 0)")
+    p_demo.add_argument("--seed", type=_seed, default=0, metavar="SEED",
+                        help=f"noise seed, 0..{MAX_SEED} (default: 0)")  # fmt: skip
     p_demo.add_argument("--preset", type=_preset, default="Turbo 12", metavar="PRESET",
                         help=f"sampling preset, one of: {', '.join(PRESET_NAMES)} (default: Turbo 12)")  # fmt: skip
     p_demo.add_argument("--device", type=_device, default=None, metavar="DEVICE",
@@ -184,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--tune", action="store_true", help="first time every tile config per shape (table source)")
     p_bench.add_argument("--quant-sweep", action="store_true", help="also time the quantizer's launch variants")
     p_bench.add_argument(
-        "--sustained", type=float, default=0.0, metavar="SECONDS",
+        "--sustained", type=_seconds, default=0.0, metavar="SECONDS",
         help="also time bf16 / FP8 / comfy-kitchen / ours under sustained load: each replayed back to back "
         "for SECONDS per round (the board at its power limit, as in a sampling loop); 0: off",
     )  # fmt: skip

@@ -109,6 +109,13 @@ def open_safetensors(path: str | os.PathLike, device: str = "cpu"):
     from safetensors import safe_open
 
     path = pathlib.Path(path)
+    if path.is_dir():
+        inside = sorted(p.name for p in path.glob("*.safetensors"))
+        raise NotSafetensorsError(
+            "this is a folder, not a file", file=path, expected="a .safetensors file",
+            found="a folder" + (f" holding {', '.join(inside[:3])}" if inside else " with no .safetensors file"),
+            fix="add the file's name to the path" + (f", e.g. {path / inside[0]}" if inside else ""),
+        )  # fmt: skip
     if not path.is_file():
         raise NotSafetensorsError(
             "file not found", file=path,

@@ -1,7 +1,7 @@
 """Arguments of the Ideogram 4 sampler node, checked and resolved without ComfyUI.
 
 * ``check_size`` / ``size_problem``: width / height multiples of 16 in [256, 2048], aspect ratio at
-  most 6:1 (the official pipeline's limits); ``size_problem`` is the sampler node's pre-run check.
+  most 6:1 (the official pipeline's limits), the side at fault named, or both sides for the aspect ratio.
 * ``plan_sampling``: a preset name (or "custom" + steps, guidance, polish steps / guidance, mu,
   std) -> the sigmas (``schedule.sigmas``, identical to ComfyUI's ``Ideogram4Scheduler``) and one
   guidance value per step, polish steps last, exactly as ``sampler.sample`` runs them.
@@ -66,9 +66,9 @@ def size_problem(width, height) -> str | None:
         return None
     ratio = max(width, height) / min(width, height)
     if ratio > MAX_ASPECT:
-        side = "width" if width > height else "height"
-        return (f"{width}x{height} has an aspect ratio of {ratio:.2f}:1; Ideogram 4 supports at most {MAX_ASPECT:g}:1 "
-                f"— make the {side} smaller or the other side larger")  # fmt: skip
+        big, small = ("width", "height") if width > height else ("height", "width")
+        return (f"width={width} and height={height} make an aspect ratio of {ratio:.2f}:1; Ideogram 4 supports at "
+                f"most {MAX_ASPECT:g}:1 — make the {big} smaller or the {small} larger")  # fmt: skip
     return None
 
 

@@ -165,7 +165,7 @@ class Ideogram4Int8Sampler(io.ComfyNode):
                 io.Conditioning.Input("positive", tooltip="Ideogram 4 text features: CLIPTextEncode with a "
                                                           "CLIPLoader of type ideogram4 (Qwen3-VL 8B). A JSON "
                                                           "caption from the caption builder works best."),
-                io.Int.Input("seed", default=0, min=0, max=0xFFFFFFFFFFFFFFFF, control_after_generate=True,
+                io.Int.Input("seed", default=0, min=0, max=0xFFFFFFFFFFFFFFFF, step=1, control_after_generate=True,
                              tooltip="Noise seed: the same seed gives the same noise as RandomNoise + "
                                      "SamplerCustomAdvanced in a native graph."),
                 io.Combo.Input("preset", options=presets, default=DEFAULT_PRESET,
@@ -179,14 +179,14 @@ class Ideogram4Int8Sampler(io.ComfyNode):
                              step=sa.SIZE_MULTIPLE, tooltip=f"Image height in pixels: a multiple of "
                              f"{sa.SIZE_MULTIPLE}, {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at most "
                              f"{sa.MAX_ASPECT:g}:1."),
-                io.Int.Input("batch_size", default=1, min=1, max=sa.MAX_BATCH, advanced=True,
+                io.Int.Input("batch_size", default=1, min=1, max=sa.MAX_BATCH, step=1, advanced=True,
                              tooltip="Images per run (one noise tensor for the batch, as ComfyUI draws it)."),
-                io.Int.Input("steps", default=base.steps, min=1, max=sa.MAX_STEPS, advanced=True,
+                io.Int.Input("steps", default=base.steps, min=1, max=sa.MAX_STEPS, step=1, advanced=True,
                              tooltip="custom preset only: number of Euler steps."),
                 io.Float.Input("guidance", default=base.guidance[0], min=0.0, max=30.0, step=0.1, advanced=True,
                                tooltip="custom preset only: guidance of the main steps (official: 7)."),
                 io.Int.Input("polish_steps", default=base.guidance.count(base.guidance[-1]), min=0,
-                             max=sa.MAX_STEPS, advanced=True,
+                             max=sa.MAX_STEPS, step=1, advanced=True,
                              tooltip="custom preset only: how many final steps use the polish guidance "
                                      "(official: 3 / 2 / 1 for Quality / Default / Turbo)."),
                 io.Float.Input("polish_guidance", default=base.guidance[-1], min=0.0, max=30.0, step=0.1,
@@ -202,22 +202,13 @@ class Ideogram4Int8Sampler(io.ComfyNode):
         )
 
     @classmethod
-    def validate_inputs(cls, width, height):
-        """The image size, before the run: ComfyUI cannot check "a multiple of 16" or the aspect ratio itself.
-
-        ComfyUI (execution.validate_inputs) skips its own type/min/max checks for exactly the inputs named here and
-        lists a failure under each of them, so this names only width and height and checks their range too; every
-        other input keeps ComfyUI's own checks (the widgets' min/max). A linked width or height arrives as None and
-        is checked when the node runs. polish_steps > steps is refused when the node runs, before sampling starts:
-        naming steps and polish_steps here would drop their range checks and list a size problem under them too.
-        """
-        problem = sa.size_problem(width, height)
-        return True if problem is None else problem
-
-    @classmethod
     def execute(cls, model, model_negative, positive, seed, preset, width, height, batch_size=1,
                 steps=None, guidance=None, polish_steps=None, polish_guidance=None, mu=None,
                 std=None) -> io.NodeOutput:  # fmt: skip
+        """Before the run ComfyUI refuses a value past a widget's min / max, on that widget alone. What it cannot
+        express (a multiple of 16, the aspect ratio of width and height, polish_steps <= steps) is refused here,
+        when the node runs (after the nodes upstream), in one error. No validate_inputs: ComfyUI 0.33 drops its
+        min / max check for every input that function names and lists each failure under each of them."""
         try:  # the arguments first: a bad one is reported before anything else is looked at
             plan = sa.plan_sampling(preset, width, height, steps=steps, guidance=guidance, polish_steps=polish_steps,
                                     polish_guidance=polish_guidance, mu=mu, std=std)  # fmt: skip

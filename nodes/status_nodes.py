@@ -20,6 +20,7 @@ the module imports (and ``publish`` is testable) without a running ComfyUI.
 from __future__ import annotations
 
 import logging
+import sys
 
 from . import status_report as _status
 
@@ -54,8 +55,9 @@ def publish(event: str, models: list[str] | None = None, node_id: str | None = N
     ``status_report(include_layers=False)`` (the per-layer table stays on the route).
 
     Returns:
-        True when the message was queued; False when it could not be (logged as a warning; the
-        panel then catches up on its next refresh). A panel must never break sampling.
+        True when the message was queued; False when it could not be: quietly (debug log) when no PromptServer
+        runs (the pack used in-process), else logged as a warning (the panel catches up on its next refresh).
+        A panel must never break sampling.
     """
     try:
         if event not in EVENTS:
@@ -68,9 +70,11 @@ def publish(event: str, models: list[str] | None = None, node_id: str | None = N
             "node_id": None if node_id is None else str(node_id),
             "report": _status.status_report(include_layers=False),
         }
-        from server import PromptServer
-
-        PromptServer.instance.send_sync(EVENT, payload)
+        server = _prompt_server()
+        if server is None:  # in-process use (scripts, benchmarks): no browser to tell
+            log.debug("Ideogram4 INT8: no PromptServer; GEMM status %r not pushed", event)
+            return False
+        server.send_sync(EVENT, payload)
         return True
     except Exception as exc:  # by contract nothing may reach the sampler
         _publish_failures["count"] += 1
@@ -80,6 +84,13 @@ def publish(event: str, models: list[str] | None = None, node_id: str | None = N
             exc,
         )
         return False
+
+
+def _prompt_server():
+    """ComfyUI's running PromptServer, or None. Never imports ``server``: a ComfyUI that serves has imported it, and
+    importing it elsewhere may fail (e.g. without sqlalchemy) or start nothing."""
+    module = sys.modules.get("server")
+    return getattr(getattr(module, "PromptServer", None), "instance", None)
 
 
 async def _status_handler(request):

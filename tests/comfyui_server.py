@@ -236,6 +236,11 @@ def history_errors(entry: dict) -> list[str]:
 if __name__ == "__main__":  # manual use: start a server with the pack and keep it running
     import sys
 
+    root = comfyui_dir()
+    if root is None or not (root / "main.py").is_file():
+        print("usage: COMFYUI_DIR=<a ComfyUI checkout> [COMFYUI_PYTHON=<its python>] python tests/comfyui_server.py "
+              "[ComfyUI arguments ...]", file=sys.stderr)  # fmt: skip
+        sys.exit(2)
     srv = ComfyUIServer(args=tuple(sys.argv[1:])).start()
     print(f"ComfyUI with {PACK_NAME} at {srv.url} (log: {srv.log_path}); Ctrl-C stops it", flush=True)
     try:

@@ -54,7 +54,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_collection_modifyitems(config, items):
-    skip_cuda = pytest.mark.skip(reason="needs a CUDA GPU (run on the device machine)")
+    skip_cuda = pytest.mark.skip(reason="needs an NVIDIA GPU with CUDA (torch sees none here)")
     skip_comfy = pytest.mark.skip(reason="needs a ComfyUI 0.33 checkout: set COMFYUI_DIR")
     has_comfy = bool(os.environ.get("COMFYUI_DIR"))
     for item in items:

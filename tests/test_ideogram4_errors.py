@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import pathlib
 import weakref
 
 import pytest
@@ -56,6 +57,21 @@ def test_not_a_safetensors_file(tmp_path):
     with pytest.raises(E.NotSafetensorsError, match="not found") as ei:
         read_branch(tmp_path / "nope.safetensors", "conditional")
     assert_names(ei.value, "hf://")
+
+
+def test_a_folder_is_called_a_folder_and_the_file_inside_is_named(tmp_path, w8a8_file):
+    with pytest.raises(E.NotSafetensorsError) as ei:
+        read_branch(tmp_path / "nowhere", "conditional")  # a path that does not exist stays "not found"
+    assert "not found" in str(ei.value)
+    folder = pathlib.Path(w8a8_file).parent
+    with pytest.raises(E.NotSafetensorsError) as ei:
+        read_branch(folder, "conditional")
+    assert_names(ei.value, folder, "is a folder, not a file", "expected a .safetensors file",
+                 f"e.g. {folder / pathlib.Path(w8a8_file).name}")  # fmt: skip
+    assert "not found" not in str(ei.value)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(E.NotSafetensorsError, match="a folder with no .safetensors file"):
+        read_branch(tmp_path / "empty", "conditional")
 
 
 def test_truncated_file(tmp_path, w8a8_file):

@@ -147,8 +147,9 @@ def test_size_problem_names_the_side_at_fault_and_skips_linked_sides():
     assert sa.size_problem(1000, None).startswith("width=1000")
     assert sa.size_problem(None, None) is None  # both linked: checked when the node runs
     assert sa.size_problem(None, 100000) == "height=100000 is out of range: use 256..2048 pixels"
-    assert "make the width smaller" in sa.size_problem(2048, 256)
-    assert "make the height smaller" in sa.size_problem(256, 2048)
+    assert sa.size_problem(2048, 256) == ("width=2048 and height=256 make an aspect ratio of 8.00:1; Ideogram 4 "
+                                          "supports at most 6:1 — make the width smaller or the height larger")
+    assert "make the height smaller or the width larger" in sa.size_problem(256, 2048)
     assert sa.size_problem(True, 1024).startswith("width=True")
 
 

@@ -173,7 +173,11 @@ def test_cli_info_reports_versions_and_the_gemm_path_with_its_reason():
     (("demo", "--preset", "Fast 4"), "--preset", "'Quality 48', 'Default 20', 'Turbo 12'"),
     (("demo", "--device", "gpu"), "--device", "cpu, cuda, cuda:N"),
     (("demo", "--threads", "0"), "--threads", ">= 1"),
-    (("demo", "--seed", "x"), "--seed", "int"),
+    (("demo", "--seed", "x"), "--seed", "a whole number 0..18446744073709551615"),
+    (("demo", "--seed", "99999999999999999999999"), "--seed", "0..18446744073709551615"),
+    (("demo", "--seed", "-1"), "--seed", "0..18446744073709551615"),
+    (("bench", "--sustained", "-5"), "--sustained", "a number >= 0"),
+    (("bench", "--sustained", "nan"), "--sustained", "a number >= 0"),
     (("bogus",), "command", "info"),
 ])  # fmt: skip
 def test_cli_mistakes_are_one_line_naming_the_option_and_its_choices(args, option, choices):
@@ -181,6 +185,36 @@ def test_cli_mistakes_are_one_line_naming_the_option_and_its_choices(args, optio
     assert out.returncode == 2 and out.stdout == ""
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
     assert option in out.stderr and choices in out.stderr, out.stderr
+
+
+def test_cli_demo_refuses_a_bad_seed_before_writing_anything(tmp_path):
+    out = _cli("demo", "--out", str(tmp_path / "demo"), "--seed", str(2**64))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert not (tmp_path / "demo").exists()
+
+
+def test_the_test_server_script_without_comfyui_dir_prints_its_usage():
+    env = {k: v for k, v in os.environ.items() if k != "COMFYUI_DIR"}
+    out = subprocess.run([sys.executable, str(ROOT / "tests" / "comfyui_server.py")], capture_output=True,
+                         text=True, timeout=60, env=env)  # fmt: skip
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr.startswith("usage: COMFYUI_DIR=") and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_skipped_cuda_test_says_it_needs_a_cuda_gpu(monkeypatch):
+    import conftest
+
+    class Item:
+        keywords, markers = {"cuda": True}, []
+
+        def add_marker(self, marker):
+            self.markers.append(marker)
+
+    item = Item()
+    monkeypatch.setattr(conftest, "_HAS_CUDA", False)
+    conftest.pytest_collection_modifyitems(None, [item])
+    (reason,) = [m.kwargs["reason"] for m in item.markers]
+    assert "CUDA" in reason and "GPU" in reason and "device machine" not in reason, reason
 
 
 def test_cli_device_cuda_without_a_gpu_is_one_line():

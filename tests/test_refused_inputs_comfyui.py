@@ -3,13 +3,14 @@
 Two moments a refusal can come at, both checked the way a user meets them:
 
 * before the run: ComfyUI answers ``POST /prompt`` with HTTP 400 and ``node_errors``. ComfyUI's own checks (the
-  widgets' min / max, combo lists) must hold for every sampler input, each error listed once, under the input at
-  fault; the pack's own checks cover only what ComfyUI cannot express (sizes that are not multiples of 16 or past
-  6:1, element boxes with no width or with swapped edges, drawn boxes with no area). ComfyUI lists a failure of a
-  node's ``validate_inputs`` under every input that function names (execution.validate_inputs), so the tests pin
-  which inputs those are and that the message names the one at fault.
-* when the node runs: an ``execution_error`` in the history, on the node where the user fixes it (polish_steps >
-  steps, a drawn box off the canvas, damaged or foreign model files, an empty desc named by its element node).
+  widgets' min / max, combo lists) must hold for every sampler input, width and height included, each error listed
+  once, under the input at fault; the pack's own checks cover only what ComfyUI cannot express (element boxes with
+  no width or with swapped edges, drawn boxes with no area). ComfyUI lists a failure of a node's ``validate_inputs``
+  under every input that function names (execution.validate_inputs), so the tests pin which inputs those are and
+  that the message names the one at fault.
+* when the node runs: an ``execution_error`` in the history, on the node where the user fixes it (sizes that are
+  not multiples of 16 or past 6:1, polish_steps > steps, a drawn box off the canvas, damaged or foreign model
+  files, an empty desc named by its element node).
 
 No error type or message may carry a filesystem path (the server runs from a temporary base folder, so any path
 would contain it), and the pack's error types read ``comfyui_ideogram4_int8.<Name>``.
@@ -146,8 +147,9 @@ def test_every_sampler_widget_keeps_comfyuis_own_min_max_check(srv):
     widgets = _sampler_widgets(srv)
     checked = []
     for name, (kind, opts) in widgets.items():
-        if kind not in ("INT", "FLOAT") or name in ("width", "height"):
+        if kind not in ("INT", "FLOAT"):
             continue
+        assert {"min", "max", "step"} <= set(opts), (name, opts)  # each number widget its own range and step
         step = 1 if kind == "INT" else 0.5
         for value, code in ((opts["min"] - step, "value_smaller_than_min"),
                             (opts["max"] + step, "value_bigger_than_max")):
@@ -157,7 +159,8 @@ def test_every_sampler_widget_keeps_comfyuis_own_min_max_check(srv):
             assert list(errors) == [SAMPLER], errors
             assert _where(errors[SAMPLER]["errors"]) == [(code, name)], (name, value, errors)
             checked.append(name)
-    assert set(checked) >= {"steps", "guidance", "polish_steps", "polish_guidance", "mu", "std", "batch_size"}
+    assert set(checked) >= {"steps", "guidance", "polish_steps", "polish_guidance", "mu", "std", "batch_size",
+                            "width", "height"}  # fmt: skip
 
 
 @pytest.mark.parametrize("name,value", [("guidance", -1.0), ("polish_guidance", -3.0), ("steps", 0), ("std", 0.0),
@@ -172,22 +175,26 @@ def test_an_unknown_preset_is_refused_by_comfyuis_combo_check(srv):
     assert _where(errors[SAMPLER]["errors"]) == [("value_not_in_list", "preset")]
 
 
+@pytest.mark.parametrize("name,value,code", [("width", 0, "value_smaller_than_min"),
+                                             ("width", 250, "value_smaller_than_min"),
+                                             ("width", 2064, "value_bigger_than_max"),
+                                             ("height", 100000, "value_bigger_than_max")])  # fmt: skip
+def test_a_size_out_of_range_is_one_error_on_that_widget(srv, name, value, code):
+    errors = _refused(srv, _sampler_graph(srv, **{name: value}))
+    assert list(errors) == [SAMPLER], errors
+    assert _where(errors[SAMPLER]["errors"]) == [(code, name)], errors  # not repeated under the other side
+
+
 @pytest.mark.parametrize("size,says", [
-    ({"width": 0}, "width=0 is out of range: use 256..2048 pixels"),
-    ({"height": 100000}, "height=100000 is out of range: use 256..2048 pixels"),
     ({"width": 1000}, "width=1000 is not a multiple of 16 (the latent is 1/16 of the image): use 992 or 1008"),
     ({"height": 1030}, "height=1030 is not a multiple of 16"),
-    ({"width": 2048, "height": 256}, "2048x256 has an aspect ratio of 8.00:1; Ideogram 4 supports at most 6:1 — "
-                                     "make the width smaller"),
+    ({"width": 2048, "height": 256}, "width=2048 and height=256 make an aspect ratio of 8.00:1; Ideogram 4 supports "
+                                     "at most 6:1 — make the width smaller or the height larger"),
 ])  # fmt: skip
-def test_a_size_comfyui_cannot_check_is_refused_before_the_run_naming_the_side(srv, size, says):
-    errors = _refused(srv, _sampler_graph(srv, **size))
-    assert list(errors) == [SAMPLER]
-    found = errors[SAMPLER]["errors"]
-    # ComfyUI lists a validate_inputs failure under each input the function reads: width and height, nothing else
-    assert _where(found) == [("custom_validation_failed", "width"), ("custom_validation_failed", "height")], found
-    for e in found:
-        assert e["details"].startswith(f"{e['extra_info']['input_name']} - {says}"), e
+def test_a_size_comfyui_cannot_check_stops_the_sampler_in_one_error(srv, size, says):
+    err = _run_error(srv, _sampler_graph(srv, **size))  # one execution_error, before the sampler samples
+    assert err["node_id"] == SAMPLER and err["exception_type"] == "comfyui_ideogram4_int8.SamplingArgumentError"
+    assert err["exception_message"].strip().startswith(f"Ideogram 4 Sampler: {says}"), err["exception_message"]
 
 
 def test_polish_steps_above_steps_stops_the_sampler_before_it_samples(srv):

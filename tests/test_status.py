@@ -10,6 +10,7 @@ same checks against the real ComfyUI nodes are in test_status_comfyui.py.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import sys
@@ -577,6 +578,20 @@ def test_publish_never_raises(fake_server, monkeypatch, caplog):
     assert status_nodes.publish("run") is False
 
 
+def test_publish_is_quiet_without_a_prompt_server(monkeypatch, caplog):
+    """In-process use (scripts, benchmarks): no server, nothing to push, nothing to warn about (issue 27)."""
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    no_class, no_instance = types.ModuleType("server"), types.ModuleType("server")
+    no_instance.PromptServer = types.SimpleNamespace(instance=None)
+    for module in (None, no_class, no_instance):  # not importable / a ComfyUI that serves nothing
+        monkeypatch.setitem(sys.modules, "server", module)
+        assert status_nodes.publish("run") is False
+    monkeypatch.delitem(sys.modules, "server")  # never imported: publish must not import it either
+    assert status_nodes.publish("run") is False and "server" not in sys.modules
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == [], caplog.text
+
+
 def test_on_load_survives_a_missing_server(monkeypatch, caplog):
     import asyncio
 
@@ -631,7 +646,7 @@ def test_routes_register_once_without_aiohttp():
 
 
 def test_route_handlers_answer_json_over_http(tmp_path, gen):
-    """The aiohttp handlers end to end (skipped where aiohttp is not installed, e.g. CI)."""
+    """The aiohttp handlers end to end (aiohttp comes with the test extra, as with ComfyUI)."""
     pytest.importorskip("aiohttp")
     import asyncio
 

@@ -107,6 +107,10 @@ def _spawn(a, peer: str | None, cap: float, files: dict, write: str | None = Non
         return {"error": f"exit {out.returncode}: {tail}"[-3000:], "process_s": round(time.perf_counter() - t0, 1)}
     entry = json.loads(lines[-1][len("CHILD_RESULT ") :])
     entry["process_s"] = round(time.perf_counter() - t0, 1)
+    if peer:  # ComfyUI's and the pack's log of the run (loading decisions), next to the results
+        logs = pathlib.Path(a.workdir) / "logs"
+        logs.mkdir(exist_ok=True)
+        (logs / f"{peer}@{_cap_name(cap)}.log").write_text(out.stderr[-200000:])
     return entry
 
 
@@ -175,6 +179,10 @@ def child(a) -> dict:
         return _child_write(a, job["write"])
     peer, cap = job["peer"], float(job["cap"])
     entry: dict = {"peer": peer, "vram_gib": cap}
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.getLogger("comfyui_ideogram4_int8").setLevel(logging.DEBUG)
     try:
         entry.update(_bandwidth())
         entry["dynamic_vram"] = _setup_comfyui(a.comfyui, server=a.setup == "server")

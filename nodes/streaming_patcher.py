@@ -216,6 +216,9 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def load(self, device_to=None, lowvram_model_memory=0, force_patch_weights=False, full_load=False):
         budget = lowvram_model_memory
+        log.debug("ideogram4-int8: load %s on %s: budget %.2f GiB of %.2f, full_load=%s, streaming now=%s",
+                  _label(self.model), device_to, budget / streaming.GIB, self.model_size() / streaming.GIB,
+                  full_load, self.stream is not None)  # fmt: skip
         if self._streams_on(device_to):
             _ON_DEVICE.add(self)
         if full_load or not self._streams_on(device_to) or budget <= 0 or budget >= 1e30:
@@ -231,6 +234,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def partially_unload(self, device_to, memory_to_free=0, force_patch_weights=False):
         device = self.load_device
+        log.debug("ideogram4-int8: partially_unload %s: %.2f GiB asked, %.2f loaded", _label(self.model),
+                  memory_to_free / streaming.GIB, self.model.model_loaded_weight_memory / streaming.GIB)  # fmt: skip
         if not self._streams_on(device) or self.model.model_loaded_weight_memory <= 0:
             return super().partially_unload(device_to, memory_to_free, force_patch_weights)
         before = self.model.model_loaded_weight_memory
@@ -247,6 +252,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         return freed
 
     def unpatch_model(self, device_to=None, unpatch_weights=True):
+        if unpatch_weights and self.stream is not None:
+            log.debug("ideogram4-int8: unpatch %s: streaming stops", _label(self.model))
         if unpatch_weights:
             self._stop_stream(release=True)
         return super().unpatch_model(device_to, unpatch_weights)

@@ -25,6 +25,7 @@ from .. import kernels
 from ..ideogram4 import sampling_args as sa
 from ..ideogram4.schedule import DEFAULT_PRESET, PRESETS
 from .native_model import model_labels, node_id_of, publish, require_ideogram4, text_features
+from .streaming_patcher import load_together
 
 CATEGORY = "Ideogram 4 INT8/sampling"
 NODE_NAME = "Ideogram 4 Sampler"
@@ -134,6 +135,7 @@ def sample(model, model_negative, positive, plan: sa.SamplingPlan, width: int, h
     guider.set_conds(_on_device(positive, model.load_device), UNCOND_IMAGE_ONLY)
     sampler = comfy.samplers.sampler_object("euler")
     callback = latent_preview.prepare_callback(model, plan.steps, {})
+    load_together([model, model_negative], latent.shape)  # both branches share the card (low-VRAM streaming)
     kernels.REGISTRY.begin_run()
     try:
         samples = guider.sample(noise, latent, sampler, plan.sigmas, callback=callback,

@@ -207,6 +207,14 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         return getattr(self.model, "ideogram4_stream", None)
 
     # -- ComfyUI's interfaces -----------------------------------------------------------------------------------------
+    def loaded_size(self):
+        """A streaming model needs no more memory to run: ComfyUI must not evict the other branch to "finish" loading
+        it on every pass (``LoadedModel.model_memory_required`` = size - loaded_size). Its real use on the card is
+        ``model.model_loaded_weight_memory``, which ``partially_load`` / ``partially_unload`` and the plan work from."""
+        if self.stream is not None:
+            return self.model_size()
+        return super().loaded_size()
+
     def _load_list(self, *args, **kwargs):
         loading = super()._load_list(*args, **kwargs)
         skip = getattr(self.model, "ideogram4_streamed_modules", None)
@@ -382,6 +390,21 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         return out
 
 
+def load_together(models, noise_shape) -> bool:
+    """Load the pack's MODELs of one run in one ``load_models_gpu`` call, before sampling.
+
+    ComfyUI's dual-model guider loads each branch when its pass comes; on a card that holds one branch but not two,
+    each request then evicts the other branch whole (measured on an emulated 12 GB card: both branches loaded fully
+    in turn, 1.7 s per step). Loaded together, the second load rebalances the first (``_rebalance``), both stream their
+    share, and the per-pass requests find nothing left to load (``loaded_size``). Returns whether it loaded."""
+    pack = [m for m in dict.fromkeys(models) if isinstance(m, Ideogram4ModelPatcher)]
+    if len(pack) < 2 or not streaming_enabled() or torch.device(pack[0].load_device).type != "cuda":
+        return False
+    one_pass = pack[0].model.memory_required([noise_shape[0]] + list(noise_shape[1:]))
+    comfy.model_management.load_models_gpu(pack, memory_required=one_pass, minimum_memory_required=one_pass)
+    return True
+
+
 def streaming_summary(models) -> str:
     """The loader summary's line: how ComfyUI's budget will be met on this card (a prediction from the free memory
     now; the panel shows what happened once sampling ran)."""
@@ -423,4 +446,5 @@ def stream_report(model) -> dict | None:
             **stream.streamer.stats.as_dict()}  # fmt: skip
 
 
-__all__ = ["Ideogram4ModelPatcher", "stream_report", "streaming_summary", "streaming_enabled", "ENV_STREAM"]
+__all__ = ["Ideogram4ModelPatcher", "stream_report", "streaming_summary", "load_together", "streaming_enabled",
+           "ENV_STREAM"]

@@ -232,6 +232,10 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if full_load or not self._streams_on(device_to) or budget <= 0 or budget >= 1e30:
             self._to_resident(device_to)
             return super().load(device_to, lowvram_model_memory, force_patch_weights, full_load)
+        if self.stream is not None and budget >= self.model.model_loaded_weight_memory:
+            # a streaming model keeps its plan when offered more (short of a full load): growing on one branch's
+            # pass only to be shrunk on the other's moved GBs every pass (measured on an emulated 16 GB card)
+            return None
         budget += self._rebalance(device_to, budget)
         plan = self.stream_plan(budget)  # InsufficientVRAMError names the minimum
         if not plan.streamed:

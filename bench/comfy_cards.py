@@ -99,6 +99,8 @@ def _spawn(a, peer: str | None, cap: float, files: dict, write: str | None = Non
         cmd += ["--layers", str(a.layers)]
     if a.size:
         cmd += ["--size", str(a.size)]
+    if a.latents:
+        cmd += ["--latents", a.latents]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("CHILD_RESULT ")]

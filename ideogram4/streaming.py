@@ -183,7 +183,8 @@ class BlockStreamer:
         self.current: tuple | None = None
         self.stats = StreamStats(bytes_per_forward=sum(u.nbytes for u in self.units),
                                  pageable=sum(1 for u in self.units for p in u.pinned if not p))  # fmt: skip
-        self._timings: list = []  # (copy start, copy end, needed) events of the forward being measured
+        self._timings: list = []  # (copy start, copy end, needed) events of the forward running now
+        self._pending: list = []  # those of the forward before, read once the next one ended
         self._measured: list[tuple[float, float]] = []
         self.copies = 0  # units copied (tests: the order of prefetch)
         self.trace: list[tuple[str, int, int]] = []  # ("copy"|"use", unit index, slot) when tracing is on
@@ -268,7 +269,7 @@ class BlockStreamer:
     def _close_forward(self) -> None:
         """A forward's last streamed block returned: read the previous forward's events (long done by now, so
         nothing waits) and keep this one's for the next time."""
-        previous, self._timings = self._timings, []
+        previous, self._pending, self._timings = self._pending, self._timings, []
         if not self.cuda:
             self.stats.forwards += 1
             return

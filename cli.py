@@ -70,34 +70,25 @@ def _out_dir(value: str) -> str:
     return value
 
 
-def _threads(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"invalid value: {value!r} (a whole number >= 1)")
-    return n
+def _checked(convert, ok, what: str):
+    """An argparse type: ``convert`` the text, keep it if ``ok``, else an error naming the value and ``what`` it must
+    be."""
+
+    def parse(value: str):
+        try:
+            v = convert(value)
+        except ValueError:
+            v = None
+        if v is None or not ok(v):
+            raise argparse.ArgumentTypeError(f"invalid value: {value!r} ({what})")
+        return v
+
+    return parse
 
 
-def _seed(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if not 0 <= n <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"invalid value: {value!r} (a whole number 0..{MAX_SEED}, as ComfyUI's seed)")
-    return n
-
-
-def _seconds(value: str) -> float:
-    try:
-        t = float(value)
-    except ValueError:
-        t = -1.0
-    if not (math.isfinite(t) and t >= 0):
-        raise argparse.ArgumentTypeError(f"invalid value: {value!r} (seconds, a number >= 0; 0: off)")
-    return t
+_threads = _checked(int, lambda n: n >= 1, "a whole number >= 1")
+_seed = _checked(int, lambda n: 0 <= n <= MAX_SEED, f"a whole number 0..{MAX_SEED}, as ComfyUI's seed")
+_seconds = _checked(float, lambda t: math.isfinite(t) and t >= 0, "seconds, a number >= 0; 0: off")
 
 
 def info_report() -> dict:

@@ -185,7 +185,6 @@ class BlockStreamer:
                                  pageable=sum(1 for u in self.units for p in u.pinned if not p))  # fmt: skip
         self._timings: list = []  # (copy start, copy end, needed) events of the forward running now
         self._pending: list = []  # those of the forward before, read once the next one ended
-        self._measured: list[tuple[float, float]] = []
         self.copies = 0  # units copied (tests: the order of prefetch)
         self.trace: list[tuple[str, int, int]] = []  # ("copy"|"use", unit index, slot) when tracing is on
         self.tracing = False
@@ -276,13 +275,12 @@ class BlockStreamer:
         if previous and all(e.query() for pair in previous for e in pair):
             copy = sum(s.elapsed_time(e) for s, e, _ in previous)
             wait = sum(max(0.0, n.elapsed_time(e)) for _, e, n in previous)
-            self._measured.append((copy, wait))
-            self.stats.forwards = len(self._measured)
-            self.stats.copy_ms = sum(c for c, _ in self._measured) / len(self._measured)
-            self.stats.wait_ms = sum(w for _, w in self._measured) / len(self._measured)
+            n = self.stats.forwards + 1  # running means over the measured forwards
+            self.stats.copy_ms += (copy - self.stats.copy_ms) / n
+            self.stats.wait_ms += (wait - self.stats.wait_ms) / n
+            self.stats.forwards = n
 
     def reset_stats(self) -> None:
-        self._measured.clear()
         self.stats.forwards, self.stats.copy_ms, self.stats.wait_ms, self.stats.mispredicted = 0, 0.0, 0.0, 0
 
     def drain(self) -> None:
@@ -293,9 +291,6 @@ class BlockStreamer:
         if self.current is not None:
             self.units[self.current[0]].unbind()
             self.current = None
-
-    def device_bytes(self) -> int:
-        return self.slots * self.slot_bytes
 
 
 __all__ = ["ResidencyPlan", "plan_residency", "minimum_bytes", "spread", "BlockStreamer", "StreamUnit",

@@ -317,6 +317,15 @@ def label_sites(diffusion_model: torch.nn.Module, label: str, gemm_path: str | N
     return n
 
 
+def site_label(diffusion_model: torch.nn.Module) -> str | None:
+    """The registry label ("conditional", ...) of a model whose linears ``label_sites`` named; None without them."""
+    for m in diffusion_model.modules():
+        site = getattr(m, "site", None) if getattr(m, "ideogram4_int8", False) else None
+        if site:
+            return site.split("/", 1)[0]
+    return None
+
+
 def _site_tensors(m) -> tuple:
     """The tensor a compiled graph hands the pack's op for ``m`` (``kernels.sites``): its int8 data or its weight."""
     w = m.weight
@@ -379,5 +388,5 @@ def declare_sites(diffusion_model: torch.nn.Module, label: str, device: torch.de
     return paths
 
 
-__all__ = ["make_ops", "label_sites", "declare_sites", "predicted_paths", "int8_linears", "is_int8_weight",
-           "link_folds", "op_calls"]
+__all__ = ["make_ops", "label_sites", "site_label", "declare_sites", "predicted_paths", "int8_linears",
+           "is_int8_weight", "link_folds", "op_calls"]

@@ -34,7 +34,7 @@ from ..ideogram4.config import Ideogram4Config
 from ..ideogram4.errors import CheckpointError
 from . import ffn_fusion, op_coverage
 from .attention_override import install as install_attention
-from .int8_ops import declare_sites, label_sites, link_folds, make_ops
+from .int8_ops import declare_sites, label_sites, link_folds, make_ops, site_label
 from .streaming_patcher import Ideogram4ModelPatcher
 
 log = logging.getLogger("comfyui_ideogram4_int8")
@@ -171,15 +171,9 @@ def model_labels(*models) -> list[str]:
     labels: list[str] = []
     for model in models:
         dm = getattr(getattr(model, "model", None), "diffusion_model", None)
-        if dm is None:
-            continue
-        for module in dm.modules():
-            site = getattr(module, "site", None) if getattr(module, "ideogram4_int8", False) else None
-            if site:
-                label = site.split("/", 1)[0]
-                if label not in labels:
-                    labels.append(label)
-                break
+        label = site_label(dm) if dm is not None else None
+        if label and label not in labels:
+            labels.append(label)
     return labels
 
 

@@ -35,6 +35,7 @@ from comfy.quant_ops import QuantizedTensor
 
 from .. import kernels
 from ..ideogram4 import streaming
+from .int8_ops import site_label
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -64,14 +65,14 @@ def _streamable(block: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     return [(n, m) for n, m in block.named_modules() if getattr(m, "ideogram4_int8", False) and m.weight is not None]
 
 
-def _weight_bytes(m) -> int:
-    w = m.weight
-    data = w._qdata if isinstance(w, QuantizedTensor) else w
-    return data.numel() * data.element_size()
-
-
 def _host_data(w) -> torch.Tensor:
+    """The tensor that streams for weight ``w``: an int8 weight's data, or the float weight itself."""
     return w._qdata if isinstance(w, QuantizedTensor) else w.data
+
+
+def _weight_bytes(m) -> int:
+    data = _host_data(m.weight)
+    return data.numel() * data.element_size()
 
 
 class _ModelStream:
@@ -80,8 +81,7 @@ class _ModelStream:
     def __init__(self, patcher, device: torch.device, plan: streaming.ResidencyPlan):
         self.device = device
         self.plan = plan
-        self.label = _label(patcher.model)
-        self.pinned: list[torch.Tensor] = []
+        self.label = site_label(patcher.model.diffusion_model)
         self.hooks = []
         blocks = _blocks(patcher.model)
         units = [self._unit(i, blocks[i]) for i in plan.streamed]
@@ -170,14 +170,6 @@ class _After:
             self.stream.publish()
 
 
-def _label(model) -> str | None:
-    for m in model.diffusion_model.modules():
-        site = getattr(m, "site", None) if getattr(m, "ideogram4_int8", False) else None
-        if site:
-            return site.split("/", 1)[0]
-    return None
-
-
 class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
     """ComfyUI's (legacy) ModelPatcher whose partial loads stream whole blocks behind compute (module docstring).
 
@@ -225,11 +217,12 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
     def load(self, device_to=None, lowvram_model_memory=0, force_patch_weights=False, full_load=False):
         budget = lowvram_model_memory
         log.debug("ideogram4-int8: load %s on %s: budget %.2f GiB of %.2f, full_load=%s, streaming now=%s",
-                  _label(self.model), device_to, budget / streaming.GIB, self.model_size() / streaming.GIB,
-                  full_load, self.stream is not None)  # fmt: skip
-        if self._streams_on(device_to):
+                  site_label(self.model.diffusion_model), device_to, budget / streaming.GIB,
+                  self.model_size() / streaming.GIB, full_load, self.stream is not None)  # fmt: skip
+        streams = self._streams_on(device_to)
+        if streams:
             _ON_DEVICE.add(self)
-        if full_load or not self._streams_on(device_to) or budget <= 0 or budget >= 1e30:
+        if full_load or not streams or budget <= 0 or budget >= 1e30:
             self._to_resident(device_to)
             return super().load(device_to, lowvram_model_memory, force_patch_weights, full_load)
         if self.stream is not None and budget >= self.model.model_loaded_weight_memory:
@@ -246,8 +239,9 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def partially_unload(self, device_to, memory_to_free=0, force_patch_weights=False):
         device = self.load_device
-        log.debug("ideogram4-int8: partially_unload %s: %.2f GiB asked, %.2f loaded", _label(self.model),
-                  memory_to_free / streaming.GIB, self.model.model_loaded_weight_memory / streaming.GIB)  # fmt: skip
+        log.debug("ideogram4-int8: partially_unload %s: %.2f GiB asked, %.2f loaded",
+                  site_label(self.model.diffusion_model), memory_to_free / streaming.GIB,
+                  self.model.model_loaded_weight_memory / streaming.GIB)  # fmt: skip
         if not self._streams_on(device) or self.model.model_loaded_weight_memory <= 0:
             return super().partially_unload(device_to, memory_to_free, force_patch_weights)
         before = self.model.model_loaded_weight_memory
@@ -265,7 +259,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def unpatch_model(self, device_to=None, unpatch_weights=True):
         if unpatch_weights and self.stream is not None:
-            log.debug("ideogram4-int8: unpatch %s: streaming stops", _label(self.model))
+            log.debug("ideogram4-int8: unpatch %s: streaming stops", site_label(self.model.diffusion_model))
         if unpatch_weights:
             self._stop_stream(release=True)
         return super().unpatch_model(device_to, unpatch_weights)

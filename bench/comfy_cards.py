@@ -38,39 +38,27 @@ NATIVE = ("native-bf16", "native-fp8", "native-fp8-fast", "native-int8-convrot")
 
 # -- parent ------------------------------------------------------------------------------------------------------------
 def parent(a) -> dict:
-    from ..ideogram4.config import Ideogram4Config
     from . import comfy_e2e as e2e
 
-    config = Ideogram4Config.full()
-    if a.layers:
-        import dataclasses
-
-        config = dataclasses.replace(config, num_layers=a.layers)
+    config = e2e.config_for(a)
     workdir = pathlib.Path(a.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     result = {"info": {"command": "python -m comfyui_ideogram4_int8.bench.comfy_e2e " + " ".join(sys.argv[1:]),
                        "layers": config.num_layers, "size": f"{a.size or e2e.WIDTH}x{a.size or e2e.WIDTH}",
                        "steps": a.steps, "setup": a.setup, "vram_gib": a.vram}, "runs": {}}  # fmt: skip
-    for layout in e2e.LAYOUTS:
-        peers = [p for p in a.peers if e2e.PEERS[p][0] == layout]
-        if not peers:
-            continue
-        files = _spawn_write(a, layout)  # in a process of its own: the parent never holds GPU memory
-        try:
-            for peer in peers:
-                for cap in a.vram:
-                    name = f"{peer}@{_cap_name(cap)}"
-                    entry = _spawn(a, peer, cap, files)
-                    result["runs"][name] = entry
-                    for key in ("gpu", "torch", "triton", "comfyui", "pinned_gib_s", "pageable_gib_s"):
-                        if key in entry and key not in result["info"]:
-                            result["info"][key] = entry[key]
-                    print(f"[{name}] {json.dumps(entry)[:900]}", flush=True)
-                    if a.out:
-                        pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
-        finally:
-            for f in set(files.values()):
-                f.unlink(missing_ok=True)
+    # each layout written in a process of its own: the parent never holds GPU memory
+    for _, peers, files in e2e.each_layout(a.peers, lambda layout: _spawn_write(a, layout)):
+        for peer in peers:
+            for cap in a.vram:
+                name = f"{peer}@{_cap_name(cap)}"
+                entry = _spawn(a, peer, cap, files)
+                result["runs"][name] = entry
+                for key in ("gpu", "torch", "triton", "comfyui", "pinned_gib_s", "pageable_gib_s"):
+                    if key in entry and key not in result["info"]:
+                        result["info"][key] = entry[key]
+                print(f"[{name}] {json.dumps(entry)[:900]}", flush=True)
+                if a.out:
+                    pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
     ratios(result)
     compare_latents(result, a.latents)
     print_table(result)
@@ -93,7 +81,8 @@ def _spawn_write(a, layout: str) -> dict:
 def _spawn(a, peer: str | None, cap: float, files: dict, write: str | None = None) -> dict:
     job = {"peer": peer, "cap": cap, "files": {b: str(p) for b, p in files.items()}, "write": write}
     cmd = [sys.executable, "-m", "comfyui_ideogram4_int8.bench.comfy_e2e", "--workdir", a.workdir,
-           "--comfyui", a.comfyui, "--steps", str(a.steps), "--seed", str(a.seed), "--setup", a.setup,
+           "--comfyui", a.comfyui, "--config", a.config, "--steps", str(a.steps), "--seed", str(a.seed),
+           "--setup", a.setup,
            "--child", json.dumps(job)]  # fmt: skip
     if a.layers:
         cmd += ["--layers", str(a.layers)]
@@ -201,14 +190,9 @@ def child(a) -> dict:
 
 
 def _child_write(a, layout: str) -> dict:
-    from ..ideogram4.config import Ideogram4Config
     from . import comfy_e2e as e2e
 
-    config = Ideogram4Config.full()
-    if a.layers:
-        import dataclasses
-
-        config = dataclasses.replace(config, num_layers=a.layers)
+    config = e2e.config_for(a)
     entry = {}
     try:
         files = e2e._write_layout(layout, config, pathlib.Path(a.workdir), a.seed)
@@ -314,15 +298,10 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
 
     from .. import kernels
     from ..ideogram4 import sampling_args
-    from ..ideogram4.config import Ideogram4Config
     from ..nodes import sampler_nodes, streaming_patcher
     from . import comfy_e2e as e2e
 
-    config = Ideogram4Config.full()
-    if a.layers:
-        import dataclasses
-
-        config = dataclasses.replace(config, num_layers=a.layers)
+    config = e2e.config_for(a)
     size = a.size or e2e.WIDTH
     g = torch.Generator().manual_seed(1234)
     ctx = torch.randn(1, e2e.TEXT_TOKENS, config.llm_features_dim, generator=g).bfloat16()
@@ -360,10 +339,10 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     kernels.REGISTRY.clear()
     sample(2)  # warm-up: autotuning, first loads, the streaming plan
     _server_cleanup()
-    for m in models:
-        report = streaming_patcher.stream_report(m)
-        if report is not None:
-            m.model.ideogram4_stream.streamer.reset_stats()
+    for m in models:  # the timed steps' copies only
+        stream = getattr(m.model, "ideogram4_stream", None)
+        if stream is not None:
+            stream.streamer.reset_stats()
     torch.cuda.reset_peak_memory_stats()
     peak[0] = 0
     latent, times = sample(a.steps)

@@ -31,6 +31,7 @@ peers compiled the same way.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import gc
 import json
@@ -141,6 +142,29 @@ def _write_layout(layout: str, config, workdir: pathlib.Path, seed: int) -> dict
     size = sum(f.stat().st_size for f in set(files.values())) / GIB
     print(f"[{layout}] wrote {size:.1f} GiB in {time.perf_counter() - t0:.0f} s", flush=True)
     return files
+
+
+def config_for(a):
+    """The architecture a run benchmarks: ``--config``'s, with ``--layers`` blocks when given."""
+    from ..ideogram4.config import Ideogram4Config
+
+    config = getattr(Ideogram4Config, a.config)()
+    return dataclasses.replace(config, num_layers=a.layers) if a.layers else config
+
+
+def each_layout(peers: list[str], write):
+    """(layout, its peers, its files) for every layout some peer of ``peers`` loads, files from ``write(layout)``;
+    a layout's files are deleted when the caller moves on to the next (or stops), so only one is on disk at a time."""
+    for layout in LAYOUTS:
+        mine = [p for p in peers if PEERS[p][0] == layout]
+        if not mine:
+            continue
+        files = write(layout)
+        try:
+            yield layout, mine, files
+        finally:
+            for f in set(files.values()):
+                f.unlink(missing_ok=True)
 
 
 def _block_linears(config) -> list[str]:
@@ -285,15 +309,10 @@ def run(argv=None) -> dict:
     import triton
 
     from .. import kernels
-    from ..ideogram4.config import Ideogram4Config
     from ..kernels import launch
 
-    config = getattr(Ideogram4Config, a.config)()
+    config = config_for(a)
     size = a.size or (WIDTH if a.config == "full" else 256)
-    if a.layers:
-        import dataclasses
-
-        config = dataclasses.replace(config, num_layers=a.layers)
     workdir = pathlib.Path(a.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     g = torch.Generator().manual_seed(1234)
@@ -311,49 +330,41 @@ def run(argv=None) -> dict:
         "peers": {},
     }  # fmt: skip
     reference = torch.load(a.reference_latent) if a.reference_latent else None
-    for layout in LAYOUTS:
-        peers = [p for p in a.peers if PEERS[p][0] == layout]
-        if not peers:
-            continue
-        files = _write_layout(layout, config, workdir, a.seed)
-        try:
-            for peer in peers:
-                entry = result["peers"][peer] = {"layout": layout}
-                try:
-                    t0 = time.perf_counter()
-                    models, notes = _load(peer, files, config)
-                    entry.update(load_s=round(time.perf_counter() - t0, 1), **notes)
-                    kernels.REGISTRY.clear()
-                    _, eager_warmup_ms = _sample(models, ctx, 2, a.seed, size)  # warm-up: autotuning, first loads
-                    if torch.cuda.is_available():
-                        torch.cuda.reset_peak_memory_stats()
-                    latent, ms = _sample(models, ctx, a.steps, a.seed, size)
-                    entry.update(sample_ms=round(ms, 1), step_ms=round(ms / a.steps, 1), peak_gib=_peak_gib(),
-                                 paths={m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()})  # fmt: skip
-                    if peer == "native-bf16":
-                        reference = latent
-                    if reference is not None:
-                        entry["latent_cosine_vs_bf16"] = round(torch.nn.functional.cosine_similarity(
-                            latent.flatten().double(), reference.flatten().double(), dim=0).item(), 5)  # fmt: skip
-                    if a.latents:
-                        pathlib.Path(a.latents).mkdir(parents=True, exist_ok=True)
-                        torch.save(latent, pathlib.Path(a.latents) / f"{peer}.pt")
-                    print(f"[{peer}] {json.dumps(entry)}", flush=True)
-                    for mode in a.compile:
-                        _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_warmup_ms)
-                except Exception as exc:  # noqa: BLE001 - one peer failing keeps the others' numbers
-                    entry["error"] = f"{type(exc).__name__}: {exc}"[:600]
-                    print(f"[{peer}] FAILED {entry['error']}", flush=True)
-                finally:
-                    models = None
-                    comfy.model_management.unload_all_models()
-                    gc.collect()
-                    comfy.model_management.soft_empty_cache()
-                if a.out:
-                    pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
-        finally:
-            for f in set(files.values()):
-                f.unlink(missing_ok=True)
+    for layout, peers, files in each_layout(a.peers, lambda layout: _write_layout(layout, config, workdir, a.seed)):
+        for peer in peers:
+            entry = result["peers"][peer] = {"layout": layout}
+            try:
+                t0 = time.perf_counter()
+                models, notes = _load(peer, files, config)
+                entry.update(load_s=round(time.perf_counter() - t0, 1), **notes)
+                kernels.REGISTRY.clear()
+                _, eager_warmup_ms = _sample(models, ctx, 2, a.seed, size)  # warm-up: autotuning, first loads
+                if torch.cuda.is_available():
+                    torch.cuda.reset_peak_memory_stats()
+                latent, ms = _sample(models, ctx, a.steps, a.seed, size)
+                entry.update(sample_ms=round(ms, 1), step_ms=round(ms / a.steps, 1), peak_gib=_peak_gib(),
+                             paths={m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()})  # fmt: skip
+                if peer == "native-bf16":
+                    reference = latent
+                if reference is not None:
+                    entry["latent_cosine_vs_bf16"] = round(torch.nn.functional.cosine_similarity(
+                        latent.flatten().double(), reference.flatten().double(), dim=0).item(), 5)  # fmt: skip
+                if a.latents:
+                    pathlib.Path(a.latents).mkdir(parents=True, exist_ok=True)
+                    torch.save(latent, pathlib.Path(a.latents) / f"{peer}.pt")
+                print(f"[{peer}] {json.dumps(entry)}", flush=True)
+                for mode in a.compile:
+                    _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_warmup_ms)
+            except Exception as exc:  # noqa: BLE001 - one peer failing keeps the others' numbers
+                entry["error"] = f"{type(exc).__name__}: {exc}"[:600]
+                print(f"[{peer}] FAILED {entry['error']}", flush=True)
+            finally:
+                models = None
+                comfy.model_management.unload_all_models()
+                gc.collect()
+                comfy.model_management.soft_empty_cache()
+            if a.out:
+                pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
     _ratios(result)
     print_table(result)
     if a.out:

@@ -22,12 +22,22 @@ async def comfy_entrypoint():
 # The pack's error types, importable under the name ComfyUI shows for them (comfyui_ideogram4_int8.<Name>, see
 # ideogram4/errors.py: public_error). Loaded on first use: importing the package stays cheap.
 _ERRORS = {
-    **dict.fromkeys(("CheckpointError", "NotSafetensorsError", "MissingBranchError", "MissingKeysError",
-                     "TensorMismatchError", "BaseMismatchError", "UnsupportedFormatError", "HubError"),
-                    ".ideogram4.errors"),
+    **dict.fromkeys(
+        (
+            "CheckpointError",
+            "NotSafetensorsError",
+            "MissingBranchError",
+            "MissingKeysError",
+            "TensorMismatchError",
+            "BaseMismatchError",
+            "UnsupportedFormatError",
+            "HubError",
+        ),
+        ".ideogram4.errors",
+    ),
     "SamplingArgumentError": ".ideogram4.sampling_args",
     "CaptionError": ".ideogram4.captions.problems",
-}  # fmt: skip
+}
 
 
 def __getattr__(name):

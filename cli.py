@@ -34,7 +34,8 @@ def _preset(value: str) -> str:
         if name.replace(" ", "").lower() == key or name.split()[0].lower() == key:
             return name
     raise argparse.ArgumentTypeError(
-        f"invalid choice: {value!r} (choose from {', '.join(repr(n) for n in PRESET_NAMES)})")
+        f"invalid choice: {value!r} (choose from {', '.join(repr(n) for n in PRESET_NAMES)})"
+    )
 
 
 def _device(value: str) -> str:
@@ -46,13 +47,15 @@ def _device(value: str) -> str:
         import torch
 
         if not torch.cuda.is_available():
-            raise argparse.ArgumentTypeError(f"{value!r}: torch {torch.__version__} sees no CUDA GPU here "
-                                             "(choose cpu, or leave --device out)")  # fmt: skip
+            raise argparse.ArgumentTypeError(
+                f"{value!r}: torch {torch.__version__} sees no CUDA GPU here (choose cpu, or leave --device out)"
+            )
         index = int(name[5:]) if ":" in name else 0
         if index >= torch.cuda.device_count():
             raise argparse.ArgumentTypeError(
                 f"{value!r}: this machine has {torch.cuda.device_count()} CUDA device(s) (cuda:0 .. "
-                f"cuda:{torch.cuda.device_count() - 1})")
+                f"cuda:{torch.cuda.device_count() - 1})"
+            )
     return name
 
 
@@ -104,20 +107,31 @@ def info_report() -> dict:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     n, k = INFO_SHAPE
     path, why_not_faster = select_path(device, n, k)
-    report.update(device=str(device), gemm_path=path, gemm_path_reason=why_not_faster or "the fastest path",
-                  fused_kernel_unavailable=triton_unavailable_reason(device))  # fmt: skip
+    report.update(
+        device=str(device),
+        gemm_path=path,
+        gemm_path_reason=why_not_faster or "the fastest path",
+        fused_kernel_unavailable=triton_unavailable_reason(device),
+    )
     report.update(cached_launches=launch_status(), demoted=backends.DEMOTIONS.items())
     if path == "triton-int8":
         gluon_why = backends.gluon_unavailable(device)
         if gluon_why is None:
-            report.update(backend="gluon", backend_reason="Hopper: warp-specialized Gluon kernels (wgmma + TMA) "
-                          "where the tuned table picks them, the portable Triton kernel elsewhere")  # fmt: skip
+            report.update(
+                backend="gluon",
+                backend_reason="Hopper: warp-specialized Gluon kernels (wgmma + TMA) "
+                "where the tuned table picks them, the portable Triton kernel elsewhere",
+            )
         else:
-            report.update(backend="triton", backend_reason=f"portable Triton kernel (Gluon kernels not used: "
-                          f"{gluon_why})")  # fmt: skip
+            report.update(
+                backend="triton", backend_reason=f"portable Triton kernel (Gluon kernels not used: {gluon_why})"
+            )
     elif path == "cublas-int8":
-        report.update(backend="torch._int_mm", backend_reason="int8 GEMM by torch._int_mm "
-                      f"({'cuBLASLt' if device.type == 'cuda' else 'CPU'}), dequantization as a separate step")
+        report.update(
+            backend="torch._int_mm",
+            backend_reason="int8 GEMM by torch._int_mm "
+            f"({'cuBLASLt' if device.type == 'cuda' else 'CPU'}), dequantization as a separate step",
+        )
     else:
         report.update(backend="float matmul", backend_reason="weights dequantized to bf16, then a float GEMM")
     return report
@@ -165,7 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     p_info = sub.add_parser(
-        "info", help="print GPU / torch / triton facts and the GEMM path and backend this machine gets, and why")
+        "info", help="print GPU / torch / triton facts and the GEMM path and backend this machine gets, and why"
+    )
     p_info.add_argument("--json", action="store_true", help="print the report as JSON")
     p_info.set_defaults(func=_cmd_info)
 
@@ -175,18 +190,33 @@ def build_parser() -> argparse.ArgumentParser:
         "through the fused path; writes a labelled PNG preview and prints the GEMM-path table",
         description="Build a tiny Ideogram-4-architecture model pair, write it as a W8A8 checkpoint, load it back "
         "through the real reader, sample with the official asymmetric CFG and compare with the float model.",
-    )  # fmt: skip
-    p_demo.add_argument("--out", type=_out_dir, default="demo_out",
-                        help="output folder, created if missing (default: demo_out)")  # fmt: skip
-    p_demo.add_argument("--seed", type=_seed, default=0, metavar="SEED",
-                        help=f"noise seed, 0..{MAX_SEED} (default: 0)")  # fmt: skip
-    p_demo.add_argument("--preset", type=_preset, default="Turbo 12", metavar="PRESET",
-                        help=f"sampling preset, one of: {', '.join(PRESET_NAMES)} (default: Turbo 12)")  # fmt: skip
-    p_demo.add_argument("--device", type=_device, default=None, metavar="DEVICE",
-                        help=f"one of: {DEVICE_CHOICES} (default: cuda when available, else cpu)")  # fmt: skip
-    p_demo.add_argument("--threads", type=_threads, default=None, metavar="N",
-                        help="CPU threads for torch (default: 1 on the CPU, where more only add overhead on this "
-                        "tiny model; OMP_NUM_THREADS, when set, is kept)")  # fmt: skip
+    )
+    p_demo.add_argument(
+        "--out", type=_out_dir, default="demo_out", help="output folder, created if missing (default: demo_out)"
+    )
+    p_demo.add_argument("--seed", type=_seed, default=0, metavar="SEED", help=f"noise seed, 0..{MAX_SEED} (default: 0)")
+    p_demo.add_argument(
+        "--preset",
+        type=_preset,
+        default="Turbo 12",
+        metavar="PRESET",
+        help=f"sampling preset, one of: {', '.join(PRESET_NAMES)} (default: Turbo 12)",
+    )
+    p_demo.add_argument(
+        "--device",
+        type=_device,
+        default=None,
+        metavar="DEVICE",
+        help=f"one of: {DEVICE_CHOICES} (default: cuda when available, else cpu)",
+    )
+    p_demo.add_argument(
+        "--threads",
+        type=_threads,
+        default=None,
+        metavar="N",
+        help="CPU threads for torch (default: 1 on the CPU, where more only add overhead on this "
+        "tiny model; OMP_NUM_THREADS, when set, is kept)",
+    )
     p_demo.set_defaults(func=_cmd_demo)
 
     p_bench = sub.add_parser(
@@ -198,16 +228,20 @@ def build_parser() -> argparse.ArgumentParser:
     p_bench.add_argument("--tune", action="store_true", help="first time every tile config per shape (table source)")
     p_bench.add_argument("--quant-sweep", action="store_true", help="also time the quantizer's launch variants")
     p_bench.add_argument(
-        "--sustained", type=_seconds, default=0.0, metavar="SECONDS",
+        "--sustained",
+        type=_seconds,
+        default=0.0,
+        metavar="SECONDS",
         help="also time bf16 / FP8 / comfy-kitchen / ours under sustained load: each replayed back to back "
         "for SECONDS per round (the board at its power limit, as in a sampling loop); 0: off",
-    )  # fmt: skip
+    )
     p_bench.add_argument(
-        "--smooth", action="store_true",
+        "--smooth",
+        action="store_true",
         help="also time the whole linear with a SmoothQuant vector (the transformerlab layout): with the divide in the "
         "quantizer (unfolded) and with the activation already divided upstream (folded); FFN pairs: two dividing "
         "passes, w3's ratio divide, one shared folded vector",
-    )  # fmt: skip
+    )
     p_bench.set_defaults(func=_cmd_bench)
     return parser
 

@@ -43,9 +43,17 @@ def parent(a) -> dict:
     config = e2e.config_for(a)
     workdir = pathlib.Path(a.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    result = {"info": {"command": "python -m comfyui_ideogram4_int8.bench.comfy_e2e " + " ".join(sys.argv[1:]),
-                       "layers": config.num_layers, "size": f"{a.size or e2e.WIDTH}x{a.size or e2e.WIDTH}",
-                       "steps": a.steps, "setup": a.setup, "vram_gib": a.vram}, "runs": {}}  # fmt: skip
+    result = {
+        "info": {
+            "command": "python -m comfyui_ideogram4_int8.bench.comfy_e2e " + " ".join(sys.argv[1:]),
+            "layers": config.num_layers,
+            "size": f"{a.size or e2e.WIDTH}x{a.size or e2e.WIDTH}",
+            "steps": a.steps,
+            "setup": a.setup,
+            "vram_gib": a.vram,
+        },
+        "runs": {},
+    }
     # each layout written in a process of its own: the parent never holds GPU memory
     for _, peers, files in e2e.each_layout(a.peers, lambda layout: _spawn_write(a, layout)):
         for peer in peers:
@@ -80,10 +88,25 @@ def _spawn_write(a, layout: str) -> dict:
 
 def _spawn(a, peer: str | None, cap: float, files: dict, write: str | None = None) -> dict:
     job = {"peer": peer, "cap": cap, "files": {b: str(p) for b, p in files.items()}, "write": write}
-    cmd = [sys.executable, "-m", "comfyui_ideogram4_int8.bench.comfy_e2e", "--workdir", a.workdir,
-           "--comfyui", a.comfyui, "--config", a.config, "--steps", str(a.steps), "--seed", str(a.seed),
-           "--setup", a.setup,
-           "--child", json.dumps(job)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "comfyui_ideogram4_int8.bench.comfy_e2e",
+        "--workdir",
+        a.workdir,
+        "--comfyui",
+        a.comfyui,
+        "--config",
+        a.config,
+        "--steps",
+        str(a.steps),
+        "--seed",
+        str(a.seed),
+        "--setup",
+        a.setup,
+        "--child",
+        json.dumps(job),
+    ]
     if a.layers:
         cmd += ["--layers", str(a.layers)]
     if a.size:
@@ -142,11 +165,15 @@ def ratios(result: dict) -> None:
 
 def print_table(result: dict) -> None:
     info = result["info"]
-    print(f"\n{info.get('gpu', '?')}, torch {info.get('torch', '?')}, triton {info.get('triton', '?')}, ComfyUI "
-          f"{info.get('comfyui', '?')}, {info['size']}, {info['steps']} steps, setup {info['setup']}, pinned H2D "
-          f"{info.get('pinned_gib_s', '?')} GiB/s")  # fmt: skip
-    print(f"{'run':<34}{'min ms':>8}{'med ms':>8}{'x res':>7}{'x fp8':>7}{'x bf16':>7}{'x int8':>7}{'floor':>7}"
-          f"{'GiB/st':>7}{'copy':>7}{'hid':>5}{'peak':>7}  dynvram")  # fmt: skip
+    print(
+        f"\n{info.get('gpu', '?')}, torch {info.get('torch', '?')}, triton {info.get('triton', '?')}, ComfyUI "
+        f"{info.get('comfyui', '?')}, {info['size']}, {info['steps']} steps, setup {info['setup']}, pinned H2D "
+        f"{info.get('pinned_gib_s', '?')} GiB/s"
+    )
+    print(
+        f"{'run':<34}{'min ms':>8}{'med ms':>8}{'x res':>7}{'x fp8':>7}{'x bf16':>7}{'x int8':>7}{'floor':>7}"
+        f"{'GiB/st':>7}{'copy':>7}{'hid':>5}{'peak':>7}  dynvram"
+    )
     for name, e in result["runs"].items():
         if "error" in e:
             print(f"{name:<34} FAILED: {e['error'][-160:]}")
@@ -156,11 +183,13 @@ def print_table(result: dict) -> None:
             return f"{e[key]:.2f}" if key in e else "-"
 
         hidden = {True: "yes", False: "no", None: "-"}[e.get("copies_hidden")]
-        print(f"{name:<34}{e['step_ms_min']:>8.1f}{e['step_ms_median']:>8.1f}{r('x_ours_resident'):>7}"
-              f"{r('speedup_vs_native-fp8'):>7}{r('speedup_vs_native-bf16'):>7}{r('speedup_vs_native-int8-convrot'):>7}"
-              f"{e.get('floor_ms', '-'):>7}{e.get('gib_streamed_per_step', 0):>7.2f}"
-              f"{e.get('copy_ms_per_step', 0):>7.1f}{hidden:>5}{e['peak_gib']:>7.2f}  "
-              f"{e.get('dynamic_vram', '-')[:40]}")
+        print(
+            f"{name:<34}{e['step_ms_min']:>8.1f}{e['step_ms_median']:>8.1f}{r('x_ours_resident'):>7}"
+            f"{r('speedup_vs_native-fp8'):>7}{r('speedup_vs_native-bf16'):>7}{r('speedup_vs_native-int8-convrot'):>7}"
+            f"{e.get('floor_ms', '-'):>7}{e.get('gib_streamed_per_step', 0):>7.2f}"
+            f"{e.get('copy_ms_per_step', 0):>7.1f}{hidden:>5}{e['peak_gib']:>7.2f}  "
+            f"{e.get('dynamic_vram', '-')[:40]}"
+        )
 
 
 # -- child -------------------------------------------------------------------------------------------------------------
@@ -346,8 +375,11 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     torch.cuda.reset_peak_memory_stats()
     peak[0] = 0
     latent, times = sample(a.steps)
-    out.update(step_ms_min=round(min(times), 1), step_ms_median=round(statistics.median(times), 1),
-               step_ms=[round(t, 1) for t in times])  # fmt: skip
+    out.update(
+        step_ms_min=round(min(times), 1),
+        step_ms_median=round(statistics.median(times), 1),
+        step_ms=[round(t, 1) for t in times],
+    )
     held = torch.cuda.memory_reserved()
     out["peak_gib"] = round(max(peak[0] - ballast_bytes, 0) / GIB, 2)  # the card's use at step ends, context in
     out["torch_peak_reserved_gib"] = round((torch.cuda.max_memory_reserved() - ballast_bytes) / GIB, 2)
@@ -367,4 +399,3 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
         torch.save(latent.float().cpu(), pathlib.Path(a.latents) / f"{peer}@{_cap_name(json.loads(a.child)['cap'])}.pt")
     out["loaded"] = [type(m).__name__ for m in models]
     return out
-

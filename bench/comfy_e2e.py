@@ -60,28 +60,47 @@ COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m comfyui_ideogram4_int8.bench.comfy_e2e", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m comfyui_ideogram4_int8.bench.comfy_e2e",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--comfyui", default=os.environ.get("COMFYUI_DIR"), help="ComfyUI tree (default $COMFYUI_DIR)")
     p.add_argument("--workdir", required=True, help="where the synthetic files go (~40 GB free for bf16)")
     p.add_argument("--peers", default=",".join(PEERS), help=f"comma list of {list(PEERS)}")
     p.add_argument("--layers", type=int, default=None, help="fewer blocks (smoke runs only)")
-    p.add_argument("--config", default="full", choices=("full", "demo"), help="demo: the tiny demo model, 256 px, "
-                   "on any device (a smoke run of this script; no numbers to report)")
+    p.add_argument(
+        "--config",
+        default="full",
+        choices=("full", "demo"),
+        help="demo: the tiny demo model, 256 px, on any device (a smoke run of this script; no numbers to report)",
+    )
     p.add_argument("--size", type=int, default=None, help="width = height in pixels (1024; smoke runs only)")
     p.add_argument("--steps", type=int, default=20, help="Default 20 (the preset's steps; fewer for smoke runs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--reference-latent", default=None, help="native-bf16 latent (.pt) of an earlier call")
     p.add_argument("--latents", default=None, help="save each peer's latent here (.pt per peer)")
     p.add_argument("--out", default=None, help="JSON results file")
-    p.add_argument("--compile", default="", help=f"comma list of {list(COMPILE_MODES)}: also run each peer "
-                   "compiled that way (ComfyUI's TorchCompileModel)")  # fmt: skip
-    p.add_argument("--vram", default="", help="comma list of card sizes to emulate, in GiB (0: the whole GPU): "
-                   "each peer runs once per size, each run in a process of its own (a hard cap: the rest of the "
-                   "GPU is taken before ComfyUI starts, so its loading decisions and every allocation see that card)")
-    p.add_argument("--setup", default="server", choices=("server", "plain"), help="server (default): ComfyUI's "
-                   "model management as main.py sets it up (DynamicVRAM through comfy-aimdo where it initializes, "
-                   "async offload); plain: ComfyUI imported as a library")
+    p.add_argument(
+        "--compile",
+        default="",
+        help=f"comma list of {list(COMPILE_MODES)}: also run each peer compiled that way (ComfyUI's TorchCompileModel)",
+    )
+    p.add_argument(
+        "--vram",
+        default="",
+        help="comma list of card sizes to emulate, in GiB (0: the whole GPU): "
+        "each peer runs once per size, each run in a process of its own (a hard cap: the rest of the "
+        "GPU is taken before ComfyUI starts, so its loading decisions and every allocation see that card)",
+    )
+    p.add_argument(
+        "--setup",
+        default="server",
+        choices=("server", "plain"),
+        help="server (default): ComfyUI's "
+        "model management as main.py sets it up (DynamicVRAM through comfy-aimdo where it initializes, "
+        "async offload); plain: ComfyUI imported as a library",
+    )
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # JSON of one run (peer, cap, files)
     a = p.parse_args(argv)
     a.peers = [x for x in a.peers.split(",") if x]
@@ -120,8 +139,9 @@ def _write_layout(layout: str, config, workdir: pathlib.Path, seed: int) -> dict
     from ..ideogram4 import synthetic
 
     gen = "cuda" if torch.cuda.is_available() else "cpu"
-    weights = {b: synthetic.RandomWeights(config, seed + i, device=gen) for i, b in enumerate(("conditional",
-                                                                                            "unconditional"))}
+    weights = {
+        b: synthetic.RandomWeights(config, seed + i, device=gen) for i, b in enumerate(("conditional", "unconditional"))
+    }
     t0 = time.perf_counter()
     if layout == "w8a8":
         path = workdir / "ideogram4-int8-w8a8.safetensors"
@@ -244,7 +264,8 @@ def _comfy_kitchen_backend() -> str:
         why = {n: b["unavailable_reason"] for n, b in backends.items() if b["unavailable_reason"]}
         first = registry.get_capable_backend("int8_linear")
         return f"comfy-kitchen {getattr(ck, '__version__', '?')}: int8_linear on {first}; available {avail}" + (
-            f"; unavailable {why}" if why else "")
+            f"; unavailable {why}" if why else ""
+        )
     except Exception as exc:  # noqa: BLE001 - reported, not fatal
         return f"comfy-kitchen backend unknown: {type(exc).__name__}: {exc}"
 
@@ -253,8 +274,11 @@ def _sample(models, ctx, steps: int, seed: int, size: int) -> tuple[torch.Tensor
     from ..ideogram4 import sampling_args
     from ..nodes import sampler_nodes
 
-    plan = sampling_args.plan_sampling("Default 20", size, size) if steps == 20 else \
-        sampling_args.plan_sampling("custom", size, size, steps=steps, polish_steps=min(2, steps - 1))
+    plan = (
+        sampling_args.plan_sampling("Default 20", size, size)
+        if steps == 20
+        else sampling_args.plan_sampling("custom", size, size, steps=steps, polish_steps=min(2, steps - 1))
+    )
     _sync()
     t0 = time.perf_counter()
     latent = sampler_nodes.sample(models[0], models[1], [[ctx, {}]], plan, size, size, seed)
@@ -274,8 +298,9 @@ def _compiled(models, mode: str):
     for m in models:
         c = m.clone(disable_dynamic=True)  # as the node does (a dynamic-VRAM MODEL is rebuilt non-dynamic)
         if mode == "default":
-            set_torch_compile_wrapper(model=c, backend="inductor",
-                                      options={"guard_filter_fn": skip_transformer_options})  # fmt: skip
+            set_torch_compile_wrapper(
+                model=c, backend="inductor", options={"guard_filter_fn": skip_transformer_options}
+            )
         else:
             set_torch_compile_wrapper(model=c, backend="inductor", mode=mode)
         out.append(c)
@@ -302,8 +327,9 @@ def run(argv=None) -> dict:
 
         return comfy_cards.parent(a)
     if not torch.cuda.is_available() and a.config == "full" and not (a.layers and a.size):
-        raise SystemExit("the ComfyUI end-to-end benchmark needs a CUDA GPU (CPU smoke runs: --config demo, or "
-                         "--layers and --size)")
+        raise SystemExit(
+            "the ComfyUI end-to-end benchmark needs a CUDA GPU (CPU smoke runs: --config demo, or --layers and --size)"
+        )
     _import_comfyui(a.comfyui)
     import comfy.model_management
     import triton
@@ -321,14 +347,20 @@ def run(argv=None) -> dict:
     result = {
         "info": {
             "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "torch": torch.__version__, "triton": triton.__version__,
-            "comfyui": _comfyui_version(a.comfyui), "date": datetime.date.today().isoformat(),
+            "torch": torch.__version__,
+            "triton": triton.__version__,
+            "comfyui": _comfyui_version(a.comfyui),
+            "date": datetime.date.today().isoformat(),
             "command": "python -m comfyui_ideogram4_int8.bench.comfy_e2e " + " ".join(sys.argv[1:]),
-            "layers": config.num_layers, "size": f"{size}x{size}", "text_tokens": TEXT_TOKENS, "steps": a.steps,
-            "backends": kernels.backends.report(), "cached_launches": launch.status(),
+            "layers": config.num_layers,
+            "size": f"{size}x{size}",
+            "text_tokens": TEXT_TOKENS,
+            "steps": a.steps,
+            "backends": kernels.backends.report(),
+            "cached_launches": launch.status(),
         },
         "peers": {},
-    }  # fmt: skip
+    }
     reference = torch.load(a.reference_latent) if a.reference_latent else None
     for layout, peers, files in each_layout(a.peers, lambda layout: _write_layout(layout, config, workdir, a.seed)):
         for peer in peers:
@@ -342,13 +374,21 @@ def run(argv=None) -> dict:
                 if torch.cuda.is_available():
                     torch.cuda.reset_peak_memory_stats()
                 latent, ms = _sample(models, ctx, a.steps, a.seed, size)
-                entry.update(sample_ms=round(ms, 1), step_ms=round(ms / a.steps, 1), peak_gib=_peak_gib(),
-                             paths={m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()})  # fmt: skip
+                entry.update(
+                    sample_ms=round(ms, 1),
+                    step_ms=round(ms / a.steps, 1),
+                    peak_gib=_peak_gib(),
+                    paths={m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()},
+                )
                 if peer == "native-bf16":
                     reference = latent
                 if reference is not None:
-                    entry["latent_cosine_vs_bf16"] = round(torch.nn.functional.cosine_similarity(
-                        latent.flatten().double(), reference.flatten().double(), dim=0).item(), 5)  # fmt: skip
+                    entry["latent_cosine_vs_bf16"] = round(
+                        torch.nn.functional.cosine_similarity(
+                            latent.flatten().double(), reference.flatten().double(), dim=0
+                        ).item(),
+                        5,
+                    )
                 if a.latents:
                     pathlib.Path(a.latents).mkdir(parents=True, exist_ok=True)
                     torch.save(latent, pathlib.Path(a.latents) / f"{peer}.pt")
@@ -391,13 +431,21 @@ def _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_war
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         latent, ms = _sample(compiled, ctx, a.steps, a.seed, size)
-        entry.update(compile_s=round((warm_ms - eager_warmup_ms) / 1e3, 1), sample_ms=round(ms, 1),
-                     step_ms=round(ms / a.steps, 1), peak_gib=_peak_gib(),
-                     speedup_vs_eager=round(result["peers"][peer]["step_ms"] / (ms / a.steps), 3),
-                     paths={m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()})  # fmt: skip
+        entry.update(
+            compile_s=round((warm_ms - eager_warmup_ms) / 1e3, 1),
+            sample_ms=round(ms, 1),
+            step_ms=round(ms / a.steps, 1),
+            peak_gib=_peak_gib(),
+            speedup_vs_eager=round(result["peers"][peer]["step_ms"] / (ms / a.steps), 3),
+            paths={m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()},
+        )
         if reference is not None:
-            entry["latent_cosine_vs_bf16"] = round(torch.nn.functional.cosine_similarity(
-                latent.flatten().double(), reference.flatten().double(), dim=0).item(), 5)  # fmt: skip
+            entry["latent_cosine_vs_bf16"] = round(
+                torch.nn.functional.cosine_similarity(
+                    latent.flatten().double(), reference.flatten().double(), dim=0
+                ).item(),
+                5,
+            )
         print(f"[{name}] {json.dumps(entry)}", flush=True)
     except Exception as exc:  # noqa: BLE001 - one compiled peer failing keeps the others' numbers
         entry["error"] = f"{type(exc).__name__}: {exc}"[:600]
@@ -430,8 +478,10 @@ def plot(result: dict, png: pathlib.Path) -> None:
     bx.invert_yaxis()
     bx.legend()
     info = result["info"]
-    fig.suptitle(f"Ideogram 4 through ComfyUI {info['comfyui']}, {info['size']}, {info['gpu']} "
-                 f"(torch {info['torch']}, triton {info['triton']}); grey: native ComfyUI, green: this pack")
+    fig.suptitle(
+        f"Ideogram 4 through ComfyUI {info['comfyui']}, {info['size']}, {info['gpu']} "
+        f"(torch {info['torch']}, triton {info['triton']}); grey: native ComfyUI, green: this pack"
+    )
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
@@ -456,10 +506,14 @@ def _ratios(result: dict) -> None:
 
 def print_table(result: dict) -> None:
     info = result["info"]
-    print(f"\n{info['gpu']}, torch {info['torch']}, triton {info['triton']}, ComfyUI {info['comfyui']}, "
-          f"{info['layers']} blocks, {info['size']}, {info['steps']} steps")
-    print(f"{'peer':<46}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'x fp8f':>8}{'x int8':>8}{'D20 s':>8}"
-          f"{'peak GiB':>10}{'cos':>9}")
+    print(
+        f"\n{info['gpu']}, torch {info['torch']}, triton {info['triton']}, ComfyUI {info['comfyui']}, "
+        f"{info['layers']} blocks, {info['size']}, {info['steps']} steps"
+    )
+    print(
+        f"{'peer':<46}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'x fp8f':>8}{'x int8':>8}{'D20 s':>8}"
+        f"{'peak GiB':>10}{'cos':>9}"
+    )
     for name, e in result["peers"].items():
         if "error" in e:
             print(f"{name:<46} FAILED: {e['error'][:100]}")
@@ -469,8 +523,10 @@ def print_table(result: dict) -> None:
             return f"{e[f'speedup_vs_{ref}']:.2f}x" if f"speedup_vs_{ref}" in e else "-"
 
         cos = f"{e['latent_cosine_vs_bf16']:.4f}" if "latent_cosine_vs_bf16" in e else "-"
-        print(f"{name:<46}{e['step_ms']:>9.1f}{r('native-bf16'):>8}{r('native-fp8'):>7}{r('native-fp8-fast'):>8}"
-              f"{r('native-int8-convrot'):>8}{e['sample_ms'] / 1e3:>8.2f}{e['peak_gib'] or 0:>10.2f}{cos:>9}")
+        print(
+            f"{name:<46}{e['step_ms']:>9.1f}{r('native-bf16'):>8}{r('native-fp8'):>7}{r('native-fp8-fast'):>8}"
+            f"{r('native-int8-convrot'):>8}{e['sample_ms'] / 1e3:>8.2f}{e['peak_gib'] or 0:>10.2f}{cos:>9}"
+        )
 
 
 if __name__ == "__main__":

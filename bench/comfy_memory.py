@@ -32,8 +32,11 @@ GIB = 1024**3
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(prog="python -m comfyui_ideogram4_int8.bench.comfy_memory", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m comfyui_ideogram4_int8.bench.comfy_memory",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--comfyui", default=os.environ.get("COMFYUI_DIR"), help="ComfyUI tree (default $COMFYUI_DIR)")
     p.add_argument("--reference", action="store_true", help="measure with the reference DiT, not ComfyUI")
     p.add_argument("--file", default=None, help="two-branch W8A8 file to read (written first if missing)")
@@ -77,8 +80,10 @@ def _branch_states(a, config, device):
         path = pathlib.Path(a.file)
         if not path.exists():
             t = time.perf_counter()
-            ws = {b: synthetic.RandomWeights(config, a.seed + i, device=gen_device)
-                  for i, b in enumerate(("conditional", "unconditional"))}  # fmt: skip
+            ws = {
+                b: synthetic.RandomWeights(config, a.seed + i, device=gen_device)
+                for i, b in enumerate(("conditional", "unconditional"))
+            }
             synthetic.write_w8a8(path, ws, config)
             print(f"wrote {path} ({path.stat().st_size / GIB:.1f} GiB) in {time.perf_counter() - t:.0f}s", flush=True)
         return {b: read_branch(path, b, device="cpu") for b in ("conditional", "unconditional")}
@@ -118,8 +123,11 @@ def run(argv=None) -> dict:
     t0 = time.perf_counter()
     states = _branch_states(a, config, a.device)
     weight_bytes = {b: _state_bytes(s) for b, s in states.items()}
-    print(f"built both branches in {time.perf_counter() - t0:.0f}s: "
-          + ", ".join(f"{b} {n / GIB:.2f} GiB" for b, n in weight_bytes.items()), flush=True)  # fmt: skip
+    print(
+        f"built both branches in {time.perf_counter() - t0:.0f}s: "
+        + ", ".join(f"{b} {n / GIB:.2f} GiB" for b, n in weight_bytes.items()),
+        flush=True,
+    )
     plan = sampling_args.plan_sampling("custom", a.size, a.size, steps=a.steps, polish_steps=min(1, a.steps - 1))
     g = torch.Generator().manual_seed(a.seed)
     ctx = torch.randn(1, a.tokens, config.llm_features_dim, generator=g)
@@ -141,8 +149,9 @@ def run(argv=None) -> dict:
         for b in ("conditional", "unconditional"):
             models[b], _ = build_native_model(states[b], config, label=b, compute_dtype=dtype)
             states[b].clear()
-        latent = sampler_nodes.sample(models["conditional"], models["unconditional"], [[ctx, {}]], plan, a.size,
-                                      a.size, a.seed)  # fmt: skip
+        latent = sampler_nodes.sample(
+            models["conditional"], models["unconditional"], [[ctx, {}]], plan, a.size, a.size, a.seed
+        )
         for b, m in models.items():
             extra[f"{b}_loaded_gib"] = m.model.model_loaded_weight_memory / GIB
             extra[f"{b}_lowvram"] = bool(getattr(m.model, "model_lowvram", False))
@@ -158,26 +167,43 @@ def run(argv=None) -> dict:
             st = states[b]
             for k in list(st):
                 st[k] = st[k].to(dev)
-            models[b] = Ideogram4DiT.from_state_dict(st, w8a8_linears(), config=config, dtype=dtype, label=b,
-                                                     consume=True)  # fmt: skip
+            models[b] = Ideogram4DiT.from_state_dict(
+                st, w8a8_linears(), config=config, dtype=dtype, label=b, consume=True
+            )
         with torch.no_grad():
-            latent = sample(models["conditional"], models["unconditional"], ctx.to(dev, dtype), width=a.size,
-                            height=a.size, sigmas=plan.sigmas, guidance=plan.guidance,
-                            noise=make_noise(a.seed, a.size, a.size, 1, config.in_channels), device=dev)
+            latent = sample(
+                models["conditional"],
+                models["unconditional"],
+                ctx.to(dev, dtype),
+                width=a.size,
+                height=a.size,
+                sigmas=plan.sigmas,
+                guidance=plan.guidance,
+                noise=make_noise(a.seed, a.size, a.size, 1, config.in_channels),
+                device=dev,
+            )
     if cuda:
         torch.cuda.synchronize()
     from .. import kernels
 
     result = {
-        "mode": mode, "why_not_comfyui": why or None, "config": a.config, "size": a.size, "tokens": a.tokens,
-        "steps": a.steps, "weights_gib": {b: round(n / GIB, 3) for b, n in weight_bytes.items()},
-        "sample_seconds": round(time.perf_counter() - t1, 1), "latent_finite": bool(torch.isfinite(latent).all()),
+        "mode": mode,
+        "why_not_comfyui": why or None,
+        "config": a.config,
+        "size": a.size,
+        "tokens": a.tokens,
+        "steps": a.steps,
+        "weights_gib": {b: round(n / GIB, 3) for b, n in weight_bytes.items()},
+        "sample_seconds": round(time.perf_counter() - t1, 1),
+        "latent_finite": bool(torch.isfinite(latent).all()),
         "paths": {m: kernels.REGISTRY.counts(m) for m in ("conditional", "unconditional")},
         "peak_gib": round(torch.cuda.max_memory_allocated() / GIB, 3) if cuda else None,
         "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / GIB, 3) if cuda else None,
-        "device": torch.cuda.get_device_name(0) if cuda else "cpu", "torch": torch.__version__,
-        "target_gib": 22.0, **extra,
-    }  # fmt: skip
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu",
+        "torch": torch.__version__,
+        "target_gib": 22.0,
+        **extra,
+    }
     if cuda:
         result["fits_target"] = result["peak_gib"] <= 22.0
     print(json.dumps(result, indent=2), flush=True)

@@ -105,8 +105,9 @@ class FP8Linear(nn.Module):
         x2 = x.reshape(-1, self.in_features)
         xs = (x2.abs().amax().float().clamp_min(1e-12) / 448.0).reshape(())
         x8 = (x2 / xs.to(x2.dtype)).clamp(-448, 448).to(torch.float8_e4m3fn)
-        y = torch._scaled_mm(x8, self.weight.t(), scale_a=xs, scale_b=self.w_scale, bias=self.bias,
-                             out_dtype=torch.bfloat16)  # fmt: skip
+        y = torch._scaled_mm(
+            x8, self.weight.t(), scale_a=xs, scale_b=self.w_scale, bias=self.bias, out_dtype=torch.bfloat16
+        )
         return y.reshape(*lead, self.out_features)
 
 
@@ -131,8 +132,15 @@ def build_branch(config, seed, factory, label):
     from comfyui_ideogram4_int8.ideogram4.synthetic import RandomWeights
 
     weights = RandomWeights(config, seed=seed, device="cuda", dtype=torch.float32)
-    model = Ideogram4DiT(config, factory, state_dict=LazyStateDict(weights), dtype=torch.bfloat16,
-                         device="cuda", label=label, consume=True)  # fmt: skip
+    model = Ideogram4DiT(
+        config,
+        factory,
+        state_dict=LazyStateDict(weights),
+        dtype=torch.bfloat16,
+        device="cuda",
+        label=label,
+        consume=True,
+    )
     return model.eval()
 
 
@@ -146,12 +154,21 @@ def build_branch_smooth(config, seed, label, protected, fold: bool, gate_up: str
     weights = RandomWeights(config, seed=seed, device="cuda", dtype=torch.float32)
     names = set(config.linear_names()) - set(protected)
     vectors = smooth_vectors(weights, config, names=names, seed=seed)
-    state = w8a8_state(weights, config, smooth=vectors, quantized=names, protected=protected, dtype=torch.bfloat16,
-                       device="cuda")  # fmt: skip
+    state = w8a8_state(
+        weights, config, smooth=vectors, quantized=names, protected=protected, dtype=torch.bfloat16, device="cuda"
+    )
     del vectors
-    model = Ideogram4DiT.from_state_dict(state, w8a8_linears(dtype=torch.bfloat16), config=config,
-                                         dtype=torch.bfloat16, device="cuda", label=label, consume=True,
-                                         fold_smooth=fold, gate_up=gate_up)  # fmt: skip
+    model = Ideogram4DiT.from_state_dict(
+        state,
+        w8a8_linears(dtype=torch.bfloat16),
+        config=config,
+        dtype=torch.bfloat16,
+        device="cuda",
+        label=label,
+        consume=True,
+        fold_smooth=fold,
+        gate_up=gate_up,
+    )
     return model.eval()
 
 
@@ -261,8 +278,11 @@ def run(args) -> dict:
         for branch in ("conditional", "unconditional"):
             counts[branch] = kernels.REGISTRY.counts(branch)
         med = sorted(times)[len(times) // 2]
-        fused = sum(getattr(layer.feed_forward, "gate_up", None) is not None for m in (cond, uncond)
-                    for layer in getattr(m, "layers", []))  # fmt: skip
+        fused = sum(
+            getattr(layer.feed_forward, "gate_up", None) is not None
+            for m in (cond, uncond)
+            for layer in getattr(m, "layers", [])
+        )
         entry = {
             "gemm_path": path,
             "dividing_quantizer_passes_per_step": divides_per_step,
@@ -276,8 +296,11 @@ def run(args) -> dict:
             "default20_host_s": host_s,
             "layers_per_path": counts,
         }
-        print(f"[{label}] step {med:.1f} ms, peak {peak:.2f} GiB, Default-20 {sample_ms / 1e3:.2f} s, "
-              f"split {({k: round(v, 1) for k, v in split.items()})}", flush=True)  # fmt: skip
+        print(
+            f"[{label}] step {med:.1f} ms, peak {peak:.2f} GiB, Default-20 {sample_ms / 1e3:.2f} s, "
+            f"split { ({k: round(v, 1) for k, v in split.items()}) }",
+            flush=True,
+        )
         return entry, lat.float().cpu()
 
     result = {
@@ -308,8 +331,14 @@ def run(args) -> dict:
         folds = {"on": (True,), "off": (False,), "both": (True, False), "all": (True, False)}[args.fold]
         for fold in folds:
             tag = "smooth folded" if fold else "smooth unfolded"
-            result["info"].setdefault("smooth", {"vectors": "a distinct SmoothQuant vector on every quantized linear "
-                                                 "(w1/w3 different)", "gate_up": args.gate_up, "fold": args.fold})
+            result["info"].setdefault(
+                "smooth",
+                {
+                    "vectors": "a distinct SmoothQuant vector on every quantized linear (w1/w3 different)",
+                    "gate_up": args.gate_up,
+                    "fold": args.fold,
+                },
+            )
             groups.append((f"w8a8 {tag}", ("smooth", fold), [(p, f"{p} {tag}") for p in w8]))
 
     for group, make_factory, paths in groups:
@@ -346,9 +375,12 @@ def run(args) -> dict:
                     torch.cuda.synchronize()
                     compile_s = time.perf_counter() - t_c
                     result["paths"][name], latents[name] = measure(*compiled, path, name, weights_gib)
-                    result["paths"][name].update(compiled=mode, compile_s=round(compile_s, 1),
-                                                 speedup_vs_eager=result["paths"][label]["step_ms_median"]
-                                                 / result["paths"][name]["step_ms_median"])  # fmt: skip
+                    result["paths"][name].update(
+                        compiled=mode,
+                        compile_s=round(compile_s, 1),
+                        speedup_vs_eager=result["paths"][label]["step_ms_median"]
+                        / result["paths"][name]["step_ms_median"],
+                    )
                 except Exception as exc:  # noqa: BLE001 - a compile failure is a result; the other paths still run
                     result.setdefault("compile_errors", {})[name] = f"{type(exc).__name__}: {exc}"[:600]
                     print(f"[{name}] FAILED {result['compile_errors'][name]}", flush=True)
@@ -377,17 +409,23 @@ def run(args) -> dict:
 
 
 def print_table(result):
-    print(f"\n{result['info']['gpu']}, torch {result['info']['torch']}, triton {result['info']['triton']}, "
-          f"{result['info']['layers']} blocks, {result['info']['size']}, {result['info']['text_tokens']} text tokens")
-    head = (f"{'path':<30}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'D20 s':>8}{'gemm':>8}{'quant':>7}"
-            f"{'attn':>7}{'other':>7}{'peak GiB':>10}{'cos':>8}")  # fmt: skip
+    print(
+        f"\n{result['info']['gpu']}, torch {result['info']['torch']}, triton {result['info']['triton']}, "
+        f"{result['info']['layers']} blocks, {result['info']['size']}, {result['info']['text_tokens']} text tokens"
+    )
+    head = (
+        f"{'path':<30}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'D20 s':>8}{'gemm':>8}{'quant':>7}"
+        f"{'attn':>7}{'other':>7}{'peak GiB':>10}{'cos':>8}"
+    )
     print(head)
     for path, e in result["paths"].items():
         p = e["profile_ms"]
-        print(f"{path:<30}{e['step_ms_median']:>9.1f}{e.get('step_speedup_vs_bf16', 0):>7.2f}x"
-              f"{e.get('step_speedup_vs_fp8', 0):>6.2f}x{e['default20_sample_ms'] / 1e3:>8.2f}{p['gemm']:>8.1f}"
-              f"{p['act-quant']:>7.1f}{p['attention']:>7.1f}{p['other']:>7.1f}{e['peak_gib']:>10.2f}"
-              f"{e.get('latent_cosine_vs_bf16', float('nan')):>8.4f}")  # fmt: skip
+        print(
+            f"{path:<30}{e['step_ms_median']:>9.1f}{e.get('step_speedup_vs_bf16', 0):>7.2f}x"
+            f"{e.get('step_speedup_vs_fp8', 0):>6.2f}x{e['default20_sample_ms'] / 1e3:>8.2f}{p['gemm']:>8.1f}"
+            f"{p['act-quant']:>7.1f}{p['attention']:>7.1f}{p['other']:>7.1f}{e['peak_gib']:>10.2f}"
+            f"{e.get('latent_cosine_vs_bf16', float('nan')):>8.4f}"
+        )
 
 
 def plot(result, png: pathlib.Path) -> None:
@@ -426,17 +464,28 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=None, help="fewer blocks (smoke runs only)")
     ap.add_argument("--no-protected", action="store_true", help="quantize every block linear")
     ap.add_argument("--no-fuse-gate-up", action="store_true", help="run w1 and w3 as two GEMMs")
-    ap.add_argument("--smooth", action="store_true",
-                    help="W8A8 models in the transformerlab layout: a distinct SmoothQuant vector on every quantized "
-                         "linear (w1/w3 different)")
-    ap.add_argument("--fold", choices=("on", "off", "both", "all"), default="on",
-                    help="with --smooth: fold the divides at load (on, the default), keep them at run time (off), "
-                         "time both in one run (both), or both plus the W8A8 model without smoothing vectors (all)")
-    ap.add_argument("--gate-up", default=None,
-                    help="with --smooth and the fold: w1/w3 mode (ideogram4.smooth_fold.GATE_UP_MODES; default "
-                         "its DEFAULT_GATE_UP)")
-    ap.add_argument("--compile", default="", help=f"comma list of {list(COMPILE_MODES)}: also time each path "
-                    "compiled that way")
+    ap.add_argument(
+        "--smooth",
+        action="store_true",
+        help="W8A8 models in the transformerlab layout: a distinct SmoothQuant vector on every quantized "
+        "linear (w1/w3 different)",
+    )
+    ap.add_argument(
+        "--fold",
+        choices=("on", "off", "both", "all"),
+        default="on",
+        help="with --smooth: fold the divides at load (on, the default), keep them at run time (off), "
+        "time both in one run (both), or both plus the W8A8 model without smoothing vectors (all)",
+    )
+    ap.add_argument(
+        "--gate-up",
+        default=None,
+        help="with --smooth and the fold: w1/w3 mode (ideogram4.smooth_fold.GATE_UP_MODES; default "
+        "its DEFAULT_GATE_UP)",
+    )
+    ap.add_argument(
+        "--compile", default="", help=f"comma list of {list(COMPILE_MODES)}: also time each path compiled that way"
+    )
     args = ap.parse_args(argv)
     args.paths = args.paths.split(",")
     args.compile = [m for m in args.compile.split(",") if m]

@@ -51,9 +51,17 @@ SHAPES = {  # name: (M, N, K)
 }
 SWIGLU_SHAPES = ("ffn_swiglu", "uncond_ffn_swiglu")
 DEFAULT_SHAPES = [
-    "qkv", "o", "w1/w3", "w2", "uncond_qkv", "uncond_w1/w3", "uncond_w2", "llm_cond_proj", "ffn_swiglu",
+    "qkv",
+    "o",
+    "w1/w3",
+    "w2",
+    "uncond_qkv",
+    "uncond_w1/w3",
+    "uncond_w2",
+    "llm_cond_proj",
+    "ffn_swiglu",
     "uncond_ffn_swiglu",
-]  # fmt: skip
+]
 TARGETS = {"bf16": 1.6, "ck-int8": 1.4, "fp8-rowwise": 1.2}
 
 
@@ -229,10 +237,12 @@ def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0, smooth=False):
     if _fp8_available():
         peers["fp8-rowwise"] = fp8_linear
     if smooth:
-        peers["triton-int8-smooth"] = lambda st: Kn.w8a8_linear(st["x"], st["w_qs"], st["w_ss"], st["bias"],
-                                                                 smooth=st["sm"], path="triton-int8")  # fmt: skip
-        peers["triton-int8-folded"] = lambda st: Kn.w8a8_linear(st["x_div"], st["w_qs"], st["w_ss"], st["bias"],
-                                                                 path="triton-int8")  # fmt: skip
+        peers["triton-int8-smooth"] = lambda st: Kn.w8a8_linear(
+            st["x"], st["w_qs"], st["w_ss"], st["bias"], smooth=st["sm"], path="triton-int8"
+        )
+        peers["triton-int8-folded"] = lambda st: Kn.w8a8_linear(
+            st["x_div"], st["w_qs"], st["w_ss"], st["bias"], path="triton-int8"
+        )
         peers["quant-smooth-only"] = lambda st: Kn.quantize_per_token(st["x"], st["sm"])
     if ck is not None:
         for st in sets:
@@ -334,14 +344,16 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0, smooth=False):
     if _fp8_available():
         peers["fp8-rowwise"] = fp8_pair
     if smooth:
+
         def unfused_smooth(st):
             a = Kn.w8a8_linear(st["x"], st["w1_qs"], st["w1_ss"], smooth=st["s1"], path="triton-int8")
             return F.silu(a) * Kn.w8a8_linear(st["x"], st["w3_qs"], st["w3_ss"], smooth=st["s3"], path="triton-int8")
 
         def ratio(st):
             a = Kn.w8a8_linear(st["x_div1"], st["w1_qs"], st["w1_ss"], path="triton-int8")
-            return F.silu(a) * Kn.w8a8_linear(st["x_div1"], st["w3_qs"], st["w3_ss"], smooth=st["ratio"],
-                                              path="triton-int8")  # fmt: skip
+            return F.silu(a) * Kn.w8a8_linear(
+                st["x_div1"], st["w3_qs"], st["w3_ss"], smooth=st["ratio"], path="triton-int8"
+            )
 
         peers["triton-int8-unfused-smooth"] = unfused_smooth
         peers["triton-int8-ratio"] = ratio
@@ -352,8 +364,9 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0, smooth=False):
         for st in sets:
             st["w1_sc"] = st["w1_s"].reshape(F_, 1).contiguous()
             st["w3_sc"] = st["w3_s"].reshape(F_, 1).contiguous()
-        peers["ck-int8"] = lambda st: F.silu(ck.int8_linear(st["x"], st["w1_q"], st["w1_sc"], None, torch.bfloat16)) * (
-            ck.int8_linear(st["x"], st["w3_q"], st["w3_sc"], None, torch.bfloat16)
+        peers["ck-int8"] = lambda st: (
+            F.silu(ck.int8_linear(st["x"], st["w1_q"], st["w1_sc"], None, torch.bfloat16))
+            * (ck.int8_linear(st["x"], st["w3_q"], st["w3_sc"], None, torch.bfloat16))
         )
     st0 = sets[0]
     g = F.linear(st0["x"].float(), st0["w1_f"])
@@ -366,9 +379,14 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0, smooth=False):
     for st in sets:
         del st["w1_f"], st["w3_f"]
     _time_peers(
-        row, peers, sets, flop, quick,
-        ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused", "triton-int8-pair"), sustained,
-    )  # fmt: skip
+        row,
+        peers,
+        sets,
+        flop,
+        quick,
+        ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused", "triton-int8-pair"),
+        sustained,
+    )
     if smooth:
         _smooth_ratios(row)
     rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
@@ -473,8 +491,10 @@ def print_table(rows, copy_gbps):
     """Two blocks: GPU time (graph replay: what a model that keeps the GPU busy sees) and eager
     back-to-back calls (host launch cost included where it exceeds the GPU time)."""
     cols = ["bf16", "dequant-bf16", "cublas-int8", "fp8-rowwise", "ck-int8", "triton-int8"]
-    for title, suffix, speed in (("GPU time: best of CUDA-graph replay and eager", "_gpu_ms", "gpu_speedup_vs_"),
-                                 ("eager, back-to-back calls", "_ms", "speedup_vs_")):  # fmt: skip
+    for title, suffix, speed in (
+        ("GPU time: best of CUDA-graph replay and eager", "_gpu_ms", "gpu_speedup_vs_"),
+        ("eager, back-to-back calls", "_ms", "speedup_vs_"),
+    ):
         print(f"\n{title}")
         head = f"{'shape':<18}{'M':>5}{'N':>7}{'K':>7} " + "".join(f"{c:>13}" for c in cols)
         head += f"{'x bf16':>8}{'x ck':>7}{'x fp8':>7}{'quant%bw':>9}  config"
@@ -490,15 +510,22 @@ def print_table(rows, copy_gbps):
             print(line)
     if any("triton-int8_sustained_ms" in r for r in rows):
         print_sustained(rows)
-    print(f"targets: x bf16 >= {TARGETS['bf16']}, x ck >= {TARGETS['ck-int8']}, x fp8 >= {TARGETS['fp8-rowwise']};"
-          " quant >= 70% of copy bandwidth (GPU time)")  # fmt: skip
+    print(
+        f"targets: x bf16 >= {TARGETS['bf16']}, x ck >= {TARGETS['ck-int8']}, x fp8 >= {TARGETS['fp8-rowwise']};"
+        " quant >= 70% of copy bandwidth (GPU time)"
+    )
 
 
 def print_smooth(rows) -> None:
     """The smoothed layout: whole linear with the divide (unfolded) vs the activation divided upstream (folded)."""
     print("\nSmoothQuant layout (GPU time, x bf16): unfolded = divide in the quantizer, folded = divide moved upstream")
-    cols = ("triton-int8", "triton-int8-smooth", "triton-int8-unfused-smooth", "triton-int8-ratio",
-            "triton-int8-folded")  # fmt: skip
+    cols = (
+        "triton-int8",
+        "triton-int8-smooth",
+        "triton-int8-unfused-smooth",
+        "triton-int8-ratio",
+        "triton-int8-folded",
+    )
     print(f"{'shape':<18}" + "".join(f"{c:>28}" for c in cols) + f"{'fold gain':>11}{'quant÷':>9}")
     for r in rows:
         line = f"{r['shape']:<18}"
@@ -555,9 +582,19 @@ def run_bench(args) -> int:
                 continue  # SwiGLU: tuned on first use (block_n pinned by the interleave chunk)
             ranked = tune_shape(M, N, K, True, gen)  # ranking only: short repetitions
             if ranked:
-                entries.append({"arch": arch, "gpu": info["gpu"], "triton": triton_line(), "N": N, "K": K,
-                                "m_bucket": m_bucket(M), "epilogue": "linear", "config": ranked[0][1].as_dict(),
-                                "measured": f"bench --tune, {info['gpu']}, {info['date']} (commit ...)"})  # fmt: skip
+                entries.append(
+                    {
+                        "arch": arch,
+                        "gpu": info["gpu"],
+                        "triton": triton_line(),
+                        "N": N,
+                        "K": K,
+                        "m_bucket": m_bucket(M),
+                        "epilogue": "linear",
+                        "config": ranked[0][1].as_dict(),
+                        "measured": f"bench --tune, {info['gpu']}, {info['date']} (commit ...)",
+                    }
+                )
                 print(f"tune {name}: " + ", ".join(f"{c.key()} {ms:.3f}" for ms, c in ranked[:4]), flush=True)
             result.setdefault("tuning", {})[name] = [(ms, c.key()) for ms, c in ranked]
         result["tuning_table_entries"] = entries
@@ -576,15 +613,26 @@ def run_bench(args) -> int:
     for name in names:
         try:
             fn = bench_swiglu if name in SWIGLU_SHAPES else bench_shape
-            rows.append(fn(name, *SHAPES[name], args.quick, ck, gen, getattr(args, "sustained", 0.0),
-                           getattr(args, "smooth", False)))
+            rows.append(
+                fn(
+                    name,
+                    *SHAPES[name],
+                    args.quick,
+                    ck,
+                    gen,
+                    getattr(args, "sustained", 0.0),
+                    getattr(args, "smooth", False),
+                )
+            )
         except Exception as exc:  # keep the other shapes' numbers
             print(f"shape {name} failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
             result.setdefault("failed", {})[name] = f"{exc.__class__.__name__}: {exc}"
         out.write_text(json.dumps(result, indent=1))
         torch.cuda.empty_cache()
-    print(f"\nGPU {info['gpu']} (cc {info['cc']}), torch {info['torch']}, triton {info['triton']}, "
-          f"comfy-kitchen {ck_note}, copy {copy_gbps:.0f} GB/s")  # fmt: skip
+    print(
+        f"\nGPU {info['gpu']} (cc {info['cc']}), torch {info['torch']}, triton {info['triton']}, "
+        f"comfy-kitchen {ck_note}, copy {copy_gbps:.0f} GB/s"
+    )
     print_table(rows, copy_gbps)
     if getattr(args, "smooth", False):
         print_smooth(rows)

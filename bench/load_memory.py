@@ -33,8 +33,14 @@ MiB = 1024 * 1024
 def _gpu_info() -> dict:
     import triton
 
-    info = {"gpu": "cpu", "cc": None, "torch": torch.__version__, "cuda": torch.version.cuda,
-            "triton": triton.__version__, "date": datetime.date.today().isoformat()}  # fmt: skip
+    info = {
+        "gpu": "cpu",
+        "cc": None,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "triton": triton.__version__,
+        "date": datetime.date.today().isoformat(),
+    }
     if torch.cuda.is_available():
         cc = torch.cuda.get_device_capability()
         info.update(gpu=torch.cuda.get_device_name(), cc=f"{cc[0]}.{cc[1]}")
@@ -56,11 +62,16 @@ def write_file(directory: pathlib.Path, fmt: str, config_name: str, device: str)
 
     if fmt == "w8a8":
         weights = {b: RandomWeights(cfg, s, device=device) for b, s in (("conditional", 1), ("unconditional", 2))}
-        path = write_w8a8(directory / f"ideogram4-{config_name}-synthetic-w8a8.safetensors", weights, cfg,
-                          progress=progress)  # fmt: skip
+        path = write_w8a8(
+            directory / f"ideogram4-{config_name}-synthetic-w8a8.safetensors", weights, cfg, progress=progress
+        )
     else:
-        path = write_comfy_fp8(directory / f"ideogram4-{config_name}-synthetic-fp8.safetensors",
-                               RandomWeights(cfg, 1, device=device), cfg, progress=progress)  # fmt: skip
+        path = write_comfy_fp8(
+            directory / f"ideogram4-{config_name}-synthetic-fp8.safetensors",
+            RandomWeights(cfg, 1, device=device),
+            cfg,
+            progress=progress,
+        )
     return path, time.perf_counter() - t0
 
 
@@ -102,23 +113,31 @@ def measure(path: pathlib.Path, branch: str, forward: bool, device: str = "cuda"
     for key, t in sd.items():
         module = key.rsplit(".", 1)[0]
         layer_bytes[module] = layer_bytes.get(module, 0) + t.numel() * t.element_size()
-    model = Ideogram4DiT.from_state_dict(sd, w8a8_linears(), dtype=torch.bfloat16, device=dev, label=branch,
-                                         consume=True)  # fmt: skip
+    model = Ideogram4DiT.from_state_dict(
+        sd, w8a8_linears(), dtype=torch.bfloat16, device=dev, label=branch, consume=True
+    )
     del sd
     final, peak = mem.now(), mem.peak()
     seconds = time.perf_counter() - t0
     model_bytes = sum(t.numel() * t.element_size() for t in list(model.parameters()) + list(model.buffers()))
     largest = max(layer_bytes.items(), key=lambda kv: kv[1])
     out = {
-        "file": str(path), "file_bytes": path.stat().st_size, "branch": branch, "load_seconds": seconds,
-        "model_bytes": model_bytes, "final_allocated": final, "peak_allocated": peak,
-        "after_read_allocated": after_read, "peak_during_read": peak_read,
+        "file": str(path),
+        "file_bytes": path.stat().st_size,
+        "branch": branch,
+        "load_seconds": seconds,
+        "model_bytes": model_bytes,
+        "final_allocated": final,
+        "peak_allocated": peak,
+        "after_read_allocated": after_read,
+        "peak_during_read": peak_read,
         "largest_layer": {"name": largest[0], "bytes": largest[1]},
         "overhead_bytes": None if peak is None else peak - final,
-        "claim_holds": None if peak is None else peak - final <= largest[1], "device": str(dev),
+        "claim_holds": None if peak is None else peak - final <= largest[1],
+        "device": str(dev),
         "host_max_rss_growth_bytes": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) * 1024,
         "quantized_layers": sum(1 for m in model.modules() if type(m).__name__ == "W8A8Linear"),
-    }  # fmt: skip
+    }
     if forward:
         cfg = model.config
         g = torch.Generator("cpu").manual_seed(0)
@@ -126,29 +145,39 @@ def measure(path: pathlib.Path, branch: str, forward: bool, device: str = "cuda"
         ctx = torch.randn(1, 32, cfg.llm_features_dim, generator=g).to(dev)
         with torch.no_grad():
             y = model(x, torch.tensor([0.5], device=dev), context=ctx if branch == "conditional" else None)
-        out["forward"] = {"finite": bool(torch.isfinite(y).all()), "paths": kernels.REGISTRY.counts(branch),
-                          "peak_allocated_with_forward": mem.peak()}  # fmt: skip
+        out["forward"] = {
+            "finite": bool(torch.isfinite(y).all()),
+            "paths": kernels.REGISTRY.counts(branch),
+            "peak_allocated_with_forward": mem.peak(),
+        }
     return out
 
 
 def _table(r: dict) -> str:
     rows = [
-        ("file on disk (both branches)", r["file_bytes"]), ("final model (params + buffers)", r["model_bytes"]),
-        ("allocated after build", r["final_allocated"]), ("peak allocated while loading", r["peak_allocated"]),
+        ("file on disk (both branches)", r["file_bytes"]),
+        ("final model (params + buffers)", r["model_bytes"]),
+        ("allocated after build", r["final_allocated"]),
+        ("peak allocated while loading", r["peak_allocated"]),
         (f"largest layer ({r['largest_layer']['name']})", r["largest_layer"]["bytes"]),
-        ("peak - final", r["overhead_bytes"]), ("host max-RSS growth", r["host_max_rss_growth_bytes"]),
-    ]  # fmt: skip
+        ("peak - final", r["overhead_bytes"]),
+        ("host max-RSS growth", r["host_max_rss_growth_bytes"]),
+    ]
     lines = [f"{'quantity':<52}{'MiB':>12}", "-" * 64]
-    lines += [f"{name:<52}{value / MiB:>12.1f}" if value is not None else f"{name:<52}{'n/a':>12}"
-              for name, value in rows]  # fmt: skip
+    lines += [
+        f"{name:<52}{value / MiB:>12.1f}" if value is not None else f"{name:<52}{'n/a':>12}" for name, value in rows
+    ]
     verdict = {True: "HOLDS", False: "DOES NOT HOLD", None: "not measured (no GPU)"}[r["claim_holds"]]
     lines.append(f"peak <= final + largest layer: {verdict}   (load {r['load_seconds']:.1f} s)")
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m comfyui_ideogram4_int8.bench.load_memory", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog="python -m comfyui_ideogram4_int8.bench.load_memory",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--dir", default="/tmp", help="where the synthetic checkpoint goes (~20 GB for w8a8)")
     p.add_argument("--format", choices=["w8a8", "comfy-fp8"], default="w8a8")
     p.add_argument("--config", choices=["full", "demo"], default="full", help="demo: a seconds-long smoke run")
@@ -172,8 +201,17 @@ def main(argv=None) -> int:
     path, write_s = write_file(directory, args.format, args.config, args.device)
     print(f"  {path} ({path.stat().st_size / 1e9:.2f} GB) in {write_s:.0f} s", flush=True)
     try:
-        cmd = [sys.executable, "-m", "comfyui_ideogram4_int8.bench.load_memory", "--measure", str(path),
-               "--branch", args.branch, "--device", args.device] + (["--forward"] if args.forward else [])  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "comfyui_ideogram4_int8.bench.load_memory",
+            "--measure",
+            str(path),
+            "--branch",
+            args.branch,
+            "--device",
+            args.device,
+        ] + (["--forward"] if args.forward else [])
         child = subprocess.run(cmd, capture_output=True, text=True)
         if child.returncode != 0:
             print(child.stdout + child.stderr, file=sys.stderr)
@@ -182,8 +220,13 @@ def main(argv=None) -> int:
     finally:
         if not args.keep:
             path.unlink(missing_ok=True)
-    result.update(info=info, format=args.format, config=args.config, write_seconds=write_s,
-                  command="python -m comfyui_ideogram4_int8.bench.load_memory " + " ".join(sys.argv[1:]))  # fmt: skip
+    result.update(
+        info=info,
+        format=args.format,
+        config=args.config,
+        write_seconds=write_s,
+        command="python -m comfyui_ideogram4_int8.bench.load_memory " + " ".join(sys.argv[1:]),
+    )
     print(_table(result))
     if "forward" in result:
         print(f"forward: finite={result['forward']['finite']} paths={result['forward']['paths']}")

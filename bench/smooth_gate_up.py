@@ -100,8 +100,13 @@ def run_seed(seed: int, scenario: str, tokens: int, calib: int, device: str) -> 
     state = {p + "ffn_norm1.weight": norm_w.bfloat16()}
     for name, w, s in (("w1", w1, s1), ("w3", w3, s3)):
         q, ws = kernels.quantize_weight_ref(w, s)
-        state.update({f"{p}feed_forward.{name}.weight": q, f"{p}feed_forward.{name}.weight_scale": ws,
-                      f"{p}feed_forward.{name}.input_smooth": s.float()})  # fmt: skip
+        state.update(
+            {
+                f"{p}feed_forward.{name}.weight": q,
+                f"{p}feed_forward.{name}.weight_scale": ws,
+                f"{p}feed_forward.{name}.input_smooth": s.float(),
+            }
+        )
 
     # float64 reference (true weights, float64 activation)
     x_ref = _activation(h_ev.double(), norm_w.double(), scale.double(), torch.float64)
@@ -109,9 +114,17 @@ def run_seed(seed: int, scenario: str, tokens: int, calib: int, device: str) -> 
     u_ref = x_ref @ w3.double().T
     hh_ref = F.silu(g_ref) * u_ref
     y_ref = hh_ref @ w2.double().T
-    out = {"seed": seed, "scenario": scenario, "tokens": tokens,
-           "s3_over_s1": {"median": (s3 / s1).median().item(), "min": (s3 / s1).min().item(),
-                          "max": (s3 / s1).max().item()}, "variants": {}}  # fmt: skip
+    out = {
+        "seed": seed,
+        "scenario": scenario,
+        "tokens": tokens,
+        "s3_over_s1": {
+            "median": (s3 / s1).median().item(),
+            "min": (s3 / s1).min().item(),
+            "max": (s3 / s1).max().item(),
+        },
+        "variants": {},
+    }
 
     # the bf16 weights with the bf16 activation: the floor any 8-bit variant sits above
     x_bf = _activation(h_ev, norm_w, scale, torch.bfloat16)
@@ -128,23 +141,30 @@ def run_seed(seed: int, scenario: str, tokens: int, calib: int, device: str) -> 
         ents = {}
         for name in ("w1", "w3"):
             m = f"{p}feed_forward.{name}"
-            ents[name] = {k: st[f"{m}.{k}"] for k in ("weight", "weight_scale", "input_smooth", "input_folded")
-                          if f"{m}.{k}" in st}  # fmt: skip
+            ents[name] = {
+                k: st[f"{m}.{k}"]
+                for k in ("weight", "weight_scale", "input_smooth", "input_folded")
+                if f"{m}.{k}" in st
+            }
         lin = {n: W8A8Linear.from_entries(ents[n]) for n in ("w1", "w3")}
         x = _activation(h_ev, st[p + "ffn_norm1.weight"], scale, torch.bfloat16)
         # quantization alone: float32 outputs of each projection's GEMM
-        gq = kernels.w8a8_linear(x, lin["w1"].weight, lin["w1"].weight_scale, None, lin["w1"].input_divisor,
-                                 out_dtype=torch.float32)  # fmt: skip
-        uq = kernels.w8a8_linear(x, lin["w3"].weight, lin["w3"].weight_scale, None, lin["w3"].input_divisor,
-                                 out_dtype=torch.float32)  # fmt: skip
+        gq = kernels.w8a8_linear(
+            x, lin["w1"].weight, lin["w1"].weight_scale, None, lin["w1"].input_divisor, out_dtype=torch.float32
+        )
+        uq = kernels.w8a8_linear(
+            x, lin["w3"].weight, lin["w3"].weight_scale, None, lin["w3"].input_divisor, out_dtype=torch.float32
+        )
         hq = F.silu(gq.double()) * uq.double()
         # as the model runs it
         same_input = (lin["w1"].input_divisor is None) == (lin["w3"].input_divisor is None) and (
-            lin["w1"].input_divisor is None or torch.equal(lin["w1"].input_divisor, lin["w3"].input_divisor))
+            lin["w1"].input_divisor is None or torch.equal(lin["w1"].input_divisor, lin["w3"].input_divisor)
+        )
         if same_input:
             chunk = kernels.swiglu_chunk_for(cfg.intermediate_size)
-            w13, s13 = kernels.interleave_gate_up(lin["w1"].weight, lin["w1"].weight_scale, lin["w3"].weight,
-                                                  lin["w3"].weight_scale, chunk)  # fmt: skip
+            w13, s13 = kernels.interleave_gate_up(
+                lin["w1"].weight, lin["w1"].weight_scale, lin["w3"].weight, lin["w3"].weight_scale, chunk
+            )
             h_run = kernels.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=lin["w1"].input_divisor)
             run_how = "one fused SwiGLU GEMM (float32 epilogue), one quantizer pass"
         else:
@@ -157,12 +177,21 @@ def run_seed(seed: int, scenario: str, tokens: int, calib: int, device: str) -> 
             "quantizer_passes_dividing": 1 if same_input and divides else len(divides),
             "requantized": [f.name.rsplit(".", 1)[-1] for f in rep.layers.values() if f.requantized],
             "fold_seconds": fold_s,
-            "weight_err": {n: _rel(dequantize_entries({**ents[n], "input_folded": None}), w) for n, w in
-                           (("w1", w1), ("w3", w3))},  # fmt: skip
-            "quant": {"gate": _rel(gq, g_ref), "up": _rel(uq, u_ref), "h": _rel(hq, hh_ref),
-                      "ffn_out": _rel(hq @ w2.double().T, y_ref), "h_cos": _cos(hq, hh_ref)},  # fmt: skip
-            "as_run": {"h": _rel(h_run, hh_ref), "ffn_out": _rel(h_run.double() @ w2.double().T, y_ref),
-                       "h_cos": _cos(h_run, hh_ref)},  # fmt: skip
+            "weight_err": {
+                n: _rel(dequantize_entries({**ents[n], "input_folded": None}), w) for n, w in (("w1", w1), ("w3", w3))
+            },
+            "quant": {
+                "gate": _rel(gq, g_ref),
+                "up": _rel(uq, u_ref),
+                "h": _rel(hq, hh_ref),
+                "ffn_out": _rel(hq @ w2.double().T, y_ref),
+                "h_cos": _cos(hq, hh_ref),
+            },
+            "as_run": {
+                "h": _rel(h_run, hh_ref),
+                "ffn_out": _rel(h_run.double() @ w2.double().T, y_ref),
+                "h_cos": _cos(h_run, hh_ref),
+            },
         }
         del gq, uq, hq, h_run, lin, st
     return out
@@ -222,37 +251,51 @@ def summarize(results: list[dict]) -> dict:
                 "as_run_ffn_out": mean(lambda v: v["as_run"]["ffn_out"]),
                 "weight_err_w1": mean(lambda v: v["weight_err"]["w1"]),
                 "weight_err_w3": mean(lambda v: v["weight_err"]["w3"]),
-                "worst_seed_quant_h_vs_stored": max(v["quant"]["h"] / r["variants"]["stored"]["quant"]["h"]
-                                                    for v, r in zip(vals, rows, strict=True)),
+                "worst_seed_quant_h_vs_stored": max(
+                    v["quant"]["h"] / r["variants"]["stored"]["quant"]["h"] for v, r in zip(vals, rows, strict=True)
+                ),
                 "quantizer_passes": vals[0]["quantizer_passes"],
                 "quantizer_passes_dividing": vals[0]["quantizer_passes_dividing"],
                 "runs_as": vals[0]["runs_as"],
-            }  # fmt: skip
+            }
         for mode in MODES:
             per[mode]["quant_h_vs_stored"] = per[mode]["quant_h"] / per["stored"]["quant_h"]
             per[mode]["as_run_h_vs_stored"] = per[mode]["as_run_h"] / per["stored"]["as_run_h"]
-        summary[scen] = {"modes": per, "bf16_weights_h": sum(r["bf16_weights"]["h"] for r in rows) / len(rows),
-                         "s3_over_s1_range": [min(r["s3_over_s1"]["min"] for r in rows),
-                                              max(r["s3_over_s1"]["max"] for r in rows)]}  # fmt: skip
+        summary[scen] = {
+            "modes": per,
+            "bf16_weights_h": sum(r["bf16_weights"]["h"] for r in rows) / len(rows),
+            "s3_over_s1_range": [min(r["s3_over_s1"]["min"] for r in rows), max(r["s3_over_s1"]["max"] for r in rows)],
+        }
     return summary
 
 
 def print_table(summary: dict, file=sys.stdout) -> None:
     for scen, s in summary.items():
         lo, hi = s["s3_over_s1_range"]
-        print(f"\n{scen}: s3/s1 in [{lo:.3f}, {hi:.3f}]; bf16 weights (no int8) h rel err {s['bf16_weights_h']:.2e}",
-              file=file)  # fmt: skip
-        print(f"{'mode':<8}{'h (quant)':>11}{'x stored':>9}{'worst':>7}{'ffn out':>10}{'h (as run)':>12}"
-              f"{'x stored':>9}{'W1 err':>9}{'W3 err':>9}  quantizer passes (dividing)", file=file)  # fmt: skip
+        print(
+            f"\n{scen}: s3/s1 in [{lo:.3f}, {hi:.3f}]; bf16 weights (no int8) h rel err {s['bf16_weights_h']:.2e}",
+            file=file,
+        )
+        print(
+            f"{'mode':<8}{'h (quant)':>11}{'x stored':>9}{'worst':>7}{'ffn out':>10}{'h (as run)':>12}"
+            f"{'x stored':>9}{'W1 err':>9}{'W3 err':>9}  quantizer passes (dividing)",
+            file=file,
+        )
         for mode, m in s["modes"].items():
-            print(f"{mode:<8}{m['quant_h']:>11.3e}{m['quant_h_vs_stored']:>8.3f}x{m['worst_seed_quant_h_vs_stored']:>6.3f}"
-                  f"{m['quant_ffn_out']:>10.3e}{m['as_run_h']:>12.3e}{m['as_run_h_vs_stored']:>8.3f}x"
-                  f"{m['weight_err_w1']:>9.2e}{m['weight_err_w3']:>9.2e}  {m['quantizer_passes']} "
-                  f"({m['quantizer_passes_dividing']})", file=file)  # fmt: skip
+            print(
+                f"{mode:<8}{m['quant_h']:>11.3e}{m['quant_h_vs_stored']:>8.3f}x{m['worst_seed_quant_h_vs_stored']:>6.3f}"
+                f"{m['quant_ffn_out']:>10.3e}{m['as_run_h']:>12.3e}{m['as_run_h_vs_stored']:>8.3f}x"
+                f"{m['weight_err_w1']:>9.2e}{m['weight_err_w3']:>9.2e}  {m['quantizer_passes']} "
+                f"({m['quantizer_passes_dividing']})",
+                file=file,
+            )
         if "model" in s:
             base = s["model"]["stored"]
-            print(f"whole DiT (demo config, bf16, {s['model_seeds']} seeds), output rel err vs float32: "
-                  + ", ".join(f"{k} {v:.3e} ({v / base:.3f}x)" for k, v in s["model"].items()), file=file)  # fmt: skip
+            print(
+                f"whole DiT (demo config, bf16, {s['model_seeds']} seeds), output rel err vs float32: "
+                + ", ".join(f"{k} {v:.3e} ({v / base:.3f}x)" for k, v in s["model"].items()),
+                file=file,
+            )
 
 
 def main(argv=None) -> int:
@@ -281,9 +324,14 @@ def main(argv=None) -> int:
         if rows:
             summary[scen]["model"] = {m: sum(r[m] for r in rows) / len(rows) for m in MODES}
             summary[scen]["model_seeds"] = len(rows)
-    info = {"date": datetime.date.today().isoformat(), "torch": torch.__version__, "device": args.device,
-            "command": "python -m comfyui_ideogram4_int8.bench.smooth_gate_up " + " ".join(sys.argv[1:]),
-            "widths": "E=4608, F=12288 (full Ideogram 4)", "seconds": time.perf_counter() - t0}  # fmt: skip
+    info = {
+        "date": datetime.date.today().isoformat(),
+        "torch": torch.__version__,
+        "device": args.device,
+        "command": "python -m comfyui_ideogram4_int8.bench.smooth_gate_up " + " ".join(sys.argv[1:]),
+        "widths": "E=4608, F=12288 (full Ideogram 4)",
+        "seconds": time.perf_counter() - t0,
+    }
     out = pathlib.Path(args.out or f"bench/results/smooth-gate-up-{args.device}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"info": info, "summary": summary, "runs": results, "model_runs": models}, indent=1))

@@ -75,18 +75,26 @@ def _check_device(device, path) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise DeviceUnavailableError(f"device={device!r} is not a torch device ({exc})", file=label,
-                                     fix="pass device='cpu' or 'cuda' (or 'cuda:N')") from None  # fmt: skip
+        raise DeviceUnavailableError(
+            f"device={device!r} is not a torch device ({exc})",
+            file=label,
+            fix="pass device='cpu' or 'cuda' (or 'cuda:N')",
+        ) from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise DeviceUnavailableError(
                 f"device={device!r} asked for, but torch {torch.__version__} sees no CUDA GPU "
-                "(a CPU-only torch build, or no GPU / driver)", file=label,
-                fix="read on the CPU with device='cpu', or use a machine with an NVIDIA GPU and a CUDA build of torch")
+                "(a CPU-only torch build, or no GPU / driver)",
+                file=label,
+                fix="read on the CPU with device='cpu', or use a machine with an NVIDIA GPU and a CUDA build of torch",
+            )
         count = torch.cuda.device_count()
         if dev.index is not None and dev.index >= count:
-            raise DeviceUnavailableError(f"device={device!r} asked for, but this machine has {count} CUDA device(s)",
-                                         file=label, fix=f"use cuda:0 .. cuda:{count - 1}")  # fmt: skip
+            raise DeviceUnavailableError(
+                f"device={device!r} asked for, but this machine has {count} CUDA device(s)",
+                file=label,
+                fix=f"use cuda:0 .. cuda:{count - 1}",
+            )
     return dev
 
 
@@ -140,7 +148,7 @@ def read_branch(
         raise ValueError(f"read_branch: dtype must be one of {FLOAT_DTYPES}; got {dtype}")
     main = open_source(path, branch)
     base_src = open_source(base, branch, role="base") if base is not None else None
-    with main.opened(device), (base_src.opened(device) if base_src else _null()):
+    with main.opened(device), base_src.opened(device) if base_src else _null():
         plan = _plan(main, base_src, config, quantize, strict)
         out = BranchStateDict()
         out.config, out.file, out.branch = plan.config, main.label if isinstance(path, dict) else str(path), branch
@@ -181,8 +189,9 @@ def _config_for(main: Source, base: Source | None, config: Ideogram4Config | Non
         try:
             return Ideogram4Config.from_json(meta)
         except (ValueError, TypeError) as exc:
-            raise CheckpointError(f"metadata {CONFIG_METADATA_KEY!r} is not a valid config ({exc})",
-                                  file=main.label, key="__metadata__") from None  # fmt: skip
+            raise CheckpointError(
+                f"metadata {CONFIG_METADATA_KEY!r} is not a valid config ({exc})", file=main.label, key="__metadata__"
+            ) from None
     shapes = _linear_shapes(main)
     if base is not None:
         for k, v in _linear_shapes(base).items():
@@ -190,8 +199,11 @@ def _config_for(main: Source, base: Source | None, config: Ideogram4Config | Non
     try:
         return infer_config(shapes)
     except ValueError as exc:
-        raise CheckpointError(f"this is not an Ideogram 4 diffusion model: its tensors do not have Ideogram 4's "
-                              f"layout ({exc})", file=main.label, fix=PICK_IDEOGRAM4) from None  # fmt: skip
+        raise CheckpointError(
+            f"this is not an Ideogram 4 diffusion model: its tensors do not have Ideogram 4's layout ({exc})",
+            file=main.label,
+            fix=PICK_IDEOGRAM4,
+        ) from None
 
 
 def check_architecture(path: str | os.PathLike, branch: str = "conditional") -> Ideogram4Config:
@@ -217,10 +229,13 @@ def _check_base_matches(main: Source, base: Source, config: Ideogram4Config) -> 
     depth = {int(k.split(".")[1]) for k in base.entries if k.startswith("layers.") and k.split(".")[1].isdigit()}
     if depth and max(depth) + 1 != config.num_layers:
         raise BaseMismatchError(
-            "the base checkpoint belongs to a different architecture", file=base.label, key="num_layers",
-            expected=f"num_layers = {config.num_layers} (as in {main.label})", found=f"num_layers = {max(depth) + 1}",
+            "the base checkpoint belongs to a different architecture",
+            file=base.label,
+            key="num_layers",
+            expected=f"num_layers = {config.num_layers} (as in {main.label})",
+            found=f"num_layers = {max(depth) + 1}",
             fix="pass the official Ideogram 4 checkpoint of the same branch as base",
-        )  # fmt: skip
+        )
     try:
         base_cfg = infer_config(_linear_shapes(base), config)
     except ValueError:
@@ -229,10 +244,13 @@ def _check_base_matches(main: Source, base: Source, config: Ideogram4Config) -> 
         a, b = getattr(config, field), getattr(base_cfg, field)
         if a != b:
             raise BaseMismatchError(
-                "the base checkpoint belongs to a different architecture", file=base.label, key=field,
-                expected=f"{field} = {a} (as in {main.label})", found=f"{field} = {b}",
+                "the base checkpoint belongs to a different architecture",
+                file=base.label,
+                key=field,
+                expected=f"{field} = {a} (as in {main.label})",
+                found=f"{field} = {b}",
                 fix="pass the official Ideogram 4 checkpoint of the same branch as base",
-            )  # fmt: skip
+            )
 
 
 def _has_int8(src: Source) -> bool:
@@ -269,8 +287,14 @@ def _plan(main: Source, base: Source | None, config, quantize, strict) -> _Plan:
             try:
                 plan = classify(base, spec)
             except TensorMismatchError as exc:
-                raise BaseMismatchError(exc.problem, file=exc.file, key=exc.key, expected=exc.expected,
-                                        found=exc.found, fix="pass the matching official checkpoint as base") from None
+                raise BaseMismatchError(
+                    exc.problem,
+                    file=exc.file,
+                    key=exc.key,
+                    expected=exc.expected,
+                    found=exc.found,
+                    fix="pass the matching official checkpoint as base",
+                ) from None
             if plan is not None:
                 from_base.append(spec.name + ".weight")
         if plan is None:
@@ -303,28 +327,42 @@ def _plan(main: Source, base: Source | None, config, quantize, strict) -> _Plan:
             _check_other(src, key, shape)
         except TensorMismatchError as exc:
             if src is base:
-                raise BaseMismatchError(exc.problem, file=exc.file, key=exc.key, expected=exc.expected,
-                                        found=exc.found, fix="pass the matching official checkpoint as base") from None
+                raise BaseMismatchError(
+                    exc.problem,
+                    file=exc.file,
+                    key=exc.key,
+                    expected=exc.expected,
+                    found=exc.found,
+                    fix="pass the matching official checkpoint as base",
+                ) from None
             raise
         others.append((key, src))
     if missing:
         if base is None:
-            fix = ("pass base= the official Ideogram 4 checkpoint of this branch (it supplies norms, embeddings "
-                   "and unquantized layers)")  # fmt: skip
+            fix = (
+                "pass base= the official Ideogram 4 checkpoint of this branch (it supplies norms, embeddings "
+                "and unquantized layers)"
+            )
         else:
             fix = "the base checkpoint lacks them too: check both files"
         raise MissingKeysError(
-            f"{len(missing)} tensors the architecture needs are missing", file=main.label, key=missing[0],
+            f"{len(missing)} tensors the architecture needs are missing",
+            file=main.label,
+            key=missing[0],
             expected=f"{len(config.float_shapes())} tensors of a {config.num_layers}-block Ideogram 4 branch",
-            found=f"missing {few(missing)}", fix=fix,
-        )  # fmt: skip
+            found=f"missing {few(missing)}",
+            fix=fix,
+        )
     unused = main.unused()
     if unused and strict:
         raise TensorMismatchError(
-            f"{len(unused)} tensors are not part of the Ideogram 4 architecture", file=main.label,
-            key=main.file_key(unused[0]), expected="only Ideogram 4 DiT tensors", found=few(unused),
+            f"{len(unused)} tensors are not part of the Ideogram 4 architecture",
+            file=main.label,
+            key=main.file_key(unused[0]),
+            expected="only Ideogram 4 DiT tensors",
+            found=few(unused),
             fix="check that this is an Ideogram 4 checkpoint; pass strict=False to ignore extra tensors",
-        )  # fmt: skip
+        )
     return _Plan(config, linears, others, from_base, unused)
 
 
@@ -332,8 +370,14 @@ def _base_bias(base: Source, spec):
     try:
         return classify_bias(base, spec)
     except TensorMismatchError as exc:
-        raise BaseMismatchError(exc.problem, file=exc.file, key=exc.key, expected=exc.expected, found=exc.found,
-                                fix="pass the matching official checkpoint as base") from None  # fmt: skip
+        raise BaseMismatchError(
+            exc.problem,
+            file=exc.file,
+            key=exc.key,
+            expected=exc.expected,
+            found=exc.found,
+            fix="pass the matching official checkpoint as base",
+        ) from None
 
 
 def _check_other(src: Source, key: str, shape: tuple) -> None:
@@ -375,10 +419,13 @@ def _finite_positive(t: torch.Tensor, lp: LinearPlan, key: str, what: str, allow
     if bool(bad.any()):
         i = int(bad.nonzero()[0, 0]) if t.dim() else 0
         raise TensorMismatchError(
-            f"{what} holds invalid values", file=lp.source.label, key=lp.source.file_key(key),
+            f"{what} holds invalid values",
+            file=lp.source.label,
+            key=lp.source.file_key(key),
             expected="finite values > 0" if not allow_zero else "finite values >= 0",
-            found=f"{t.reshape(-1)[i].item()} at index {i}", fix="the file is damaged or was written by a broken tool",
-        )  # fmt: skip
+            found=f"{t.reshape(-1)[i].item()} at index {i}",
+            fix="the file is damaged or was written by a broken tool",
+        )
 
 
 def _load_linear(lp: LinearPlan, out: dict, device, dtype) -> None:
@@ -419,8 +466,11 @@ def _load_linear(lp: LinearPlan, out: dict, device, dtype) -> None:
         out[f"{m}.bias"] = _to(lp.bias_source.load(f"{m}.bias", device), device, dtype)
 
 
-def write_branch_form(path: str | os.PathLike, state: dict[str, torch.Tensor], config: Ideogram4Config | None = None,
-                      ) -> pathlib.Path:  # fmt: skip
+def write_branch_form(
+    path: str | os.PathLike,
+    state: dict[str, torch.Tensor],
+    config: Ideogram4Config | None = None,
+) -> pathlib.Path:
     """Save a read_branch result as it is (this pack's own single-branch form; readable again)."""
     from .safetensors_io import save_tensors
 

@@ -54,9 +54,13 @@ def to_comfy_state_dict(state: Mapping[str, torch.Tensor], config: Ideogram4Conf
             missing.append(f"{m}.weight")
             continue
         if tuple(w.shape) != (spec.out_features, spec.in_features):
-            raise TensorMismatchError("linear weight has the wrong shape", file="<state dict>", key=f"{m}.weight",
-                                      expected=f"[{spec.out_features}, {spec.in_features}]",
-                                      found=str(list(w.shape)))  # fmt: skip
+            raise TensorMismatchError(
+                "linear weight has the wrong shape",
+                file="<state dict>",
+                key=f"{m}.weight",
+                expected=f"[{spec.out_features}, {spec.in_features}]",
+                found=str(list(w.shape)),
+            )
         out[f"{m}.weight"] = w
         scale = src.pop(f"{m}.weight_scale", None)
         smooth = src.pop(f"{m}.{SMOOTH_KEY}", None)
@@ -64,9 +68,14 @@ def to_comfy_state_dict(state: Mapping[str, torch.Tensor], config: Ideogram4Conf
         group = src.pop(f"{m}.convrot_groupsize", None)
         if w.dtype == torch.int8:
             if scale is None:
-                raise TensorMismatchError("int8 weight without its scale", file="<state dict>",
-                                          key=f"{m}.weight_scale", expected=f"float32 [{spec.out_features}]",
-                                          found="nothing", fix="pass a read_branch() result")  # fmt: skip
+                raise TensorMismatchError(
+                    "int8 weight without its scale",
+                    file="<state dict>",
+                    key=f"{m}.weight_scale",
+                    expected=f"float32 [{spec.out_features}]",
+                    found="nothing",
+                    fix="pass a read_branch() result",
+                )
             out[f"{m}.weight_scale"] = scale.float().reshape(spec.out_features, 1)
             out[f"{m}.comfy_quant"] = int8_marker(int(group) if group is not None else None)
             if smooth is not None:
@@ -74,8 +83,13 @@ def to_comfy_state_dict(state: Mapping[str, torch.Tensor], config: Ideogram4Conf
             if folded is not None:
                 out[f"{m}.{FOLDED_KEY}"] = folded.float().reshape(spec.in_features)
         elif scale is not None or smooth is not None or group is not None or folded is not None:
-            raise TensorMismatchError("a float weight carries int8 scale / smoothing tensors", file="<state dict>",
-                                      key=f"{m}.weight", expected="int8 weight", found=str(w.dtype))  # fmt: skip
+            raise TensorMismatchError(
+                "a float weight carries int8 scale / smoothing tensors",
+                file="<state dict>",
+                key=f"{m}.weight",
+                expected="int8 weight",
+                found=str(w.dtype),
+            )
         bias = src.pop(f"{m}.bias", None)
         if bias is not None:
             out[f"{m}.bias"] = bias
@@ -88,13 +102,22 @@ def to_comfy_state_dict(state: Mapping[str, torch.Tensor], config: Ideogram4Conf
         else:
             out[key] = t
     if missing:
-        raise TensorMismatchError(f"{len(missing)} tensors are missing", file="<state dict>", key=missing[0],
-                                  expected="one complete Ideogram 4 branch", found=f"missing {few(missing)}",
-                                  fix="pass a read_branch() result")  # fmt: skip
+        raise TensorMismatchError(
+            f"{len(missing)} tensors are missing",
+            file="<state dict>",
+            key=missing[0],
+            expected="one complete Ideogram 4 branch",
+            found=f"missing {few(missing)}",
+            fix="pass a read_branch() result",
+        )
     if src:
-        raise TensorMismatchError(f"{len(src)} tensors are not part of the architecture", file="<state dict>",
-                                  key=sorted(src)[0], expected="only Ideogram 4 DiT tensors",
-                                  found=few(src))  # fmt: skip
+        raise TensorMismatchError(
+            f"{len(src)} tensors are not part of the architecture",
+            file="<state dict>",
+            key=sorted(src)[0],
+            expected="only Ideogram 4 DiT tensors",
+            found=few(src),
+        )
     return out
 
 
@@ -125,11 +148,26 @@ def linear_infos(state: Mapping[str, torch.Tensor], config: Ideogram4Config) -> 
             from .formats.comfy_quant import decode_comfy_quant
 
             group = decode_comfy_quant(state[f"{spec.name}.comfy_quant"])["convrot_groupsize"]
-        infos.append(LinearInfo(spec.name, spec.out_features, spec.in_features, w.dtype == torch.int8,
-                                f"{spec.name}.{SMOOTH_KEY}" in state, int(group) if group is not None else None,
-                                f"{spec.name}.{FOLDED_KEY}" in state))
+        infos.append(
+            LinearInfo(
+                spec.name,
+                spec.out_features,
+                spec.in_features,
+                w.dtype == torch.int8,
+                f"{spec.name}.{SMOOTH_KEY}" in state,
+                int(group) if group is not None else None,
+                f"{spec.name}.{FOLDED_KEY}" in state,
+            )
+        )
     return infos
 
 
-__all__ = ["to_comfy_state_dict", "int8_marker", "linear_infos", "LinearInfo", "SMOOTH_KEY", "FOLDED_KEY",
-           "INT8_FORMAT"]
+__all__ = [
+    "to_comfy_state_dict",
+    "int8_marker",
+    "linear_infos",
+    "LinearInfo",
+    "SMOOTH_KEY",
+    "FOLDED_KEY",
+    "INT8_FORMAT",
+]

@@ -61,8 +61,15 @@ class Ideogram4Config:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mrope_section", tuple(int(s) for s in self.mrope_section))
-        positive = ("in_channels", "num_layers", "num_heads", "head_dim", "intermediate_size", "adaln_dim",
-                    "llm_features_dim")  # fmt: skip
+        positive = (
+            "in_channels",
+            "num_layers",
+            "num_heads",
+            "head_dim",
+            "intermediate_size",
+            "adaln_dim",
+            "llm_features_dim",
+        )
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"Ideogram4Config.{name} must be >= 1; got {getattr(self, name)}")
@@ -109,14 +116,30 @@ class Ideogram4Config:
     @classmethod
     def tiny(cls) -> Ideogram4Config:
         """Smallest useful config: fast on the CPU and on Triton's interpreter (tests)."""
-        return cls(in_channels=16, num_layers=2, num_heads=2, head_dim=32, intermediate_size=128, adaln_dim=32,
-                   llm_features_dim=128, mrope_section=(6, 5, 5))  # fmt: skip
+        return cls(
+            in_channels=16,
+            num_layers=2,
+            num_heads=2,
+            head_dim=32,
+            intermediate_size=128,
+            adaln_dim=32,
+            llm_features_dim=128,
+            mrope_section=(6, 5, 5),
+        )
 
     @classmethod
     def demo(cls) -> Ideogram4Config:
         """The demo's embedded model: real latent width (128 channels), 4 blocks."""
-        return cls(in_channels=128, num_layers=4, num_heads=4, head_dim=64, intermediate_size=512, adaln_dim=64,
-                   llm_features_dim=256, mrope_section=(12, 10, 10))  # fmt: skip
+        return cls(
+            in_channels=128,
+            num_layers=4,
+            num_heads=4,
+            head_dim=64,
+            intermediate_size=512,
+            adaln_dim=64,
+            llm_features_dim=256,
+            mrope_section=(12, 10, 10),
+        )
 
     # -- serialisation (safetensors metadata) -----------------------------------------------
     def to_json(self) -> str:

@@ -120,21 +120,32 @@ def _write_preview(path: pathlib.Path, lat_w8, lat_ref, rows, fidelity, rel_late
     diff_img = difference_to_rgb(lat_w8, lat_ref, gain=DIFF_GAIN)
     cos_lat = fidelity["sampled latent: W8A8 vs bf16 (cosine)"]
     panels = [
-        ("W8A8 INT8", f"int8 weights and activations; GEMM path {'/'.join(quant)}{why}. "
-         f"Per branch: {_paths_phrase(rows, 'conditional')}.", w8_img),
+        (
+            "W8A8 INT8",
+            f"int8 weights and activations; GEMM path {'/'.join(quant)}{why}. "
+            f"Per branch: {_paths_phrase(rows, 'conditional')}.",
+            w8_img,
+        ),
         ("bf16 reference", "the same model with float (bf16) linears: what W8A8 should reproduce.", ref_img),
-        (f"difference x{DIFF_GAIN:g}", f"|W8A8 - bf16| per pixel, {DIFF_GAIN:g}x amplified (white = 1/{DIFF_GAIN:g} "
-         f"of the reference's range). Cosine {cos_lat:.5f}, relative L2 {rel_latent:.4f}.", diff_img),
-    ]  # fmt: skip
-    title = (f"Ideogram 4 W8A8 demo: {cfg.num_layers}-block tiny model, preset {preset.name}, seed {seed}, "
-             f"{device.type}")  # fmt: skip
-    notes = ("Latent previews (no VAE: the first 3 principal components of the 32 latent channels, one projection "
-             "for both). The model has seeded random weights, so it draws colour noise, not a picture: what matters "
-             "is that the W8A8 panel matches the bf16 one.")  # fmt: skip
+        (
+            f"difference x{DIFF_GAIN:g}",
+            f"|W8A8 - bf16| per pixel, {DIFF_GAIN:g}x amplified (white = 1/{DIFF_GAIN:g} "
+            f"of the reference's range). Cosine {cos_lat:.5f}, relative L2 {rel_latent:.4f}.",
+            diff_img,
+        ),
+    ]
+    title = f"Ideogram 4 W8A8 demo: {cfg.num_layers}-block tiny model, preset {preset.name}, seed {seed}, {device.type}"
+    notes = (
+        "Latent previews (no VAE: the first 3 principal components of the 32 latent channels, one projection "
+        "for both). The model has seeded random weights, so it draws colour noise, not a picture: what matters "
+        "is that the W8A8 panel matches the bf16 one."
+    )
     fwd = " · ".join(f"{k.split(' forward')[0]} {v:.5f}" for k, v in fidelity.items() if "forward: W8A8" in k)
     verdict = "passes" if all(v >= FIDELITY_MIN for v in fidelity.values()) else "FAILS"
-    footer = (f"Fidelity (cosine similarity, 1 = identical; >= {FIDELITY_MIN} {verdict}): sampled latent "
-              f"{cos_lat:.5f}; one forward pass, W8A8 vs bf16: {fwd}.")  # fmt: skip
+    footer = (
+        f"Fidelity (cosine similarity, 1 = identical; >= {FIDELITY_MIN} {verdict}): sampled latent "
+        f"{cos_lat:.5f}; one forward pass, W8A8 vs bf16: {fwd}."
+    )
     return save_labelled_preview(path, panels, title, notes, footer)
 
 
@@ -151,9 +162,11 @@ def run_demo(args) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise SystemExit(f"demo: --out {str(out)!r}: cannot make the folder: {exc.strerror or exc}") from None
-    print(f"Ideogram 4 W8A8 demo: {cfg.num_layers}-block model (emb {cfg.emb_dim}, {cfg.num_heads} heads), "
-          f"preset {preset.name}, {DEMO_SIZE}x{DEMO_SIZE} px, seed {seed}, device {device}, "
-          f"{threads} CPU thread(s)")  # fmt: skip
+    print(
+        f"Ideogram 4 W8A8 demo: {cfg.num_layers}-block model (emb {cfg.emb_dim}, {cfg.num_heads} heads), "
+        f"preset {preset.name}, {DEMO_SIZE}x{DEMO_SIZE} px, seed {seed}, device {device}, "
+        f"{threads} CPU thread(s)"
+    )
 
     # 1-2. embedded model -> W8A8 file
     weights = {b: RandomWeights(cfg, s).materialize() for b, s in MODEL_SEEDS.items()}
@@ -167,11 +180,13 @@ def run_demo(args) -> int:
         sd = read_branch(ckpt, branch, device=device, dtype=dtype)
         w8[branch] = Ideogram4DiT.from_state_dict(sd, w8a8_linears(), dtype=dtype, device=device, label=branch)
         w8[branch].declare_paths()
-        ref[branch] = Ideogram4DiT(cfg, float_linears(dtype=dtype), state_dict=weights[branch], dtype=dtype,
-                                   device=device)  # fmt: skip
+        ref[branch] = Ideogram4DiT(
+            cfg, float_linears(dtype=dtype), state_dict=weights[branch], dtype=dtype, device=device
+        )
         sd = read_branch(ckpt, branch, device=device, dtype=dtype)
-        dq[branch] = Ideogram4DiT.from_state_dict(sd, dequant_linears(), dtype=dtype, device=device,
-                                                  label=f"dequant-{branch[:6]}")  # fmt: skip
+        dq[branch] = Ideogram4DiT.from_state_dict(
+            sd, dequant_linears(), dtype=dtype, device=device, label=f"dequant-{branch[:6]}"
+        )
 
     g = torch.Generator("cpu").manual_seed(1234)
     context = torch.randn(1, TEXT_TOKENS, cfg.llm_features_dim, generator=g).to(device)
@@ -189,34 +204,63 @@ def run_demo(args) -> int:
 
         # 4. sample through the W8A8 path, then the float reference with the same noise
         t0 = time.perf_counter()
-        lat_w8 = sample(w8["conditional"], w8["unconditional"], context, width=DEMO_SIZE, height=DEMO_SIZE,
-                        preset=preset, noise=noise)  # fmt: skip
+        lat_w8 = sample(
+            w8["conditional"],
+            w8["unconditional"],
+            context,
+            width=DEMO_SIZE,
+            height=DEMO_SIZE,
+            preset=preset,
+            noise=noise,
+        )
         t_w8 = time.perf_counter() - t0
-        lat_ref = sample(ref["conditional"], ref["unconditional"], context, width=DEMO_SIZE, height=DEMO_SIZE,
-                         preset=preset, noise=noise)  # fmt: skip
+        lat_ref = sample(
+            ref["conditional"],
+            ref["unconditional"],
+            context,
+            width=DEMO_SIZE,
+            height=DEMO_SIZE,
+            preset=preset,
+            noise=noise,
+        )
     fidelity["sampled latent: W8A8 vs bf16 (cosine)"] = _cos(lat_w8, lat_ref)
     rel_latent = _rel(lat_w8, lat_ref)
 
     # 5. outputs
     rows = path_table(list(MODEL_SEEDS))
-    png = _write_preview(out / "demo_preview.png", lat_w8[0], lat_ref[0], rows, fidelity, rel_latent, cfg, preset,
-                         seed, device)  # fmt: skip
+    png = _write_preview(
+        out / "demo_preview.png", lat_w8[0], lat_ref[0], rows, fidelity, rel_latent, cfg, preset, seed, device
+    )
     _print_table(rows)
     _print_fidelity(fidelity, rel_latent)
     ok = all(v >= FIDELITY_MIN for v in fidelity.values())
     summary = {
-        "device": str(device), "dtype": str(dtype).replace("torch.", ""), "preset": preset.name, "seed": seed,
-        "size": [DEMO_SIZE, DEMO_SIZE], "threads": threads, "config": json.loads(cfg.to_json()),
+        "device": str(device),
+        "dtype": str(dtype).replace("torch.", ""),
+        "preset": preset.name,
+        "seed": seed,
+        "size": [DEMO_SIZE, DEMO_SIZE],
+        "threads": threads,
+        "config": json.loads(cfg.to_json()),
         "checkpoint": str(ckpt),
-        "preview": str(png), "gemm_paths": rows, "fidelity": fidelity, "latent_rel_err": rel_latent,
-        "w8a8_sampling_seconds": t_w8, "total_seconds": time.perf_counter() - t_start, "ok": ok,
+        "preview": str(png),
+        "gemm_paths": rows,
+        "fidelity": fidelity,
+        "latent_rel_err": rel_latent,
+        "w8a8_sampling_seconds": t_w8,
+        "total_seconds": time.perf_counter() - t_start,
+        "ok": ok,
         "environment": kernels.environment_report(),
-    }  # fmt: skip
+    }
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
     quant_paths = sorted({r["path"] for r in rows if r["path"] != kernels.PATH_BF16})
-    print(f"\npreview: {png}  (left: W8A8 via {'/'.join(quant_paths)}, middle: bf16 reference, "
-          f"right: their difference x{DIFF_GAIN:g})")
+    print(
+        f"\npreview: {png}  (left: W8A8 via {'/'.join(quant_paths)}, middle: bf16 reference, "
+        f"right: their difference x{DIFF_GAIN:g})"
+    )
     print(f"summary: {out / 'demo_summary.json'}")
-    print(f"W8A8 sampling {t_w8:.1f} s, total {summary['total_seconds']:.1f} s — "
-          + ("fidelity OK" if ok else f"FIDELITY BELOW {FIDELITY_MIN}"))  # fmt: skip
+    print(
+        f"W8A8 sampling {t_w8:.1f} s, total {summary['total_seconds']:.1f} s — "
+        + ("fidelity OK" if ok else f"FIDELITY BELOW {FIDELITY_MIN}")
+    )
     return 0 if ok else 1

@@ -121,8 +121,9 @@ class Ideogram4Block(nn.Module):
 
     def forward(self, x, adaln_input, cos, sin, mask):
         scale_msa, gate_msa, scale_mlp, gate_mlp = self.adaln_modulation(adaln_input).chunk(4, dim=-1)
-        x = x + torch.tanh(gate_msa) * self.attention_norm2(self.attend(self.attention_norm1(x) * (1.0 + scale_msa),
-                                                                        cos, sin, mask))  # fmt: skip
+        x = x + torch.tanh(gate_msa) * self.attention_norm2(
+            self.attend(self.attention_norm1(x) * (1.0 + scale_msa), cos, sin, mask)
+        )
         x = x + torch.tanh(gate_mlp) * self.ffn_norm2(self.feed(self.ffn_norm1(x) * (1.0 + scale_mlp)))
         return x
 
@@ -144,10 +145,17 @@ class Ideogram4DiT(nn.Module):
             reference to tensors that the model converts).
     """
 
-    def __init__(self, config: Ideogram4Config, linears: LinearFactory | None = None, *,
-                 state_dict: dict[str, torch.Tensor] | None = None, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str | None = None, label: str | None = None,
-                 consume: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: Ideogram4Config,
+        linears: LinearFactory | None = None,
+        *,
+        state_dict: dict[str, torch.Tensor] | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+        label: str | None = None,
+        consume: bool = False,
+    ) -> None:
         super().__init__()
         self.config = config
         self.compute_dtype = dtype
@@ -191,8 +199,9 @@ class Ideogram4DiT(nn.Module):
         if emb is None:
             emb = torch.zeros(2, config.emb_dim, dtype=dtype, device=device)
         self.embed_image_indicator = _Holder()
-        self.embed_image_indicator.weight = nn.Parameter(emb.to(device=device or emb.device, dtype=dtype),
-                                                         requires_grad=False)  # fmt: skip
+        self.embed_image_indicator.weight = nn.Parameter(
+            emb.to(device=device or emb.device, dtype=dtype), requires_grad=False
+        )
         self.layers = nn.ModuleList(
             Ideogram4Block(config, make(f"layers.{i}."), norm_factory(f"layers.{i}.")) for i in range(config.num_layers)
         )
@@ -204,9 +213,16 @@ class Ideogram4DiT(nn.Module):
 
     # -- construction helpers ----------------------------------------------------------------
     @classmethod
-    def from_state_dict(cls, state_dict: dict[str, torch.Tensor], linears: LinearFactory | None = None, *,
-                        config: Ideogram4Config | None = None, fold_smooth: bool = True,
-                        gate_up: str = smooth_fold.DEFAULT_GATE_UP, **kwargs) -> Ideogram4DiT:  # fmt: skip
+    def from_state_dict(
+        cls,
+        state_dict: dict[str, torch.Tensor],
+        linears: LinearFactory | None = None,
+        *,
+        config: Ideogram4Config | None = None,
+        fold_smooth: bool = True,
+        gate_up: str = smooth_fold.DEFAULT_GATE_UP,
+        **kwargs,
+    ) -> Ideogram4DiT:
         """Build from a state dict (e.g. ``read_branch`` output); the config is taken from the
         dict's ``.config`` attribute (read_branch sets it), else inferred from the shapes.
 
@@ -277,8 +293,9 @@ class Ideogram4DiT(nn.Module):
                 continue
             if isinstance(module, W8A8Linear):
                 try:
-                    path, reason = kernels.select_path(module.weight.device, module.out_features, module.in_features,
-                                                       module.path)  # fmt: skip
+                    path, reason = kernels.select_path(
+                        module.weight.device, module.out_features, module.in_features, module.path
+                    )
                 except ValueError as exc:
                     path, reason = kernels.PATH_DEQUANT, str(exc)
             else:
@@ -298,13 +315,20 @@ class Ideogram4DiT(nn.Module):
         return tokens.reshape(b, gh, gw, p, p, c // (p * p)).permute(0, 5, 3, 4, 1, 2).reshape(b, c, gh, gw)
 
     # -- forward ---------------------------------------------------------------------------------
-    def forward(self, x: torch.Tensor, timesteps, context: torch.Tensor | None = None,
-                attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:  # fmt: skip
+    def forward(
+        self,
+        x: torch.Tensor,
+        timesteps,
+        context: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
         """ComfyUI convention: timesteps = sigma; returns -velocity in x's layout (compute dtype)."""
         return -self.velocity(x, 1.0 - _as_batch(timesteps, x), context, attention_mask)
 
-    def velocity(self, x: torch.Tensor, t, context: torch.Tensor | None = None,
-                 attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+    def velocity(
+        self, x: torch.Tensor, t, context: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Reference convention: t = 1 - sigma (0 = noise); returns v = x0 - noise."""
         cfg = self.config
         if x.dim() != 4 or x.shape[1] != cfg.in_channels:
@@ -322,18 +346,25 @@ class Ideogram4DiT(nn.Module):
             n_text = 0
         else:
             if context.dim() != 3 or context.shape[0] != b or context.shape[2] != cfg.llm_features_dim:
-                raise ValueError(f"Ideogram4DiT: context must be [{b}, L, {cfg.llm_features_dim}]; "
-                                 f"got {list(context.shape)}")  # fmt: skip
+                raise ValueError(
+                    f"Ideogram4DiT: context must be [{b}, L, {cfg.llm_features_dim}]; got {list(context.shape)}"
+                )
             n_text = context.shape[1]
             tokens = torch.cat([img.new_zeros(b, n_text, img.shape[2]), img], dim=1)
             positions = torch.cat([rope.text_position_ids(n_text, device), img_pos], dim=0)
-            indicator = torch.cat([torch.full((b, n_text), TEXT_INDICATOR, dtype=torch.long, device=device),
-                                   torch.full((b, n_img), IMAGE_INDICATOR, dtype=torch.long, device=device)], dim=1)
+            indicator = torch.cat(
+                [
+                    torch.full((b, n_text), TEXT_INDICATOR, dtype=torch.long, device=device),
+                    torch.full((b, n_img), IMAGE_INDICATOR, dtype=torch.long, device=device),
+                ],
+                dim=1,
+            )
             mask = None
             if attention_mask is not None:
                 if tuple(attention_mask.shape) != (b, n_text):
-                    raise ValueError(f"Ideogram4DiT: attention_mask must be [{b}, {n_text}]; "
-                                     f"got {list(attention_mask.shape)}")  # fmt: skip
+                    raise ValueError(
+                        f"Ideogram4DiT: attention_mask must be [{b}, {n_text}]; got {list(attention_mask.shape)}"
+                    )
                 pad = attention_mask.to(device) == 0
                 indicator[:, :n_text][pad] = PAD_INDICATOR
                 segment = torch.ones(b, n_text + n_img, dtype=torch.long, device=device)

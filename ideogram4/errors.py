@@ -102,9 +102,11 @@ class HubError(CheckpointError):
 
 
 # The files a user should pick instead of one that is not an Ideogram 4 diffusion model (loader node, read_branch).
-PICK_IDEOGRAM4 = ("pick an Ideogram 4 diffusion model: the W8A8 file ideogram4-int8-w8a8.safetensors (both branches), "
-                  "or ComfyUI's ideogram4_fp8_scaled.safetensors with ideogram4_unconditional_fp8_scaled.safetensors "
-                  "(also as int8_convrot or bf16); text encoders, VAEs and other models do not go here")
+PICK_IDEOGRAM4 = (
+    "pick an Ideogram 4 diffusion model: the W8A8 file ideogram4-int8-w8a8.safetensors (both branches), "
+    "or ComfyUI's ideogram4_fp8_scaled.safetensors with ideogram4_unconditional_fp8_scaled.safetensors "
+    "(also as int8_convrot or bf16); text encoders, VAEs and other models do not go here"
+)
 
 
 def describe(t) -> str:

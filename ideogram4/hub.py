@@ -25,14 +25,20 @@ def parse_hub_url(url: str) -> tuple[str, str, str | None]:
     parts = [p for p in rest.split("/") if p]
     if len(parts) < 3:
         raise HubError(
-            "a hub path needs an owner, a repository and a file", file=url,
-            expected="hf://<owner>/<repo>/<file.safetensors>", found=url,
-        )  # fmt: skip
+            "a hub path needs an owner, a repository and a file",
+            file=url,
+            expected="hf://<owner>/<repo>/<file.safetensors>",
+            found=url,
+        )
     return "/".join(parts[:2]), "/".join(parts[2:]), revision
 
 
-def resolve(path: str | os.PathLike, *, revision: str | None = None, cache_dir: str | os.PathLike | None = None,
-            ) -> pathlib.Path:  # fmt: skip
+def resolve(
+    path: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+) -> pathlib.Path:
     """A local path as given; an ``hf://`` URL downloaded (or taken from the cache)."""
     text = os.fspath(path)
     if not text.startswith(SCHEME):
@@ -45,46 +51,60 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def download(repo_id: str, filename: str, *, revision: str | None = None,
-             cache_dir: str | os.PathLike | None = None) -> pathlib.Path:  # fmt: skip
+def download(
+    repo_id: str, filename: str, *, revision: str | None = None, cache_dir: str | os.PathLike | None = None
+) -> pathlib.Path:
     """hf_hub_download with messages a ComfyUI user can act on. Never touches the token."""
     try:
         import huggingface_hub
         from huggingface_hub import utils as hf_errors  # these names live here in every version >= 0.23
     except ImportError:  # pragma: no cover - a declared dependency
-        raise HubError("huggingface_hub is not installed", file=f"{SCHEME}{repo_id}/{filename}",
-                       fix="pip install huggingface_hub") from None  # fmt: skip
+        raise HubError(
+            "huggingface_hub is not installed", file=f"{SCHEME}{repo_id}/{filename}", fix="pip install huggingface_hub"
+        ) from None
     where = f"{SCHEME}{repo_id}/{filename}"
     try:
         local = huggingface_hub.hf_hub_download(
-            repo_id=repo_id, filename=filename, revision=revision,
+            repo_id=repo_id,
+            filename=filename,
+            revision=revision,
             cache_dir=os.fspath(cache_dir) if cache_dir is not None else None,
-        )  # fmt: skip
+        )
     except hf_errors.GatedRepoError:
         raise HubError(
-            "the repository is gated", file=where,
+            "the repository is gated",
+            file=where,
             fix=f"accept its terms at https://huggingface.co/{repo_id}, then log in (`hf auth login`) or set HF_TOKEN",
-        ) from None  # fmt: skip
+        ) from None
     except hf_errors.RepositoryNotFoundError:
         raise HubError(
-            "repository not found (or private and no valid token)", file=where,
+            "repository not found (or private and no valid token)",
+            file=where,
             fix="check the repo id; for a private or gated repo log in (`hf auth login`) or set HF_TOKEN",
-        ) from None  # fmt: skip
+        ) from None
     except hf_errors.RevisionNotFoundError:
-        raise HubError("revision not found", file=where, found=revision,
-                       fix="check the revision / branch name") from None  # fmt: skip
+        raise HubError(
+            "revision not found", file=where, found=revision, fix="check the revision / branch name"
+        ) from None
     except (hf_errors.LocalEntryNotFoundError, hf_errors.OfflineModeIsEnabled) as exc:
         if _offline():
             raise HubError(
-                "HF_HUB_OFFLINE is set and the file is not in the local cache", file=where,
+                "HF_HUB_OFFLINE is set and the file is not in the local cache",
+                file=where,
                 fix="download it once with network access, or unset HF_HUB_OFFLINE",
-            ) from None  # fmt: skip
-        raise HubError(f"download failed and the file is not cached ({type(exc).__name__})", file=where,
-                       fix="check the network connection") from None  # fmt: skip
+            ) from None
+        raise HubError(
+            f"download failed and the file is not cached ({type(exc).__name__})",
+            file=where,
+            fix="check the network connection",
+        ) from None
     except hf_errors.EntryNotFoundError:
         raise HubError("the repository has no such file", file=where, fix="check the file name") from None
     except hf_errors.HfHubHTTPError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
-        raise HubError(f"the hub answered HTTP {status}", file=where,
-                       fix="retry later; for 401/403 log in (`hf auth login`) or set HF_TOKEN") from None  # fmt: skip
+        raise HubError(
+            f"the hub answered HTTP {status}",
+            file=where,
+            fix="retry later; for 401/403 log in (`hf auth login`) or set HF_TOKEN",
+        ) from None
     return pathlib.Path(local)

@@ -53,24 +53,32 @@ class BranchSource:
 
 def _format_of(path: pathlib.Path, role: str) -> dict:
     if not path.is_file():
-        raise CheckpointError(f"the {role} file does not exist", file=path,
-                              fix="pick a file from the list (refresh the page after copying files)")  # fmt: skip
+        raise CheckpointError(
+            f"the {role} file does not exist",
+            file=path,
+            fix="pick a file from the list (refresh the page after copying files)",
+        )
     info = detect_format(path)
     if info["format"] == "unknown":
         raise CheckpointError(
-            f"the {role} file is not an Ideogram 4 diffusion model: it holds no Ideogram 4 DiT linears", file=path,
+            f"the {role} file is not an Ideogram 4 diffusion model: it holds no Ideogram 4 DiT linears",
+            file=path,
             expected="an Ideogram 4 diffusion model (W8A8, int8, fp8 or bf16)",
-            found=f"{len(info.get('linears', {}))} linear layers", fix=PICK_IDEOGRAM4,
-        )  # fmt: skip
+            found=f"{len(info.get('linears', {}))} linear layers",
+            fix=PICK_IDEOGRAM4,
+        )
     from .checkpoint import check_architecture
 
     check_architecture(path, info["branches"][0] if info["branches"] else "conditional")
     return info
 
 
-def plan_branches(weights: str | os.PathLike, unconditional: str | os.PathLike | None = None,
-                  base: str | os.PathLike | None = None, unconditional_base: str | os.PathLike | None = None,
-                  ) -> list[BranchSource]:  # fmt: skip
+def plan_branches(
+    weights: str | os.PathLike,
+    unconditional: str | os.PathLike | None = None,
+    base: str | os.PathLike | None = None,
+    unconditional_base: str | os.PathLike | None = None,
+) -> list[BranchSource]:
     """[conditional, unconditional] sources, checked from the headers (nothing is loaded).
 
     Raises CheckpointError naming the file and what to pick instead.
@@ -87,8 +95,12 @@ def plan_branches(weights: str | os.PathLike, unconditional: str | os.PathLike |
 
     if info["layout"] == "two-branch":
         if "conditional" not in info["branches"]:
-            raise CheckpointError("this two-branch file has no conditional branch", file=main, key="conditional.*",
-                                  fix="pick the file that holds the conditional weights")  # fmt: skip
+            raise CheckpointError(
+                "this two-branch file has no conditional branch",
+                file=main,
+                key="conditional.*",
+                fix="pick the file that holds the conditional weights",
+            )
         cond = BranchSource("conditional", main, base_p, info["format"])
     else:
         cond = BranchSource("conditional", main, base_p, info["format"], "single-branch file: conditional")
@@ -103,9 +115,12 @@ def plan_branches(weights: str | os.PathLike, unconditional: str | os.PathLike |
 
     if uncond is not None:
         if uinfo["layout"] == "two-branch" and "unconditional" not in uinfo["branches"]:
-            raise CheckpointError("this two-branch file has no unconditional branch", file=uncond,
-                                  key="unconditional.*",
-                                  fix="pick the file with the unconditional weights")  # fmt: skip
+            raise CheckpointError(
+                "this two-branch file has no unconditional branch",
+                file=uncond,
+                key="unconditional.*",
+                fix="pick the file with the unconditional weights",
+            )
         note = "chosen as unconditional weights"
         if info["layout"] == "two-branch" and "unconditional" in info["branches"]:
             note += f"; overrides the unconditional branch of {main.name}"
@@ -115,10 +130,11 @@ def plan_branches(weights: str | os.PathLike, unconditional: str | os.PathLike |
     else:
         raise CheckpointError(
             "this file holds one branch only; Ideogram 4's CFG runs a second, unconditional copy of the model",
-            file=main, key="unconditional_weights",
+            file=main,
+            key="unconditional_weights",
             fix="pick the matching unconditional file in 'unconditional_weights' (e.g. "
-                "ideogram4_unconditional_fp8_scaled.safetensors next to ideogram4_fp8_scaled.safetensors)",
-        )  # fmt: skip
+            "ideogram4_unconditional_fp8_scaled.safetensors next to ideogram4_fp8_scaled.safetensors)",
+        )
     return [cond, u]
 
 
@@ -164,8 +180,10 @@ def format_summary(reports: Iterable[BranchReport], extra: Iterable[str] = ()) -
     for r in reports:
         counts = r.path_counts()
         lines.append(f"{r.label}: {r.source}")
-        lines.append(f"  compute dtype {r.compute_dtype}; GEMM paths: "
-                     + ", ".join(f"{p} {n}" for p, n in sorted(counts.items(), key=lambda kv: -kv[1])))  # fmt: skip
+        lines.append(
+            f"  compute dtype {r.compute_dtype}; GEMM paths: "
+            + ", ".join(f"{p} {n}" for p, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+        )
         if r.protected:
             lines.append(f"  bf16-protected layers ({len(r.protected)}): {_names(r.protected)}")
         if r.top_float:
@@ -189,8 +207,9 @@ def format_summary(reports: Iterable[BranchReport], extra: Iterable[str] = ()) -
     return "\n".join(lines)
 
 
-def branch_report(label: str, source: str, compute_dtype: str, paths: Mapping[str, tuple[str, str]], state,
-                  config) -> BranchReport:  # fmt: skip
+def branch_report(
+    label: str, source: str, compute_dtype: str, paths: Mapping[str, tuple[str, str]], state, config
+) -> BranchReport:
     """A BranchReport from a ``read_branch`` result (``state``: its ``.layers``/``.from_base``) and the paths."""
     from .comfy_form import linear_infos
 

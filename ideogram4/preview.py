@@ -100,8 +100,15 @@ def _text_lines(draw, x: int, y: int, lines, font, fill, step: int) -> int:
     return y
 
 
-def save_labelled_preview(path: str | pathlib.Path, panels: list[tuple[str, str, torch.Tensor]], title: str,
-                          notes: str = "", footer: str = "", gap: int = 16, margin: int = 16) -> pathlib.Path:
+def save_labelled_preview(
+    path: str | pathlib.Path,
+    panels: list[tuple[str, str, torch.Tensor]],
+    title: str,
+    notes: str = "",
+    footer: str = "",
+    gap: int = 16,
+    margin: int = 16,
+) -> pathlib.Path:
     """A PNG that explains itself: a title and notes on top, then one column per panel (a bold-ish heading, a
     caption under it, the image), then a footer. ``panels``: (heading, caption, uint8 [H, W, 3]); captions and notes
     wrap to the width they have."""

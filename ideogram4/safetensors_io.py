@@ -20,10 +20,19 @@ import torch
 from .errors import NotSafetensorsError
 
 DTYPE_CODES = {
-    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
-    torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
-    torch.bool: "BOOL", torch.float8_e4m3fn: "F8_E4M3", torch.float8_e5m2: "F8_E5M2",
-}  # fmt: skip
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+    torch.float8_e4m3fn: "F8_E4M3",
+    torch.float8_e5m2: "F8_E5M2",
+}
 CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
 PICKLE_SUFFIXES = (".ckpt", ".pt", ".pth", ".bin", ".pkl")
 
@@ -69,23 +78,29 @@ def _first_bytes(path: pathlib.Path, n: int = 64) -> bytes:
         return b""
 
 
-def _not_safetensors(path: pathlib.Path, exc: Exception | None, why: str = "", truncated: bool = False,
-                     ) -> NotSafetensorsError:  # fmt: skip
+def _not_safetensors(
+    path: pathlib.Path,
+    exc: Exception | None,
+    why: str = "",
+    truncated: bool = False,
+) -> NotSafetensorsError:
     """The error for a file that cannot be read as safetensors: what it looks like, and the one fix that applies."""
     detail = why or (f"{type(exc).__name__}: {exc}" if exc else "")
     size = path.stat().st_size if path.exists() else None
     head = _first_bytes(path).lstrip().lower()
     if path.suffix.lower() in PICKLE_SUFFIXES:
         problem = "not a safetensors file" + (f" ({detail})" if detail else "")
-        fix = ("pickle checkpoints (.ckpt/.pt/.bin) are never loaded by this pack; convert the file to safetensors "
-               "with a trusted tool first")  # fmt: skip
+        fix = (
+            "pickle checkpoints (.ckpt/.pt/.bin) are never loaded by this pack; convert the file to safetensors "
+            "with a trusted tool first"
+        )
     elif truncated:
         problem = f"the file is truncated (incomplete, e.g. an interrupted download): {detail}"
         fix = DOWNLOAD_AGAIN
     elif head.startswith(b"version https://git-lfs"):
         problem = "the file is a Git LFS pointer (a small text file that stands in for the model), not the model"
         fix = "download the real file (the download button on the model page, or `git lfs pull` in a clone)"
-    elif head.startswith((b"<!doctype", b"<html", b"<?xml", b"{\"error")):
+    elif head.startswith((b"<!doctype", b"<html", b"<?xml", b'{"error')):
         problem = "the file is a web page or an error message saved under this name, not the model"
         fix = DOWNLOAD_AGAIN + " (for a gated Hugging Face repository: accept its terms and log in first)"
     elif path.suffix.lower() == ".safetensors":
@@ -112,15 +127,18 @@ def open_safetensors(path: str | os.PathLike, device: str = "cpu"):
     if path.is_dir():
         inside = sorted(p.name for p in path.glob("*.safetensors"))
         raise NotSafetensorsError(
-            "this is a folder, not a file", file=path, expected="a .safetensors file",
+            "this is a folder, not a file",
+            file=path,
+            expected="a .safetensors file",
             found="a folder" + (f" holding {', '.join(inside[:3])}" if inside else " with no .safetensors file"),
             fix="add the file's name to the path" + (f", e.g. {path / inside[0]}" if inside else ""),
-        )  # fmt: skip
+        )
     if not path.is_file():
         raise NotSafetensorsError(
-            "file not found", file=path,
+            "file not found",
+            file=path,
             fix="check the path (to download from the Hugging Face hub pass hf://<owner>/<repo>/<file>)",
-        )  # fmt: skip
+        )
     _check_length(path)
     try:
         handle = safe_open(str(path), framework="pt", device=str(device))
@@ -141,8 +159,9 @@ def _check_length(path: pathlib.Path) -> None:
         if n > 100 * 1024 * 1024:
             raise _not_safetensors(path, None, f"its first 8 bytes give a header length of {n} bytes")
         if n > size - 8:  # a plausible header cut off: the file ends inside it
-            raise _not_safetensors(path, None, f"the header needs {n + 8} bytes but the file has {size}",
-                                   truncated=True)  # fmt: skip
+            raise _not_safetensors(
+                path, None, f"the header needs {n + 8} bytes but the file has {size}", truncated=True
+            )
         raw = fh.read(n)
     try:
         header = json.loads(raw)
@@ -160,8 +179,11 @@ def _check_length(path: pathlib.Path) -> None:
             raise _not_safetensors(path, None, f"header entry {key!r} has no data_offsets") from None
     if 8 + n + end > size:
         raise _not_safetensors(
-            path, None, f"the header describes {8 + n + end} bytes but the file has {size}", truncated=True,
-        )  # fmt: skip
+            path,
+            None,
+            f"the header describes {8 + n + end} bytes but the file has {size}",
+            truncated=True,
+        )
 
 
 # -- writing -----------------------------------------------------------------------------------
@@ -204,8 +226,11 @@ def write_safetensors(
         for d in shape:
             n *= int(d)
         size = n * torch.empty((), dtype=dtype).element_size()
-        header[key] = {"dtype": DTYPE_CODES[dtype], "shape": [int(d) for d in shape],
-                       "data_offsets": [offset, offset + size]}  # fmt: skip
+        header[key] = {
+            "dtype": DTYPE_CODES[dtype],
+            "shape": [int(d) for d in shape],
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
@@ -221,8 +246,10 @@ def write_safetensors(
                 t = produce(key)
                 dtype, shape = specs[key]
                 if t.dtype != dtype or tuple(t.shape) != tuple(shape):
-                    raise ValueError(f"write_safetensors: {key}: produced {t.dtype} {list(t.shape)}, "
-                                     f"header says {dtype} {list(shape)}")  # fmt: skip
+                    raise ValueError(
+                        f"write_safetensors: {key}: produced {t.dtype} {list(t.shape)}, "
+                        f"header says {dtype} {list(shape)}"
+                    )
                 fh.write(_tensor_bytes(t))
                 del t
                 if progress is not None:
@@ -234,8 +261,11 @@ def write_safetensors(
     return path
 
 
-def save_tensors(path: str | os.PathLike, tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None,
-                 ) -> pathlib.Path:  # fmt: skip
+def save_tensors(
+    path: str | os.PathLike,
+    tensors: dict[str, torch.Tensor],
+    metadata: dict[str, str] | None = None,
+) -> pathlib.Path:
     """Write an in-memory dict of tensors (small files)."""
     specs = {k: (v.dtype, tuple(v.shape)) for k, v in tensors.items()}
     return write_safetensors(path, specs, tensors.__getitem__, metadata)

@@ -44,8 +44,15 @@ def latent_shape(width: int, height: int, batch: int = 1, channels: int = LATENT
     return (int(batch), int(channels), height // LATENT_DOWNSCALE, width // LATENT_DOWNSCALE)
 
 
-def make_noise(seed: int, width: int, height: int, batch: int = 1, channels: int = LATENT_CHANNELS, *,
-               device: torch.device | str | None = None) -> torch.Tensor:  # fmt: skip
+def make_noise(
+    seed: int,
+    width: int,
+    height: int,
+    batch: int = 1,
+    channels: int = LATENT_CHANNELS,
+    *,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """Seeded standard-normal noise, float32 [batch, channels, H/16, W/16] (see the module docstring)."""
     shape = latent_shape(width, height, batch, channels)
     g = torch.Generator("cpu").manual_seed(int(seed))

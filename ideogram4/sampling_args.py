@@ -47,8 +47,10 @@ def _side_problem(name: str, v) -> str | None:
         return f"{name}={v} is out of range: use {MIN_SIZE}..{MAX_SIZE} pixels"
     if v % SIZE_MULTIPLE:
         lo = int(v) // SIZE_MULTIPLE * SIZE_MULTIPLE
-        return (f"{name}={v} is not a multiple of {SIZE_MULTIPLE} (the latent is 1/16 of the image): use "
-                f"{max(lo, MIN_SIZE)} or {lo + SIZE_MULTIPLE}")  # fmt: skip
+        return (
+            f"{name}={v} is not a multiple of {SIZE_MULTIPLE} (the latent is 1/16 of the image): use "
+            f"{max(lo, MIN_SIZE)} or {lo + SIZE_MULTIPLE}"
+        )
     return None
 
 
@@ -67,8 +69,10 @@ def size_problem(width, height) -> str | None:
     ratio = max(width, height) / min(width, height)
     if ratio > MAX_ASPECT:
         big, small = ("width", "height") if width > height else ("height", "width")
-        return (f"width={width} and height={height} make an aspect ratio of {ratio:.2f}:1; Ideogram 4 supports at "
-                f"most {MAX_ASPECT:g}:1 — make the {big} smaller or the {small} larger")  # fmt: skip
+        return (
+            f"width={width} and height={height} make an aspect ratio of {ratio:.2f}:1; Ideogram 4 supports at "
+            f"most {MAX_ASPECT:g}:1 — make the {big} smaller or the {small} larger"
+        )
     return None
 
 
@@ -106,9 +110,18 @@ class SamplingPlan:
         return f"{self.preset}: {self.steps} steps, guidance {sched}, mu {self.mu:g}, std {self.std:g}"
 
 
-def plan_sampling(preset: str, width: int, height: int, *, steps: int | None = None, guidance: float | None = None,
-                  polish_steps: int | None = None, polish_guidance: float | None = None, mu: float | None = None,
-                  std: float | None = None) -> SamplingPlan:  # fmt: skip
+def plan_sampling(
+    preset: str,
+    width: int,
+    height: int,
+    *,
+    steps: int | None = None,
+    guidance: float | None = None,
+    polish_steps: int | None = None,
+    polish_guidance: float | None = None,
+    mu: float | None = None,
+    std: float | None = None,
+) -> SamplingPlan:
     """Resolve a preset (or ``"custom"`` with the other arguments) for an image of width x height.
 
     Named presets ignore the custom arguments (they are the official values); "custom" takes each
@@ -128,8 +141,10 @@ def plan_sampling(preset: str, width: int, height: int, *, steps: int | None = N
         if n_polish < 0:
             raise SamplingArgumentError(f"polish_steps={n_polish} is negative: use 0..steps ({n})")
         if n_polish > n:
-            raise SamplingArgumentError(f"polish_steps={n_polish} is more than steps={n} (the polish steps are the "
-                                        "last steps of the run): lower polish_steps or raise steps")  # fmt: skip
+            raise SamplingArgumentError(
+                f"polish_steps={n_polish} is more than steps={n} (the polish steps are the "
+                "last steps of the run): lower polish_steps or raise steps"
+            )
         for name, v in (("guidance", g_main), ("polish_guidance", g_polish), ("mu", mu_v)):
             if not math.isfinite(v):
                 raise SamplingArgumentError(f"{name}={v} must be a finite number")
@@ -144,12 +159,14 @@ def plan_sampling(preset: str, width: int, height: int, *, steps: int | None = N
             p = get_preset(preset)
         except ValueError:
             raise SamplingArgumentError(f"preset={preset!r} is unknown; choose one of {list(PRESET_CHOICES)}") from None
-    return SamplingPlan(p.name, p.steps, tuple(float(g) for g in p.guidance), p.mu, p.std,
-                        sigmas(p.steps, width, height, p.mu, p.std))  # fmt: skip
+    return SamplingPlan(
+        p.name, p.steps, tuple(float(g) for g in p.guidance), p.mu, p.std, sigmas(p.steps, width, height, p.mu, p.std)
+    )
 
 
-def check_text_features(shape: Sequence[int], expected_features: int = TEXT_FEATURES, *,
-                        input_name: str = "positive") -> None:  # fmt: skip
+def check_text_features(
+    shape: Sequence[int], expected_features: int = TEXT_FEATURES, *, input_name: str = "positive"
+) -> None:
     """The conditioning tensor must be [B, L, expected_features] with L >= 1."""
     shape = tuple(int(s) for s in shape)
     if len(shape) != 3 or shape[2] != expected_features or shape[1] < 1 or shape[0] < 1:
@@ -174,7 +191,23 @@ def step_index(sigmas: torch.Tensor | Sequence[float], sigma: float) -> int:
 
 
 __all__ = [
-    "SamplingArgumentError", "SamplingPlan", "check_size", "size_problem", "check_batch_size", "plan_sampling",
-    "check_text_features", "step_index", "PRESET_CHOICES", "CUSTOM", "MIN_SIZE", "MAX_SIZE", "SIZE_MULTIPLE",
-    "MAX_ASPECT", "DEFAULT_SIZE", "TEXT_FEATURES", "FIX_CONDITIONING", "MAX_STEPS", "MAX_BATCH",
-]  # fmt: skip
+    "SamplingArgumentError",
+    "SamplingPlan",
+    "check_size",
+    "size_problem",
+    "check_batch_size",
+    "plan_sampling",
+    "check_text_features",
+    "step_index",
+    "PRESET_CHOICES",
+    "CUSTOM",
+    "MIN_SIZE",
+    "MAX_SIZE",
+    "SIZE_MULTIPLE",
+    "MAX_ASPECT",
+    "DEFAULT_SIZE",
+    "TEXT_FEATURES",
+    "FIX_CONDITIONING",
+    "MAX_STEPS",
+    "MAX_BATCH",
+]

@@ -71,8 +71,9 @@ class Preset:
             raise ValueError(f"Preset {self.name!r}: {len(self.guidance)} guidance values for {self.steps} steps")
 
     @classmethod
-    def main_then_polish(cls, name: str, steps: int, polish: int, mu: float, std: float,
-                         gw_main: float = 7.0, gw_polish: float = 3.0) -> Preset:  # fmt: skip
+    def main_then_polish(
+        cls, name: str, steps: int, polish: int, mu: float, std: float, gw_main: float = 7.0, gw_polish: float = 3.0
+    ) -> Preset:
         return cls(name, steps, (gw_main,) * (steps - polish) + (gw_polish,) * polish, mu, std)
 
     def sigmas(self, width: int, height: int) -> torch.Tensor:

@@ -112,15 +112,27 @@ def fold_sites(config: Ideogram4Config) -> dict[str, FoldSite]:
     sites = {"llm_cond_proj": FoldSite("llm_cond_proj", "norm", "llm_cond_norm", words="llm_cond_norm's weight")}
     for i in range(config.num_layers):
         p = f"layers.{i}."
-        sites[p + "attention.qkv"] = FoldSite(p + "attention.qkv", "norm", p + "attention_norm1",
-                                              words="attention_norm1's weight")  # fmt: skip
+        sites[p + "attention.qkv"] = FoldSite(
+            p + "attention.qkv", "norm", p + "attention_norm1", words="attention_norm1's weight"
+        )
         for lin in ("feed_forward.w1", "feed_forward.w3"):
             sites[p + lin] = FoldSite(p + lin, "norm", p + "ffn_norm1", words="ffn_norm1's weight")
-        sites[p + "attention.o"] = FoldSite(p + "attention.o", "rows", p + "attention.qkv", 2 * e, 3 * e,
-                                            words="the v-projection scales of attention.qkv")  # fmt: skip
-        sites[p + "feed_forward.w2"] = FoldSite(p + "feed_forward.w2", "rows", p + "feed_forward.w3", 0,
-                                                config.intermediate_size,
-                                                words="feed_forward.w3's output scales")  # fmt: skip
+        sites[p + "attention.o"] = FoldSite(
+            p + "attention.o",
+            "rows",
+            p + "attention.qkv",
+            2 * e,
+            3 * e,
+            words="the v-projection scales of attention.qkv",
+        )
+        sites[p + "feed_forward.w2"] = FoldSite(
+            p + "feed_forward.w2",
+            "rows",
+            p + "feed_forward.w3",
+            0,
+            config.intermediate_size,
+            words="feed_forward.w3's output scales",
+        )
     return sites
 
 
@@ -190,18 +202,23 @@ class FoldReport:
         lines = []
         done = self.by_status(FOLDED_STATUS, ALREADY)
         if self.mode == "off":
-            lines.append(f"SmoothQuant: folding off; every smoothed layer ({len(self.layers)}) divides its input at "
-                         "run time")  # fmt: skip
+            lines.append(
+                f"SmoothQuant: folding off; every smoothed layer ({len(self.layers)}) divides its input at run time"
+            )
         elif done:
             lines.append(f"SmoothQuant divide folded at load, none at run time: {len(done)} layers ({_groups(done)})")
         requant = [f for f in self.layers.values() if f.requantized]
         if requant:
-            lines.append(f"  w1/w3 with different vectors: {len(requant)} weights re-quantized to one shared vector "
-                         f"(mode {self.mode!r}: {GATE_UP_MODES[self.mode]})")  # fmt: skip
+            lines.append(
+                f"  w1/w3 with different vectors: {len(requant)} weights re-quantized to one shared vector "
+                f"(mode {self.mode!r}: {GATE_UP_MODES[self.mode]})"
+            )
         part = self.by_status(PARTLY)
         if part:
-            lines.append(f"SmoothQuant partly folded, a divide by a ratio left at run time: {len(part)} layers "
-                         f"({_groups(part, reasons=True)})")  # fmt: skip
+            lines.append(
+                f"SmoothQuant partly folded, a divide by a ratio left at run time: {len(part)} layers "
+                f"({_groups(part, reasons=True)})"
+            )
         kept = self.by_status(KEPT_STATUS) if self.mode != "off" else []
         if kept:
             lines.append(f"SmoothQuant divide kept at run time: {len(kept)} layers ({_groups(kept, reasons=True)})")
@@ -313,8 +330,13 @@ def _producer_blocker(state, site: FoldSite) -> str | None:
     return None
 
 
-def fold_smoothing(state: MutableMapping, config: Ideogram4Config, *, gate_up: str = DEFAULT_GATE_UP,
-                   work_device: torch.device | str | None = None) -> FoldReport:  # fmt: skip
+def fold_smoothing(
+    state: MutableMapping,
+    config: Ideogram4Config,
+    *,
+    gate_up: str = DEFAULT_GATE_UP,
+    work_device: torch.device | str | None = None,
+) -> FoldReport:
     """Fold every foldable SmoothQuant divide of one branch's in-memory state into its producer, in place.
 
     ``state``: a ``read_branch`` result (or any dict in the in-memory form); entries are replaced by new tensors,
@@ -411,8 +433,12 @@ def _fold_gate_up(state, ff: str, sites: dict, mode: str, work_device, report: F
         state[f"{w1}.{FOLDED}"] = s1.clone()
         state[f"{w3}.{FOLDED}"] = s1.clone()
         report.add(w1, FOLDED_STATUS, f"{site.words} (w1's vector)")
-        report.add(w3, PARTLY, "ffn_norm1 carries w1's smoothing vector; w3 divides by the ratio of its own to it "
-                               "at run time (w1/w3 mode 'ratio')")  # fmt: skip
+        report.add(
+            w3,
+            PARTLY,
+            "ffn_norm1 carries w1's smoothing vector; w3 divides by the ratio of its own to it "
+            "at run time (w1/w3 mode 'ratio')",
+        )
         return
     else:
         shared = _combine(mode, s1, s3)
@@ -438,5 +464,17 @@ def gate_up_mode_from_env(value: str | None) -> str:
     raise ValueError(f"{ENV_MODE}={value!r}: choose one of {[*GATE_UP_MODES, 'off']}")
 
 
-__all__ = ["fold_smoothing", "fold_sites", "FoldSite", "FoldReport", "LayerFold", "runtime_divisor", "GATE_UP_MODES",
-           "DEFAULT_GATE_UP", "ENV_MODE", "KEPT", "kept_reason", "gate_up_mode_from_env"]  # fmt: skip
+__all__ = [
+    "fold_smoothing",
+    "fold_sites",
+    "FoldSite",
+    "FoldReport",
+    "LayerFold",
+    "runtime_divisor",
+    "GATE_UP_MODES",
+    "DEFAULT_GATE_UP",
+    "ENV_MODE",
+    "KEPT",
+    "kept_reason",
+    "gate_up_mode_from_env",
+]

@@ -97,8 +97,9 @@ def plan_residency(block_bytes: Sequence[int], fixed_bytes: int, budget: float, 
         kept = tuple(i for i in range(n) if i not in streamed)
         resident = int(fixed_bytes) + sum(sizes[i] for i in kept)
         if resident + slots * slot <= budget:
-            return ResidencyPlan(kept, streamed, slots, slot, int(fixed_bytes), resident,
-                                 sum(sizes[i] for i in streamed))  # fmt: skip
+            return ResidencyPlan(
+                kept, streamed, slots, slot, int(fixed_bytes), resident, sum(sizes[i] for i in streamed)
+            )
     need = minimum_bytes(sizes, fixed_bytes, slots)
     raise InsufficientVRAMError(
         f"the model needs at least {need / GIB:.2f} GiB of VRAM for its weights with every block streamed "
@@ -181,8 +182,10 @@ class BlockStreamer:
         self.queue: deque = deque()  # (unit position, slot, copy-done event, timing events) queued ahead, in order
         self.next_slot = 0
         self.current: tuple | None = None
-        self.stats = StreamStats(bytes_per_forward=sum(u.nbytes for u in self.units),
-                                 pageable=sum(1 for u in self.units for p in u.pinned if not p))  # fmt: skip
+        self.stats = StreamStats(
+            bytes_per_forward=sum(u.nbytes for u in self.units),
+            pageable=sum(1 for u in self.units for p in u.pinned if not p),
+        )
         self._timings: list = []  # (copy start, copy end, needed) events of the forward running now
         self._pending: list = []  # those of the forward before, read once the next one ended
         self.copies = 0  # units copied (tests: the order of prefetch)
@@ -293,5 +296,14 @@ class BlockStreamer:
             self.current = None
 
 
-__all__ = ["ResidencyPlan", "plan_residency", "minimum_bytes", "spread", "BlockStreamer", "StreamUnit",
-           "StreamStats", "InsufficientVRAMError", "aligned"]  # fmt: skip
+__all__ = [
+    "ResidencyPlan",
+    "plan_residency",
+    "minimum_bytes",
+    "spread",
+    "BlockStreamer",
+    "StreamUnit",
+    "StreamStats",
+    "InsufficientVRAMError",
+    "aligned",
+]

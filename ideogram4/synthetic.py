@@ -53,8 +53,16 @@ class RandomWeights(Mapping):
     are 4x larger (per-channel scale outliers).
     """
 
-    def __init__(self, config: Ideogram4Config, seed: int = 0, *, device="cpu", dtype=torch.float32,
-                 outliers: int | None = None, outlier_gain: float = 16.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        config: Ideogram4Config,
+        seed: int = 0,
+        *,
+        device="cpu",
+        dtype=torch.float32,
+        outliers: int | None = None,
+        outlier_gain: float = 16.0,
+    ) -> None:
         self.config = config
         self.seed = int(seed)
         self.device = torch.device(device)
@@ -111,8 +119,9 @@ def smoothquant_vector(weight: torch.Tensor, act_amax: torch.Tensor, alpha: floa
     return s.clamp_min(1e-5)
 
 
-def smooth_vectors(weights: Mapping, config: Ideogram4Config, alpha: float = 0.5, *, names: Iterable[str] | None = None,
-                   seed: int = 0) -> dict[str, torch.Tensor]:  # fmt: skip
+def smooth_vectors(
+    weights: Mapping, config: Ideogram4Config, alpha: float = 0.5, *, names: Iterable[str] | None = None, seed: int = 0
+) -> dict[str, torch.Tensor]:
     """SmoothQuant vectors s = amax_x^alpha / amax_w^(1-alpha) (no calibration data here).
 
     Default: the linears that read a normed activation (qkv, w1, w3, llm_cond_proj), with the norm weight as the
@@ -436,8 +445,9 @@ def write_float(
 ) -> pathlib.Path:
     """Plain float checkpoint in official names; ``only(key)`` selects a subset (e.g. a base file)."""
     specs = {prefix + k: (dtype, s) for k, s in config.float_shapes().items() if only is None or only(k)}
-    return write_safetensors(path, specs, lambda key: weights[key[len(prefix) :]].to(dtype),
-                             _metadata(config, "float"), progress)  # fmt: skip
+    return write_safetensors(
+        path, specs, lambda key: weights[key[len(prefix) :]].to(dtype), _metadata(config, "float"), progress
+    )
 
 
 def is_nonlinear_or_top(config: Ideogram4Config) -> Callable[[str], bool]:

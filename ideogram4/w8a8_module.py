@@ -87,10 +87,18 @@ class W8A8Linear(_KeepFloat32):
 
     _fp32_buffers = ("weight_scale", "input_smooth", "input_folded", "input_divisor", "bias")
 
-    def __init__(self, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
-                 input_smooth: torch.Tensor | None = None, *, convrot_groupsize: int | None = None,
-                 site: str | None = None, path: str | None = None,
-                 input_folded: torch.Tensor | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        weight_scale: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        input_smooth: torch.Tensor | None = None,
+        *,
+        convrot_groupsize: int | None = None,
+        site: str | None = None,
+        path: str | None = None,
+        input_folded: torch.Tensor | None = None,
+    ) -> None:
         super().__init__()
         if weight.dtype != torch.int8 or weight.dim() != 2:
             raise ValueError(f"W8A8Linear {site}: weight must be int8 [N, K]; got {weight.dtype} {list(weight.shape)}")
@@ -114,13 +122,27 @@ class W8A8Linear(_KeepFloat32):
     @classmethod
     def from_entries(cls, entries: dict, *, site=None, path=None) -> W8A8Linear:
         group = entries.get("convrot_groupsize")
-        return cls(entries["weight"], entries["weight_scale"], entries.get("bias"), entries.get("input_smooth"),
-                   convrot_groupsize=int(group) if group is not None else None, site=site, path=path,
-                   input_folded=entries.get("input_folded"))  # fmt: skip
+        return cls(
+            entries["weight"],
+            entries["weight_scale"],
+            entries.get("bias"),
+            entries.get("input_smooth"),
+            convrot_groupsize=int(group) if group is not None else None,
+            site=site,
+            path=path,
+            input_folded=entries.get("input_folded"),
+        )
 
     @classmethod
-    def from_float(cls, weight: torch.Tensor, bias: torch.Tensor | None = None, smooth: torch.Tensor | None = None,
-                   *, site=None, path=None) -> W8A8Linear:  # fmt: skip
+    def from_float(
+        cls,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        smooth: torch.Tensor | None = None,
+        *,
+        site=None,
+        path=None,
+    ) -> W8A8Linear:
         """Quantize a float weight [N, K] per output channel (round half to even)."""
         q, s = quantize_rows(weight, smooth)
         return cls(q, s, bias, smooth, site=site, path=path)
@@ -132,16 +154,28 @@ class W8A8Linear(_KeepFloat32):
         self.register_buffer("input_divisor", divisor, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return w8a8_forward(x, self.weight, self.weight_scale, self.bias, self.input_divisor, self.convrot_groupsize,
-                            path=self.path, site=self.site)  # fmt: skip
+        return w8a8_forward(
+            x,
+            self.weight,
+            self.weight_scale,
+            self.bias,
+            self.input_divisor,
+            self.convrot_groupsize,
+            path=self.path,
+            site=self.site,
+        )
 
     def dequantized_weight(self, dtype=torch.float32) -> torch.Tensor:
         """The float weight this module applies to its input (see ``dequantize_entries``)."""
         return dequantize_entries(self._entries(), dtype)
 
     def _entries(self) -> dict:
-        e = {"weight": self.weight, "weight_scale": self.weight_scale, "input_smooth": self.input_smooth,
-             "input_folded": self.input_folded}  # fmt: skip
+        e = {
+            "weight": self.weight,
+            "weight_scale": self.weight_scale,
+            "input_smooth": self.input_smooth,
+            "input_folded": self.input_folded,
+        }
         if self.convrot_groupsize is not None:
             e["convrot_groupsize"] = torch.tensor(self.convrot_groupsize)
         return e
@@ -151,8 +185,9 @@ class W8A8Linear(_KeepFloat32):
         if self.convrot_groupsize is not None:
             destination[prefix + "convrot_groupsize"] = torch.tensor(self.convrot_groupsize, dtype=torch.int64)
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):  # fmt: skip
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         key = prefix + "convrot_groupsize"
         if key in state_dict:
             group = int(state_dict[key])
@@ -164,14 +199,19 @@ class W8A8Linear(_KeepFloat32):
         for name in VECTOR_KEYS:  # a shell (or an unsmoothed module) takes the vectors a saved state carries
             t = rest.get(prefix + name)
             if t is not None and getattr(self, name) is None and isinstance(t, torch.Tensor):
-                self.register_buffer(name, torch.empty(self.in_features, dtype=torch.float32,
-                                                       device=self.weight.device))  # fmt: skip
+                self.register_buffer(
+                    name, torch.empty(self.in_features, dtype=torch.float32, device=self.weight.device)
+                )
         super()._load_from_state_dict(rest, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
         self._refresh_divisor()
 
     def extra_repr(self) -> str:
-        extras = [f"in_features={self.in_features}", f"out_features={self.out_features}",
-                  f"bias={self.bias is not None}", f"smooth={self.input_smooth is not None}"]  # fmt: skip
+        extras = [
+            f"in_features={self.in_features}",
+            f"out_features={self.out_features}",
+            f"bias={self.bias is not None}",
+            f"smooth={self.input_smooth is not None}",
+        ]
         if self.input_folded is not None:
             extras.append("smooth folded upstream" + (", ratio divided here" if self.input_divisor is not None else ""))
         if self.convrot_groupsize:
@@ -184,8 +224,14 @@ class W8A8Linear(_KeepFloat32):
 class FloatLinear(nn.Module):
     """A float linear. With a site it shows up in the registry as path 'bf16' with ``reason``."""
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None, *, site: str | None = None,
-                 reason: str = "unquantized layer") -> None:  # fmt: skip
+    def __init__(
+        self,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        *,
+        site: str | None = None,
+        reason: str = "unquantized layer",
+    ) -> None:
         super().__init__()
         if not weight.is_floating_point() or weight.dim() != 2:
             raise ValueError(f"FloatLinear {site}: weight must be a float [N, K] tensor; got {weight.dtype}")
@@ -225,8 +271,7 @@ class FusedGateUp(nn.Module):
         self.site, self.path = site, w1.path
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return kernel_ops.swiglu_w8a8_linear(x, self.w13, self.s13, self.chunk, self.input_smooth, self.path,
-                                             self.site)  # fmt: skip
+        return kernel_ops.swiglu_w8a8_linear(x, self.w13, self.s13, self.chunk, self.input_smooth, self.path, self.site)
 
 
 def fuse_gate_up_blocker(w1, w3) -> str | None:
@@ -252,9 +297,17 @@ def can_fuse_gate_up(w1, w3) -> bool:
 CONVROT_NOTE = kernel_ops.CONVROT_NOTE  # noted on a ConvRot layer's registry reason
 
 
-def w8a8_forward(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
-                 input_smooth: torch.Tensor | None = None, convrot_groupsize: int | None = None, *,
-                 path: str | None = None, site: str | None = None) -> torch.Tensor:  # fmt: skip
+def w8a8_forward(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    input_smooth: torch.Tensor | None = None,
+    convrot_groupsize: int | None = None,
+    *,
+    path: str | None = None,
+    site: str | None = None,
+) -> torch.Tensor:
     """The W8A8 linear of the in-memory form as a function (``W8A8Linear.forward`` and the ComfyUI ops use it).
 
     y = ((x / input_smooth) [rotated]) @ (weight * weight_scale[:, None])^T + bias, through
@@ -299,9 +352,13 @@ def _name_filter(select) -> Callable[[str], bool]:
     return lambda name: name in names
 
 
-def w8a8_linears(*, path: str | None = None, quantize: bool | Iterable[str] | Callable[[str], bool] | None = None,
-                 protected_reason: str = "protected in checkpoint (stored bf16)",
-                 dtype: torch.dtype | None = None) -> LinearFactory:  # fmt: skip
+def w8a8_linears(
+    *,
+    path: str | None = None,
+    quantize: bool | Iterable[str] | Callable[[str], bool] | None = None,
+    protected_reason: str = "protected in checkpoint (stored bf16)",
+    dtype: torch.dtype | None = None,
+) -> LinearFactory:
     """Factory: int8 entries -> W8A8Linear; float entries -> FloatLinear (path 'bf16', with a reason).
 
     Args:
@@ -315,9 +372,11 @@ def w8a8_linears(*, path: str | None = None, quantize: bool | Iterable[str] | Ca
 
     def build(spec: LinearSpec, entries: dict | None) -> nn.Module:
         if entries is None:
-            shell = {"weight": torch.zeros(spec.out_features, spec.in_features, dtype=torch.int8),
-                     "weight_scale": torch.zeros(spec.out_features),
-                     "bias": torch.zeros(spec.out_features) if spec.bias else None}  # fmt: skip
+            shell = {
+                "weight": torch.zeros(spec.out_features, spec.in_features, dtype=torch.int8),
+                "weight_scale": torch.zeros(spec.out_features),
+                "bias": torch.zeros(spec.out_features) if spec.bias else None,
+            }
             return W8A8Linear.from_entries(shell, site=spec.site, path=path)
         if is_quantized_entries(entries):
             return W8A8Linear.from_entries(entries, site=spec.site, path=path)

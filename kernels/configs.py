@@ -284,5 +284,11 @@ def portable_twin(cfg: GemmConfig, swiglu: bool = False) -> GemmConfig:
     if cfg.split_k > 1:
         return _c("triton", "128x128x128", split_k=cfg.split_k, group_m=cfg.group_m)
     big = cfg.block_m * cfg.block_n >= 128 * 256
-    return _c("triton-tma", f"{cfg.block_m}x{cfg.block_n}x128", warps=8 if big else 4, stages=3 if big else 4,
-              group_m=cfg.group_m, subtile=not swiglu)  # fmt: skip
+    return _c(
+        "triton-tma",
+        f"{cfg.block_m}x{cfg.block_n}x128",
+        warps=8 if big else 4,
+        stages=3 if big else 4,
+        group_m=cfg.group_m,
+        subtile=not swiglu,
+    )

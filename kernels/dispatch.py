@@ -279,8 +279,9 @@ def int8_matmul(q, w, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, out
     bias = _vector(bias, n, "int8_matmul: bias", q.device, keep_half=True)
     if out_dtype not in _FLOAT_DTYPES:
         raise KernelInputError(f"int8_matmul: out_dtype must be float32/float16/bfloat16; got {out_dtype}")
-    out, _, _ = _launch_fused_strict(q, w, q_scale, w_scale, bias, out_dtype, raw_int32=False, out=out,
-                                     where="int8_matmul")  # fmt: skip
+    out, _, _ = _launch_fused_strict(
+        q, w, q_scale, w_scale, bias, out_dtype, raw_int32=False, out=out, where="int8_matmul"
+    )
     return out
 
 
@@ -361,9 +362,16 @@ def w8a8_linear(
         with REGISTRY.timed(chosen, x.device):
             y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype, group)
     REGISTRY.record(
-        site, chosen, reason, m, n, k, dtype=x.dtype,
-        config=cfg.key() if cfg is not None else None, config_source=source,
-    )  # fmt: skip
+        site,
+        chosen,
+        reason,
+        m,
+        n,
+        k,
+        dtype=x.dtype,
+        config=cfg.key() if cfg is not None else None,
+        config_source=source,
+    )
     return y.reshape(*lead, n)
 
 
@@ -402,8 +410,13 @@ def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype, group=None):
     return _cublas_linear(q, s, w, w_scale, bias, out_dtype), None, None
 
 
-def float_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, site: str | None = None,
-                 reason: str = "unquantized layer") -> torch.Tensor:  # fmt: skip
+def float_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    site: str | None = None,
+    reason: str = "unquantized layer",
+) -> torch.Tensor:
     """A plain float linear that still shows up in the registry as path 'bf16'."""
     n, k = weight.shape
     with REGISTRY.timed("bf16", x.device):
@@ -466,8 +479,9 @@ def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, ou
         with REGISTRY.timed(PATH_TRITON, x.device):
             q, s = quantize_per_token(x2, smooth)
         try:
-            h, cfg, source = _launch_fused(q, w13, s, s13, None, out_dtype, False, swiglu_chunk=chunk,
-                                           timed=PATH_TRITON)  # fmt: skip
+            h, cfg, source = _launch_fused(
+                q, w13, s, s13, None, out_dtype, False, swiglu_chunk=chunk, timed=PATH_TRITON
+            )
         except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
             chosen, reason = _after_fused_failure(x.device, n2, k, exc)
     if h is None:
@@ -476,9 +490,16 @@ def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, ou
             g, u = deinterleave_gate_up(y, chunk)
             h = (F.silu(g) * u).to(out_dtype)
     REGISTRY.record(
-        site, chosen, reason, x2.shape[0], n2, k, dtype=x.dtype,
-        config=cfg.key() if cfg is not None else None, config_source=source,
-    )  # fmt: skip
+        site,
+        chosen,
+        reason,
+        x2.shape[0],
+        n2,
+        k,
+        dtype=x.dtype,
+        config=cfg.key() if cfg is not None else None,
+        config_source=source,
+    )
     return h.reshape(*lead, n2 // 2)
 
 
@@ -504,13 +525,17 @@ def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_d
     _check_int8_2d(w3, "swiglu_w8a8_pair: w3")
     f, k = w1.shape
     if w3.shape != w1.shape:
-        raise KernelInputError(f"swiglu_w8a8_pair: w1 is {tuple(w1.shape)} but w3 is {tuple(w3.shape)}; "
-                               "the gate and up projections must have one shape [F, K]")  # fmt: skip
+        raise KernelInputError(
+            f"swiglu_w8a8_pair: w1 is {tuple(w1.shape)} but w3 is {tuple(w3.shape)}; "
+            "the gate and up projections must have one shape [F, K]"
+        )
     if not isinstance(x, torch.Tensor) or x.dtype not in _FLOAT_DTYPES or x.dim() < 1 or x.shape[-1] != k:
         raise KernelInputError(f"swiglu_w8a8_pair: x must be float [..., {k}]; got {getattr(x, 'shape', x)}")
     if not (x.device == w1.device == w3.device):
-        raise KernelInputError(f"swiglu_w8a8_pair: x on {x.device}, w1 on {w1.device}, w3 on {w3.device}; move the "
-                               "weights to the input's device")  # fmt: skip
+        raise KernelInputError(
+            f"swiglu_w8a8_pair: x on {x.device}, w1 on {w1.device}, w3 on {w3.device}; move the "
+            "weights to the input's device"
+        )
     _check_k(k, "swiglu_w8a8_pair")
     out_dtype = out_dtype or x.dtype
     s1 = _vector(s1, f, "swiglu_w8a8_pair: s1", x.device)
@@ -542,11 +567,13 @@ def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_d
     m = x2.shape[0]
     if isinstance(site, tuple):
         for one in site:
-            REGISTRY.record(one, chosen, reason, m, f, k, dtype=x.dtype, config=conf, config_source=source,
-                            fusion=fusion)  # fmt: skip
+            REGISTRY.record(
+                one, chosen, reason, m, f, k, dtype=x.dtype, config=conf, config_source=source, fusion=fusion
+            )
     else:
-        REGISTRY.record(site, chosen, reason, m, 2 * f, k, dtype=x.dtype, config=conf, config_source=source,
-                        fusion=fusion)  # fmt: skip
+        REGISTRY.record(
+            site, chosen, reason, m, 2 * f, k, dtype=x.dtype, config=conf, config_source=source, fusion=fusion
+        )
     return h.reshape(*lead, f)
 
 

@@ -250,8 +250,19 @@ if IMPORT_ERROR is None:
     # -- "ws" / "pingpong": warp specialized ----------------------------------------------------
 
     @gluon.jit
-    def _ws_loader(a_desc, b_desc, b2_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M: gl.constexpr,
-                   SPLIT_K: gl.constexpr, PAIR: gl.constexpr):  # fmt: skip
+    def _ws_loader(
+        a_desc,
+        b_desc,
+        b2_desc,
+        a_bufs,
+        b_bufs,
+        ready,
+        empty,
+        KPS,
+        GROUP_M: gl.constexpr,
+        SPLIT_K: gl.constexpr,
+        PAIR: gl.constexpr,
+    ):
         """TMA producer. PAIR: a stage's B tile [BLOCK_N, BLOCK_K] is filled by two boxes of BLOCK_N // 2
         rows, the gate rows from w1 (b_desc) on top and the same rows of w3 (b2_desc) below: the tile the
         interleaved layout would hold, without an interleaved copy of the weights."""
@@ -385,35 +396,139 @@ if IMPORT_ERROR is None:
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(empty.index((slot + NUM_STAGES - 1) % NUM_STAGES))
             if SPLIT_K > 1:
-                _store_partial(acc, c_desc, c_bufs, split, pid_m * BLOCK_M + row0, pid_n * BLOCK_N,
-                               WG * EPI_BUFS, EPI_BUFS)  # fmt: skip
+                _store_partial(
+                    acc, c_desc, c_bufs, split, pid_m * BLOCK_M + row0, pid_n * BLOCK_N, WG * EPI_BUFS, EPI_BUFS
+                )
             else:
                 _epilogue(
-                    acc, c_desc, c_bufs, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, pid_m * BLOCK_M + row0, pid_n * TILE_N, M,
-                    N, HAS_BIAS, RAW_INT32, SWIGLU, PAIR, WG * EPI_BUFS, EPI_BUFS,
-                )  # fmt: skip
+                    acc,
+                    c_desc,
+                    c_bufs,
+                    sa_ptr,
+                    sb_ptr,
+                    sb2_ptr,
+                    bias_ptr,
+                    pid_m * BLOCK_M + row0,
+                    pid_n * TILE_N,
+                    M,
+                    N,
+                    HAS_BIAS,
+                    RAW_INT32,
+                    SWIGLU,
+                    PAIR,
+                    WG * EPI_BUFS,
+                    EPI_BUFS,
+                )
             n += 1
         tma.store_wait(0)
 
     # Partition entry points: the warpgroup index reaches _ws_consumer as a literal constexpr
     # (worker partition arguments are passed through IR block arguments).
     @gluon.jit
-    def _ws_consumer0(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M,
-                      N, K, KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
-                      SWIGLU: gl.constexpr, PAIR: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
-                      SPLIT_K: gl.constexpr):  # fmt: skip
-        _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M, N,
-                     K, KPS, 0, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, PAIR, GROUP_M, INSTR_N,
-                     SPLIT_K)  # fmt: skip
+    def _ws_consumer0(
+        a_bufs,
+        b_bufs,
+        ready,
+        empty,
+        order,
+        c_bufs,
+        c_desc,
+        sa_ptr,
+        sb_ptr,
+        sb2_ptr,
+        bias_ptr,
+        M,
+        N,
+        K,
+        KPS,
+        PINGPONG: gl.constexpr,
+        HAS_BIAS: gl.constexpr,
+        RAW_INT32: gl.constexpr,
+        SWIGLU: gl.constexpr,
+        PAIR: gl.constexpr,
+        GROUP_M: gl.constexpr,
+        INSTR_N: gl.constexpr,
+        SPLIT_K: gl.constexpr,
+    ):
+        _ws_consumer(
+            a_bufs,
+            b_bufs,
+            ready,
+            empty,
+            order,
+            c_bufs,
+            c_desc,
+            sa_ptr,
+            sb_ptr,
+            sb2_ptr,
+            bias_ptr,
+            M,
+            N,
+            K,
+            KPS,
+            0,
+            PINGPONG,
+            HAS_BIAS,
+            RAW_INT32,
+            SWIGLU,
+            PAIR,
+            GROUP_M,
+            INSTR_N,
+            SPLIT_K,
+        )
 
     @gluon.jit
-    def _ws_consumer1(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M,
-                      N, K, KPS, PINGPONG: gl.constexpr, HAS_BIAS: gl.constexpr, RAW_INT32: gl.constexpr,
-                      SWIGLU: gl.constexpr, PAIR: gl.constexpr, GROUP_M: gl.constexpr, INSTR_N: gl.constexpr,
-                      SPLIT_K: gl.constexpr):  # fmt: skip
-        _ws_consumer(a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M, N,
-                     K, KPS, 1, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, PAIR, GROUP_M, INSTR_N,
-                     SPLIT_K)  # fmt: skip
+    def _ws_consumer1(
+        a_bufs,
+        b_bufs,
+        ready,
+        empty,
+        order,
+        c_bufs,
+        c_desc,
+        sa_ptr,
+        sb_ptr,
+        sb2_ptr,
+        bias_ptr,
+        M,
+        N,
+        K,
+        KPS,
+        PINGPONG: gl.constexpr,
+        HAS_BIAS: gl.constexpr,
+        RAW_INT32: gl.constexpr,
+        SWIGLU: gl.constexpr,
+        PAIR: gl.constexpr,
+        GROUP_M: gl.constexpr,
+        INSTR_N: gl.constexpr,
+        SPLIT_K: gl.constexpr,
+    ):
+        _ws_consumer(
+            a_bufs,
+            b_bufs,
+            ready,
+            empty,
+            order,
+            c_bufs,
+            c_desc,
+            sa_ptr,
+            sb_ptr,
+            sb2_ptr,
+            bias_ptr,
+            M,
+            N,
+            K,
+            KPS,
+            1,
+            PINGPONG,
+            HAS_BIAS,
+            RAW_INT32,
+            SWIGLU,
+            PAIR,
+            GROUP_M,
+            INSTR_N,
+            SPLIT_K,
+        )
 
     @gluon.jit
     def _w8a8_gluon_ws_kernel(
@@ -475,21 +590,65 @@ if IMPORT_ERROR is None:
             [
                 (
                     _ws_consumer0,
-                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M, N,
-                     K, KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, PAIR, GROUP_M, INSTR_N, SPLIT_K),
+                    (
+                        a_bufs,
+                        b_bufs,
+                        ready,
+                        empty,
+                        order,
+                        c_bufs,
+                        c_desc,
+                        sa_ptr,
+                        sb_ptr,
+                        sb2_ptr,
+                        bias_ptr,
+                        M,
+                        N,
+                        K,
+                        KPS,
+                        PINGPONG,
+                        HAS_BIAS,
+                        RAW_INT32,
+                        SWIGLU,
+                        PAIR,
+                        GROUP_M,
+                        INSTR_N,
+                        SPLIT_K,
+                    ),
                 ),
                 (
                     _ws_consumer1,
-                    (a_bufs, b_bufs, ready, empty, order, c_bufs, c_desc, sa_ptr, sb_ptr, sb2_ptr, bias_ptr, M, N,
-                     K, KPS, PINGPONG, HAS_BIAS, RAW_INT32, SWIGLU, PAIR, GROUP_M, INSTR_N, SPLIT_K),
+                    (
+                        a_bufs,
+                        b_bufs,
+                        ready,
+                        empty,
+                        order,
+                        c_bufs,
+                        c_desc,
+                        sa_ptr,
+                        sb_ptr,
+                        sb2_ptr,
+                        bias_ptr,
+                        M,
+                        N,
+                        K,
+                        KPS,
+                        PINGPONG,
+                        HAS_BIAS,
+                        RAW_INT32,
+                        SWIGLU,
+                        PAIR,
+                        GROUP_M,
+                        INSTR_N,
+                        SPLIT_K,
+                    ),
                 ),
                 (_ws_loader, (a_desc, b_desc, b2_desc, a_bufs, b_bufs, ready, empty, KPS, GROUP_M, SPLIT_K, PAIR)),
             ],
             [4, 1],
             [CONSUMER_REGS, LOADER_REGS],
-        )  # fmt: skip
-
-
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -534,8 +693,9 @@ def _smem_layout(block: tuple, dtype):
     return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
 
 
-def build_launch(q, w, q_scale, w_scale, bias, out, cfg: GemmConfig, raw_int32=False, swiglu=False, ws=None,
-                 num_sms=None, up=None):  # fmt: skip
+def build_launch(
+    q, w, q_scale, w_scale, bias, out, cfg: GemmConfig, raw_int32=False, swiglu=False, ws=None, num_sms=None, up=None
+):
     """(kernel, grid, args, kwargs) of one launch. Device-free: the offline compile check calls it with
     CPU tensors. swiglu: ``w`` holds gate/up rows interleaved in chunks of BLOCK_N // 2; out is [M, N // 2];
     or, with ``up = (w3, s3)``, ``w`` is the gate weight w1 [F, K] (scale ``w_scale``), w3 [F, K] the up
@@ -564,8 +724,9 @@ def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms
     if raw_int32 != (out.dtype == torch.int32) or out.dtype not in _GL_DTYPE:
         raise ValueError("raw_int32 needs an int32 out; otherwise out is bf16/fp16/fp32")
     kps, splits = split_plan(cfg, K)
-    if splits > 1 and (ws is None or tuple(ws.shape) != (splits, M, N) or ws.dtype != torch.int32
-                       or not ws.is_contiguous()):  # fmt: skip
+    if splits > 1 and (
+        ws is None or tuple(ws.shape) != (splits, M, N) or ws.dtype != torch.int32 or not ws.is_contiguous()
+    ):
         raise ValueError(f"{cfg.key()}: split-K needs a contiguous int32 workspace ws [{splits}, {M}, {N}]")
     rows = _rows(cfg)
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
@@ -577,8 +738,9 @@ def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms
     # PAIR: a weight box is half the B tile; the kernel allocates the full [BLOCK_N, BLOCK_K] tile (the same
     # NVMMA layout: the int8 rows are BLOCK_K bytes whatever their count) and the two boxes fill its halves
     b_rows = bn // 2 if pair else bn
-    blocks = tuple((b, _smem_layout(tuple(b), ty)) for b, ty in (([bm, bk], gl.int8), ([b_rows, bk], gl.int8),
-                                                                  (c_block, c_ty)))  # fmt: skip
+    blocks = tuple(
+        (b, _smem_layout(tuple(b), ty)) for b, ty in (([bm, bk], gl.int8), ([b_rows, bk], gl.int8), (c_block, c_ty))
+    )
     units = -(-M // bm) * -(-N // b_rows) * splits
     grid = (max(1, min(num_sms or sm_count(q.device), units)),)
     # 4 + 4 + 1 warps round up to 3 warpgroups: the launch register cap must fit 12 warps
@@ -619,17 +781,29 @@ def _launch_args(plan, q, w, q_scale, w_scale, bias, out, ws, up=None) -> tuple:
     if ws is not None:  # the partials ignore scales and bias
         q_scale = w_scale = bias = None
     dummy = w_scale if w_scale is not None else c
-    args = (a_desc, b_desc, b2_desc, c_desc, q_scale if q_scale is not None else dummy, dummy,
-            s3 if s3 is not None else dummy, bias if bias is not None else dummy, q.shape[0], w.shape[0], q.shape[1],
-            kps)  # fmt: skip
+    args = (
+        a_desc,
+        b_desc,
+        b2_desc,
+        c_desc,
+        q_scale if q_scale is not None else dummy,
+        dummy,
+        s3 if s3 is not None else dummy,
+        bias if bias is not None else dummy,
+        q.shape[0],
+        w.shape[0],
+        q.shape[1],
+        kps,
+    )
     return kernel, grid, args, kwargs
 
 
 _PLANS: dict = {}
 
 
-def launch_gemm(q, w, cfg: GemmConfig, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False,
-                swiglu=False, up=None):  # fmt: skip
+def launch_gemm(
+    q, w, cfg: GemmConfig, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False, up=None
+):
     """out = W8A8 GEMM of q [M, K] and w [N, K] (module docstring) with the Gluon config ``cfg``; returns
     ``out``. ``up = (w3, s3)``: the SwiGLU gate/up pair from two weights (``build_launch``). The caller has
     checked ``address_problem`` and that this device and Triton can run Gluon. A launch plan is kept per
@@ -638,8 +812,23 @@ def launch_gemm(q, w, cfg: GemmConfig, q_scale=None, w_scale=None, bias=None, ou
     N = w.shape[0]
     kps, splits = split_plan(cfg, K)
     ws = torch.empty((splits, M, N), dtype=torch.int32, device=q.device) if splits > 1 else None
-    key = (cfg, M, N, K, q.stride(0), w.stride(0), out.stride(0), out.dtype, raw_int32, q_scale is None,
-           w_scale is None, bias is None, swiglu, up is not None and up[0].stride(0), q.device)  # fmt: skip
+    key = (
+        cfg,
+        M,
+        N,
+        K,
+        q.stride(0),
+        w.stride(0),
+        out.stride(0),
+        out.dtype,
+        raw_int32,
+        q_scale is None,
+        w_scale is None,
+        bias is None,
+        swiglu,
+        up is not None and up[0].stride(0),
+        q.device,
+    )
     plan = _PLANS.get(key)
     if plan is None:
         plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, None, up)

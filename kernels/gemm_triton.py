@@ -374,8 +374,9 @@ def tma_problem(*tensors) -> str | None:
     return None
 
 
-def build_launches(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False,
-                   num_sms=None, up=None) -> list[tuple]:  # fmt: skip
+def build_launches(
+    q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False, num_sms=None, up=None
+) -> list[tuple]:
     """[(kernel, grid, args, kwargs)] of one portable GEMM (config kernel ``triton`` or ``triton-tma``), in
     launch order: the GEMM, then (split-K) the reduce. Device-free: the offline compile check builds the
     same launches from CPU tensors. A ``triton-tma`` config whose operands TMA cannot address gets the
@@ -400,13 +401,24 @@ def build_launches(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, r
     if split_k == 1:
         epilogue = 0 if raw_int32 else 3 if swiglu else 1
         args = (
-            q, w, out,
+            q,
+            w,
+            out,
             q_scale if q_scale is not None else out,
             w_scale if w_scale is not None else out,
             bias if bias is not None else out,
-            M, N, K, q.stride(0), w.stride(0), out.stride(0), k_per_split,
-            bias is not None, epilogue, even_k, *tiles,
-        )  # fmt: skip
+            M,
+            N,
+            K,
+            q.stride(0),
+            w.stride(0),
+            out.stride(0),
+            k_per_split,
+            bias is not None,
+            epilogue,
+            even_k,
+            *tiles,
+        )
         return [(_w8a8_gemm_kernel, grid, args, opts)]
     # Split-K: each split stores an exact int32 partial into its workspace slice; one kernel sums them.
     ws = torch.empty((split_k, M, N), dtype=torch.int32, device=q.device)
@@ -414,8 +426,7 @@ def build_launches(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, r
     return [(_w8a8_gemm_kernel, grid, args, opts), reduce_launch(ws, q_scale, w_scale, bias, out, raw_int32)]
 
 
-def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False,
-                up=None):  # fmt: skip
+def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False, up=None):
     """Run the portable kernel with config ``cfg``; writes into and returns ``out``.
 
     raw_int32=True returns the int32 accumulator (``out`` must be int32); otherwise ``out`` gets
@@ -424,8 +435,9 @@ def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_
     ``up = (w3, s3)``, ``w`` is the gate weight w1 [F, K] and w3 [F, K] the up weight (no interleaved
     copy), ``out`` [M, F].
     """
-    for i, (kernel, grid, args, kwargs) in enumerate(build_launches(q, w, cfg, q_scale, w_scale, bias, out,
-                                                                    raw_int32, swiglu, up=up)):  # fmt: skip
+    for i, (kernel, grid, args, kwargs) in enumerate(
+        build_launches(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu, up=up)
+    ):
         compiled = launch(kernel, grid, args, kwargs)
         if i == 0:  # the GEMM (tests read its PTX), not the split-K reduce
             LAST_LAUNCH["kernel"] = compiled
@@ -445,12 +457,20 @@ def reduce_launch(ws, q_scale, w_scale, bias, out, raw_int32) -> tuple:
     splits, M, N = ws.shape
     bm, bn = 32, 128
     args = (
-        ws, out,
+        ws,
+        out,
         q_scale if q_scale is not None else out,
         w_scale if w_scale is not None else out,
         bias if bias is not None else out,
-        M, N, out.stride(0), splits, bias is not None, raw_int32, bm, bn,
-    )  # fmt: skip
+        M,
+        N,
+        out.stride(0),
+        splits,
+        bias is not None,
+        raw_int32,
+        bm,
+        bn,
+    )
     return _split_k_epilogue_kernel, (triton.cdiv(M, bm), triton.cdiv(N, bn)), args, dict(num_warps=4)
 
 
@@ -478,18 +498,31 @@ def _persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu
     tiles = triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n)
     programs = min(num_sms or _num_sms(q.device), tiles)
     args = (
-        a_desc, b_desc, c_desc,
+        a_desc,
+        b_desc,
+        c_desc,
         q_scale if q_scale is not None else out,
         w_scale if w_scale is not None else out,
         bias if bias is not None else out,
-        M, N, K, bias is not None, raw_int32, swiglu, cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m, programs,
+        M,
+        N,
+        K,
+        bias is not None,
+        raw_int32,
+        swiglu,
+        cfg.block_m,
+        cfg.block_n,
+        cfg.block_k,
+        cfg.group_m,
+        programs,
         subtile,
-    )  # fmt: skip
+    )
     return _w8a8_gemm_persistent_kernel, (programs,), args, dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
-def gate_up_launch(q, w1, s1, w3, s3, cfg, q_scale, bias=None, out=None, raw_int32=False, swiglu=True,
-                   num_sms=None) -> tuple:  # fmt: skip
+def gate_up_launch(
+    q, w1, s1, w3, s3, cfg, q_scale, bias=None, out=None, raw_int32=False, swiglu=True, num_sms=None
+) -> tuple:
     """(kernel, grid, args, kwargs) of the SwiGLU gate/up pair read from two weights w1, w3 [F, K] (per-channel
     scales s1, s3 [F]): out [M, F] = silu(g) * u. The config's tile is that of the interleaved SwiGLU epilogue
     (BLOCK_N // 2 rows of each weight per tile: same shared memory, same MMA shape); F needs no alignment.
@@ -500,8 +533,9 @@ def gate_up_launch(q, w1, s1, w3, s3, cfg, q_scale, bias=None, out=None, raw_int
     why = cfg.problem(out.element_size(), swiglu=True) if cfg.kernel in ("triton", "triton-tma") else "not portable"
     if why is None and (raw_int32 or not swiglu or bias is not None):
         why = "the gate/up pair is a SwiGLU epilogue: no raw int32, no bias"
-    if why is None and (tuple(w3.shape) != (F, K) or tuple(out.shape) != (M, F) or q_scale is None
-                        or s1 is None or s3 is None):  # fmt: skip
+    if why is None and (
+        tuple(w3.shape) != (F, K) or tuple(out.shape) != (M, F) or q_scale is None or s1 is None or s3 is None
+    ):
         why = f"w1 / w3 must both be [F, K] = [{F}, {K}], out [M, F] = [{M}, {F}], with all three scales"
     if why:
         raise ValueError(f"{cfg.key()}: {why}")
@@ -512,13 +546,31 @@ def gate_up_launch(q, w1, s1, w3, s3, cfg, q_scale, bias=None, out=None, raw_int
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         half = cfg.block_n // 2
-        descs = (TensorDescriptor.from_tensor(q, [cfg.block_m, cfg.block_k]),
-                 TensorDescriptor.from_tensor(w1, [half, cfg.block_k]),
-                 TensorDescriptor.from_tensor(w3, [half, cfg.block_k]),
-                 TensorDescriptor.from_tensor(out, [cfg.block_m, half]))  # fmt: skip
+        descs = (
+            TensorDescriptor.from_tensor(q, [cfg.block_m, cfg.block_k]),
+            TensorDescriptor.from_tensor(w1, [half, cfg.block_k]),
+            TensorDescriptor.from_tensor(w3, [half, cfg.block_k]),
+            TensorDescriptor.from_tensor(out, [cfg.block_m, half]),
+        )
         programs = min(num_sms or _num_sms(q.device), n_tiles)
         args = (*descs, q_scale, s1, s3, M, F, K, *tiles, programs)
         return _gate_up_persistent_kernel, (programs,), args, opts
-    args = (q, w1, w3, out, q_scale, s1, s3, M, F, K, q.stride(0), w1.stride(0), w3.stride(0), out.stride(0),
-            K % cfg.block_k == 0, *tiles)  # fmt: skip
+    args = (
+        q,
+        w1,
+        w3,
+        out,
+        q_scale,
+        s1,
+        s3,
+        M,
+        F,
+        K,
+        q.stride(0),
+        w1.stride(0),
+        w3.stride(0),
+        out.stride(0),
+        K % cfg.block_k == 0,
+        *tiles,
+    )
     return _gate_up_kernel, (n_tiles,), args, opts

@@ -41,8 +41,14 @@ def _arg_key(a):
         return (a.dtype, not a.data_ptr() & 15)
     base = getattr(a, "base", None)
     if isinstance(base, torch.Tensor):  # a host TensorDescriptor (Triton's, or Gluon's with its smem layout)
-        return (base.dtype, not base.data_ptr() & 15, tuple(a.shape), tuple(a.strides), tuple(a.block_shape),
-                getattr(a, "layout", None))  # fmt: skip
+        return (
+            base.dtype,
+            not base.data_ptr() & 15,
+            tuple(a.shape),
+            tuple(a.strides),
+            tuple(a.block_shape),
+            getattr(a, "layout", None),
+        )
     return a
 
 

@@ -59,21 +59,23 @@ _is_compiling = torch.compiler.is_compiling
 # -- real implementations: the eager functions plus the bookkeeping their module callers did -------------------
 
 
-def w8a8_linear_impl(x, w, w_scale, bias=None, smooth=None, path=None, site=None, out_dtype=None,
-                     convrot_group=None):  # fmt: skip
-    y = dispatch.w8a8_linear(x, w, w_scale, bias, smooth, path=path, site=site, out_dtype=out_dtype,
-                             convrot_group=convrot_group)  # fmt: skip
+def w8a8_linear_impl(x, w, w_scale, bias=None, smooth=None, path=None, site=None, out_dtype=None, convrot_group=None):
+    y = dispatch.w8a8_linear(
+        x, w, w_scale, bias, smooth, path=path, site=site, out_dtype=out_dtype, convrot_group=convrot_group
+    )
     if convrot_group is not None and site is not None:
         REGISTRY.annotate(site, CONVROT_NOTE)
     return y
 
 
-def swiglu_w8a8_pair_impl(x, w1, s1, w3, s3, smooth=None, path=None, site=None, up_site=None, out_dtype=None,
-                          convrot_group=None):  # fmt: skip
+def swiglu_w8a8_pair_impl(
+    x, w1, s1, w3, s3, smooth=None, path=None, site=None, up_site=None, out_dtype=None, convrot_group=None
+):
     """``site`` alone: the pair recorded as one call site; with ``up_site``: (gate site, up site)."""
     sites = (site, up_site) if up_site is not None else site
-    h = dispatch.swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=smooth, path=path, site=sites, out_dtype=out_dtype,
-                                  convrot_group=convrot_group)  # fmt: skip
+    h = dispatch.swiglu_w8a8_pair(
+        x, w1, s1, w3, s3, smooth=smooth, path=path, site=sites, out_dtype=out_dtype, convrot_group=convrot_group
+    )
     if convrot_group is not None:
         for one in (site, up_site):
             if one is not None:
@@ -130,9 +132,17 @@ def _define() -> None:
     # Optional[...] rather than `X | None` because the custom-op schema inference of older torch lines reads only the
     # former (ruff's UP045 is off for this file).
     @torch.library.custom_op(f"{NAMESPACE}::w8a8_linear", mutates_args=())
-    def w8a8_linear_op(x: Tensor, w: Tensor, w_scale: Tensor, bias: Optional[Tensor], smooth: Optional[Tensor],
-                       path: Optional[str], site: Optional[str], out_dtype: Optional[torch.dtype],
-                       convrot_group: Optional[int]) -> Tensor:  # fmt: skip
+    def w8a8_linear_op(
+        x: Tensor,
+        w: Tensor,
+        w_scale: Tensor,
+        bias: Optional[Tensor],
+        smooth: Optional[Tensor],
+        path: Optional[str],
+        site: Optional[str],
+        out_dtype: Optional[torch.dtype],
+        convrot_group: Optional[int],
+    ) -> Tensor:
         sites = (site,) if site is not None else SITES.find_all(w)  # no site: the module's weight names it (sites.py)
         site = sites[0] if sites else None
         _count(*sites)  # a weight two models share: counted for both (their bypass checks see the call)
@@ -144,8 +154,7 @@ def _define() -> None:
         return x.new_empty((*x.shape[:-1], w.shape[0]), dtype=out_dtype or x.dtype)
 
     @torch.library.custom_op(f"{NAMESPACE}::float_linear", mutates_args=())
-    def float_linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], site: Optional[str],
-                        reason: str) -> Tensor:  # fmt: skip
+    def float_linear_op(x: Tensor, weight: Tensor, bias: Optional[Tensor], site: Optional[str], reason: str) -> Tensor:
         sites = (site,) if site is not None else SITES.find_all(weight)
         site = sites[0] if sites else None
         _count(*sites)
@@ -157,9 +166,19 @@ def _define() -> None:
         return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
     @torch.library.custom_op(f"{NAMESPACE}::swiglu_w8a8_pair", mutates_args=())
-    def swiglu_w8a8_pair_op(x: Tensor, w1: Tensor, s1: Tensor, w3: Tensor, s3: Tensor, smooth: Optional[Tensor],
-                            path: Optional[str], site: Optional[str], up_site: Optional[str],
-                            out_dtype: Optional[torch.dtype], convrot_group: Optional[int]) -> Tensor:  # fmt: skip
+    def swiglu_w8a8_pair_op(
+        x: Tensor,
+        w1: Tensor,
+        s1: Tensor,
+        w3: Tensor,
+        s3: Tensor,
+        smooth: Optional[Tensor],
+        path: Optional[str],
+        site: Optional[str],
+        up_site: Optional[str],
+        out_dtype: Optional[torch.dtype],
+        convrot_group: Optional[int],
+    ) -> Tensor:
         if site is None and up_site is None:  # each projection named by its own weight
             found1, found3 = SITES.find_all(w1), SITES.find_all(w3)
             # recorded as two sites even if one is unknown (one site would be recorded as a single 2F-wide layer)
@@ -175,12 +194,18 @@ def _define() -> None:
         return x.new_empty((*x.shape[:-1], w1.shape[0]), dtype=out_dtype or x.dtype)
 
     @torch.library.custom_op(f"{NAMESPACE}::swiglu_w8a8_linear", mutates_args=())
-    def swiglu_w8a8_linear_op(x: Tensor, w13: Tensor, s13: Tensor, chunk: int, smooth: Optional[Tensor],
-                              path: Optional[str], site: Optional[str],
-                              out_dtype: Optional[torch.dtype]) -> Tensor:  # fmt: skip
+    def swiglu_w8a8_linear_op(
+        x: Tensor,
+        w13: Tensor,
+        s13: Tensor,
+        chunk: int,
+        smooth: Optional[Tensor],
+        path: Optional[str],
+        site: Optional[str],
+        out_dtype: Optional[torch.dtype],
+    ) -> Tensor:
         _count(site)
-        return dispatch.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site,
-                                           out_dtype=out_dtype)  # fmt: skip
+        return dispatch.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)
 
     @swiglu_w8a8_linear_op.register_fake
     def _(x, w13, s13, chunk, smooth, path, site, out_dtype):
@@ -207,16 +232,23 @@ def _define() -> None:
         return torch.empty_like(out)
 
     ops = getattr(torch.ops, NAMESPACE)
-    for name in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "swiglu_w8a8_linear", "qk_norm_rope",
-                 "after_forward"):  # fmt: skip
+    for name in (
+        "w8a8_linear",
+        "float_linear",
+        "swiglu_w8a8_pair",
+        "swiglu_w8a8_linear",
+        "qk_norm_rope",
+        "after_forward",
+    ):
         _OPS[name] = getattr(ops, name).default
 
 
 def _fake_check(x, k: int, where: str) -> None:
     """What the tracer can check from shapes alone (the real implementation validates everything else)."""
     if x.dim() < 1 or x.shape[-1] != k:
-        raise dispatch.KernelInputError(f"{where}: x is {tuple(x.shape)} but the weight has K={k}; x's last dim must "
-                                        "be K")  # fmt: skip
+        raise dispatch.KernelInputError(
+            f"{where}: x is {tuple(x.shape)} but the weight has K={k}; x's last dim must be K"
+        )
 
 
 _register()
@@ -245,8 +277,9 @@ def float_linear(x, weight, bias=None, site=None, reason="unquantized layer"):
     return dispatch.float_linear(x, weight, bias, site=site, reason=reason)
 
 
-def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, up_site=None, out_dtype=None,
-                     convrot_group=None):  # fmt: skip
+def swiglu_w8a8_pair(
+    x, w1, s1, w3, s3, smooth=None, path=None, site=None, up_site=None, out_dtype=None, convrot_group=None
+):
     """``dispatch.swiglu_w8a8_pair`` with ``site`` (and ``up_site``: the two projections' own sites): the op while
     dynamo traces."""
     if _is_compiling() and _OPS:
@@ -277,6 +310,19 @@ def after_forward(out, key: str, flag: bool = False):
     return out
 
 
-__all__ = ["NAMESPACE", "OPS_UNAVAILABLE", "OP_CALLS", "CONVROT_NOTE", "op", "w8a8_linear", "float_linear",
-           "swiglu_w8a8_pair", "swiglu_w8a8_linear", "qk_norm_rope", "w8a8_linear_impl", "swiglu_w8a8_pair_impl",
-           "after_forward", "on_after_forward"]
+__all__ = [
+    "NAMESPACE",
+    "OPS_UNAVAILABLE",
+    "OP_CALLS",
+    "CONVROT_NOTE",
+    "op",
+    "w8a8_linear",
+    "float_linear",
+    "swiglu_w8a8_pair",
+    "swiglu_w8a8_linear",
+    "qk_norm_rope",
+    "w8a8_linear_impl",
+    "swiglu_w8a8_pair_impl",
+    "after_forward",
+    "on_after_forward",
+]

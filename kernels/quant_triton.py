@@ -103,9 +103,21 @@ def _quantize_rows_kernel(
     # row blocks (no partial last wave; the next block's loads can be pipelined).
     for blk in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=NUM_STAGES):
         _quantize_block(
-            x_ptr, smooth_ptr, q_ptr, scale_ptr, blk, M, K, stride_xm, stride_qm,
-            HAS_SMOOTH, BLOCK_M, BLOCK_K, ONE_PASS, TAIL_K,
-        )  # fmt: skip
+            x_ptr,
+            smooth_ptr,
+            q_ptr,
+            scale_ptr,
+            blk,
+            M,
+            K,
+            stride_xm,
+            stride_qm,
+            HAS_SMOOTH,
+            BLOCK_M,
+            BLOCK_K,
+            ONE_PASS,
+            TAIL_K,
+        )
 
 
 @triton.jit
@@ -210,8 +222,9 @@ def _load_rotated(x_ptr, h, rows, k0, M, stride_xm, BLOCK_M: tl.constexpr, G: tl
 
 
 @triton.jit
-def _quantize_rotated_kernel(x_ptr, h_ptr, q_ptr, scale_ptr, M, K, stride_xm, stride_qm, BLOCK_M: tl.constexpr,
-                             G: tl.constexpr):  # fmt: skip
+def _quantize_rotated_kernel(
+    x_ptr, h_ptr, q_ptr, scale_ptr, M, K, stride_xm, stride_qm, BLOCK_M: tl.constexpr, G: tl.constexpr
+):
     """Per-token quantization of x [M, K] rotated by H_G group by group (K % G == 0): the rotated row's
     absmax in a first pass, the rotation again and the int8 values in a second (the same roundings as
     _quantize_block: one IEEE division per row, then multiplies, round half to even)."""
@@ -270,14 +283,28 @@ def quant_launch_params(M: int, K: int) -> dict:
     up to 16 K one row in 4 K chunks, long rows in 16 K chunks with 16 warps, two programs per SM."""
     if K <= 1024:
         block_k = triton.next_power_of_2(K)
-        return dict(BLOCK_M=max(1, min(16, 4096 // block_k)), BLOCK_K=block_k, ONE_PASS=True, num_warps=4,
-                    PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)  # fmt: skip
+        return dict(
+            BLOCK_M=max(1, min(16, 4096 // block_k)),
+            BLOCK_K=block_k,
+            ONE_PASS=True,
+            num_warps=4,
+            PROGRAMS_PER_SM=0,
+            NUM_STAGES=1,
+            TAIL_K=0,
+        )
     head = 1 << (K.bit_length() - 1)
     if 4096 <= head < K <= 16384 and (K - head) & (K - head - 1) == 0:
         # K = 4096 or 8192 + a power of two (Ideogram's 4608 = 4096 + 512, 12288 = 8192 + 4096): one
         # pass, the row in registers as a head and a tail tile
-        return dict(BLOCK_M=1, BLOCK_K=head, ONE_PASS=True, num_warps=4 if head == 4096 else 8, PROGRAMS_PER_SM=0,
-                    NUM_STAGES=1, TAIL_K=K - head)  # fmt: skip
+        return dict(
+            BLOCK_M=1,
+            BLOCK_K=head,
+            ONE_PASS=True,
+            num_warps=4 if head == 4096 else 8,
+            PROGRAMS_PER_SM=0,
+            NUM_STAGES=1,
+            TAIL_K=K - head,
+        )
     if K <= 8192:
         return dict(BLOCK_M=2, BLOCK_K=1024, ONE_PASS=False, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)
     if K <= 16384:
@@ -308,8 +335,22 @@ def build_launch(x, smooth=None, params=None, num_sms=None, q=None, scale=None) 
     else:
         plan = _plan(M, K, num_sms)
     grid, block_m, block_k, one_pass, stages, warps, tail_k = plan
-    args = (x, smooth if smooth is not None else x, q, scale, M, K, x.stride(0), q.stride(0),
-            smooth is not None, block_m, block_k, one_pass, stages, tail_k)  # fmt: skip
+    args = (
+        x,
+        smooth if smooth is not None else x,
+        q,
+        scale,
+        M,
+        K,
+        x.stride(0),
+        q.stride(0),
+        smooth is not None,
+        block_m,
+        block_k,
+        one_pass,
+        stages,
+        tail_k,
+    )
     return _quantize_rows_kernel, (grid,), args, dict(num_warps=warps)
 
 
@@ -334,5 +375,12 @@ def _plan(M: int, K: int, num_sms: int | None) -> tuple:
 
 def _as_plan(M: int, p: dict, num_sms: int | None) -> tuple:
     """(programs, BLOCK_M, BLOCK_K, ONE_PASS, NUM_STAGES, num_warps, TAIL_K) of launch params ``p``."""
-    return (_programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], num_sms), p["BLOCK_M"], p["BLOCK_K"], p["ONE_PASS"],
-            p["NUM_STAGES"], p["num_warps"], p["TAIL_K"])  # fmt: skip
+    return (
+        _programs(M, p["BLOCK_M"], p["PROGRAMS_PER_SM"], num_sms),
+        p["BLOCK_M"],
+        p["BLOCK_K"],
+        p["ONE_PASS"],
+        p["NUM_STAGES"],
+        p["num_warps"],
+        p["TAIL_K"],
+    )

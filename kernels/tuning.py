@@ -63,8 +63,16 @@ def shipped_table() -> list[dict]:
     return entries
 
 
-def shipped_config(arch: str, gpu: str | None, line: str, M: int, N: int, K: int, block_n: int | None = None,
-                   epilogue: str | None = None):  # fmt: skip
+def shipped_config(
+    arch: str,
+    gpu: str | None,
+    line: str,
+    M: int,
+    N: int,
+    K: int,
+    block_n: int | None = None,
+    epilogue: str | None = None,
+):
     """(config, source) of the shipped pick for this call, or None. An exact GPU match first, then any GPU
     of the same arch; only entries measured on this Triton line, with this epilogue (and tile width).
 
@@ -83,10 +91,14 @@ def shipped_config(arch: str, gpu: str | None, line: str, M: int, N: int, K: int
 def _shipped(arch, gpu, line, M, N, K, block_n, epilogue):
     bucket = m_bucket(M)
     hits = [
-        e for e in shipped_table()
-        if e["arch"] == arch and e["triton"] == line and (e["N"], e["K"], e["m_bucket"]) == (N, K, bucket)
-        and e["epilogue"] == epilogue and (block_n is None or e["config"]["block_n"] == block_n)
-    ]  # fmt: skip
+        e
+        for e in shipped_table()
+        if e["arch"] == arch
+        and e["triton"] == line
+        and (e["N"], e["K"], e["m_bucket"]) == (N, K, bucket)
+        and e["epilogue"] == epilogue
+        and (block_n is None or e["config"]["block_n"] == block_n)
+    ]
     hits.sort(key=lambda e: e["gpu"] != gpu)
     if not hits:
         return None
@@ -129,8 +141,15 @@ class ConfigPicker:
         self._disk: dict | None = None
 
     # -- public ---------------------------------------------------------------------------
-    def pick(self, q: torch.Tensor, w: torch.Tensor, launch=None, block_n: int | None = None,
-             epilogue: str | None = None, n: int | None = None) -> tuple[GemmConfig, str]:  # fmt: skip
+    def pick(
+        self,
+        q: torch.Tensor,
+        w: torch.Tensor,
+        launch=None,
+        block_n: int | None = None,
+        epilogue: str | None = None,
+        n: int | None = None,
+    ) -> tuple[GemmConfig, str]:
         """Config and its source for q [M,K] x w [N,K]. ``launch(cfg)`` runs one trial (autotune).
 
         ``block_n`` pins the tile width (the interleaved SwiGLU epilogue needs BLOCK_N == 2 x its chunk).
@@ -168,10 +187,19 @@ class ConfigPicker:
         with self._lock:
             items = list(self._picks.items())
         return [
-            {"arch": a, "gpu": g, "triton": t, "N": n, "K": k, "m_bucket": mb, "epilogue": ep,
-             "config": c.key(), "source": src}
+            {
+                "arch": a,
+                "gpu": g,
+                "triton": t,
+                "N": n,
+                "K": k,
+                "m_bucket": mb,
+                "epilogue": ep,
+                "config": c.key(),
+                "source": src,
+            }
             for (a, g, t, n, k, mb, ep, _), (c, src) in items
-        ]  # fmt: skip
+        ]
 
     def clear(self) -> None:
         with self._lock:
@@ -196,20 +224,26 @@ class ConfigPicker:
         except (TypeError, ValueError):
             return None
 
-    def _autotune(self, key, arch, M, N, K, device, launch, block_n=None,
-                  swiglu=False) -> tuple[GemmConfig, str] | None:  # fmt: skip
+    def _autotune(
+        self, key, arch, M, N, K, device, launch, block_n=None, swiglu=False
+    ) -> tuple[GemmConfig, str] | None:
         from triton.testing import do_bench
 
         props = torch.cuda.get_device_properties(device)
         smem = getattr(props, "shared_memory_per_block_optin", None)
         candidates = config_space(arch, M, smem, runnable_kernels(device))
         if swiglu:  # interleaved SwiGLU: the tile width is the weights' interleave; the gate/up pair: any
-            candidates = [c for c in candidates if (block_n is None or c.block_n == block_n)
-                          and c.problem(2, swiglu=True) is None]  # fmt: skip
+            candidates = [
+                c for c in candidates if (block_n is None or c.block_n == block_n) and c.problem(2, swiglu=True) is None
+            ]
         log.warning(
             "Ideogram4 INT8: autotuning GEMM N=%d K=%d M~%d over %d configs (one-time; cached in %s)",
-            N, K, M, len(candidates), _cache_file(),
-        )  # fmt: skip
+            N,
+            K,
+            M,
+            len(candidates),
+            _cache_file(),
+        )
         best: tuple[float, GemmConfig] | None = None
         for cfg in candidates:
             try:

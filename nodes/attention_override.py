@@ -38,13 +38,29 @@ def _priority_context():
 _PRIORITY = _priority_context()
 
 
-def cudnn_first_attention(func, q, k, v, heads, mask=None, attn_precision=None, skip_reshape=False,
-                          skip_output_reshape=False, **kwargs):  # fmt: skip
+def cudnn_first_attention(
+    func, q, k, v, heads, mask=None, attn_precision=None, skip_reshape=False, skip_output_reshape=False, **kwargs
+):
     """ComfyUI's optimized-attention signature; ``func`` is ComfyUI's own attention function."""
-    if (_PRIORITY is None or mask is not None or not skip_reshape or not q.is_cuda
-            or q.dtype not in (torch.bfloat16, torch.float16) or kwargs.get("enable_gqa")):  # fmt: skip
-        return func(q, k, v, heads, mask=mask, attn_precision=attn_precision, skip_reshape=skip_reshape,
-                    skip_output_reshape=skip_output_reshape, **kwargs)  # fmt: skip
+    if (
+        _PRIORITY is None
+        or mask is not None
+        or not skip_reshape
+        or not q.is_cuda
+        or q.dtype not in (torch.bfloat16, torch.float16)
+        or kwargs.get("enable_gqa")
+    ):
+        return func(
+            q,
+            k,
+            v,
+            heads,
+            mask=mask,
+            attn_precision=attn_precision,
+            skip_reshape=skip_reshape,
+            skip_output_reshape=skip_output_reshape,
+            **kwargs,
+        )
     with _PRIORITY():
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=False)
     if skip_output_reshape:

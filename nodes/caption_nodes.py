@@ -20,8 +20,10 @@ Elements = io.Custom("IDEOGRAM4_ELEMENTS")
 ON_INVALID = ("error", "warn")
 
 
-def _chain_input(tooltip: str = "Elements that come before (further back than) the ones this node adds: another "
-                 "Ideogram 4 element node, or the 'elements' output of ComfyUI's Create Bounding Boxes."):
+def _chain_input(
+    tooltip: str = "Elements that come before (further back than) the ones this node adds: another "
+    "Ideogram 4 element node, or the 'elements' output of ComfyUI's Create Bounding Boxes.",
+):
     return io.MultiType.Input("elements", [Elements, io.Array], optional=True, tooltip=tooltip)
 
 
@@ -34,11 +36,19 @@ def _widget(name: str) -> str:
 
 
 STYLE_PLACES = {k: _widget(k) for k in ("aesthetics", "lighting", "photo", "medium", "art_style", "color_palette")}
-ELEMENT_PLACES = {"desc": _widget("desc"), "text": _widget("text"), "color_palette": _widget("color_palette"),
-                  "bbox": tuple(_widget(k) for k in b.BBOX_WIDGETS)}  # fmt: skip
-BOX_PLACES = {"desc": "its desc field (click the box)", "text": "its text field (click the box)",
-              "color_palette": "its colors field (click the box)", "bbox": "the box on the canvas",
-              "type": "its type button (click the box)"}  # fmt: skip
+ELEMENT_PLACES = {
+    "desc": _widget("desc"),
+    "text": _widget("text"),
+    "color_palette": _widget("color_palette"),
+    "bbox": tuple(_widget(k) for k in b.BBOX_WIDGETS),
+}
+BOX_PLACES = {
+    "desc": "its desc field (click the box)",
+    "text": "its text field (click the box)",
+    "color_palette": "its colors field (click the box)",
+    "bbox": "the box on the canvas",
+    "type": "its type button (click the box)",
+}
 BUILDER_PLACES = {k: _widget(k) for k in ("high_level_description", "background")}
 
 
@@ -48,21 +58,38 @@ def _source(cls) -> b.Where:
 
 
 def _on_invalid_input():
-    return io.Combo.Input("on_invalid", options=list(ON_INVALID), default="error",
-                          tooltip="error: stop the run and show every problem (JSON path + fix). warn: pass the "
-                                  "caption on anyway and list the problems in the report output.")
+    return io.Combo.Input(
+        "on_invalid",
+        options=list(ON_INVALID),
+        default="error",
+        tooltip="error: stop the run and show every problem (JSON path + fix). warn: pass the "
+        "caption on anyway and list the problems in the report output.",
+    )
 
 
 def _bbox_inputs():
     axis = {"y_min": "top edge", "x_min": "left edge", "y_max": "bottom edge", "x_max": "right edge"}
     default = {"y_min": 100, "x_min": 100, "y_max": 400, "x_max": 900}
-    items = [io.Boolean.Input("placed", default=True,
-                              tooltip="On: the element gets a bbox. Off: unplaced (no bbox), for dense things such "
-                                      "as crowds, fireflies, star fields.")]
+    items = [
+        io.Boolean.Input(
+            "placed",
+            default=True,
+            tooltip="On: the element gets a bbox. Off: unplaced (no bbox), for dense things such "
+            "as crowds, fireflies, star fields.",
+        )
+    ]
     for key in ("y_min", "x_min", "y_max", "x_max"):
-        items.append(io.Int.Input(key, default=default[key], min=BBOX_MIN, max=BBOX_MAX, step=1,
-                                  tooltip=f"bbox {axis[key]} on the 0..1000 grid (normalized per axis, origin top-left;"
-                                          f" the caption stores [y_min, x_min, y_max, x_max])."))
+        items.append(
+            io.Int.Input(
+                key,
+                default=default[key],
+                min=BBOX_MIN,
+                max=BBOX_MAX,
+                step=1,
+                tooltip=f"bbox {axis[key]} on the 0..1000 grid (normalized per axis, origin top-left;"
+                f" the caption stores [y_min, x_min, y_max, x_max]).",
+            )
+        )
     return items
 
 
@@ -93,26 +120,54 @@ class StyleDescription(io.ComfyNode):
             display_name=cls.SCHEMA_TITLE,
             category=CATEGORY,
             description="The caption's style_description: photo (camera details) or art_style, with aesthetics, "
-                        "lighting, medium and an optional palette of up to 16 colors.",
+            "lighting, medium and an optional palette of up to 16 colors.",
             search_aliases=["ideogram style", "caption style", "color palette"],
             inputs=[
-                io.Combo.Input("kind", options=list(b.STYLE_KINDS), default="photo",
-                               tooltip="photo: a photograph (uses the 'photo' text). art_style: anything else "
-                                       "(illustration, 3D render, graphic design...; uses the 'art_style' text)."),
-                io.String.Input("aesthetics", default="", placeholder="clean, editorial, uncluttered",
-                                tooltip="Aesthetic keywords (required)."),
-                io.String.Input("lighting", default="", placeholder="soft window light from the left",
-                                tooltip="Lighting description (required)."),
-                io.String.Input("medium", default="", placeholder="photograph / illustration / 3d_render / ...",
-                                tooltip="Medium (required): photograph, illustration, 3d_render, painting, "
-                                        "graphic_design, ... Left empty with kind 'photo' it becomes 'photograph'."),
-                io.String.Input("photo", default="", placeholder="50mm lens, f/4, eye-level",
-                                tooltip="Camera and lens details; used when kind is 'photo'."),
-                io.String.Input("art_style", default="", placeholder="flat vector illustration, bold outlines",
-                                tooltip="The art style; used when kind is 'art_style'."),
-                io.String.Input("color_palette", default="", placeholder="#2B1D14, #C8A27A, #F2EDE4",
-                                tooltip=f"Up to {MAX_STYLE_COLORS} colors as #RRGGBB, separated by commas or spaces."
-                                        " Lowercase and #RGB are normalized (listed in the report)."),
+                io.Combo.Input(
+                    "kind",
+                    options=list(b.STYLE_KINDS),
+                    default="photo",
+                    tooltip="photo: a photograph (uses the 'photo' text). art_style: anything else "
+                    "(illustration, 3D render, graphic design...; uses the 'art_style' text).",
+                ),
+                io.String.Input(
+                    "aesthetics",
+                    default="",
+                    placeholder="clean, editorial, uncluttered",
+                    tooltip="Aesthetic keywords (required).",
+                ),
+                io.String.Input(
+                    "lighting",
+                    default="",
+                    placeholder="soft window light from the left",
+                    tooltip="Lighting description (required).",
+                ),
+                io.String.Input(
+                    "medium",
+                    default="",
+                    placeholder="photograph / illustration / 3d_render / ...",
+                    tooltip="Medium (required): photograph, illustration, 3d_render, painting, "
+                    "graphic_design, ... Left empty with kind 'photo' it becomes 'photograph'.",
+                ),
+                io.String.Input(
+                    "photo",
+                    default="",
+                    placeholder="50mm lens, f/4, eye-level",
+                    tooltip="Camera and lens details; used when kind is 'photo'.",
+                ),
+                io.String.Input(
+                    "art_style",
+                    default="",
+                    placeholder="flat vector illustration, bold outlines",
+                    tooltip="The art style; used when kind is 'art_style'.",
+                ),
+                io.String.Input(
+                    "color_palette",
+                    default="",
+                    placeholder="#2B1D14, #C8A27A, #F2EDE4",
+                    tooltip=f"Up to {MAX_STYLE_COLORS} colors as #RRGGBB, separated by commas or spaces."
+                    " Lowercase and #RGB are normalized (listed in the report).",
+                ),
             ],
             outputs=[Style.Output(display_name="style")],
             hidden=[io.Hidden.unique_id],
@@ -120,8 +175,9 @@ class StyleDescription(io.ComfyNode):
 
     @classmethod
     def execute(cls, kind, aesthetics, lighting, medium, photo, art_style, color_palette) -> io.NodeOutput:
-        return io.NodeOutput(b.make_style(kind, aesthetics, lighting, medium, photo, art_style, color_palette,
-                                          _source(cls)))
+        return io.NodeOutput(
+            b.make_style(kind, aesthetics, lighting, medium, photo, art_style, color_palette, _source(cls))
+        )
 
 
 class TextElement(io.ComfyNode):
@@ -137,15 +193,26 @@ class TextElement(io.ComfyNode):
             description="Lettering to render: the verbatim text, where it goes (bbox) and what it looks like.",
             search_aliases=["ideogram text", "typography", "lettering"],
             inputs=[
-                io.String.Input("text", multiline=True, default="",
-                                tooltip="The exact characters to render, kept verbatim (case, accents, spacing). "
-                                        "Press Enter for a line break inside one block of text."),
-                io.String.Input("desc", multiline=True, default="",
-                                tooltip="What the lettering looks like: font, color, material, where it sits."),
+                io.String.Input(
+                    "text",
+                    multiline=True,
+                    default="",
+                    tooltip="The exact characters to render, kept verbatim (case, accents, spacing). "
+                    "Press Enter for a line break inside one block of text.",
+                ),
+                io.String.Input(
+                    "desc",
+                    multiline=True,
+                    default="",
+                    tooltip="What the lettering looks like: font, color, material, where it sits.",
+                ),
                 *_bbox_inputs(),
-                io.String.Input("color_palette", default="", placeholder="#1A1A1A",
-                                tooltip=f"Up to {MAX_ELEMENT_COLORS} colors as #RRGGBB, separated by commas or "
-                                        "spaces (optional)."),
+                io.String.Input(
+                    "color_palette",
+                    default="",
+                    placeholder="#1A1A1A",
+                    tooltip=f"Up to {MAX_ELEMENT_COLORS} colors as #RRGGBB, separated by commas or spaces (optional).",
+                ),
                 _chain_input(),
             ],
             outputs=[Elements.Output(display_name="elements")],
@@ -176,13 +243,20 @@ class ObjectElement(io.ComfyNode):
             description="A subject or object: what it is and looks like, where it goes (bbox), its colors.",
             search_aliases=["ideogram object", "caption element"],
             inputs=[
-                io.String.Input("desc", multiline=True, default="",
-                                tooltip="What the element is and looks like, starting with what it is. Ground, sky "
-                                        "and weather belong in the caption's background instead."),
+                io.String.Input(
+                    "desc",
+                    multiline=True,
+                    default="",
+                    tooltip="What the element is and looks like, starting with what it is. Ground, sky "
+                    "and weather belong in the caption's background instead.",
+                ),
                 *_bbox_inputs(),
-                io.String.Input("color_palette", default="", placeholder="#D9652B, #F2E6C9",
-                                tooltip=f"Up to {MAX_ELEMENT_COLORS} colors as #RRGGBB, separated by commas or "
-                                        "spaces (optional)."),
+                io.String.Input(
+                    "color_palette",
+                    default="",
+                    placeholder="#D9652B, #F2E6C9",
+                    tooltip=f"Up to {MAX_ELEMENT_COLORS} colors as #RRGGBB, separated by commas or spaces (optional).",
+                ),
                 _chain_input(),
             ],
             outputs=[Elements.Output(display_name="elements")],
@@ -211,22 +285,42 @@ class LayoutBoxes(io.ComfyNode):
             display_name=cls.SCHEMA_TITLE,
             category=CATEGORY,
             description="Draw, move and resize element boxes on a canvas shaped like the image (width x height). "
-                        "Each box is an obj or text element with its desc, text and colors; the first box is the "
-                        "furthest back. Coordinates go to the caption on the 0..1000 grid.",
+            "Each box is an obj or text element with its desc, text and colors; the first box is the "
+            "furthest back. Coordinates go to the caption on the 0..1000 grid.",
             search_aliases=["ideogram bbox", "bounding boxes", "layout", "regions"],
             inputs=[
-                io.Int.Input("width", default=1024, min=64, max=16384, step=16,
-                             tooltip="Target image width in pixels: sets the canvas shape (wire it to the latent)."),
-                io.Int.Input("height", default=1024, min=64, max=16384, step=16,
-                             tooltip="Target image height in pixels: sets the canvas shape."),
-                io.BoundingBoxes.Input("boxes", tooltip="Drag on empty canvas to draw a box; drag a box to move it, "
-                                       "its edges or corners to resize; click a box to edit its type, text, desc and "
-                                       "colors; Delete removes it. First box = furthest back."),
-                _chain_input("Elements placed behind the drawn boxes (e.g. a background element), from another "
-                             "Ideogram 4 element node or ComfyUI's Create Bounding Boxes."),
+                io.Int.Input(
+                    "width",
+                    default=1024,
+                    min=64,
+                    max=16384,
+                    step=16,
+                    tooltip="Target image width in pixels: sets the canvas shape (wire it to the latent).",
+                ),
+                io.Int.Input(
+                    "height",
+                    default=1024,
+                    min=64,
+                    max=16384,
+                    step=16,
+                    tooltip="Target image height in pixels: sets the canvas shape.",
+                ),
+                io.BoundingBoxes.Input(
+                    "boxes",
+                    tooltip="Drag on empty canvas to draw a box; drag a box to move it, "
+                    "its edges or corners to resize; click a box to edit its type, text, desc and "
+                    "colors; Delete removes it. First box = furthest back.",
+                ),
+                _chain_input(
+                    "Elements placed behind the drawn boxes (e.g. a background element), from another "
+                    "Ideogram 4 element node or ComfyUI's Create Bounding Boxes."
+                ),
             ],
-            outputs=[Elements.Output(display_name="elements"), io.Int.Output(display_name="width"),
-                     io.Int.Output(display_name="height")],
+            outputs=[
+                Elements.Output(display_name="elements"),
+                io.Int.Output(display_name="width"),
+                io.Int.Output(display_name="height"),
+            ],
             hidden=[io.Hidden.unique_id],
         )
 
@@ -257,8 +351,9 @@ def _finish(caption: dict, notes, sources, style_source: str, on_invalid: str, o
     if report.ok:
         return serialize_caption(caption), text_report, True
     if on_invalid == "error":
-        raise ValueError("Ideogram 4 caption is invalid (set on_invalid to 'warn' to pass it on anyway)\n"
-                         + text_report)
+        raise ValueError(
+            "Ideogram 4 caption is invalid (set on_invalid to 'warn' to pass it on anyway)\n" + text_report
+        )
     return dumps_compact(canonical_order(caption)), text_report, False
 
 
@@ -273,26 +368,43 @@ class CaptionBuilder(io.ComfyNode):
             display_name=cls.SCHEMA_TITLE,
             category=CATEGORY,
             description="Assemble a structured Ideogram 4 caption (JSON) from a high-level description, a "
-                        "background, a style and elements; validated, serialized canonically. Connect 'caption' "
-                        "to CLIP Text Encode.",
+            "background, a style and elements; validated, serialized canonically. Connect 'caption' "
+            "to CLIP Text Encode.",
             search_aliases=["ideogram caption", "json prompt", "structured prompt"],
             inputs=[
-                io.String.Input("high_level_description", multiline=True, default="",
-                                tooltip="One or two sentences about the whole image, starting with the subject. "
-                                        "Optional but strongly recommended; omitted when empty."),
-                io.String.Input("background", multiline=True, default="",
-                                tooltip="The setting behind the elements: ground, sky, walls, weather, distant crowds "
-                                        "(required). Use 'transparent background' for a cut-out."),
-                Style.Input("style", optional=True,
-                            tooltip="From Ideogram 4 Style Description. Unconnected: no style block."),
-                _chain_input("The caption's elements, back to front: from Ideogram 4 element / layout nodes, or the "
-                             "'elements' output of ComfyUI's Create Bounding Boxes."),
+                io.String.Input(
+                    "high_level_description",
+                    multiline=True,
+                    default="",
+                    tooltip="One or two sentences about the whole image, starting with the subject. "
+                    "Optional but strongly recommended; omitted when empty.",
+                ),
+                io.String.Input(
+                    "background",
+                    multiline=True,
+                    default="",
+                    tooltip="The setting behind the elements: ground, sky, walls, weather, distant crowds "
+                    "(required). Use 'transparent background' for a cut-out.",
+                ),
+                Style.Input(
+                    "style", optional=True, tooltip="From Ideogram 4 Style Description. Unconnected: no style block."
+                ),
+                _chain_input(
+                    "The caption's elements, back to front: from Ideogram 4 element / layout nodes, or the "
+                    "'elements' output of ComfyUI's Create Bounding Boxes."
+                ),
                 _on_invalid_input(),
             ],
-            outputs=[io.String.Output(display_name="caption",
-                                      tooltip="The caption as compact JSON: connect to CLIP Text Encode."),
-                     io.String.Output(display_name="report", tooltip="Validation report: problems with JSON paths "
-                                      "and fixes, hints, and every normalization made.")],
+            outputs=[
+                io.String.Output(
+                    display_name="caption", tooltip="The caption as compact JSON: connect to CLIP Text Encode."
+                ),
+                io.String.Output(
+                    display_name="report",
+                    tooltip="Validation report: problems with JSON paths "
+                    "and fixes, hints, and every normalization made.",
+                ),
+            ],
             hidden=[io.Hidden.unique_id],
             is_output_node=True,
         )
@@ -317,22 +429,33 @@ class CaptionValidate(io.ComfyNode):
             display_name=cls.SCHEMA_TITLE,
             category=CATEGORY,
             description="Check a hand- or LLM-written Ideogram 4 caption against the official rules. Repair fixes "
-                        "what is unambiguous (code fences, trailing commas, aspect_ratio, key order and case, hex "
-                        "case, 500.0 -> 500, \\u escapes) and refuses the rest, naming each JSON path.",
+            "what is unambiguous (code fences, trailing commas, aspect_ratio, key order and case, hex "
+            "case, 500.0 -> 500, \\u escapes) and refuses the rest, naming each JSON path.",
             search_aliases=["ideogram validate", "caption repair", "json repair", "verifier"],
             inputs=[
-                io.String.Input("caption", multiline=True, default="",
-                                tooltip="The caption JSON (typed, pasted, or from an LLM node). Surrounding prose "
-                                        "and code fences are tolerated in repair mode."),
-                io.Combo.Input("mode", options=["repair", "validate"], default="repair",
-                               tooltip="repair: fix unambiguous problems and list each change. validate: only "
-                                       "check; the caption passes through re-serialized if valid."),
+                io.String.Input(
+                    "caption",
+                    multiline=True,
+                    default="",
+                    tooltip="The caption JSON (typed, pasted, or from an LLM node). Surrounding prose "
+                    "and code fences are tolerated in repair mode.",
+                ),
+                io.Combo.Input(
+                    "mode",
+                    options=["repair", "validate"],
+                    default="repair",
+                    tooltip="repair: fix unambiguous problems and list each change. validate: only "
+                    "check; the caption passes through re-serialized if valid.",
+                ),
                 _on_invalid_input(),
             ],
-            outputs=[io.String.Output(display_name="caption", tooltip="The canonical caption (compact JSON)."),
-                     io.String.Output(display_name="report", tooltip="Problems with JSON paths and fixes, hints, "
-                                      "and every change made."),
-                     io.Boolean.Output(display_name="valid")],
+            outputs=[
+                io.String.Output(display_name="caption", tooltip="The canonical caption (compact JSON)."),
+                io.String.Output(
+                    display_name="report", tooltip="Problems with JSON paths and fixes, hints, and every change made."
+                ),
+                io.Boolean.Output(display_name="valid"),
+            ],
             is_output_node=True,
         )
 
@@ -347,8 +470,9 @@ class CaptionValidate(io.ComfyNode):
         text_report = report.text(changes)
         if fixed is None:
             if on_invalid == "error":
-                raise ValueError("Ideogram 4 caption is invalid (set on_invalid to 'warn' to pass it on anyway)\n"
-                                 + text_report)
+                raise ValueError(
+                    "Ideogram 4 caption is invalid (set on_invalid to 'warn' to pass it on anyway)\n" + text_report
+                )
             fixed = caption
         return io.NodeOutput(fixed, text_report, report.ok, ui=ui.PreviewText(text_report + "\n\n" + fixed))
 

@@ -38,8 +38,13 @@ def import_node_modules(names=None, package: str | None = None) -> tuple[list, d
             modules.append(importlib.import_module(f"{package}.{name}"))
         except Exception as exc:  # noqa: BLE001 - one broken module must not take the others with it
             failed[name] = f"{type(exc).__name__}: {exc}"
-            logger.error("Ideogram 4 INT8: node module %r failed to import, its nodes are not registered (%s); "
-                         "the pack's other nodes still load", name, failed[name], exc_info=True)  # fmt: skip
+            logger.error(
+                "Ideogram 4 INT8: node module %r failed to import, its nodes are not registered (%s); "
+                "the pack's other nodes still load",
+                name,
+                failed[name],
+                exc_info=True,
+            )
     return modules, failed
 
 

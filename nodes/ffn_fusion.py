@@ -71,8 +71,9 @@ class GateUpFeedForward(FeedForward):
             kernels.REGISTRY.set_split_hint(getattr(m, "site", None), None)
         y = super().forward(x)  # ComfyUI's own: w2(silu(w1 x) * w3 x), each module through its own forward
         for m, other in ((self.w1, "w3"), (self.w3, "w1")):
-            kernels.REGISTRY.note_fusion(getattr(m, "site", None), f"not fused with {other}: {why}",
-                                         f"{SPLIT_NOTE}: {why}")  # fmt: skip
+            kernels.REGISTRY.note_fusion(
+                getattr(m, "site", None), f"not fused with {other}: {why}", f"{SPLIT_NOTE}: {why}"
+            )
         return y
 
     def _traced_forward(self, x, why):
@@ -120,8 +121,9 @@ def _hint_split(why: str, label: str | None) -> bool:
     the ops still record the path they ran)."""
     for ff in [ff for ff in list(_PAIRS) if ff.site_label == label]:
         for m, other in ((ff.w1, "w3"), (ff.w3, "w1")):
-            kernels.REGISTRY.set_split_hint(getattr(m, "site", None), f"not fused with {other}: {why}",
-                                            f"{SPLIT_NOTE}: {why}")  # fmt: skip
+            kernels.REGISTRY.set_split_hint(
+                getattr(m, "site", None), f"not fused with {other}: {why}", f"{SPLIT_NOTE}: {why}"
+            )
     return True
 
 
@@ -167,8 +169,10 @@ def split_reason(ff, x: torch.Tensor) -> str | None:
         if hasattr(m, "_v"):
             return f"{name}'s weight is streamed by DynamicVRAM: each projection casts its own"
         if m.weight.device != x.device:
-            return (f"{name}'s weight is offloaded (on {m.weight.device}, input on {x.device}): each projection "
-                    "casts its own")  # fmt: skip
+            return (
+                f"{name}'s weight is offloaded (on {m.weight.device}, input on {x.device}): each projection "
+                "casts its own"
+            )
         if m.bias is not None or getattr(m, "pre_quant_scale", None) is not None:
             return f"{name} has a bias or a pre_quant_scale"
         if m._forward_hooks or m._forward_pre_hooks:
@@ -229,8 +233,9 @@ def _gate_up(ff, x: torch.Tensor) -> torch.Tensor:
     # the registered op while dynamo traces (counted there per site; the sites found by the weights, not passed:
     # per-layer constants would recompile every block, kernels/sites.py), the direct call in eager mode
     sites = (None, None) if _is_compiling() else (w1.site, w3.site)
-    h = kernel_ops.swiglu_w8a8_pair(x, q1._qdata, q1._params.scale, q3._qdata, q3._params.scale, smooth, w1.gemm_path,
-                                    *sites, x.dtype, group)  # fmt: skip
+    h = kernel_ops.swiglu_w8a8_pair(
+        x, q1._qdata, q1._params.scale, q3._qdata, q3._params.scale, smooth, w1.gemm_path, *sites, x.dtype, group
+    )
     if not _is_compiling():
         w1.op_calls += 1
         w3.op_calls += 1

@@ -66,10 +66,14 @@ _is_compiling = torch.compiler.is_compiling  # True while dynamo traces: module 
 INT8_LAYOUT = "TensorWiseINT8Layout"
 REASON_PROTECTED = "protected in checkpoint (stored bf16)"
 REASON_TOP = "unquantized top-level layer"
-REASON_DEQUANT = ("weight dequantized by ComfyUI for a float GEMM (LoRA applied on the fly in lowvram mode, or a "
-                  "forced cast); merge LoRAs in full-load mode to keep INT8")  # fmt: skip
-REASON_FULL_PRECISION = ("weight dequantized by ComfyUI before the pack's op: this layer has ComfyUI's "
-                         "full-precision matmul set (_full_precision_mm), a float GEMM")  # fmt: skip
+REASON_DEQUANT = (
+    "weight dequantized by ComfyUI for a float GEMM (LoRA applied on the fly in lowvram mode, or a "
+    "forced cast); merge LoRAs in full-load mode to keep INT8"
+)
+REASON_FULL_PRECISION = (
+    "weight dequantized by ComfyUI before the pack's op: this layer has ComfyUI's "
+    "full-precision matmul set (_full_precision_mm), a float GEMM"
+)
 
 
 def is_int8_weight(weight) -> bool:
@@ -123,11 +127,13 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
                 self.op_calls = 0  # calls that reached the pack's op (op_coverage reads it around each forward)
 
             # -- loading / saving -----------------------------------------------------------
-            def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
-                                      unexpected_keys, error_msgs):  # fmt: skip
+            def _load_from_state_dict(
+                self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+            ):
                 vectors = {key: state_dict.pop(prefix + key, None) for key in (SMOOTH_KEY, FOLDED_KEY)}
-                super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
-                                              unexpected_keys, error_msgs)  # fmt: skip
+                super()._load_from_state_dict(
+                    state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+                )
                 for key, vec in vectors.items():
                     if vec is not None:
                         if not is_int8_weight(self.weight):
@@ -161,8 +167,7 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
             # The stored int8 weight is diag(1 / o)·W·diag(s) (o: output_folded rows, s: input_smooth); LoRA
             # functions must see W, the module's input is x / f (f: input_folded).
             def _has_folds(self) -> bool:
-                return is_int8_weight(self.weight) and (self.input_smooth is not None
-                                                        or self.output_folded is not None)  # fmt: skip
+                return is_int8_weight(self.weight) and (self.input_smooth is not None or self.output_folded is not None)
 
             def _to_real(self, w: torch.Tensor) -> torch.Tensor:
                 """The stored (dequantized) weight -> the real W."""
@@ -197,13 +202,18 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
             def set_weight(self, weight, inplace_update=False, seed=None, return_weight=False, **kwargs):
                 if self._has_folds():
                     weight = self._to_stored(weight)
-                return super().set_weight(weight, inplace_update=inplace_update, seed=seed,
-                                          return_weight=return_weight, **kwargs)  # fmt: skip
+                return super().set_weight(
+                    weight, inplace_update=inplace_update, seed=seed, return_weight=return_weight, **kwargs
+                )
 
             # -- forward ------------------------------------------------------------------------
             def _float_path(self) -> bool:
-                return bool(self._full_precision_mm or getattr(self, "comfy_force_cast_weights", False)
-                            or len(self.weight_function) or len(self.bias_function))  # fmt: skip
+                return bool(
+                    self._full_precision_mm
+                    or getattr(self, "comfy_force_cast_weights", False)
+                    or len(self.weight_function)
+                    or len(self.bias_function)
+                )
 
             def forward(self, input, *args, **kwargs):
                 if not self._has_folds() or not self._float_path():
@@ -240,8 +250,12 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
                     weight = weight.dequantize()
                 if not isinstance(self.weight, QuantizedTensor):
                     reason = self.float_reason
-                    if (_is_compiling() and not len(self.weight_function) and weight.device == self.weight.device
-                            and weight.dtype == self.weight.dtype):
+                    if (
+                        _is_compiling()
+                        and not len(self.weight_function)
+                        and weight.device == self.weight.device
+                        and weight.dtype == self.weight.dtype
+                    ):
                         weight, site = self.weight, None  # the parameter itself, uncast: the op finds the site
                 elif self._full_precision_mm:
                     reason = REASON_FULL_PRECISION
@@ -388,5 +402,14 @@ def declare_sites(diffusion_model: torch.nn.Module, label: str, device: torch.de
     return paths
 
 
-__all__ = ["make_ops", "label_sites", "site_label", "declare_sites", "predicted_paths", "int8_linears",
-           "is_int8_weight", "link_folds", "op_calls"]
+__all__ = [
+    "make_ops",
+    "label_sites",
+    "site_label",
+    "declare_sites",
+    "predicted_paths",
+    "int8_linears",
+    "is_int8_weight",
+    "link_folds",
+    "op_calls",
+]

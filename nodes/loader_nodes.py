@@ -43,8 +43,10 @@ def _files() -> list[str]:
 def _full_path(name: str, input_name: str) -> str:
     path = folder_paths.get_full_path(FOLDER, name)
     if path is None:
-        raise ValueError(f"{NODE_NAME}: '{input_name}' = {name!r} is not in ComfyUI's {FOLDER} folder; pick a file "
-                         "from the list (refresh the page after copying files)")  # fmt: skip
+        raise ValueError(
+            f"{NODE_NAME}: '{input_name}' = {name!r} is not in ComfyUI's {FOLDER} folder; pick a file "
+            "from the list (refresh the page after copying files)"
+        )
     return path
 
 
@@ -72,8 +74,7 @@ class _LoadProgress:
         self.pbar.update_absolute(self.index * total + done, total * self.branches)
 
 
-def load_branch(path: str, branch: str, base: str | None, compute_dtype: str, gemm_path: str | None,
-                progress=None):  # fmt: skip
+def load_branch(path: str, branch: str, base: str | None, compute_dtype: str, gemm_path: str | None, progress=None):
     """(ModelPatcher, read_branch state, {linear: (GEMM path, reason)}, compute dtype) of one branch.
 
     The state's tensors now belong to the model (the caller reports from it, then clears it).
@@ -82,8 +83,9 @@ def load_branch(path: str, branch: str, base: str | None, compute_dtype: str, ge
     dtype = resolve_compute_dtype(compute_dtype, load_device, FULL_PARAMETERS)
     state = read_branch(path, branch, base, device="cpu", dtype=dtype, progress=progress)
     try:
-        patcher, paths = build_native_model(state, state.config, label=branch, compute_dtype=dtype,
-                                            gemm_path=gemm_path, load_device=load_device)  # fmt: skip
+        patcher, paths = build_native_model(
+            state, state.config, label=branch, compute_dtype=dtype, gemm_path=gemm_path, load_device=load_device
+        )
     except BaseException:
         state.clear()
         raise
@@ -117,40 +119,72 @@ class Ideogram4Int8Loader(io.ComfyNode):
             display_name=NODE_NAME,
             category=CATEGORY,
             description="Loads Ideogram 4's two CFG branches from a W8A8 checkpoint (or ComfyUI's int8 / fp8 / bf16 "
-                        "files, quantized to W8A8 on load) as native ComfyUI MODELs whose linears run the fused "
-                        "INT8 GEMM. Use them with 'Ideogram 4 Sampler', or DualModelGuider (negative unconnected).",
+            "files, quantized to W8A8 on load) as native ComfyUI MODELs whose linears run the fused "
+            "INT8 GEMM. Use them with 'Ideogram 4 Sampler', or DualModelGuider (negative unconnected).",
             search_aliases=["ideogram4 int8", "w8a8 loader", "ideogram loader"],
             inputs=[
-                io.Combo.Input("weights", options=[*files, HF_CHOICE],
-                               tooltip="Checkpoint from models/diffusion_models: the two-branch W8A8 file "
-                                       "(ideogram4-int8-w8a8.safetensors) gives both MODELs; a single-branch file "
-                                       "(ideogram4_fp8_scaled, ideogram4_int8_convrot, bf16) is the conditional "
-                                       f"branch. Pick '{HF_CHOICE}' to use the repo id below."),
-                io.Combo.Input("unconditional_weights", options=[SAME_FILE, *files], default=SAME_FILE,
-                               tooltip="The unconditional branch's own file (e.g. ideogram4_unconditional_fp8_scaled"
-                                       ".safetensors). Needed when 'weights' holds one branch; overrides the second "
-                                       "branch of a two-branch file."),
-                io.Combo.Input("base", options=[NO_BASE, *files], default=NO_BASE,
-                               tooltip="Optional official checkpoint of the conditional branch (any format) that "
-                                       "supplies tensors the weights file lacks (norms, embeddings, unquantized "
-                                       "layers). A two-branch base serves both branches. Never overrides the "
-                                       "weights file."),
-                io.Combo.Input("unconditional_base", options=[NO_BASE, *files], default=NO_BASE,
-                               tooltip="Optional base checkpoint for the unconditional branch (see 'base')."),
-                io.String.Input("hf_repo_id", default="", optional=True,
-                                tooltip=f"Only used when 'weights' is '{HF_CHOICE}': a Hugging Face repo id such as "
-                                        "transformerlab/ideogram-4-int8-w8a8. The file is downloaded into the "
-                                        "Hugging Face cache once (token from HF_TOKEN or `hf auth login`; never "
-                                        "stored in the workflow); HF_HUB_OFFLINE=1 uses the cache only."),
-                io.String.Input("hf_filename", default=DEFAULT_HF_FILE, optional=True,
-                                tooltip="File in that Hugging Face repo (append @revision to pin one)."),
-                io.Combo.Input("compute_dtype", options=list(COMPUTE_DTYPES), default="auto",
-                               tooltip="Activation / float-layer dtype. auto: bf16 on a GPU that supports it, else "
-                                       "fp32. fp32 is for exact comparisons (slower)."),
-                io.Combo.Input("gemm_path", options=list(GEMM_CHOICES), default="auto", advanced=True,
-                               tooltip="auto: the fused Triton INT8 GEMM where it runs (CUDA sm_80+), else "
-                                       "cublas-int8, else dequant-bf16. Force one to compare; the panel shows which "
-                                       "path each layer ran and why."),
+                io.Combo.Input(
+                    "weights",
+                    options=[*files, HF_CHOICE],
+                    tooltip="Checkpoint from models/diffusion_models: the two-branch W8A8 file "
+                    "(ideogram4-int8-w8a8.safetensors) gives both MODELs; a single-branch file "
+                    "(ideogram4_fp8_scaled, ideogram4_int8_convrot, bf16) is the conditional "
+                    f"branch. Pick '{HF_CHOICE}' to use the repo id below.",
+                ),
+                io.Combo.Input(
+                    "unconditional_weights",
+                    options=[SAME_FILE, *files],
+                    default=SAME_FILE,
+                    tooltip="The unconditional branch's own file (e.g. ideogram4_unconditional_fp8_scaled"
+                    ".safetensors). Needed when 'weights' holds one branch; overrides the second "
+                    "branch of a two-branch file.",
+                ),
+                io.Combo.Input(
+                    "base",
+                    options=[NO_BASE, *files],
+                    default=NO_BASE,
+                    tooltip="Optional official checkpoint of the conditional branch (any format) that "
+                    "supplies tensors the weights file lacks (norms, embeddings, unquantized "
+                    "layers). A two-branch base serves both branches. Never overrides the "
+                    "weights file.",
+                ),
+                io.Combo.Input(
+                    "unconditional_base",
+                    options=[NO_BASE, *files],
+                    default=NO_BASE,
+                    tooltip="Optional base checkpoint for the unconditional branch (see 'base').",
+                ),
+                io.String.Input(
+                    "hf_repo_id",
+                    default="",
+                    optional=True,
+                    tooltip=f"Only used when 'weights' is '{HF_CHOICE}': a Hugging Face repo id such as "
+                    "transformerlab/ideogram-4-int8-w8a8. The file is downloaded into the "
+                    "Hugging Face cache once (token from HF_TOKEN or `hf auth login`; never "
+                    "stored in the workflow); HF_HUB_OFFLINE=1 uses the cache only.",
+                ),
+                io.String.Input(
+                    "hf_filename",
+                    default=DEFAULT_HF_FILE,
+                    optional=True,
+                    tooltip="File in that Hugging Face repo (append @revision to pin one).",
+                ),
+                io.Combo.Input(
+                    "compute_dtype",
+                    options=list(COMPUTE_DTYPES),
+                    default="auto",
+                    tooltip="Activation / float-layer dtype. auto: bf16 on a GPU that supports it, else "
+                    "fp32. fp32 is for exact comparisons (slower).",
+                ),
+                io.Combo.Input(
+                    "gemm_path",
+                    options=list(GEMM_CHOICES),
+                    default="auto",
+                    advanced=True,
+                    tooltip="auto: the fused Triton INT8 GEMM where it runs (CUDA sm_80+), else "
+                    "cublas-int8, else dequant-bf16. Force one to compare; the panel shows which "
+                    "path each layer ran and why.",
+                ),
             ],
             outputs=[
                 io.Model.Output(display_name="conditional"),
@@ -161,16 +195,27 @@ class Ideogram4Int8Loader(io.ComfyNode):
         )
 
     @classmethod
-    def execute(cls, weights, unconditional_weights, base, unconditional_base, compute_dtype, gemm_path,
-                hf_repo_id="", hf_filename=DEFAULT_HF_FILE) -> io.NodeOutput:  # fmt: skip
+    def execute(
+        cls,
+        weights,
+        unconditional_weights,
+        base,
+        unconditional_base,
+        compute_dtype,
+        gemm_path,
+        hf_repo_id="",
+        hf_filename=DEFAULT_HF_FILE,
+    ) -> io.NodeOutput:
         shown: dict[str, str] = {}  # full path -> the name the user picked, for error messages
         if weights == HF_CHOICE:
             repo = (hf_repo_id or "").strip()
             name = (hf_filename or "").strip()
             if not repo or not name:
-                raise ValueError(f"{NODE_NAME}: 'weights' is '{HF_CHOICE}' but hf_repo_id / hf_filename is empty: "
-                                 "enter e.g. transformerlab/ideogram-4-int8-w8a8 and the file name, or pick a local "
-                                 "file")  # fmt: skip
+                raise ValueError(
+                    f"{NODE_NAME}: 'weights' is '{HF_CHOICE}' but hf_repo_id / hf_filename is empty: "
+                    "enter e.g. transformerlab/ideogram-4-int8-w8a8 and the file name, or pick a local "
+                    "file"
+                )
             try:
                 main = str(hub.resolve(f"{hub.SCHEME}{repo}/{name}"))
             except CheckpointError as exc:
@@ -181,16 +226,20 @@ class Ideogram4Int8Loader(io.ComfyNode):
             shown[main] = weights
         forced = None if gemm_path == "auto" else gemm_path
         _check_forced_path(forced)
-        picked = {"unconditional_weights": _optional(unconditional_weights, SAME_FILE, "unconditional_weights"),
-                  "base": _optional(base, NO_BASE, "base"),
-                  "unconditional_base": _optional(unconditional_base, NO_BASE, "unconditional_base")}  # fmt: skip
-        for key, value in (("unconditional_weights", unconditional_weights), ("base", base),
-                           ("unconditional_base", unconditional_base)):  # fmt: skip
+        picked = {
+            "unconditional_weights": _optional(unconditional_weights, SAME_FILE, "unconditional_weights"),
+            "base": _optional(base, NO_BASE, "base"),
+            "unconditional_base": _optional(unconditional_base, NO_BASE, "unconditional_base"),
+        }
+        for key, value in (
+            ("unconditional_weights", unconditional_weights),
+            ("base", base),
+            ("unconditional_base", unconditional_base),
+        ):
             if picked[key]:
                 shown[picked[key]] = value
         try:
-            sources = plan_branches(main, picked["unconditional_weights"], picked["base"],
-                                    picked["unconditional_base"])  # fmt: skip
+            sources = plan_branches(main, picked["unconditional_weights"], picked["base"], picked["unconditional_base"])
         except CheckpointError as exc:
             raise ValueError(f"{NODE_NAME}: {_as_listed(str(exc), shown)}") from None
         progress = _LoadProgress(len(sources))
@@ -199,16 +248,26 @@ class Ideogram4Int8Loader(io.ComfyNode):
             for i, src in enumerate(sources):
                 progress.index = i
                 try:
-                    patcher, state, paths, dtype = load_branch(str(src.path), src.branch,
-                                                               str(src.base) if src.base else None, compute_dtype,
-                                                               forced, progress.callback)  # fmt: skip
+                    patcher, state, paths, dtype = load_branch(
+                        str(src.path),
+                        src.branch,
+                        str(src.base) if src.base else None,
+                        compute_dtype,
+                        forced,
+                        progress.callback,
+                    )
                 except CheckpointError as exc:
                     where = "base" if src.branch == "conditional" else "unconditional_base"
-                    raise ValueError(f"{NODE_NAME}, {src.branch} branch: {_as_listed(str(exc), shown)} (node inputs: "
-                                     f"weights / unconditional_weights / {where})") from None  # fmt: skip
+                    raise ValueError(
+                        f"{NODE_NAME}, {src.branch} branch: {_as_listed(str(exc), shown)} (node inputs: "
+                        f"weights / unconditional_weights / {where})"
+                    ) from None
                 models.append(patcher)
-                reports.append(branch_report(src.branch, src.describe(), str(dtype).replace("torch.", ""), paths,
-                                             state, state.config))  # fmt: skip
+                reports.append(
+                    branch_report(
+                        src.branch, src.describe(), str(dtype).replace("torch.", ""), paths, state, state.config
+                    )
+                )
                 fusion = ffn_fusion.load_summary(patcher.model.diffusion_model)
                 if fusion:
                     reports[-1].notes.append(fusion)
@@ -219,8 +278,7 @@ class Ideogram4Int8Loader(io.ComfyNode):
                 kernels.REGISTRY.clear(model=src.branch)
             models.clear()
             raise
-        notes = [streaming_summary(models),
-                 getattr(models[0], "ideogram4_attention", "attention: ComfyUI's own")]
+        notes = [streaming_summary(models), getattr(models[0], "ideogram4_attention", "attention: ComfyUI's own")]
         summary = format_summary(reports, notes)
         log.info("%s\n%s", NODE_NAME, summary)
         publish("load", [s.branch for s in sources], node_id_of(cls))

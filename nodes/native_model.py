@@ -43,28 +43,34 @@ COMPUTE_DTYPES = {"auto": None, "bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def resolve_compute_dtype(name: str | None, load_device: torch.device, parameters: int = 0) -> torch.dtype:
-    """"auto" = what ComfyUI would pick for an Ideogram 4 model on ``load_device`` (bf16 or fp32)."""
+    """ "auto" = what ComfyUI would pick for an Ideogram 4 model on ``load_device`` (bf16 or fp32)."""
     dtype = COMPUTE_DTYPES.get(name or "auto", "invalid")
     if dtype == "invalid":
         raise ValueError(f"compute_dtype={name!r}: choose one of {list(COMPUTE_DTYPES)}")
     if dtype is not None:
         return dtype
-    picked = comfy.model_management.unet_dtype(device=load_device, model_params=parameters,
-                                               supported_dtypes=[torch.bfloat16, torch.float32])  # fmt: skip
+    picked = comfy.model_management.unet_dtype(
+        device=load_device, model_params=parameters, supported_dtypes=[torch.bfloat16, torch.float32]
+    )
     return picked if picked in (torch.bfloat16, torch.float32) else torch.float32
 
 
 def model_config_for(config: Ideogram4Config, dtype: torch.dtype):
     """ComfyUI's Ideogram 4 model config with the architecture of ``config`` and the pack's ops."""
-    mc = comfy.supported_models.Ideogram4({"image_model": "ideogram4", "in_channels": config.in_channels,
-                                           "num_layers": config.num_layers})  # fmt: skip
+    mc = comfy.supported_models.Ideogram4(
+        {"image_model": "ideogram4", "in_channels": config.in_channels, "num_layers": config.num_layers}
+    )
     # unet_extra_config (the full model's sizes) was copied over the detected config; ours decides
     mc.unet_config.update(
-        num_attention_heads=config.num_heads, attention_head_dim=config.head_dim,
-        intermediate_size=config.intermediate_size, adaln_dim=config.adaln_dim,
-        llm_features_dim=config.llm_features_dim, rope_theta=config.rope_theta,
-        mrope_section=list(config.mrope_section), norm_eps=config.norm_eps,
-    )  # fmt: skip
+        num_attention_heads=config.num_heads,
+        attention_head_dim=config.head_dim,
+        intermediate_size=config.intermediate_size,
+        adaln_dim=config.adaln_dim,
+        llm_features_dim=config.llm_features_dim,
+        rope_theta=config.rope_theta,
+        mrope_section=list(config.mrope_section),
+        norm_eps=config.norm_eps,
+    )
     mc.set_inference_dtype(dtype, None)
     mc.custom_operations = make_ops(dtype)
     return mc
@@ -76,9 +82,17 @@ def smooth_fold_mode() -> str:
     return smooth_fold.gate_up_mode_from_env(os.environ.get(smooth_fold.ENV_MODE))
 
 
-def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dtype: torch.dtype,
-                       gemm_path: str | None = None, load_device: torch.device | None = None,
-                       offload_device: torch.device | None = None, smooth: str | None = None):  # fmt: skip
+def build_native_model(
+    state,
+    config: Ideogram4Config,
+    *,
+    label: str,
+    compute_dtype: torch.dtype,
+    gemm_path: str | None = None,
+    load_device: torch.device | None = None,
+    offload_device: torch.device | None = None,
+    smooth: str | None = None,
+):
     """A ModelPatcher around ComfyUI's Ideogram 4 model holding ``state`` (a read_branch result).
 
     SmoothQuant divides are folded at load where they can be (``smooth_fold.fold_smoothing``, mode ``smooth`` or
@@ -104,9 +118,11 @@ def build_native_model(state, config: Ideogram4Config, *, label: str, compute_dt
             key = (missing or unexpected)[0]
             raise CheckpointError(
                 f"ComfyUI's Ideogram 4 model did not take the weights ({len(missing)} missing, "
-                f"{len(unexpected)} unexpected)", file="<converted state dict>", key=key,
+                f"{len(unexpected)} unexpected)",
+                file="<converted state dict>",
+                key=key,
                 fix="report this: the pack's conversion and ComfyUI's Ideogram 4 model disagree",
-            )  # fmt: skip
+            )
         comfy_sd.clear()
         link_folds(model.diffusion_model, config, report)
         ffn_fusion.install(model.diffusion_model)  # first: label_sites also names the gate/up pairs' model
@@ -152,12 +168,17 @@ def config_of(model) -> Ideogram4Config:
     dm = model.model.diffusion_model
     uc = model.model.model_config.unet_config
     return Ideogram4Config(
-        in_channels=int(uc.get("in_channels", 128)), num_layers=len(dm.layers),
-        num_heads=int(uc["num_attention_heads"]), head_dim=int(uc["attention_head_dim"]),
-        intermediate_size=int(uc["intermediate_size"]), adaln_dim=int(uc["adaln_dim"]),
-        llm_features_dim=int(uc["llm_features_dim"]), rope_theta=float(uc["rope_theta"]),
-        mrope_section=tuple(uc["mrope_section"]), norm_eps=float(uc["norm_eps"]),
-    )  # fmt: skip
+        in_channels=int(uc.get("in_channels", 128)),
+        num_layers=len(dm.layers),
+        num_heads=int(uc["num_attention_heads"]),
+        head_dim=int(uc["attention_head_dim"]),
+        intermediate_size=int(uc["intermediate_size"]),
+        adaln_dim=int(uc["adaln_dim"]),
+        llm_features_dim=int(uc["llm_features_dim"]),
+        rope_theta=float(uc["rope_theta"]),
+        mrope_section=tuple(uc["mrope_section"]),
+        norm_eps=float(uc["norm_eps"]),
+    )
 
 
 def text_features(model) -> int:
@@ -196,6 +217,16 @@ def publish(event: str, models: list[str] | None = None, node_id: str | None = N
         log.debug("ideogram4-int8: panel publish(%r) failed: %s", event, exc)
 
 
-__all__ = ["build_native_model", "model_config_for", "resolve_compute_dtype", "is_ideogram4_patcher",
-           "require_ideogram4", "config_of", "text_features", "publish", "model_labels", "node_id_of",
-           "COMPUTE_DTYPES"]  # fmt: skip
+__all__ = [
+    "build_native_model",
+    "model_config_for",
+    "resolve_compute_dtype",
+    "is_ideogram4_patcher",
+    "require_ideogram4",
+    "config_of",
+    "text_features",
+    "publish",
+    "model_labels",
+    "node_id_of",
+    "COMPUTE_DTYPES",
+]

@@ -47,21 +47,30 @@ def patch_model(source, label: str, gemm_path: str | None, progress=None):
     comfy.model_management.unload_model_and_clones(source)
     sd = source.model.diffusion_model.state_dict()
     try:
-        state = read_branch(sd, "conditional", config=config, dtype=dtype, device="cpu", strict=False,
-                            progress=progress)  # fmt: skip
+        state = read_branch(
+            sd, "conditional", config=config, dtype=dtype, device="cpu", strict=False, progress=progress
+        )
     finally:
         sd.clear()
     try:
-        patcher, paths = build_native_model(state, config, label=label, compute_dtype=dtype, gemm_path=gemm_path,
-                                            load_device=source.load_device,
-                                            offload_device=source.offload_device)  # fmt: skip
+        patcher, paths = build_native_model(
+            state,
+            config,
+            label=label,
+            compute_dtype=dtype,
+            gemm_path=gemm_path,
+            load_device=source.load_device,
+            offload_device=source.offload_device,
+        )
     except BaseException:
         state.clear()
         raise
     notes = []
     if state.ignored:
-        notes.append(f"ignored source tensors (not used by a W8A8 linear): {', '.join(state.ignored[:6])}"
-                     + (f" … (+{len(state.ignored) - 6})" if len(state.ignored) > 6 else ""))  # fmt: skip
+        notes.append(
+            f"ignored source tensors (not used by a W8A8 linear): {', '.join(state.ignored[:6])}"
+            + (f" … (+{len(state.ignored) - 6})" if len(state.ignored) > 6 else "")
+        )
     if source.patches:
         patcher.patches = {k: list(v) for k, v in source.patches.items()}
         patcher.patches_uuid = source.patches_uuid
@@ -69,10 +78,18 @@ def patch_model(source, label: str, gemm_path: str | None, progress=None):
     patcher.model_options = comfy.model_patcher.create_model_options_clone(source.model_options)
     notes.append(install_attention(patcher.model_options))
     if source.object_patches:
-        notes.append(f"dropped {len(source.object_patches)} object patches of the source MODEL (they point at its "
-                     "modules); apply them after this node")  # fmt: skip
-    report = branch_report(label, f"patched {type(source.model).__name__} ({str(dtype).replace('torch.', '')})",
-                           str(dtype).replace("torch.", ""), paths, state, config)  # fmt: skip
+        notes.append(
+            f"dropped {len(source.object_patches)} object patches of the source MODEL (they point at its "
+            "modules); apply them after this node"
+        )
+    report = branch_report(
+        label,
+        f"patched {type(source.model).__name__} ({str(dtype).replace('torch.', '')})",
+        str(dtype).replace("torch.", ""),
+        paths,
+        state,
+        config,
+    )
     fusion = ffn_fusion.load_summary(patcher.model.diffusion_model)
     report.notes.extend(notes + ([fusion] if fusion else []))
     state.clear()
@@ -101,18 +118,30 @@ class Ideogram4Int8Patch(io.ComfyNode):
             display_name=NODE_NAME,
             category=CATEGORY,
             description="Takes a native Ideogram 4 MODEL (fp8_scaled, bf16 or int8_tensorwise, e.g. from Load "
-                        "Diffusion Model) and returns one whose linears run the fused INT8 GEMM: int8 layers are "
-                        "used as they are, fp8 / bf16 layers are quantized to W8A8 on load. Patch each branch.",
+            "Diffusion Model) and returns one whose linears run the fused INT8 GEMM: int8 layers are "
+            "used as they are, fp8 / bf16 layers are quantized to W8A8 on load. Patch each branch.",
             search_aliases=["ideogram4 int8 patch", "w8a8 patch", "quantize ideogram"],
             inputs=[
-                io.Model.Input("model", tooltip="A native Ideogram 4 MODEL (conditional or unconditional branch), "
-                                                "e.g. from Load Diffusion Model with ideogram4_fp8_scaled."),
-                io.Combo.Input("label", options=list(LABELS), default="conditional",
-                               tooltip="Which branch this is: names the layers in the GEMM-path panel "
-                                       "(conditional/…, unconditional/…). Use a different label for each branch."),
-                io.Combo.Input("gemm_path", options=list(GEMM_CHOICES), default="auto", advanced=True,
-                               tooltip="auto: the fused Triton INT8 GEMM where it runs (CUDA sm_80+), else "
-                                       "cublas-int8, else dequant-bf16. Force one to compare."),
+                io.Model.Input(
+                    "model",
+                    tooltip="A native Ideogram 4 MODEL (conditional or unconditional branch), "
+                    "e.g. from Load Diffusion Model with ideogram4_fp8_scaled.",
+                ),
+                io.Combo.Input(
+                    "label",
+                    options=list(LABELS),
+                    default="conditional",
+                    tooltip="Which branch this is: names the layers in the GEMM-path panel "
+                    "(conditional/…, unconditional/…). Use a different label for each branch.",
+                ),
+                io.Combo.Input(
+                    "gemm_path",
+                    options=list(GEMM_CHOICES),
+                    default="auto",
+                    advanced=True,
+                    tooltip="auto: the fused Triton INT8 GEMM where it runs (CUDA sm_80+), else "
+                    "cublas-int8, else dequant-bf16. Force one to compare.",
+                ),
             ],
             outputs=[io.Model.Output(display_name="model"), io.String.Output(display_name="report")],
         )
@@ -128,8 +157,9 @@ class Ideogram4Int8Patch(io.ComfyNode):
             try:
                 kernels.select_path(model.load_device, 4608, 4608, forced)
             except ValueError as exc:
-                raise ValueError(f"{NODE_NAME}: gemm_path={forced!r} cannot run on {model.load_device}: {exc}. "
-                                 "Use 'auto'") from None  # fmt: skip
+                raise ValueError(
+                    f"{NODE_NAME}: gemm_path={forced!r} cannot run on {model.load_device}: {exc}. Use 'auto'"
+                ) from None
         pbar = comfy.utils.ProgressBar(1)
 
         def progress(done, total, name):

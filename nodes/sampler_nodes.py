@@ -46,19 +46,35 @@ class PerStepGuidanceGuider(Guider_DualModel):
         sigma = float(timestep.reshape(-1)[0])
         self.cfg = self.guidance[sa.step_index(self.plan_sigmas, sigma)]
         uncond_inner, uncond_conds = getattr(self, "uncond_inner", None), getattr(self, "_uncond_conds", None)
-        if uncond_inner is None or uncond_conds is None or (
-                math.isclose(self.cfg, 1.0) and not model_options.get("disable_cfg1_optimization", False)):
+        if (
+            uncond_inner is None
+            or uncond_conds is None
+            or (math.isclose(self.cfg, 1.0) and not model_options.get("disable_cfg1_optimization", False))
+        ):
             return super().predict_noise(x, timestep, model_options, seed)  # the conditional pass alone
         # ComfyUI's dual-model guider runs the negative pass with the positive MODEL's options, so a wrapper of the
         # positive MODEL (TorchCompileModel's swaps in its compiled diffusion model) computed the negative pass with
         # the positive weights. Each pass here gets its own MODEL's wrappers and patches.
         positive = self.conds.get("positive")
         cond = comfy.samplers.calc_cond_batch(self.inner_model, [positive], x, timestep, model_options)[0]
-        uncond = comfy.samplers.calc_cond_batch(uncond_inner, [uncond_conds], x, timestep,
-                                                own_model_options(model_options, self.uncond_model_patcher,
-                                                                  self.model_patcher))[0]
-        return comfy.samplers.cfg_function(self.inner_model, cond, uncond, self.cfg, x, timestep,
-                                           model_options=model_options, cond=positive, uncond=uncond_conds)
+        uncond = comfy.samplers.calc_cond_batch(
+            uncond_inner,
+            [uncond_conds],
+            x,
+            timestep,
+            own_model_options(model_options, self.uncond_model_patcher, self.model_patcher),
+        )[0]
+        return comfy.samplers.cfg_function(
+            self.inner_model,
+            cond,
+            uncond,
+            self.cfg,
+            x,
+            timestep,
+            model_options=model_options,
+            cond=positive,
+            uncond=uncond_conds,
+        )
 
 
 PER_MODEL_TRANSFORMER_OPTIONS = ("wrappers", "callbacks", "patches", "patches_replace")
@@ -99,13 +115,14 @@ def _each_once(*tables: dict) -> dict:
 
 def check_conditioning(positive, features: int) -> None:
     if not isinstance(positive, list) or not positive:
-        raise sa.SamplingArgumentError(f"{NODE_NAME}: 'positive' is empty or not a CONDITIONING: "
-                                       f"{sa.FIX_CONDITIONING}")  # fmt: skip
+        raise sa.SamplingArgumentError(f"{NODE_NAME}: 'positive' is empty or not a CONDITIONING: {sa.FIX_CONDITIONING}")
     for i, item in enumerate(positive):
         cond = item[0] if isinstance(item, (list, tuple)) and item else None
         if not isinstance(cond, torch.Tensor):
-            raise sa.SamplingArgumentError(f"{NODE_NAME}: 'positive' entry {i} holds no text features "
-                                           f"(a zeroed-out or empty conditioning?): {sa.FIX_CONDITIONING}")  # fmt: skip
+            raise sa.SamplingArgumentError(
+                f"{NODE_NAME}: 'positive' entry {i} holds no text features "
+                f"(a zeroed-out or empty conditioning?): {sa.FIX_CONDITIONING}"
+            )
         try:
             sa.check_text_features(cond.shape, features)
         except sa.SamplingArgumentError as exc:
@@ -121,15 +138,25 @@ def _on_device(conditioning, device: torch.device):
     return [[c.to(device, non_blocking=True) if isinstance(c, torch.Tensor) else c, *rest] for c, *rest in conditioning]
 
 
-def sample(model, model_negative, positive, plan: sa.SamplingPlan, width: int, height: int, seed: int,
-           batch_size: int = 1, node_id: str | None = None) -> torch.Tensor:  # fmt: skip
+def sample(
+    model,
+    model_negative,
+    positive,
+    plan: sa.SamplingPlan,
+    width: int,
+    height: int,
+    seed: int,
+    batch_size: int = 1,
+    node_id: str | None = None,
+) -> torch.Tensor:
     """The latent [B, C, H/16, W/16] (float32, intermediate device) of one run.
 
     The GEMM-path panel is told after the run (``publish("run", labels of both MODELs, node_id)``)."""
     channels = model.model.latent_format.latent_channels
     in_ch = int(model.model.model_config.unet_config.get("in_channels", channels))
-    latent = torch.zeros([batch_size, in_ch, height // 16, width // 16],
-                         device=comfy.model_management.intermediate_device())  # fmt: skip
+    latent = torch.zeros(
+        [batch_size, in_ch, height // 16, width // 16], device=comfy.model_management.intermediate_device()
+    )
     noise = comfy.sample.prepare_noise(latent, seed)
     guider = PerStepGuidanceGuider(model, model_negative, plan.sigmas, plan.guidance)
     guider.set_conds(_on_device(positive, model.load_device), UNCOND_IMAGE_ONLY)
@@ -138,8 +165,15 @@ def sample(model, model_negative, positive, plan: sa.SamplingPlan, width: int, h
     load_together([model, model_negative], latent.shape)  # both branches share the card (low-VRAM streaming)
     kernels.REGISTRY.begin_run()
     try:
-        samples = guider.sample(noise, latent, sampler, plan.sigmas, callback=callback,
-                                disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED, seed=seed)  # fmt: skip
+        samples = guider.sample(
+            noise,
+            latent,
+            sampler,
+            plan.sigmas,
+            callback=callback,
+            disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED,
+            seed=seed,
+        )
     finally:
         kernels.REGISTRY.end_run()
         publish("run", model_labels(model, model_negative) or None, node_id)
@@ -156,64 +190,166 @@ class Ideogram4Int8Sampler(io.ComfyNode):
             display_name=NODE_NAME,
             category=CATEGORY,
             description="Samples Ideogram 4 exactly like the official pipeline: asymmetric CFG with the "
-                        "unconditional branch image-only, per-step guidance with the polish steps last, the preset's "
-                        "schedule, ComfyUI's seeded noise. Output LATENT goes to VAE Decode with flux2-vae.",
+            "unconditional branch image-only, per-step guidance with the polish steps last, the preset's "
+            "schedule, ComfyUI's seeded noise. Output LATENT goes to VAE Decode with flux2-vae.",
             search_aliases=["ideogram4 sampler", "ideogram ksampler", "asymmetric cfg"],
             inputs=[
-                io.Model.Input("model", tooltip="Conditional Ideogram 4 MODEL (the 'conditional' output of "
-                                                "Ideogram 4 INT8 Loader, or any native Ideogram 4 model)."),
-                io.Model.Input("model_negative", tooltip="Unconditional Ideogram 4 MODEL (the separate "
-                                                         "unconditional weights; it sees image tokens only)."),
-                io.Conditioning.Input("positive", tooltip="Ideogram 4 text features: CLIPTextEncode with a "
-                                                          "CLIPLoader of type ideogram4 (Qwen3-VL 8B). A JSON "
-                                                          "caption from the caption builder works best."),
-                io.Int.Input("seed", default=0, min=0, max=0xFFFFFFFFFFFFFFFF, step=1, control_after_generate=True,
-                             tooltip="Noise seed: the same seed gives the same noise as RandomNoise + "
-                                     "SamplerCustomAdvanced in a native graph."),
-                io.Combo.Input("preset", options=presets, default=DEFAULT_PRESET,
-                               tooltip="Official presets: Quality 48 (45x7 then 3x3, mu 0, std 1.5), Default 20 "
-                                       "(18x7 then 2x3, mu 0, std 1.75), Turbo 12 (11x7 then 1x3, mu 0.5, std "
-                                       "1.75). 'custom' uses the inputs below."),
-                io.Int.Input("width", default=sa.DEFAULT_SIZE, min=sa.MIN_SIZE, max=sa.MAX_SIZE,
-                             step=sa.SIZE_MULTIPLE, tooltip=f"Image width in pixels: a multiple of {sa.SIZE_MULTIPLE}"
-                             f", {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at most {sa.MAX_ASPECT:g}:1."),
-                io.Int.Input("height", default=sa.DEFAULT_SIZE, min=sa.MIN_SIZE, max=sa.MAX_SIZE,
-                             step=sa.SIZE_MULTIPLE, tooltip=f"Image height in pixels: a multiple of "
-                             f"{sa.SIZE_MULTIPLE}, {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at most "
-                             f"{sa.MAX_ASPECT:g}:1."),
-                io.Int.Input("batch_size", default=1, min=1, max=sa.MAX_BATCH, step=1, advanced=True,
-                             tooltip="Images per run (one noise tensor for the batch, as ComfyUI draws it)."),
-                io.Int.Input("steps", default=base.steps, min=1, max=sa.MAX_STEPS, step=1, advanced=True,
-                             tooltip="custom preset only: number of Euler steps."),
-                io.Float.Input("guidance", default=base.guidance[0], min=0.0, max=30.0, step=0.1, advanced=True,
-                               tooltip="custom preset only: guidance of the main steps (official: 7)."),
-                io.Int.Input("polish_steps", default=base.guidance.count(base.guidance[-1]), min=0,
-                             max=sa.MAX_STEPS, step=1, advanced=True,
-                             tooltip="custom preset only: how many final steps use the polish guidance "
-                                     "(official: 3 / 2 / 1 for Quality / Default / Turbo)."),
-                io.Float.Input("polish_guidance", default=base.guidance[-1], min=0.0, max=30.0, step=0.1,
-                               advanced=True, tooltip="custom preset only: guidance of the polish steps "
-                                                      "(official: 3)."),
-                io.Float.Input("mu", default=base.mu, min=-5.0, max=5.0, step=0.05, advanced=True,
-                               tooltip="custom preset only: logSNR shift of the logit-normal schedule."),
-                io.Float.Input("std", default=base.std, min=0.05, max=5.0, step=0.05, advanced=True,
-                               tooltip="custom preset only: spread of the logit-normal schedule."),
+                io.Model.Input(
+                    "model",
+                    tooltip="Conditional Ideogram 4 MODEL (the 'conditional' output of "
+                    "Ideogram 4 INT8 Loader, or any native Ideogram 4 model).",
+                ),
+                io.Model.Input(
+                    "model_negative",
+                    tooltip="Unconditional Ideogram 4 MODEL (the separate "
+                    "unconditional weights; it sees image tokens only).",
+                ),
+                io.Conditioning.Input(
+                    "positive",
+                    tooltip="Ideogram 4 text features: CLIPTextEncode with a "
+                    "CLIPLoader of type ideogram4 (Qwen3-VL 8B). A JSON "
+                    "caption from the caption builder works best.",
+                ),
+                io.Int.Input(
+                    "seed",
+                    default=0,
+                    min=0,
+                    max=0xFFFFFFFFFFFFFFFF,
+                    step=1,
+                    control_after_generate=True,
+                    tooltip="Noise seed: the same seed gives the same noise as RandomNoise + "
+                    "SamplerCustomAdvanced in a native graph.",
+                ),
+                io.Combo.Input(
+                    "preset",
+                    options=presets,
+                    default=DEFAULT_PRESET,
+                    tooltip="Official presets: Quality 48 (45x7 then 3x3, mu 0, std 1.5), Default 20 "
+                    "(18x7 then 2x3, mu 0, std 1.75), Turbo 12 (11x7 then 1x3, mu 0.5, std "
+                    "1.75). 'custom' uses the inputs below.",
+                ),
+                io.Int.Input(
+                    "width",
+                    default=sa.DEFAULT_SIZE,
+                    min=sa.MIN_SIZE,
+                    max=sa.MAX_SIZE,
+                    step=sa.SIZE_MULTIPLE,
+                    tooltip=f"Image width in pixels: a multiple of {sa.SIZE_MULTIPLE}"
+                    f", {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at most {sa.MAX_ASPECT:g}:1.",
+                ),
+                io.Int.Input(
+                    "height",
+                    default=sa.DEFAULT_SIZE,
+                    min=sa.MIN_SIZE,
+                    max=sa.MAX_SIZE,
+                    step=sa.SIZE_MULTIPLE,
+                    tooltip=f"Image height in pixels: a multiple of "
+                    f"{sa.SIZE_MULTIPLE}, {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at most "
+                    f"{sa.MAX_ASPECT:g}:1.",
+                ),
+                io.Int.Input(
+                    "batch_size",
+                    default=1,
+                    min=1,
+                    max=sa.MAX_BATCH,
+                    step=1,
+                    advanced=True,
+                    tooltip="Images per run (one noise tensor for the batch, as ComfyUI draws it).",
+                ),
+                io.Int.Input(
+                    "steps",
+                    default=base.steps,
+                    min=1,
+                    max=sa.MAX_STEPS,
+                    step=1,
+                    advanced=True,
+                    tooltip="custom preset only: number of Euler steps.",
+                ),
+                io.Float.Input(
+                    "guidance",
+                    default=base.guidance[0],
+                    min=0.0,
+                    max=30.0,
+                    step=0.1,
+                    advanced=True,
+                    tooltip="custom preset only: guidance of the main steps (official: 7).",
+                ),
+                io.Int.Input(
+                    "polish_steps",
+                    default=base.guidance.count(base.guidance[-1]),
+                    min=0,
+                    max=sa.MAX_STEPS,
+                    step=1,
+                    advanced=True,
+                    tooltip="custom preset only: how many final steps use the polish guidance "
+                    "(official: 3 / 2 / 1 for Quality / Default / Turbo).",
+                ),
+                io.Float.Input(
+                    "polish_guidance",
+                    default=base.guidance[-1],
+                    min=0.0,
+                    max=30.0,
+                    step=0.1,
+                    advanced=True,
+                    tooltip="custom preset only: guidance of the polish steps (official: 3).",
+                ),
+                io.Float.Input(
+                    "mu",
+                    default=base.mu,
+                    min=-5.0,
+                    max=5.0,
+                    step=0.05,
+                    advanced=True,
+                    tooltip="custom preset only: logSNR shift of the logit-normal schedule.",
+                ),
+                io.Float.Input(
+                    "std",
+                    default=base.std,
+                    min=0.05,
+                    max=5.0,
+                    step=0.05,
+                    advanced=True,
+                    tooltip="custom preset only: spread of the logit-normal schedule.",
+                ),
             ],
             outputs=[io.Latent.Output(display_name="LATENT")],
             hidden=[io.Hidden.unique_id],  # the panel ties this node's badge to the models it ran
         )
 
     @classmethod
-    def execute(cls, model, model_negative, positive, seed, preset, width, height, batch_size=1,
-                steps=None, guidance=None, polish_steps=None, polish_guidance=None, mu=None,
-                std=None) -> io.NodeOutput:  # fmt: skip
+    def execute(
+        cls,
+        model,
+        model_negative,
+        positive,
+        seed,
+        preset,
+        width,
+        height,
+        batch_size=1,
+        steps=None,
+        guidance=None,
+        polish_steps=None,
+        polish_guidance=None,
+        mu=None,
+        std=None,
+    ) -> io.NodeOutput:
         """Before the run ComfyUI refuses a value past a widget's min / max, on that widget alone. What it cannot
         express (a multiple of 16, the aspect ratio of width and height, polish_steps <= steps) is refused here,
         when the node runs (after the nodes upstream), in one error. No validate_inputs: ComfyUI 0.33 drops its
         min / max check for every input that function names and lists each failure under each of them."""
         try:  # the arguments first: a bad one is reported before anything else is looked at
-            plan = sa.plan_sampling(preset, width, height, steps=steps, guidance=guidance, polish_steps=polish_steps,
-                                    polish_guidance=polish_guidance, mu=mu, std=std)  # fmt: skip
+            plan = sa.plan_sampling(
+                preset,
+                width,
+                height,
+                steps=steps,
+                guidance=guidance,
+                polish_steps=polish_steps,
+                polish_guidance=polish_guidance,
+                mu=mu,
+                std=std,
+            )
             sa.check_batch_size(batch_size)
         except sa.SamplingArgumentError as exc:
             raise sa.SamplingArgumentError(f"{NODE_NAME}: {exc}") from None
@@ -222,9 +358,12 @@ class Ideogram4Int8Sampler(io.ComfyNode):
         features = text_features(model)
         check_conditioning(positive, features)
         if text_features(model_negative) != features or model_negative.model.model_config.unet_config.get(
-                "in_channels") != model.model.model_config.unet_config.get("in_channels"):
-            raise sa.SamplingArgumentError(f"{NODE_NAME}: 'model' and 'model_negative' are different Ideogram 4 "
-                                           "architectures; connect the two branches of the same checkpoint")
+            "in_channels"
+        ) != model.model.model_config.unet_config.get("in_channels"):
+            raise sa.SamplingArgumentError(
+                f"{NODE_NAME}: 'model' and 'model_negative' are different Ideogram 4 "
+                "architectures; connect the two branches of the same checkpoint"
+            )
         samples = sample(model, model_negative, positive, plan, width, height, seed, batch_size, node_id_of(cls))
         return io.NodeOutput({"samples": samples})
 

@@ -219,8 +219,14 @@ def _natural_key(text: str):
 # Ideogram 4's linears in forward order: top-level ones before the blocks (image and text projections, timestep
 # MLP, AdaLN input), and inside a block; a name not listed sorts after the listed ones, by name.
 _TOP_ORDER = ("input_proj", "llm_cond_proj", "t_embedding.", "adaln_proj")
-_BLOCK_ORDER = ("adaln_modulation", "attention.qkv", "attention.o", "feed_forward.w1", "feed_forward.w3",
-                "feed_forward.w2")  # fmt: skip
+_BLOCK_ORDER = (
+    "adaln_modulation",
+    "attention.qkv",
+    "attention.o",
+    "feed_forward.w1",
+    "feed_forward.w3",
+    "feed_forward.w2",
+)
 
 
 def _rank(name: str, order: tuple[str, ...]) -> int:
@@ -411,8 +417,10 @@ def status_report(
             )
         labels = [model]
     picks = picker.picks()
-    models = [_model_entry(label, registry.layers(label), picks, include_layers, registry.model_notes(label))
-              for label in labels]  # fmt: skip
+    models = [
+        _model_entry(label, registry.layers(label), picks, include_layers, registry.model_notes(label))
+        for label in labels
+    ]
     env = _environment()
     from .. import __version__
 

@@ -182,8 +182,12 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
     def _streams_on(self, device) -> bool:
         device = torch.device(device) if device is not None else None
         forced = getattr(self.model, "ideogram4_stream_any_device", False)  # tests: the plan on a CPU
-        return device is not None and (device.type == "cuda" or forced) and streaming_enabled() and bool(
-            _blocks(self.model))  # fmt: skip
+        return (
+            device is not None
+            and (device.type == "cuda" or forced)
+            and streaming_enabled()
+            and bool(_blocks(self.model))
+        )
 
     def stream_plan(self, budget: float) -> streaming.ResidencyPlan:
         blocks = self._block_bytes()
@@ -216,9 +220,15 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def load(self, device_to=None, lowvram_model_memory=0, force_patch_weights=False, full_load=False):
         budget = lowvram_model_memory
-        log.debug("ideogram4-int8: load %s on %s: budget %.2f GiB of %.2f, full_load=%s, streaming now=%s",
-                  site_label(self.model.diffusion_model), device_to, budget / streaming.GIB,
-                  self.model_size() / streaming.GIB, full_load, self.stream is not None)  # fmt: skip
+        log.debug(
+            "ideogram4-int8: load %s on %s: budget %.2f GiB of %.2f, full_load=%s, streaming now=%s",
+            site_label(self.model.diffusion_model),
+            device_to,
+            budget / streaming.GIB,
+            self.model_size() / streaming.GIB,
+            full_load,
+            self.stream is not None,
+        )
         streams = self._streams_on(device_to)
         if streams:
             _ON_DEVICE.add(self)
@@ -239,9 +249,12 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def partially_unload(self, device_to, memory_to_free=0, force_patch_weights=False):
         device = self.load_device
-        log.debug("ideogram4-int8: partially_unload %s: %.2f GiB asked, %.2f loaded",
-                  site_label(self.model.diffusion_model), memory_to_free / streaming.GIB,
-                  self.model.model_loaded_weight_memory / streaming.GIB)  # fmt: skip
+        log.debug(
+            "ideogram4-int8: partially_unload %s: %.2f GiB asked, %.2f loaded",
+            site_label(self.model.diffusion_model),
+            memory_to_free / streaming.GIB,
+            self.model.model_loaded_weight_memory / streaming.GIB,
+        )
         if not self._streams_on(device) or self.model.model_loaded_weight_memory <= 0:
             return super().partially_unload(device_to, memory_to_free, force_patch_weights)
         before = self.model.model_loaded_weight_memory
@@ -253,8 +266,12 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             return 0
         self._apply(device, plan)
         freed = before - self.model.model_loaded_weight_memory
-        log.info("ideogram4-int8: %s unloaded partially to %s (%.2f GiB freed)", self.stream.label or "model",
-                 plan.describe(), freed / streaming.GIB)  # fmt: skip
+        log.info(
+            "ideogram4-int8: %s unloaded partially to %s (%.2f GiB freed)",
+            self.stream.label or "model",
+            plan.describe(),
+            freed / streaming.GIB,
+        )
         return freed
 
     def unpatch_model(self, device_to=None, unpatch_weights=True):
@@ -368,8 +385,14 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
     def _rebalance(self, device, budget: float) -> float:
         """Shrink the pack's other MODELs on ``device`` to their share of the memory they and this load were given;
         returns the bytes freed for this load."""
-        others = [p for p in list(_ON_DEVICE) if p.model is not self.model and p.load_device == self.load_device
-                  and p.model.model_loaded_weight_memory > 0 and p._streams_on(device)]  # fmt: skip
+        others = [
+            p
+            for p in list(_ON_DEVICE)
+            if p.model is not self.model
+            and p.load_device == self.load_device
+            and p.model.model_loaded_weight_memory > 0
+            and p._streams_on(device)
+        ]
         if not others:
             return 0
         pool = budget + sum(p.model.model_loaded_weight_memory for p in others)
@@ -409,8 +432,10 @@ def streaming_summary(models) -> str:
     patchers = [m for m in models if isinstance(m, Ideogram4ModelPatcher)]
     if not patchers:
         return "model management: ComfyUI's ModelPatcher"
-    head = ("model management: ComfyUI decides what stays on the card; blocks that do not fit stream from pinned "
-            "host memory behind compute (int8 stays int8, LoRA merged)")  # fmt: skip
+    head = (
+        "model management: ComfyUI decides what stays on the card; blocks that do not fit stream from pinned "
+        "host memory behind compute (int8 stays int8, LoRA merged)"
+    )
     device = patchers[0].load_device
     if not streaming_enabled():
         return f"model management: ComfyUI's own partial load ({ENV_STREAM}=0)"
@@ -420,16 +445,20 @@ def streaming_summary(models) -> str:
     free = comfy.model_management.get_free_memory(device) - comfy.model_management.minimum_inference_memory()
     free += sum(p.model.model_loaded_weight_memory for p in patchers)
     minimum = sum(p.streaming_minimum() for p in patchers)
-    line = (f"{head}. Weights {total / streaming.GIB:.1f} GiB; streaming needs at least "
-            f"{minimum / streaming.GIB:.1f} GiB for them")
+    line = (
+        f"{head}. Weights {total / streaming.GIB:.1f} GiB; streaming needs at least "
+        f"{minimum / streaming.GIB:.1f} GiB for them"
+    )
     if free >= total:
         return f"{line}; this card has room for all of them ({free / streaming.GIB:.1f} GiB free)"
     if free < minimum:
         return f"{line}; this card has {max(free, 0) / streaming.GIB:.1f} GiB free: too little (free VRAM first)"
     plans = [p.stream_plan(free * p.model_size() / total) for p in patchers]
     crossing = sum(x.streamed_bytes for x in plans)
-    return (f"{line}; with {free / streaming.GIB:.1f} GiB free now, about {crossing / streaming.GIB:.1f} GiB cross "
-            "per step (the panel shows the measured copies after sampling)")
+    return (
+        f"{line}; with {free / streaming.GIB:.1f} GiB free now, about {crossing / streaming.GIB:.1f} GiB cross "
+        "per step (the panel shows the measured copies after sampling)"
+    )
 
 
 def stream_report(model) -> dict | None:
@@ -438,11 +467,21 @@ def stream_report(model) -> dict | None:
     if stream is None:
         return None
     p = stream.plan
-    return {"resident_blocks": len(p.resident), "streamed_blocks": len(p.streamed), "slots": p.slots,
-            "gib_on_card": round(p.device_bytes / streaming.GIB, 3),
-            "gib_streamed_per_forward": round(p.streamed_bytes / streaming.GIB, 3),
-            **stream.streamer.stats.as_dict()}  # fmt: skip
+    return {
+        "resident_blocks": len(p.resident),
+        "streamed_blocks": len(p.streamed),
+        "slots": p.slots,
+        "gib_on_card": round(p.device_bytes / streaming.GIB, 3),
+        "gib_streamed_per_forward": round(p.streamed_bytes / streaming.GIB, 3),
+        **stream.streamer.stats.as_dict(),
+    }
 
 
-__all__ = ["Ideogram4ModelPatcher", "stream_report", "streaming_summary", "load_together", "streaming_enabled",
-           "ENV_STREAM"]
+__all__ = [
+    "Ideogram4ModelPatcher",
+    "stream_report",
+    "streaming_summary",
+    "load_together",
+    "streaming_enabled",
+    "ENV_STREAM",
+]

@@ -64,24 +64,29 @@ def write_all():
     w = {"conditional": weights(seed), "unconditional": weights(seed + 1)}
     out = {"w8a8": synthetic.write_w8a8(os.path.join(MODELS, "i4_w8a8.safetensors"), w, CFG)}
     for b, tag in (("conditional", ""), ("unconditional", "_unconditional")):
-        out[f"int8{tag}"] = synthetic.write_comfy_int8(os.path.join(MODELS, f"i4{tag}_int8_convrot.safetensors"),
-                                                       w[b], CFG)
-        out[f"fp8{tag}"] = synthetic.write_comfy_fp8(os.path.join(MODELS, f"i4{tag}_fp8_scaled.safetensors"), w[b],
-                                                     CFG)
+        out[f"int8{tag}"] = synthetic.write_comfy_int8(
+            os.path.join(MODELS, f"i4{tag}_int8_convrot.safetensors"), w[b], CFG
+        )
+        out[f"fp8{tag}"] = synthetic.write_comfy_fp8(os.path.join(MODELS, f"i4{tag}_fp8_scaled.safetensors"), w[b], CFG)
         out[f"bf16{tag}"] = synthetic.write_float(os.path.join(MODELS, f"i4{tag}_bf16.safetensors"), w[b], CFG)
     return {k: str(v) for k, v in out.items()}, w
 
 
 def load(weights_name, uncond_name=loader_nodes.SAME_FILE, dtype="fp32", path="auto", base="none"):
-    out = loader_nodes.Ideogram4Int8Loader.execute(weights=weights_name, unconditional_weights=uncond_name, base=base,
-                                                   unconditional_base="none", compute_dtype=dtype, gemm_path=path)
+    out = loader_nodes.Ideogram4Int8Loader.execute(
+        weights=weights_name,
+        unconditional_weights=uncond_name,
+        base=base,
+        unconditional_base="none",
+        compute_dtype=dtype,
+        gemm_path=path,
+    )
     return out.result
 
 
 def reference(path, branch, gemm_path=None, label="ref"):
     st = read_branch(path, branch, dtype=torch.float32)
-    return Ideogram4DiT.from_state_dict(st, w8a8_linears(path=gemm_path), config=CFG, dtype=torch.float32,
-                                        label=label)
+    return Ideogram4DiT.from_state_dict(st, w8a8_linears(path=gemm_path), config=CFG, dtype=torch.float32, label=label)
 
 
 def inputs(batch=2, gh=6, gw=4, n_text=5):
@@ -98,8 +103,11 @@ CASES = ("image_only", "conditional", "conditional_masked")
 
 def forward_cases(fn, x, ctx, sigma, mask):
     with torch.no_grad():
-        return {"image_only": fn(x, sigma), "conditional": fn(x, sigma, context=ctx),
-                "conditional_masked": fn(x, sigma, context=ctx, attention_mask=mask)}
+        return {
+            "image_only": fn(x, sigma),
+            "conditional": fn(x, sigma, context=ctx),
+            "conditional_masked": fn(x, sigma, context=ctx, attention_mask=mask),
+        }
 
 
 @contextlib.contextmanager
@@ -108,9 +116,15 @@ def demo_sizes():
     the block count from the weights; the rest is the class's unet_extra_config)."""
     cls = comfy.supported_models.Ideogram4
     saved = cls.unet_extra_config
-    cls.unet_extra_config = dict(saved, num_attention_heads=CFG.num_heads, attention_head_dim=CFG.head_dim,
-                                 intermediate_size=CFG.intermediate_size, adaln_dim=CFG.adaln_dim,
-                                 llm_features_dim=CFG.llm_features_dim, mrope_section=list(CFG.mrope_section))
+    cls.unet_extra_config = dict(
+        saved,
+        num_attention_heads=CFG.num_heads,
+        attention_head_dim=CFG.head_dim,
+        intermediate_size=CFG.intermediate_size,
+        adaln_dim=CFG.adaln_dim,
+        llm_features_dim=CFG.llm_features_dim,
+        mrope_section=list(CFG.mrope_section),
+    )
     try:
         yield
     finally:
@@ -133,8 +147,11 @@ def _dequantized_state(st):
     for k, v in st.items():
         m, leaf = k.rsplit(".", 1)
         if leaf == "weight" and v.dtype == torch.int8:
-            entries = {e: st[f"{m}.{e}"] for e in ("weight", "weight_scale", "input_smooth", "convrot_groupsize")
-                       if f"{m}.{e}" in st}
+            entries = {
+                e: st[f"{m}.{e}"]
+                for e in ("weight", "weight_scale", "input_smooth", "convrot_groupsize")
+                if f"{m}.{e}" in st
+            }
             floats[k] = dequantize_entries(entries, torch.float32)
         elif leaf not in ("weight_scale", "input_smooth", "convrot_groupsize"):
             floats[k] = v.float()
@@ -166,15 +183,17 @@ def check_parity():
     files, _ = write_all()
     x, ctx, sigma, mask = inputs()
     res = {}
-    for fmt, cond_file, uncond_file in (("w8a8", "i4_w8a8.safetensors", loader_nodes.SAME_FILE),
-                                         ("int8_convrot", "i4_int8_convrot.safetensors",
-                                          "i4_unconditional_int8_convrot.safetensors"),
-                                         ("fp8", "i4_fp8_scaled.safetensors",
-                                          "i4_unconditional_fp8_scaled.safetensors"),
-                                         ("bf16", "i4_bf16.safetensors", "i4_unconditional_bf16.safetensors")):
+    for fmt, cond_file, uncond_file in (
+        ("w8a8", "i4_w8a8.safetensors", loader_nodes.SAME_FILE),
+        ("int8_convrot", "i4_int8_convrot.safetensors", "i4_unconditional_int8_convrot.safetensors"),
+        ("fp8", "i4_fp8_scaled.safetensors", "i4_unconditional_fp8_scaled.safetensors"),
+        ("bf16", "i4_bf16.safetensors", "i4_unconditional_bf16.safetensors"),
+    ):
         cond, uncond, summary = load(cond_file, uncond_file)
-        for branch, model, path in (("conditional", cond, cond_file), ("unconditional", uncond,
-                                    uncond_file if uncond_file != loader_nodes.SAME_FILE else cond_file)):
+        for branch, model, path in (
+            ("conditional", cond, cond_file),
+            ("unconditional", uncond, uncond_file if uncond_file != loader_nodes.SAME_FILE else cond_file),
+        ):
             ref = reference(os.path.join(MODELS, path), branch)
             seen, handles = _capture_linears(model.model.diffusion_model)
             ours = forward_cases(model.model.diffusion_model, x, ctx, sigma, mask)
@@ -190,8 +209,9 @@ def check_parity():
                     worst = max(worst, (ref_mods[name](inp) - out).abs().max().item())
             res[f"{fmt}/{branch}/layers_checked"] = len(seen)
             res[f"{fmt}/{branch}/layerwise_max_abs"] = worst
-        res[f"{fmt}/int8_weights"] = sum(isinstance(m.weight, QuantizedTensor)
-                                         for m in int8_ops.int8_linears(cond.model.diffusion_model).values())
+        res[f"{fmt}/int8_weights"] = sum(
+            isinstance(m.weight, QuantizedTensor) for m in int8_ops.int8_linears(cond.model.diffusion_model).values()
+        )
         res[f"{fmt}/summary"] = summary
     cond, _, _ = load("i4_w8a8.safetensors", path=kernels.PATH_DEQUANT)
     ref = reference(files["w8a8"], "conditional", kernels.PATH_DEQUANT)
@@ -206,10 +226,19 @@ def check_parity():
 
     floats = _dequantized_state(read_branch(files["w8a8"], "conditional", dtype=torch.float32))
     stock = Ideogram4Transformer2DModel(
-        in_channels=CFG.in_channels, num_layers=CFG.num_layers, num_attention_heads=CFG.num_heads,
-        attention_head_dim=CFG.head_dim, intermediate_size=CFG.intermediate_size, adaln_dim=CFG.adaln_dim,
-        llm_features_dim=CFG.llm_features_dim, rope_theta=CFG.rope_theta, mrope_section=CFG.mrope_section,
-        norm_eps=CFG.norm_eps, dtype=torch.float32, operations=comfy.ops.disable_weight_init)
+        in_channels=CFG.in_channels,
+        num_layers=CFG.num_layers,
+        num_attention_heads=CFG.num_heads,
+        attention_head_dim=CFG.head_dim,
+        intermediate_size=CFG.intermediate_size,
+        adaln_dim=CFG.adaln_dim,
+        llm_features_dim=CFG.llm_features_dim,
+        rope_theta=CFG.rope_theta,
+        mrope_section=CFG.mrope_section,
+        norm_eps=CFG.norm_eps,
+        dtype=torch.float32,
+        operations=comfy.ops.disable_weight_init,
+    )
     stock.load_state_dict(floats, strict=True)
     ours_float, _ = build_native_model(dict(floats), CFG, label="float", compute_dtype=torch.float32)
     ref_float = Ideogram4DiT(CFG, state_dict=dict(floats), dtype=torch.float32)
@@ -225,8 +254,9 @@ def check_parity():
 
 def _latent_node(cond, uncond, ctx, seed_, preset="Turbo 12", w=256, h=256, **kw):
     """The LATENT of our sampler node."""
-    out = sampler_nodes.Ideogram4Int8Sampler.execute(model=cond, model_negative=uncond, positive=[[ctx, {}]],
-                                                     seed=seed_, preset=preset, width=w, height=h, **kw)
+    out = sampler_nodes.Ideogram4Int8Sampler.execute(
+        model=cond, model_negative=uncond, positive=[[ctx, {}]], seed=seed_, preset=preset, width=w, height=h, **kw
+    )
     return out.result[0]["samples"]
 
 
@@ -253,17 +283,38 @@ def check_sampler():
     fc, fu = _float_models(files["w8a8"])
     got = _latent_node(fc, fu, ctx, s)
     with torch.no_grad():
-        want = sample(fc.model.diffusion_model, fu.model.diffusion_model, ctx, width=256, height=256,
-                      preset="Turbo 12", noise=noise)
+        want = sample(
+            fc.model.diffusion_model,
+            fu.model.diffusion_model,
+            ctx,
+            width=256,
+            height=256,
+            preset="Turbo 12",
+            noise=noise,
+        )
     res["float/vs_sample"] = rel(got, want)
     # W8A8 (the fused-path stand-in on CPU): the same comparison, plus our reference DiT
     cond, uncond, _ = load("i4_w8a8.safetensors")
     got = _latent_node(cond, uncond, ctx, s)
     with torch.no_grad():
-        want = sample(cond.model.diffusion_model, uncond.model.diffusion_model, ctx, width=256, height=256,
-                      preset="Turbo 12", noise=noise)
-        ref = sample(reference(files["w8a8"], "conditional"), reference(files["w8a8"], "unconditional"), ctx,
-                     width=256, height=256, preset="Turbo 12", noise=noise)
+        want = sample(
+            cond.model.diffusion_model,
+            uncond.model.diffusion_model,
+            ctx,
+            width=256,
+            height=256,
+            preset="Turbo 12",
+            noise=noise,
+        )
+        ref = sample(
+            reference(files["w8a8"], "conditional"),
+            reference(files["w8a8"], "unconditional"),
+            ctx,
+            width=256,
+            height=256,
+            preset="Turbo 12",
+            noise=noise,
+        )
     res["int8/vs_sample"] = rel(got, want)
     res["int8/vs_reference_dit"] = rel(got, ref)
     res["int8/shape"] = list(got.shape)
@@ -277,12 +328,27 @@ def check_sampler():
     guider = ncs.DualModelGuider.execute(model=cond, positive=[[ctx, {}]], cfg=5.5, model_negative=uncond).result[0]
     sigmas = Ideogram4Scheduler.execute(steps=4, width=256, height=384, mu=0.25, std=1.6).result[0]
     native = ncs.SamplerCustomAdvanced.execute(
-        noise=ncs.RandomNoise.execute(noise_seed=s).result[0], guider=guider,
-        sampler=ncs.KSamplerSelect.execute(sampler_name="euler").result[0], sigmas=sigmas,
+        noise=ncs.RandomNoise.execute(noise_seed=s).result[0],
+        guider=guider,
+        sampler=ncs.KSamplerSelect.execute(sampler_name="euler").result[0],
+        sigmas=sigmas,
         latent_image=EmptyFlux2LatentImage.execute(width=256, height=384, batch_size=1).result[0],
     ).result[0]["samples"]
-    ours = _latent_node(cond, uncond, ctx, s, preset="custom", w=256, h=384, steps=4, guidance=5.5,
-                        polish_steps=0, polish_guidance=3.0, mu=0.25, std=1.6)
+    ours = _latent_node(
+        cond,
+        uncond,
+        ctx,
+        s,
+        preset="custom",
+        w=256,
+        h=384,
+        steps=4,
+        guidance=5.5,
+        polish_steps=0,
+        polish_guidance=3.0,
+        mu=0.25,
+        std=1.6,
+    )
     res["native_graph_max_abs"] = (native - ours).abs().max().item()
     res["native_graph_norm"] = native.norm().item()
     # per-step guidance and sigmas of every preset at 1024x1024, with the model calls stubbed out (fast)
@@ -343,9 +409,13 @@ def check_interrupt():
         comfy.model_management.interrupt_current_processing(False)
     leftovers = [n for n, m in int8_ops.int8_linears(cond.model.diffusion_model).items() if len(m.weight_function)]
     again = _latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
-    return {"interrupted": interrupted, "steps_before_interrupt": max(steps_seen) if steps_seen else 0,
-            "rerun_max_abs": (again - clean).abs().max().item(), "leftover_weight_functions": leftovers,
-            "clean_norm": clean.norm().item()}
+    return {
+        "interrupted": interrupted,
+        "steps_before_interrupt": max(steps_seen) if steps_seen else 0,
+        "rerun_max_abs": (again - clean).abs().max().item(),
+        "leftover_weight_functions": leftovers,
+        "clean_norm": clean.norm().item(),
+    }
 
 
 def _qkv(model):
@@ -395,8 +465,10 @@ def check_lora():
     # lowvram: every module cast per call, the patch applied on the fly on the dequantized weight
     lora.patch_model(device_to=torch.device("cpu"), lowvram_model_memory=1)
     try:
-        res["lowvram_cast_modules"] = sum(bool(getattr(m, "comfy_cast_weights", False))
-                                          for m in int8_ops.int8_linears(lora.model.diffusion_model).values())
+        res["lowvram_cast_modules"] = sum(
+            bool(getattr(m, "comfy_cast_weights", False))
+            for m in int8_ops.int8_linears(lora.model.diffusion_model).values()
+        )
         res["lowvram_weight_function"] = len(_qkv(lora).weight_function)
         with torch.no_grad():
             got_lv = lora.model.diffusion_model(x, sigma, context=ctx)
@@ -413,9 +485,17 @@ def check_lora():
 
 SMOOTH_ENV = "IDEOGRAM4_INT8_SMOOTH_FOLD"
 # the layers a LoRA patches in check_smooth: every kind of fold (own smoothing, v-row / w3-row folds, norm folds)
-LORA_KEYS = ("layers.0.attention.qkv", "layers.0.attention.o", "layers.0.feed_forward.w1", "layers.0.feed_forward.w3",
-             "layers.0.feed_forward.w2", "llm_cond_proj", "layers.0.adaln_modulation", "layers.0.attention_norm1",
-             "layers.0.ffn_norm1")
+LORA_KEYS = (
+    "layers.0.attention.qkv",
+    "layers.0.attention.o",
+    "layers.0.feed_forward.w1",
+    "layers.0.feed_forward.w3",
+    "layers.0.feed_forward.w2",
+    "llm_cond_proj",
+    "layers.0.adaln_modulation",
+    "layers.0.attention_norm1",
+    "layers.0.ffn_norm1",
+)
 
 
 def _load_mode(name, mode):
@@ -501,18 +581,27 @@ def check_smooth():
     mods = {k: dict(d.named_modules()) for k, d in dm.items()}
     qkv, o = mods["min"]["layers.0.attention.qkv"], mods["min"]["layers.0.attention.o"]
     res["qkv_folded"] = qkv.input_folded is not None and qkv.input_divisor is None
-    res["off_divides_by_s"] = bool(torch.equal(mods["off"]["layers.0.attention.qkv"].input_divisor,
-                                               mods["off"]["layers.0.attention.qkv"].input_smooth))
+    res["off_divides_by_s"] = bool(
+        torch.equal(
+            mods["off"]["layers.0.attention.qkv"].input_divisor, mods["off"]["layers.0.attention.qkv"].input_smooth
+        )
+    )
     s = mods["off"]["layers.0.attention.qkv"].input_smooth
     n_off, n_min = mods["off"]["layers.0.attention_norm1"].weight, mods["min"]["layers.0.attention_norm1"].weight
     res["norm_fold_rel"] = rel(n_min, n_off / s)
     e = CFG.emb_dim
-    res["v_rows_linked"] = bool(torch.equal(qkv.output_folded[2 * e:], o.input_folded.cpu())
-                                and torch.all(qkv.output_folded[: 2 * e] == 1))
-    res["norm_linked"] = bool(torch.equal(mods["min"]["layers.0.attention_norm1"].ideogram4_fold,
-                                          qkv.input_folded.cpu()))
-    res["w3_rows_linked"] = bool(torch.equal(mods["min"]["layers.0.feed_forward.w3"].output_folded,
-                                             mods["min"]["layers.0.feed_forward.w2"].input_folded.cpu()))
+    res["v_rows_linked"] = bool(
+        torch.equal(qkv.output_folded[2 * e :], o.input_folded.cpu()) and torch.all(qkv.output_folded[: 2 * e] == 1)
+    )
+    res["norm_linked"] = bool(
+        torch.equal(mods["min"]["layers.0.attention_norm1"].ideogram4_fold, qkv.input_folded.cpu())
+    )
+    res["w3_rows_linked"] = bool(
+        torch.equal(
+            mods["min"]["layers.0.feed_forward.w3"].output_folded,
+            mods["min"]["layers.0.feed_forward.w2"].input_folded.cpu(),
+        )
+    )
     res["ratio_w3_divides"] = mods["ratio"]["layers.0.feed_forward.w3"].input_divisor is not None
     outs, divides = {}, {}
     for k, d in dm.items():
@@ -552,8 +641,9 @@ def check_smooth():
             outs[f"{k}/full"] = lo.model.diffusion_model(x, sigma, context=ctx)
         if k != "off":
             res[f"{k}/merged_vs_off"] = max(rel(merged[k][key], merged["off"][key]) for key in exact[k])
-            res[f"{k}/full_layerwise_vs_off"] = _layerwise_vs_off(lo.model.diffusion_model,
-                                                                  loras["off"].model.diffusion_model, exact[k])
+            res[f"{k}/full_layerwise_vs_off"] = _layerwise_vs_off(
+                lo.model.diffusion_model, loras["off"].model.diffusion_model, exact[k]
+            )
     comfy.model_management.unload_all_models()
     for k in loras:
         with torch.no_grad():
@@ -570,9 +660,9 @@ def check_smooth():
             norm = dict(lo.model.diffusion_model.named_modules())["layers.0.attention_norm1"]
             res[f"{k}/lowvram_norm_patched"] = len(norm.weight_function) == 1
             if k != "off":
-                res[f"{k}/lowvram_layerwise_vs_off"] = _layerwise_vs_off(lo.model.diffusion_model,
-                                                                         loras["off"].model.diffusion_model,
-                                                                         exact[k])  # fmt: skip
+                res[f"{k}/lowvram_layerwise_vs_off"] = _layerwise_vs_off(
+                    lo.model.diffusion_model, loras["off"].model.diffusion_model, exact[k]
+                )
     finally:
         for lo in loras.values():
             lo.unpatch_model()
@@ -586,8 +676,11 @@ def check_smooth():
     res["off/lowvram_vs_full"] = rel(outs["off/lowvram"], outs["off/full"])
     # a folded model saved and loaded again through the loader: the same model, nothing folded twice
     path = os.path.join(MODELS, "i4_smooth_saved.safetensors")
-    comfy.utils.save_torch_file({k: v.contiguous() for k, v in dm["min"].state_dict().items()}, path,
-                                metadata={"ideogram4_config": CFG.to_json()})  # fmt: skip
+    comfy.utils.save_torch_file(
+        {k: v.contiguous() for k, v in dm["min"].state_dict().items()},
+        path,
+        metadata={"ideogram4_config": CFG.to_json()},
+    )
     saved, _, res["summary_saved"] = load("i4_smooth_saved.safetensors", "i4_smooth_saved.safetensors")
     with torch.no_grad():
         res["saved_max_abs"] = (saved.model.diffusion_model(x, sigma, context=ctx) - outs["min"]).abs().max().item()
@@ -630,8 +723,9 @@ def check_offload():
     path = os.path.join(MODELS, "i4_saved.safetensors")
     # (the demo config's RoPE sections cannot be inferred from shapes; the full model's can, so metadata is only
     # needed here)
-    comfy.utils.save_torch_file({k: v.contiguous() for k, v in sd.items()}, path,
-                                metadata={"ideogram4_config": CFG.to_json()})
+    comfy.utils.save_torch_file(
+        {k: v.contiguous() for k, v in sd.items()}, path, metadata={"ideogram4_config": CFG.to_json()}
+    )
     saved, _, _ = load("i4_saved.safetensors", "i4_saved.safetensors")
     with torch.no_grad():
         res["saved_max_abs"] = (saved.model.diffusion_model(x, sigma, context=ctx) - full).abs().max().item()
@@ -642,8 +736,11 @@ def check_patch():
     files, _ = write_all()
     x, ctx, sigma, mask = inputs()
     res = {}
-    for fmt, fname in (("int8_convrot", "i4_int8_convrot.safetensors"), ("fp8", "i4_fp8_scaled.safetensors"),
-                       ("bf16", "i4_bf16.safetensors")):
+    for fmt, fname in (
+        ("int8_convrot", "i4_int8_convrot.safetensors"),
+        ("fp8", "i4_fp8_scaled.safetensors"),
+        ("bf16", "i4_bf16.safetensors"),
+    ):
         path = os.path.join(MODELS, fname)
         native = native_unet(path, torch.float32 if fmt == "bf16" else None)
         out = patch_nodes.Ideogram4Int8Patch.execute(model=native, label="conditional", gemm_path="auto")
@@ -657,16 +754,24 @@ def check_patch():
             res[f"{fmt}/{case}/vs_reference"] = rel(ours[case], want[case])
             res[f"{fmt}/{case}/vs_native"] = rel(ours[case], nat[case])
         res[f"{fmt}/report"] = report
-        res[f"{fmt}/int8_layers"] = sum(int8_ops.is_int8_weight(m.weight)
-                                        for m in int8_ops.int8_linears(patched.model.diffusion_model).values())
+        res[f"{fmt}/int8_layers"] = sum(
+            int8_ops.is_int8_weight(m.weight) for m in int8_ops.int8_linears(patched.model.diffusion_model).values()
+        )
         again = patch_nodes.Ideogram4Int8Patch.execute(model=patched, label="conditional", gemm_path="auto").result
         res[f"{fmt}/repatch_same_object"] = again[0] is patched
         fn, fargs = patched.cached_patcher_init[:2]
         with demo_sizes():
             rebuilt = fn(*fargs, disable_dynamic=True)
         with torch.no_grad():
-            res[f"{fmt}/reinit_max_abs"] = (rebuilt.model.diffusion_model(x, sigma, context=ctx)
-                                            - patched.model.diffusion_model(x, sigma, context=ctx)).abs().max().item()
+            res[f"{fmt}/reinit_max_abs"] = (
+                (
+                    rebuilt.model.diffusion_model(x, sigma, context=ctx)
+                    - patched.model.diffusion_model(x, sigma, context=ctx)
+                )
+                .abs()
+                .max()
+                .item()
+            )
     # a LoRA patch on the source MODEL carries over
     native = native_unet(os.path.join(MODELS, "i4_int8_convrot.safetensors"))
     lora = native.clone()
@@ -697,10 +802,11 @@ def check_bad_inputs():
         except Exception as exc:  # noqa: BLE001
             errors[name] = f"{type(exc).__name__}: {exc}"
 
-    comfy.utils.save_torch_file({"encoder.conv_in.weight": torch.randn(8, 3, 3, 3)},
-                                os.path.join(MODELS, "not_ideogram_vae.safetensors"))
+    comfy.utils.save_torch_file(
+        {"encoder.conv_in.weight": torch.randn(8, 3, 3, 3)}, os.path.join(MODELS, "not_ideogram_vae.safetensors")
+    )
     with open(os.path.join(MODELS, "truncated.safetensors"), "wb") as f:
-        f.write(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":")
+        f.write(b'\x10\x00\x00\x00\x00\x00\x00\x00{"a":')
     expect("wrong_kind", lambda: load("not_ideogram_vae.safetensors"))
     expect("truncated", lambda: load("truncated.safetensors"))
     expect("single_branch_no_uncond", lambda: load("i4_fp8_scaled.safetensors"))
@@ -708,45 +814,71 @@ def check_bad_inputs():
     synthetic.write_w8a8(os.path.join(MODELS, "i4_nobase.safetensors"), nobase, CFG, include_others=False)
     expect("missing_base", lambda: load("i4_nobase.safetensors"))
     for b in nobase:
-        synthetic.write_float(os.path.join(MODELS, f"i4_base_{b}.safetensors"), nobase[b], CFG,
-                              only=synthetic.is_nonlinear_or_top(CFG))
+        synthetic.write_float(
+            os.path.join(MODELS, f"i4_base_{b}.safetensors"), nobase[b], CFG, only=synthetic.is_nonlinear_or_top(CFG)
+        )
     # the second branch fails while loading (a NaN scale): the first one must not survive, nor its panel records
     from safetensors.torch import load_file, save_file
 
     bad = load_file(os.path.join(MODELS, "i4_unconditional_int8_convrot.safetensors"))
     bad["layers.2.attention.o.weight_scale"][5] = float("nan")
-    save_file(bad, os.path.join(MODELS, "i4_unconditional_bad.safetensors"),
-              metadata={"ideogram4_config": CFG.to_json()})
+    save_file(
+        bad, os.path.join(MODELS, "i4_unconditional_bad.safetensors"), metadata={"ideogram4_config": CFG.to_json()}
+    )
     kernels.REGISTRY.clear()
     expect("second_branch_fails", lambda: load("i4_int8_convrot.safetensors", "i4_unconditional_bad.safetensors"))
     errors["registry_after_failed_load"] = kernels.REGISTRY.models()
     expect("hf_empty", lambda: load(loader_nodes.HF_CHOICE))
-    expect("hf_offline_missing", lambda: loader_nodes.Ideogram4Int8Loader.execute(
-        weights=loader_nodes.HF_CHOICE, unconditional_weights=loader_nodes.SAME_FILE, base="none",
-        unconditional_base="none", compute_dtype="fp32", gemm_path="auto", hf_repo_id="someone/ideogram-4-int8",
-        hf_filename="w8a8.safetensors"))
+    expect(
+        "hf_offline_missing",
+        lambda: loader_nodes.Ideogram4Int8Loader.execute(
+            weights=loader_nodes.HF_CHOICE,
+            unconditional_weights=loader_nodes.SAME_FILE,
+            base="none",
+            unconditional_base="none",
+            compute_dtype="fp32",
+            gemm_path="auto",
+            hf_repo_id="someone/ideogram-4-int8",
+            hf_filename="w8a8.safetensors",
+        ),
+    )
     expect("forced_triton_on_cpu", lambda: load("i4_w8a8.safetensors", path=kernels.PATH_TRITON))
     cond, uncond, _ = load("i4_w8a8.safetensors")
     other_cfg = comfy.supported_models.SD15({"disable_unet_model_creation": True, "in_channels": 4})
-    other = comfy.model_patcher.ModelPatcher(comfy.model_base.BaseModel(other_cfg), torch.device("cpu"),
-                                             torch.device("cpu"))
+    other = comfy.model_patcher.ModelPatcher(
+        comfy.model_base.BaseModel(other_cfg), torch.device("cpu"), torch.device("cpu")
+    )
     ctx = torch.randn(1, 5, CFG.llm_features_dim)
-    expect("patch_non_ideogram", lambda: patch_nodes.Ideogram4Int8Patch.execute(model=other, label="conditional",
-                                                                                  gemm_path="auto"))
+    expect(
+        "patch_non_ideogram",
+        lambda: patch_nodes.Ideogram4Int8Patch.execute(model=other, label="conditional", gemm_path="auto"),
+    )
     expect("sampler_non_ideogram", lambda: _latent_node(other, uncond, ctx, 0))
     expect("sampler_non_ideogram_negative", lambda: _latent_node(cond, other, ctx, 0))
     expect("sampler_clip_l_conditioning", lambda: _latent_node(cond, uncond, torch.randn(1, 77, 768), 0))
-    expect("sampler_zero_out_none", lambda: sampler_nodes.Ideogram4Int8Sampler.execute(
-        model=cond, model_negative=uncond, positive=[[None, {}]], seed=0, preset="Turbo 12", width=256, height=256))
+    expect(
+        "sampler_zero_out_none",
+        lambda: sampler_nodes.Ideogram4Int8Sampler.execute(
+            model=cond, model_negative=uncond, positive=[[None, {}]], seed=0, preset="Turbo 12", width=256, height=256
+        ),
+    )
     expect("size_not_multiple", lambda: _latent_node(cond, uncond, ctx, 0, w=1000, h=1024))
     expect("size_aspect", lambda: _latent_node(cond, uncond, ctx, 0, w=2048, h=256 + 64))
     expect("size_small", lambda: _latent_node(cond, uncond, ctx, 0, w=128, h=256))
-    expect("custom_polish_too_many", lambda: _latent_node(cond, uncond, ctx, 0, preset="custom", steps=4,
-                                                           polish_steps=6))
-    expect("with_base_ok", lambda: loader_nodes.Ideogram4Int8Loader.execute(
-        weights="i4_nobase.safetensors", unconditional_weights=loader_nodes.SAME_FILE,
-        base="i4_base_conditional.safetensors", unconditional_base="i4_base_unconditional.safetensors",
-        compute_dtype="fp32", gemm_path="auto"))
+    expect(
+        "custom_polish_too_many", lambda: _latent_node(cond, uncond, ctx, 0, preset="custom", steps=4, polish_steps=6)
+    )
+    expect(
+        "with_base_ok",
+        lambda: loader_nodes.Ideogram4Int8Loader.execute(
+            weights="i4_nobase.safetensors",
+            unconditional_weights=loader_nodes.SAME_FILE,
+            base="i4_base_conditional.safetensors",
+            unconditional_base="i4_base_unconditional.safetensors",
+            compute_dtype="fp32",
+            gemm_path="auto",
+        ),
+    )
     return errors
 
 
@@ -756,8 +888,7 @@ def check_hooks():
     from comfyui_ideogram4_int8.nodes import status_nodes
 
     updates, events = [], []
-    comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, node_id=None: updates.append((value,
-                                                                                                         total)))
+    comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, node_id=None: updates.append((value, total)))
     status_nodes.publish = lambda event, models=None, node_id=None: events.append((event, models))
     try:
         cond, uncond, _ = load("i4_w8a8.safetensors")
@@ -777,10 +908,15 @@ def check_hooks():
     finally:
         comfy.utils.set_progress_bar_global_hook(None)
         del status_nodes.publish
-    return {"load_updates": len(load_updates), "load_last": load_updates[-1] if load_updates else None,
-            "load_monotonic": all(a[0] <= b[0] for a, b in zip(load_updates, load_updates[1:], strict=False)),
-            "sample_updates": sample_updates, "events": events, "survived_broken_publish": survived,
-            "registry_last_run": kernels.REGISTRY.last_run()}
+    return {
+        "load_updates": len(load_updates),
+        "load_last": load_updates[-1] if load_updates else None,
+        "load_monotonic": all(a[0] <= b[0] for a, b in zip(load_updates, load_updates[1:], strict=False)),
+        "sample_updates": sample_updates,
+        "events": events,
+        "survived_broken_publish": survived,
+        "registry_last_run": kernels.REGISTRY.last_run(),
+    }
 
 
 def write_shared_smooth(name="i4_w8a8_shared.safetensors"):
@@ -800,10 +936,20 @@ def _stock_keys():
     from comfy.ldm.ideogram4.model import Ideogram4Transformer2DModel
 
     stock = Ideogram4Transformer2DModel(
-        in_channels=CFG.in_channels, num_layers=CFG.num_layers, num_attention_heads=CFG.num_heads,
-        attention_head_dim=CFG.head_dim, intermediate_size=CFG.intermediate_size, adaln_dim=CFG.adaln_dim,
-        llm_features_dim=CFG.llm_features_dim, rope_theta=CFG.rope_theta, mrope_section=CFG.mrope_section,
-        norm_eps=CFG.norm_eps, dtype=torch.float32, operations=comfy.ops.disable_weight_init, device="meta")
+        in_channels=CFG.in_channels,
+        num_layers=CFG.num_layers,
+        num_attention_heads=CFG.num_heads,
+        attention_head_dim=CFG.head_dim,
+        intermediate_size=CFG.intermediate_size,
+        adaln_dim=CFG.adaln_dim,
+        llm_features_dim=CFG.llm_features_dim,
+        rope_theta=CFG.rope_theta,
+        mrope_section=CFG.mrope_section,
+        norm_eps=CFG.norm_eps,
+        dtype=torch.float32,
+        operations=comfy.ops.disable_weight_init,
+        device="meta",
+    )
     return set(stock.state_dict())
 
 
@@ -839,11 +985,13 @@ def check_gate_up():
     x, ctx, sigma, mask = inputs()
     stock = _stock_keys()
     res = {}
-    for fmt, cf, uf in (("w8a8_shared", "i4_w8a8_shared.safetensors", loader_nodes.SAME_FILE),
-                        ("int8_convrot", "i4_int8_convrot.safetensors", "i4_unconditional_int8_convrot.safetensors"),
-                        ("fp8", "i4_fp8_scaled.safetensors", "i4_unconditional_fp8_scaled.safetensors"),
-                        ("w8a8", "i4_w8a8.safetensors", loader_nodes.SAME_FILE),
-                        ("w8a8_min", "i4_w8a8.safetensors", loader_nodes.SAME_FILE)):
+    for fmt, cf, uf in (
+        ("w8a8_shared", "i4_w8a8_shared.safetensors", loader_nodes.SAME_FILE),
+        ("int8_convrot", "i4_int8_convrot.safetensors", "i4_unconditional_int8_convrot.safetensors"),
+        ("fp8", "i4_fp8_scaled.safetensors", "i4_unconditional_fp8_scaled.safetensors"),
+        ("w8a8", "i4_w8a8.safetensors", loader_nodes.SAME_FILE),
+        ("w8a8_min", "i4_w8a8.safetensors", loader_nodes.SAME_FILE),
+    ):
         # the transformerlab layout (w1 and w3 with different vectors): folded with w1/w3 mode 'ratio' w3 still
         # divides by a ratio at run time (two quantizer passes, split); with the default 'min' both share a vector
         with _env(smooth_fold.ENV_MODE, "ratio" if fmt == "w8a8" else ""):
@@ -968,8 +1116,9 @@ def check_gate_up_lora():
     comfy.model_management.load_models_gpu([lora])  # full load: merged through convert_weight / set_weight
     dm = lora.model.diffusion_model
     ffs = (dm.layers[0].feed_forward, dm.layers[2].feed_forward)
-    res["int8_after_merge"] = all(int8_ops.is_int8_weight(f.w1.weight) and int8_ops.is_int8_weight(f.w3.weight)
-                                  for f in ffs)
+    res["int8_after_merge"] = all(
+        int8_ops.is_int8_weight(f.w1.weight) and int8_ops.is_int8_weight(f.w3.weight) for f in ffs
+    )
     merged = ffs[0].w1.convert_weight(ffs[0].w1.weight).float()
     res["merged_vs_w_plus_delta"] = rel(merged, real[names[0]] + deltas[names[0]])
     res["w_vs_w_plus_delta"] = rel(real[names[0]], real[names[0]] + deltas[names[0]])
@@ -990,8 +1139,10 @@ def check_gate_up_lora():
         n0 = [(f.fused_calls, f.split_calls) for f in (dm.layers[0].feed_forward, dm.layers[1].feed_forward)]
         with torch.no_grad():
             got_lv = dm(x, sigma, context=ctx)
-        res["lowvram_calls"] = [(f.fused_calls - a, f.split_calls - b) for f, (a, b) in
-                                zip((dm.layers[0].feed_forward, dm.layers[1].feed_forward), n0, strict=True)]
+        res["lowvram_calls"] = [
+            (f.fused_calls - a, f.split_calls - b)
+            for f, (a, b) in zip((dm.layers[0].feed_forward, dm.layers[1].feed_forward), n0, strict=True)
+        ]
         res["lowvram_vs_ref"] = rel(got_lv, want)
         rec = {r.layer: r for r in kernels.REGISTRY.layers("conditional")}
         res["lowvram_w1_reason"] = rec[names[0]].reason
@@ -1110,8 +1261,12 @@ def _compile_case(dm, opts, label, steps, kw, quantized):
     out["graphs"] = report.graph_count
     out["break_reasons"] = [str(b.reason).splitlines()[0] for b in report.break_reasons[:3]]
     out["graph_break_counter"] = sum(counters["graph_break"].values())
-    out["graph_ops"] = [sorted({str(n.target) for n in g.graph.nodes if n.op == "call_function"})[:3]
-                        if len(g.graph.nodes) < 8 else len(g.graph.nodes) for g in report.graphs]
+    out["graph_ops"] = [
+        sorted({str(n.target) for n in g.graph.nodes if n.op == "call_function"})[:3]
+        if len(g.graph.nodes) < 8
+        else len(g.graph.nodes)
+        for g in report.graphs
+    ]
     dynamo.reset()
     with torch.no_grad():
         eager = [dm(x, s, transformer_options=opts, **kw) for x, s in zip(xs, sigmas, strict=True)]
@@ -1131,8 +1286,14 @@ def _compile_case(dm, opts, label, steps, kw, quantized):
     out["coverage_forwards"] = cov.forwards - f0
     out["coverage_bypassed"] = cov.bypassed_forwards - b0
     out["coverage_last"] = cov.last
-    out["ops_in_graph"] = sorted({str(n.target) for g in counter.graphs for n in g.graph.nodes
-                                  if n.op == "call_function" and "ideogram4_int8" in str(n.target)})
+    out["ops_in_graph"] = sorted(
+        {
+            str(n.target)
+            for g in counter.graphs
+            for n in g.graph.nodes
+            if n.op == "call_function" and "ideogram4_int8" in str(n.target)
+        }
+    )
     return out, got[0], (xs[0], sigmas[0], kw)
 
 
@@ -1145,8 +1306,7 @@ def _per_block_case(dm, opts, label, kw, quantized):
 
     x0, ctx, _, mask = inputs()
     kw = {k: {"context": ctx, "attention_mask": mask}[k] for k in kw}
-    steps = [(torch.randn(x0.shape, generator=G), torch.rand(x0.shape[0], generator=G) * 0.9 + 0.05)
-             for _ in range(2)]  # fmt: skip
+    steps = [(torch.randn(x0.shape, generator=G), torch.rand(x0.shape[0], generator=G) * 0.9 + 0.05) for _ in range(2)]
     dynamo.reset()
     with torch.no_grad():
         eager = [dm(x, s, transformer_options=opts, **kw) for x, s in steps]
@@ -1162,10 +1322,13 @@ def _per_block_case(dm, opts, label, kw, quantized):
         for i, block in enumerate(blocks):
             dm.layers[i] = block
     rec = _records(label)
-    return {"blocks": len(blocks), "frames": counter.frame_count,
-            "max_abs": max((a - b).abs().max().item() for a, b in zip(got, eager, strict=True)),
-            "records_equal": {k: v[:3] for k, v in rec.items()} == {k: v[:3] for k, v in rec_eager.items()},
-            "calls_per_layer": sorted({rec[n][3] - rec_eager[n][3] for n in quantized})}  # fmt: skip
+    return {
+        "blocks": len(blocks),
+        "frames": counter.frame_count,
+        "max_abs": max((a - b).abs().max().item() for a, b in zip(got, eager, strict=True)),
+        "records_equal": {k: v[:3] for k, v in rec.items()} == {k: v[:3] for k, v in rec_eager.items()},
+        "calls_per_layer": sorted({rec[n][3] - rec_eager[n][3] for n in quantized}),
+    }
 
 
 def _sampling_options(patcher):
@@ -1188,15 +1351,21 @@ def check_compile():
 
     write_all()
     res = {"torch": torch.__version__}
-    for fmt, cf, uf, mode in (("w8a8", "i4_w8a8.safetensors", loader_nodes.SAME_FILE, ""),
-                              ("w8a8_ratio", "i4_w8a8.safetensors", loader_nodes.SAME_FILE, "ratio"),
-                              ("int8_convrot", "i4_int8_convrot.safetensors",
-                               "i4_unconditional_int8_convrot.safetensors", "")):  # fmt: skip
+    for fmt, cf, uf, mode in (
+        ("w8a8", "i4_w8a8.safetensors", loader_nodes.SAME_FILE, ""),
+        ("w8a8_ratio", "i4_w8a8.safetensors", loader_nodes.SAME_FILE, "ratio"),
+        ("int8_convrot", "i4_int8_convrot.safetensors", "i4_unconditional_int8_convrot.safetensors", ""),
+    ):
         with _env(smooth_fold.ENV_MODE, mode):
             cond, uncond, _ = load(cf, uf)
-        for branch, patcher, cases in (("conditional", cond, (("conditional", ("context",)),
-                                                              ("conditional_masked", ("context", "attention_mask")))),
-                                       ("unconditional", uncond, (("image_only", ()),))):  # fmt: skip
+        for branch, patcher, cases in (
+            (
+                "conditional",
+                cond,
+                (("conditional", ("context",)), ("conditional_masked", ("context", "attention_mask"))),
+            ),
+            ("unconditional", uncond, (("image_only", ()),)),
+        ):
             dm = patcher.model.diffusion_model
             opts = dict(patcher.model_options.get("transformer_options", {}))  # the pack's attention override
             label = op_coverage.coverage(dm).label
@@ -1239,8 +1408,9 @@ def check_compile():
         f0 = cov.forwards
         for i, (x, sigma) in enumerate(steps):
             with torch.no_grad():
-                want = patcher.model.apply_model(x, sigma, c_crossattn=context,
-                                                 transformer_options=_sampling_options(patcher))
+                want = patcher.model.apply_model(
+                    x, sigma, c_crossattn=context, transformer_options=_sampling_options(patcher)
+                )
                 with dynamo.config.patch(error_on_recompile=i > 0):
                     got = m.model.apply_model(x, sigma, c_crossattn=context, transformer_options=_sampling_options(m))
             diffs.append((got - want).abs().max().item())
@@ -1251,8 +1421,14 @@ def check_compile():
     res["wrapper/max_abs"] = max(diffs)
     res["wrapper/eager_norm"] = min(norms)
     res["wrapper/coverage_forwards"] = forwards
-    res["wrapper/ops_in_graph"] = sorted({str(n.target) for g in counter.graphs for n in g.graph.nodes
-                                          if n.op == "call_function" and "ideogram4_int8" in str(n.target)})
+    res["wrapper/ops_in_graph"] = sorted(
+        {
+            str(n.target)
+            for g in counter.graphs
+            for n in g.graph.nodes
+            if n.op == "call_function" and "ideogram4_int8" in str(n.target)
+        }
+    )
     # and through ComfyUI's sampling loop (comfy.sample, euler, cfg 1: the conditional model alone): the compiled
     # clone's latent equals eager's; a second run (new seed) compiles nothing (error_on_recompile)
     import comfy.sample
@@ -1266,14 +1442,24 @@ def check_compile():
         noise = torch.randn(1, CFG.in_channels, 8, 8, generator=G)
         latent = torch.zeros_like(noise)
         positive = [[torch.randn(1, 5, CFG.llm_features_dim, generator=G), {}]]
-        kw = dict(steps=3, cfg=1.0, sampler_name="euler", scheduler="simple", positive=positive, negative=positive,
-                  latent_image=latent, seed=run, disable_pbar=True)
+        kw = dict(
+            steps=3,
+            cfg=1.0,
+            sampler_name="euler",
+            scheduler="simple",
+            positive=positive,
+            negative=positive,
+            latent_image=latent,
+            seed=run,
+            disable_pbar=True,
+        )
         want = comfy.sample.sample(cond, noise, **kw)
         with dynamo.config.patch(error_on_recompile=run > 0):
             got = comfy.sample.sample(m, noise, **kw)
         latents.append([(got - want).abs().max().item(), want.norm().item()])
     res["sample/frames"] = counter.frame_count
     res["sample/max_abs_and_norm"] = latents
+
     # the pack's sampler node (dual-model CFG) with TorchCompileModel's wrapper on the positive MODEL only, and on
     # both: eager's latent. ComfyUI's own dual-model guider hands the negative pass the positive MODEL's options,
     # so its compile wrapper swapped in the positive compiled model there: reproduced by giving the negative pass
@@ -1287,15 +1473,16 @@ def check_compile():
     text = torch.randn(1, 5, CFG.llm_features_dim, generator=G)
     want = _latent_node(cond, uncond, text, 11)
     res["sampler_node/eager_norm"] = want.norm().item()
-    res["sampler_node/positive_compiled"] = (_latent_node(compiled(cond), uncond, text, 11)
-                                             - want).abs().max().item()
-    res["sampler_node/both_compiled"] = (_latent_node(compiled(cond), compiled(uncond), text, 11)
-                                         - want).abs().max().item()
+    res["sampler_node/positive_compiled"] = (_latent_node(compiled(cond), uncond, text, 11) - want).abs().max().item()
+    res["sampler_node/both_compiled"] = (
+        (_latent_node(compiled(cond), compiled(uncond), text, 11) - want).abs().max().item()
+    )
     fixed = sampler_nodes.own_model_options
     sampler_nodes.own_model_options = lambda run_options, patcher, run_patcher: run_options
     try:
         res["sampler_node/positive_compiled_run_options"] = (
-            _latent_node(compiled(cond), uncond, text, 11) - want).abs().max().item()
+            (_latent_node(compiled(cond), uncond, text, 11) - want).abs().max().item()
+        )
     finally:
         sampler_nodes.own_model_options = fixed
     return res
@@ -1354,7 +1541,8 @@ def check_streaming():
     ff = dm.layers[stream.plan.streamed[0]].feed_forward
     res["streamed_ffn_fused_calls"] = ff.fused_calls if isinstance(ff, ffn_fusion.GateUpFeedForward) else None
     res["unbound_after_forward"] = dm.layers[stream.plan.streamed[0]].attention.qkv.weight._qdata.data_ptr() not in {
-        b.data_ptr() for b in stream.streamer.buffers}
+        b.data_ptr() for b in stream.streamer.buffers
+    }
     res["mispredicted"] = stream.streamer.stats.mispredicted
     res["note"] = kernels.REGISTRY.model_notes("conditional").get(streaming_patcher.NOTE_KIND)
     res["report"] = streaming_patcher.stream_report(cond)
@@ -1387,7 +1575,8 @@ def check_streaming():
     after_sd = dm.state_dict()
     res["restored_after_unpatch"] = all(
         torch.equal((after_sd[k]._qdata if isinstance(after_sd[k], QuantizedTensor) else after_sd[k]), v)
-        for k, v in before_sd.items())
+        for k, v in before_sd.items()
+    )
     # the pack's two MODELs on one card: the second load rebalances the first to its share
     uncond.patch_model(device_to=cpu, lowvram_model_memory=uncond.model_size() * 2)
     res["uncond_first_resident"] = uncond.stream is None
@@ -1406,10 +1595,22 @@ def check_streaming():
     return res
 
 
-CHECKS = {"parity": check_parity, "sampler": check_sampler, "interrupt": check_interrupt, "lora": check_lora,
-          "smooth": check_smooth, "offload": check_offload, "patch": check_patch, "bad_inputs": check_bad_inputs,
-          "hooks": check_hooks, "gate_up": check_gate_up, "gate_up_lora": check_gate_up_lora,
-          "coverage": check_coverage, "compile": check_compile, "streaming": check_streaming}
+CHECKS = {
+    "parity": check_parity,
+    "sampler": check_sampler,
+    "interrupt": check_interrupt,
+    "lora": check_lora,
+    "smooth": check_smooth,
+    "offload": check_offload,
+    "patch": check_patch,
+    "bad_inputs": check_bad_inputs,
+    "hooks": check_hooks,
+    "gate_up": check_gate_up,
+    "gate_up_lora": check_gate_up_lora,
+    "coverage": check_coverage,
+    "compile": check_compile,
+    "streaming": check_streaming,
+}
 
 try:
     result = CHECKS[check]()

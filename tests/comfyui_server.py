@@ -69,15 +69,26 @@ class ComfyUIServer:
         env: environment changes for the server: ``{name: value}`` sets, ``{name: None}`` removes.
     """
 
-    def __init__(self, root: str | os.PathLike | None = None, python: str | None = None,
-                 packs: dict[str, str | os.PathLike] | None = None, cpu: bool = True, args: tuple[str, ...] = (),
-                 startup_timeout: float = 240.0, setup=None, env: dict[str, str | None] | None = None):
+    def __init__(
+        self,
+        root: str | os.PathLike | None = None,
+        python: str | None = None,
+        packs: dict[str, str | os.PathLike] | None = None,
+        cpu: bool = True,
+        args: tuple[str, ...] = (),
+        startup_timeout: float = 240.0,
+        setup=None,
+        env: dict[str, str | None] | None = None,
+    ):
         self.root = pathlib.Path(root) if root else comfyui_dir()
         if self.root is None or not (self.root / "main.py").is_file():
             raise ComfyUIError(f"no ComfyUI checkout at {self.root!r}: set COMFYUI_DIR to a ComfyUI directory")
         venv_python = self.root / ".venv" / "bin" / "python"
-        self.python = python or os.environ.get("COMFYUI_PYTHON") or (
-            str(venv_python) if venv_python.exists() else shutil.which("python3") or "python3")
+        self.python = (
+            python
+            or os.environ.get("COMFYUI_PYTHON")
+            or (str(venv_python) if venv_python.exists() else shutil.which("python3") or "python3")
+        )
         self.packs = {PACK_NAME: PACK_ROOT} if packs is None else dict(packs)
         self.args = [*(["--cpu"] if cpu else []), *args, *shlex.split(os.environ.get("COMFYUI_ARGS", ""))]
         self.startup_timeout = startup_timeout
@@ -106,8 +117,18 @@ class ComfyUIServer:
         self.port = free_port()
         self.log_path = self.base / "comfyui.log"
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        cmd = [self.python, "main.py", "--listen", "127.0.0.1", "--port", str(self.port), "--base-directory",
-               str(self.base), "--disable-auto-launch", *self.args]
+        cmd = [
+            self.python,
+            "main.py",
+            "--listen",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--base-directory",
+            str(self.base),
+            "--disable-auto-launch",
+            *self.args,
+        ]
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         # tests/conftest.py sets TRITON_INTERPRET=1 for this process's CPU kernel tests; a user's ComfyUI never has it
         env.pop("TRITON_INTERPRET", None)
@@ -116,8 +137,9 @@ class ComfyUIServer:
                 env.pop(name, None)
             else:
                 env[name] = value
-        self.proc = subprocess.Popen(cmd, cwd=self.root, stdout=self._log, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, cwd=self.root, stdout=self._log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -166,8 +188,9 @@ class ComfyUIServer:
 
     def import_failures(self) -> list[str]:
         """Log lines where ComfyUI reports a custom node folder that failed to import."""
-        return [line for line in self.log_text().splitlines()
-                if "IMPORT FAILED" in line or line.startswith("Cannot import")]
+        return [
+            line for line in self.log_text().splitlines() if "IMPORT FAILED" in line or line.startswith("Cannot import")
+        ]
 
     # -- HTTP --------------------------------------------------------------------------------------------------
     def get_json(self, path: str, timeout: float = 30):
@@ -175,8 +198,9 @@ class ComfyUIServer:
             return json.loads(resp.read())
 
     def post_json(self, path: str, data, timeout: float = 30):
-        req = urllib.request.Request(self.url + path, data=json.dumps(data).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=json.dumps(data).encode(), method="POST", headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 return json.loads(resp.read())
@@ -200,8 +224,11 @@ class ComfyUIServer:
         while time.monotonic() < deadline:
             hist = self.get_json(f"/history/{prompt_id}")
             entry = hist.get(prompt_id)
-            if entry and entry.get("status", {}).get("completed") is not None and (
-                    entry["status"].get("completed") or entry["status"].get("status_str") == "error"):
+            if (
+                entry
+                and entry.get("status", {}).get("completed") is not None
+                and (entry["status"].get("completed") or entry["status"].get("status_str") == "error")
+            ):
                 return entry
             if self.proc is not None and self.proc.poll() is not None:
                 raise ComfyUIError(f"ComfyUI died while running {prompt_id}:\n{self.log_tail()}")
@@ -238,8 +265,11 @@ if __name__ == "__main__":  # manual use: start a server with the pack and keep 
 
     root = comfyui_dir()
     if root is None or not (root / "main.py").is_file():
-        print("usage: COMFYUI_DIR=<a ComfyUI checkout> [COMFYUI_PYTHON=<its python>] python tests/comfyui_server.py "
-              "[ComfyUI arguments ...]", file=sys.stderr)  # fmt: skip
+        print(
+            "usage: COMFYUI_DIR=<a ComfyUI checkout> [COMFYUI_PYTHON=<its python>] python tests/comfyui_server.py "
+            "[ComfyUI arguments ...]",
+            file=sys.stderr,
+        )
         sys.exit(2)
     srv = ComfyUIServer(args=tuple(sys.argv[1:])).start()
     print(f"ComfyUI with {PACK_NAME} at {srv.url} (log: {srv.log_path}); Ctrl-C stops it", flush=True)

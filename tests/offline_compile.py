@@ -108,8 +108,9 @@ def cubin_facts(cubin: bytes) -> dict:
         f.write(cubin)
         f.flush()
         try:
-            res = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True,
-                                 timeout=120).stdout  # fmt: skip
+            res = subprocess.run(
+                [tool, "--dump-resource-usage", f.name], capture_output=True, text=True, timeout=120
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             return {}
     m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", res)
@@ -192,12 +193,16 @@ def gemm_launches(cfg, epilogue: str, cc: int):
 
         kps, splits = G.split_plan(cfg, K)
         ws = torch.empty(splits, M, N, dtype=torch.int32) if splits > 1 else None
-        return [G.build_launch(q, w, None if raw else sa, None if raw else sb, bias, out, cfg, raw, swiglu, ws,
-                               num_sms=132, up=up)]  # fmt: skip
+        return [
+            G.build_launch(
+                q, w, None if raw else sa, None if raw else sb, bias, out, cfg, raw, swiglu, ws, num_sms=132, up=up
+            )
+        ]
     from comfyui_ideogram4_int8.kernels import gemm_triton as T
 
-    return T.build_launches(q, w, cfg, None if raw else sa, None if raw else sb, bias, out, raw, swiglu,
-                            num_sms=132, up=up)  # fmt: skip
+    return T.build_launches(
+        q, w, cfg, None if raw else sa, None if raw else sb, bias, out, raw, swiglu, num_sms=132, up=up
+    )
 
 
 def other_launches() -> list:
@@ -248,9 +253,15 @@ def check(name: str, kernel, args, kwargs, cc: int, expect: str | None, must: bo
         problems.append(f"shared memory {ck.metadata.shared} B > {SMEM_LIMIT[cc]} B")
     if c.get("local"):
         problems.append(f"{c['local']} B of local memory (spills)")
-    row.update(status="FAIL" if problems else "OK", why="; ".join(problems), smem=ck.metadata.shared,
-               regs=c.get("regs"), mma="wgmma" if f["wgmma_s8"] else "mma.sync" if f["mma_sync_s8"] else "-",
-               wgmma=",".join(f["wgmma_shapes"]), tma=f"{f['tma_load']}L/{f['tma_store']}S")  # fmt: skip
+    row.update(
+        status="FAIL" if problems else "OK",
+        why="; ".join(problems),
+        smem=ck.metadata.shared,
+        regs=c.get("regs"),
+        mma="wgmma" if f["wgmma_s8"] else "mma.sync" if f["mma_sync_s8"] else "-",
+        wgmma=",".join(f["wgmma_shapes"]),
+        tma=f"{f['tma_load']}L/{f['tma_store']}S",
+    )
     row["secs"] = round(time.time() - t0, 1)
     return row
 
@@ -267,8 +278,10 @@ def sweep(archs=ARCHS, quick: bool = False, echo=print) -> list[dict]:
         gluon_error = gemm_gluon.IMPORT_ERROR
     except Exception as exc:  # noqa: BLE001
         gluon_error = f"{type(exc).__name__}: {exc}"
-    echo(f"triton {triton.__version__}, torch {torch.__version__}, ptxas {'found' if ptxas_present() else 'MISSING'};"
-         f" Gluon at run time: {'on' if gluon_on else backends.gluon_import_error()}")  # fmt: skip
+    echo(
+        f"triton {triton.__version__}, torch {torch.__version__}, ptxas {'found' if ptxas_present() else 'MISSING'};"
+        f" Gluon at run time: {'on' if gluon_on else backends.gluon_import_error()}"
+    )
     rows = []
     for cc in archs:
         for cfg, epilogue in _configs(cc, quick):
@@ -286,8 +299,17 @@ def sweep(archs=ARCHS, quick: bool = False, echo=print) -> list[dict]:
             wgmma = cc == 90 and cfg.uses_wgmma_on_hopper()
             expect = "tma" if cfg.is_gluon else "wgmma" if wgmma else "mma"
             for i, (kernel, _grid, args, kwargs) in enumerate(launches):
-                rows.append(check(name + (" reduce" if i else ""), kernel, args, kwargs, cc,
-                                  expect if i == 0 else None, must=gluon_on or not cfg.is_gluon))  # fmt: skip
+                rows.append(
+                    check(
+                        name + (" reduce" if i else ""),
+                        kernel,
+                        args,
+                        kwargs,
+                        cc,
+                        expect if i == 0 else None,
+                        must=gluon_on or not cfg.is_gluon,
+                    )
+                )
                 echo(_fmt(rows[-1]))
         for name, kernel, _grid, args, kwargs in other_launches():
             rows.append(check(name, kernel, args, kwargs, cc, None))
@@ -300,8 +322,10 @@ def _fmt(r: dict) -> str:
     head = f"sm_{r['cc']:<3} {status:<5} {r['case']:<58}"
     if r["status"] != "OK":
         return f"{head} {r.get('why', '')}"
-    return (f"{head} {r['mma']:<8} {r['wgmma'][:12]:<12} {r['tma']:<7} smem {r['smem']:>6}  regs {r['regs']!s:>4}"
-            f"  {r['secs']:>5.1f}s")  # fmt: skip
+    return (
+        f"{head} {r['mma']:<8} {r['wgmma'][:12]:<12} {r['tma']:<7} smem {r['smem']:>6}  regs {r['regs']!s:>4}"
+        f"  {r['secs']:>5.1f}s"
+    )
 
 
 def main(argv=None) -> int:
@@ -321,8 +345,10 @@ def main(argv=None) -> int:
     rows = sweep(args.arch, args.quick)
     bad = [r for r in rows if r["status"] != "OK" and r["must"]]
     info = [r for r in rows if r["status"] != "OK" and not r["must"]]
-    print(f"{len(rows) - len(bad) - len(info)}/{len(rows)} OK, {len(bad)} failed, {len(info)} informational "
-          f"in {time.time() - t0:.0f} s")  # fmt: skip
+    print(
+        f"{len(rows) - len(bad) - len(info)}/{len(rows)} OK, {len(bad)} failed, {len(info)} informational "
+        f"in {time.time() - t0:.0f} s"
+    )
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
     return 1 if bad else 0

@@ -48,8 +48,10 @@ def kinds(config: Ideogram4Config = CFG) -> dict[str, str]:
     """What ``write_w8a8``'s defaults store for each linear."""
     protected = set(default_protected(config))
     quantized = set(config.default_quantized()) - protected
-    return {s.name: "w8a8" if s.name in quantized else "protected" if s.name in protected else "top"
-            for s in config.linears()}  # fmt: skip
+    return {
+        s.name: "w8a8" if s.name in quantized else "protected" if s.name in protected else "top"
+        for s in config.linears()
+    }
 
 
 def write_checkpoint(folder: pathlib.Path, seed: int) -> pathlib.Path:
@@ -77,9 +79,16 @@ def expected(branch: str, steps: int) -> dict[str, Linear]:
     return out
 
 
-def load_and_run(folder, seed: int, branches=BRANCHES, steps: int = 2, label_suffix: str = "",
-                 path: str | None = None, device: str = "cpu",
-                 dtype: torch.dtype = torch.bfloat16) -> dict[str, dict[str, Linear]]:  # fmt: skip
+def load_and_run(
+    folder,
+    seed: int,
+    branches=BRANCHES,
+    steps: int = 2,
+    label_suffix: str = "",
+    path: str | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.bfloat16,
+) -> dict[str, dict[str, Linear]]:
     """Load ``branches`` from the tiny checkpoint in ``folder`` (written on first use) and sample ``steps`` steps.
 
     ``path`` forces a GEMM path on every W8A8 layer (``w8a8_linears(path=...)``, strict); None leaves the choice
@@ -94,8 +103,9 @@ def load_and_run(folder, seed: int, branches=BRANCHES, steps: int = 2, label_suf
     for branch in branches:
         label = branch + label_suffix
         state = read_branch(ckpt, branch, device=device, dtype=dtype)
-        model = Ideogram4DiT.from_state_dict(state, w8a8_linears(path=path), dtype=dtype, device=device, label=label,
-                                             consume=True)  # fmt: skip
+        model = Ideogram4DiT.from_state_dict(
+            state, w8a8_linears(path=path), dtype=dtype, device=device, label=label, consume=True
+        )
         model.declare_paths()
         with torch.no_grad():
             for sigma in sigmas:

@@ -34,8 +34,9 @@ def flux2_vae_state(decoder_ch: int = 32, seed: int = 0) -> dict[str, torch.Tens
     identity; the batch-norm running stats are non-trivial (var > 0) so the de-normalisation is exercised.
     """
     if decoder_ch < 32 or decoder_ch % 32:
-        raise ValueError(f"decoder_ch={decoder_ch}: ComfyUI's VAE uses GroupNorm(32), so the decoder width must be a "
-                         "multiple of 32")
+        raise ValueError(
+            f"decoder_ch={decoder_ch}: ComfyUI's VAE uses GroupNorm(32), so the decoder width must be a multiple of 32"
+        )
     g = torch.Generator().manual_seed(seed)
     sd: dict[str, torch.Tensor] = {}
 

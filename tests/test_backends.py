@@ -22,8 +22,13 @@ needs_interpreter = pytest.mark.skipif(
 @pytest.fixture
 def fresh_backends():
     """Import checks are cached per process: clear them around a test that fakes the environment."""
-    caches = (backends.triton_import_error, backends.gluon_import_error, backends._gluon_unavailable,
-              launch.fast_launch_unavailable, env.triton_version)  # fmt: skip
+    caches = (
+        backends.triton_import_error,
+        backends.gluon_import_error,
+        backends._gluon_unavailable,
+        launch.fast_launch_unavailable,
+        env.triton_version,
+    )
     for c in caches:
         c.cache_clear()
     backends.DEMOTIONS.clear()

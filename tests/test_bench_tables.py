@@ -35,11 +35,24 @@ def test_sustained_peers_are_the_target_peers():
 
 
 def test_smooth_block_prints_unfolded_folded_and_the_folds_gain(capsys):
-    o = {"shape": "o", "bf16_gpu_ms": 0.30, "triton-int8_gpu_ms": 0.18, "gpu_speedup_vs_bf16": 0.30 / 0.18,
-         "triton-int8-smooth_gpu_ms": 0.21, "triton-int8-folded_gpu_ms": 0.18, "quant-only_gpu_ms": 0.023,
-         "quant-smooth-only_gpu_ms": 0.044}  # fmt: skip
-    ffn = {"shape": "ffn_swiglu", "bf16_gpu_ms": 0.9, "triton-int8_gpu_ms": 0.45, "triton-int8-folded_gpu_ms": 0.45,
-           "triton-int8-unfused-smooth_gpu_ms": 0.60, "triton-int8-ratio_gpu_ms": 0.55}  # fmt: skip
+    o = {
+        "shape": "o",
+        "bf16_gpu_ms": 0.30,
+        "triton-int8_gpu_ms": 0.18,
+        "gpu_speedup_vs_bf16": 0.30 / 0.18,
+        "triton-int8-smooth_gpu_ms": 0.21,
+        "triton-int8-folded_gpu_ms": 0.18,
+        "quant-only_gpu_ms": 0.023,
+        "quant-smooth-only_gpu_ms": 0.044,
+    }
+    ffn = {
+        "shape": "ffn_swiglu",
+        "bf16_gpu_ms": 0.9,
+        "triton-int8_gpu_ms": 0.45,
+        "triton-int8-folded_gpu_ms": 0.45,
+        "triton-int8-unfused-smooth_gpu_ms": 0.60,
+        "triton-int8-ratio_gpu_ms": 0.55,
+    }
     for row in (o, ffn):
         gemm._smooth_ratios(row)
     assert o["fold_gain_gpu"] == pytest.approx(0.21 / 0.18)

@@ -33,12 +33,19 @@ def test_pixel_box_to_grid_matches_the_hand_worked_fixture(case):
 def test_rebuilding_ex1_from_builders_gives_the_documented_bytes():
     ex1 = examples()[0]["caption"]
     s, cd = ex1["style_description"], ex1["compositional_deconstruction"]
-    style = make_style("photo", s["aesthetics"], s["lighting"], s["medium"], photo=s["photo"],
-                       color_palette=", ".join(c.lower() for c in s["color_palette"]))  # lowercase is fixed
+    style = make_style(
+        "photo",
+        s["aesthetics"],
+        s["lighting"],
+        s["medium"],
+        photo=s["photo"],
+        color_palette=", ".join(c.lower() for c in s["color_palette"]),
+    )  # lowercase is fixed
     elements = ElementList()
     for el in cd["elements"]:
-        elements = elements + make_element(el["type"], el["desc"] + "\n", el.get("text"), el.get("bbox"),
-                                           " ".join(el.get("color_palette", [])))
+        elements = elements + make_element(
+            el["type"], el["desc"] + "\n", el.get("text"), el.get("bbox"), " ".join(el.get("color_palette", []))
+        )
     cap, notes = build_caption(ex1["high_level_description"], cd["background"], style, elements)
     assert validate_caption(cap) == []
     assert serialize_caption(cap) == json.dumps(ex1, ensure_ascii=False, separators=(",", ":"))
@@ -85,10 +92,20 @@ def test_palette_parsing_fixes_clear_cases_and_keeps_the_rest_for_validation():
 
 def test_frontend_boxes_become_elements_in_order():
     boxes = [
-        {"x": 0, "y": 0, "width": 1024, "height": 576, "metadata": {"type": "obj", "text": "", "desc": "wall",
-                                                                      "palette": ["#aabbcc"]}},
-        {"x": 256, "y": 144, "width": 512, "height": 288, "metadata": {"type": "text", "text": "OPEN\n", "desc": "neon",
-                                                                          "palette": []}},
+        {
+            "x": 0,
+            "y": 0,
+            "width": 1024,
+            "height": 576,
+            "metadata": {"type": "obj", "text": "", "desc": "wall", "palette": ["#aabbcc"]},
+        },
+        {
+            "x": 256,
+            "y": 144,
+            "width": 512,
+            "height": 288,
+            "metadata": {"type": "text", "text": "OPEN\n", "desc": "neon", "palette": []},
+        },
         {"x": 10, "y": 10, "width": 5, "height": 5},
     ]
     out = elements_from_boxes(boxes, 1024, 576, source="node 7")
@@ -181,15 +198,18 @@ def test_drawn_boxes_with_no_area_or_off_the_canvas_are_refused_naming_the_box(c
         assert note is None and clamp_notes == []
 
 
-@pytest.mark.parametrize("values,says", [
-    ((True, 100, 900, 400, 100), ["x_min=900 is greater than x_max=100", "swap"]),
-    ((True, 700, 100, 300, 900), ["y_min=700 is greater than y_max=300", "top edge"]),
-    ((True, 100, 500, 400, 500), ["x_min = x_max = 500", "no width"]),
-    ((True, 250, 0, 250, 10), ["y_min = y_max = 250", "no height"]),
-    ((True, -5, 0, 100, 100), ["y_min=-5 is off the image", "0..1000"]),
-    ((True, 0, 0, 100, 1200), ["x_max=1200 is off the image"]),
-    ((True, 0, 0.5, 100, 10), ["x_min=0.5 is not a whole number"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "values,says",
+    [
+        ((True, 100, 900, 400, 100), ["x_min=900 is greater than x_max=100", "swap"]),
+        ((True, 700, 100, 300, 900), ["y_min=700 is greater than y_max=300", "top edge"]),
+        ((True, 100, 500, 400, 500), ["x_min = x_max = 500", "no width"]),
+        ((True, 250, 0, 250, 10), ["y_min = y_max = 250", "no height"]),
+        ((True, -5, 0, 100, 100), ["y_min=-5 is off the image", "0..1000"]),
+        ((True, 0, 0, 100, 1200), ["x_max=1200 is off the image"]),
+        ((True, 0, 0.5, 100, 10), ["x_min=0.5 is not a whole number"]),
+    ],
+)
 def test_element_bbox_widgets_are_checked_naming_the_widget(values, says):
     problem = bbox_widgets_problem(*values)
     for part in says:
@@ -203,12 +223,24 @@ def test_element_bbox_widgets_are_checked_naming_the_widget(values, says):
 def test_report_names_the_node_and_widget_to_fix_not_only_a_json_path():
     from comfyui_ideogram4_int8.ideogram4.captions import check_caption
 
-    style = make_style("photo", "", "soft", "", photo="35mm", color_palette="#12",
-                       source=Where("node 4 (Style)", {"aesthetics": "widget 'aesthetics'",
-                                                       "color_palette": "widget 'color_palette'"}))  # fmt: skip
+    style = make_style(
+        "photo",
+        "",
+        "soft",
+        "",
+        photo="35mm",
+        color_palette="#12",
+        source=Where(
+            "node 4 (Style)", {"aesthetics": "widget 'aesthetics'", "color_palette": "widget 'color_palette'"}
+        ),
+    )
     obj = make_element("obj", "", bbox=[0, 0, 10, 10], source=Where("node 2 (Object)", {"desc": "widget 'desc'"}))
-    boxes = elements_from_boxes([{"x": 0, "y": 0, "width": 50, "height": 50, "metadata": {"type": "text"}}], 100, 100,
-                                Where("node 6 (Boxes)", {"text": "its text field"}))  # fmt: skip
+    boxes = elements_from_boxes(
+        [{"x": 0, "y": 0, "width": 50, "height": 50, "metadata": {"type": "text"}}],
+        100,
+        100,
+        Where("node 6 (Boxes)", {"text": "its text field"}),
+    )
     plain = make_element("obj", "", source="native item 0")
     own = Where("node 9 (Builder)", {"background": "widget 'background'"})
     cap, notes = build_caption("A room.", "", style, obj + boxes + plain)

@@ -9,8 +9,14 @@ import pytest
 
 pytestmark = pytest.mark.comfyui
 
-NODE_IDS = ["Ideogram4Int8StyleDescription", "Ideogram4Int8TextElement", "Ideogram4Int8ObjectElement",
-            "Ideogram4Int8LayoutBoxes", "Ideogram4Int8CaptionBuilder", "Ideogram4Int8CaptionValidate"]
+NODE_IDS = [
+    "Ideogram4Int8StyleDescription",
+    "Ideogram4Int8TextElement",
+    "Ideogram4Int8ObjectElement",
+    "Ideogram4Int8LayoutBoxes",
+    "Ideogram4Int8CaptionBuilder",
+    "Ideogram4Int8CaptionValidate",
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,25 +56,68 @@ def test_object_info_lists_the_caption_nodes_with_their_inputs(srv):
 
 
 def _graph(on_invalid="error", native_desc="a plain white wall"):
-    boxes = [{"x": 0, "y": 0, "width": 1024, "height": 576,
-              "metadata": {"type": "obj", "text": "", "desc": native_desc, "palette": []}}]
-    drawn = [{"x": 256, "y": 144, "width": 512, "height": 288,
-              "metadata": {"type": "text", "text": "CAFÉ\nOUVERT", "desc": "gold serif letters",
-                           "palette": ["#d4af37"]}}]
+    boxes = [
+        {
+            "x": 0,
+            "y": 0,
+            "width": 1024,
+            "height": 576,
+            "metadata": {"type": "obj", "text": "", "desc": native_desc, "palette": []},
+        }
+    ]
+    drawn = [
+        {
+            "x": 256,
+            "y": 144,
+            "width": 512,
+            "height": 288,
+            "metadata": {"type": "text", "text": "CAFÉ\nOUVERT", "desc": "gold serif letters", "palette": ["#d4af37"]},
+        }
+    ]
     return {
-        "1": {"class_type": "CreateBoundingBoxes",
-              "inputs": {"width": 1024, "height": 576, "editor_state": {"__value__": boxes}}},
-        "2": {"class_type": "Ideogram4Int8ObjectElement",
-              "inputs": {"desc": "a small round table", "placed": True, "y_min": 600, "x_min": 100, "y_max": 900,
-                         "x_max": 400, "color_palette": "", "elements": ["1", 2]}},
-        "3": {"class_type": "Ideogram4Int8LayoutBoxes",
-              "inputs": {"width": 1024, "height": 576, "boxes": {"__value__": drawn}, "elements": ["2", 0]}},
-        "4": {"class_type": "Ideogram4Int8StyleDescription",
-              "inputs": {"kind": "photo", "aesthetics": "warm, inviting", "lighting": "evening streetlight",
-                         "medium": "", "photo": "35mm, f/2", "art_style": "", "color_palette": "#2B1D14 #d4af37"}},
-        "5": {"class_type": "Ideogram4Int8CaptionBuilder",
-              "inputs": {"high_level_description": "A café front at dusk.\n", "background": "a cobbled street",
-                         "on_invalid": on_invalid, "style": ["4", 0], "elements": ["3", 0]}},
+        "1": {
+            "class_type": "CreateBoundingBoxes",
+            "inputs": {"width": 1024, "height": 576, "editor_state": {"__value__": boxes}},
+        },
+        "2": {
+            "class_type": "Ideogram4Int8ObjectElement",
+            "inputs": {
+                "desc": "a small round table",
+                "placed": True,
+                "y_min": 600,
+                "x_min": 100,
+                "y_max": 900,
+                "x_max": 400,
+                "color_palette": "",
+                "elements": ["1", 2],
+            },
+        },
+        "3": {
+            "class_type": "Ideogram4Int8LayoutBoxes",
+            "inputs": {"width": 1024, "height": 576, "boxes": {"__value__": drawn}, "elements": ["2", 0]},
+        },
+        "4": {
+            "class_type": "Ideogram4Int8StyleDescription",
+            "inputs": {
+                "kind": "photo",
+                "aesthetics": "warm, inviting",
+                "lighting": "evening streetlight",
+                "medium": "",
+                "photo": "35mm, f/2",
+                "art_style": "",
+                "color_palette": "#2B1D14 #d4af37",
+            },
+        },
+        "5": {
+            "class_type": "Ideogram4Int8CaptionBuilder",
+            "inputs": {
+                "high_level_description": "A café front at dusk.\n",
+                "background": "a cobbled street",
+                "on_invalid": on_invalid,
+                "style": ["4", 0],
+                "elements": ["3", 0],
+            },
+        },
         "6": {"class_type": "PreviewAny", "inputs": {"source": ["5", 0]}},
     }
 
@@ -80,14 +129,27 @@ def test_caption_graph_runs_through_prompt(srv):
     # Expected caption written out by hand, serialized with the standard library (the oracle).
     expected = {
         "high_level_description": "A café front at dusk.",
-        "style_description": {"aesthetics": "warm, inviting", "lighting": "evening streetlight",
-                              "photo": "35mm, f/2", "medium": "photograph", "color_palette": ["#2B1D14", "#D4AF37"]},
-        "compositional_deconstruction": {"background": "a cobbled street", "elements": [
-            {"type": "obj", "bbox": [0, 0, 1000, 1000], "desc": "a plain white wall"},
-            {"type": "obj", "bbox": [600, 100, 900, 400], "desc": "a small round table"},
-            {"type": "text", "bbox": [250, 250, 750, 750], "text": "CAFÉ\nOUVERT", "desc": "gold serif letters",
-             "color_palette": ["#D4AF37"]},
-        ]},
+        "style_description": {
+            "aesthetics": "warm, inviting",
+            "lighting": "evening streetlight",
+            "photo": "35mm, f/2",
+            "medium": "photograph",
+            "color_palette": ["#2B1D14", "#D4AF37"],
+        },
+        "compositional_deconstruction": {
+            "background": "a cobbled street",
+            "elements": [
+                {"type": "obj", "bbox": [0, 0, 1000, 1000], "desc": "a plain white wall"},
+                {"type": "obj", "bbox": [600, 100, 900, 400], "desc": "a small round table"},
+                {
+                    "type": "text",
+                    "bbox": [250, 250, 750, 750],
+                    "text": "CAFÉ\nOUVERT",
+                    "desc": "gold serif letters",
+                    "color_palette": ["#D4AF37"],
+                },
+            ],
+        },
     }
     assert caption_text == json.dumps(expected, ensure_ascii=False, separators=(",", ":"))
     report = entry["outputs"]["5"]["text"][0]
@@ -108,16 +170,24 @@ def test_invalid_caption_stops_the_run_naming_the_path(srv):
 
 
 def test_validate_repair_node_on_an_llm_answer(srv):
-    answer = 'Here you go:\n```json\n{"aspect_ratio":"1:1","compositional_deconstruction":{"elements":[],' \
-             '"background":"fog over a lake",}}\n```'
-    prompt = {"1": {"class_type": "Ideogram4Int8CaptionValidate",
-                    "inputs": {"caption": answer, "mode": "repair", "on_invalid": "error"}},
-              "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
-              "3": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}}}
+    answer = (
+        'Here you go:\n```json\n{"aspect_ratio":"1:1","compositional_deconstruction":{"elements":[],'
+        '"background":"fog over a lake",}}\n```'
+    )
+    prompt = {
+        "1": {
+            "class_type": "Ideogram4Int8CaptionValidate",
+            "inputs": {"caption": answer, "mode": "repair", "on_invalid": "error"},
+        },
+        "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 0]}},
+        "3": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}},
+    }
     entry = srv.run_prompt(prompt)
     assert entry["status"]["status_str"] == "success", entry["status"]
-    assert entry["outputs"]["2"]["text"][0] == '{"compositional_deconstruction":{"background":"fog over a lake",' \
-                                               '"elements":[]}}'
+    assert (
+        entry["outputs"]["2"]["text"][0] == '{"compositional_deconstruction":{"background":"fog over a lake",'
+        '"elements":[]}}'
+    )
     assert entry["outputs"]["3"]["text"][0] == "True"
     prompt["1"]["inputs"]["mode"] = "validate"
     failed = srv.run_prompt(prompt)
@@ -128,8 +198,10 @@ def test_caption_output_plugs_into_native_clip_text_encode(srv):
     # No text encoder is installed, so the prompt is rejected at CLIPLoader; what matters is that ComfyUI's own
     # link check accepts caption (STRING) -> CLIPTextEncode.text and reports no type mismatch anywhere.
     prompt = dict(_graph())
-    prompt["7"] = {"class_type": "CLIPLoader", "inputs": {"clip_name": "qwen_3_vl_8b_missing.safetensors",
-                                                          "type": "ideogram4"}}
+    prompt["7"] = {
+        "class_type": "CLIPLoader",
+        "inputs": {"clip_name": "qwen_3_vl_8b_missing.safetensors", "type": "ideogram4"},
+    }
     prompt["8"] = {"class_type": "CLIPTextEncode", "inputs": {"text": ["5", 0], "clip": ["7", 0]}}
     prompt["9"] = {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}}
     # ComfyUI runs the valid outputs (the preview of the caption) and lists the invalid branch in node_errors.

@@ -22,7 +22,7 @@ def _shipped(rel: str, package_data: dict) -> bool:
     for pkg, globs in package_data.items():
         prefix = pkg.replace("comfyui_ideogram4_int8", "", 1).strip(".").replace(".", "/")
         prefix = prefix + "/" if prefix else ""
-        if rel.startswith(prefix) and any(_glob_match(rel[len(prefix):], g) for g in globs):
+        if rel.startswith(prefix) and any(_glob_match(rel[len(prefix) :], g) for g in globs):
             return True
     return False
 

@@ -13,8 +13,17 @@ from comfyui_ideogram4_int8.ideogram4.captions.repair import repair_caption
 EX1 = examples()[0]["caption"]
 EX1_TEXT = json.dumps(EX1, ensure_ascii=False, separators=(",", ":"))
 # Broken variants whose intent is clear: repair must turn them into exactly ex1.
-FIXABLE = {"aspect_ratio_key", "style_key_order", "style_lowercase_hex", "text_key_order", "bbox_float",
-           "ensure_ascii_true", "composition_key_order", "root_key_order", "trailing_comma"}
+FIXABLE = {
+    "aspect_ratio_key",
+    "style_key_order",
+    "style_lowercase_hex",
+    "text_key_order",
+    "bbox_float",
+    "ensure_ascii_true",
+    "composition_key_order",
+    "root_key_order",
+    "trailing_comma",
+}
 BY_ID = {c["id"]: c for c in broken()}
 
 
@@ -60,8 +69,18 @@ def test_llm_answer_with_everything_wrong_but_clear():
         '"color_palette":["#FF00AA","#00FF00"]}]}}'
     )
     joined = "\n".join(result.changes)
-    for expected in ("code fence", "trailing comma", "aspect_ratio", "renamed key", "'TEXT' -> 'text'",
-                     "bbox[0]", "bbox[1]", "color_palette[0]", "color_palette[1]", "official order"):
+    for expected in (
+        "code fence",
+        "trailing comma",
+        "aspect_ratio",
+        "renamed key",
+        "'TEXT' -> 'text'",
+        "bbox[0]",
+        "bbox[1]",
+        "color_palette[0]",
+        "color_palette[1]",
+        "official order",
+    ):
         assert expected in joined, expected
 
 

@@ -44,13 +44,16 @@ def test_serialized_caption_revalidates_and_is_stable(ex):
     assert serialize_caption(cap) == text  # same input, same bytes
     assert cap == ex["caption"]  # input untouched
     assert "\n" not in text  # one line
-    assert not text.startswith(" ") and "\": " not in text  # compact separators
+    assert not text.startswith(" ") and '": ' not in text  # compact separators
 
 
 def test_non_ascii_survives_literally():
     cases = {c["id"]: c for c in CASES}
-    expect = {"ex3_photo_street_nonascii_no_palette": ["SÃO", "Pastéis", "€"], "ex7_3d_render_cjk_edges": ["ラーメン"],
-              "tricky_strings": ["🍜", "東京", "\u2028", "é\u0301"]}
+    expect = {
+        "ex3_photo_street_nonascii_no_palette": ["SÃO", "Pastéis", "€"],
+        "ex7_3d_render_cjk_edges": ["ラーメン"],
+        "tricky_strings": ["🍜", "東京", "\u2028", "é\u0301"],
+    }
     for cid, chars in expect.items():
         text = serialize_caption(cases[cid]["caption"])
         for ch in chars:
@@ -61,28 +64,45 @@ def test_non_ascii_survives_literally():
 
 
 def test_text_keeps_newlines_and_spacing_verbatim():
-    cap = {"compositional_deconstruction": {"background": "a wall", "elements": [
-        {"desc": "sign", "text": "  OPEN\n24/7 ", "type": "text"}]}}
+    cap = {
+        "compositional_deconstruction": {
+            "background": "a wall",
+            "elements": [{"desc": "sign", "text": "  OPEN\n24/7 ", "type": "text"}],
+        }
+    }
     text = serialize_caption(cap)
     assert '"text":"  OPEN\\n24/7 "' in text
     assert json.loads(text)["compositional_deconstruction"]["elements"][0]["text"] == "  OPEN\n24/7 "
 
 
 def test_tuples_serialize_as_lists():
-    cap = {"compositional_deconstruction": {"background": "a wall", "elements": [
-        {"type": "obj", "bbox": (0, 0, 500, 500), "desc": "a clock"}]}}
+    cap = {
+        "compositional_deconstruction": {
+            "background": "a wall",
+            "elements": [{"type": "obj", "bbox": (0, 0, 500, 500), "desc": "a clock"}],
+        }
+    }
     assert '"bbox":[0,0,500,500]' in serialize_caption(cap)
 
 
-@pytest.mark.parametrize("mutate, path", [
-    (lambda c: c.update(aspect_ratio="1:1"), "$.aspect_ratio"),
-    (lambda c: c["compositional_deconstruction"]["elements"][0].update(bbox=[0, 0, 1001, 5]),
-     "$.compositional_deconstruction.elements[0].bbox[2]"),
-    (lambda c: c["compositional_deconstruction"]["elements"][0].update(bbox=[0.0, 0, 100, 5]),
-     "$.compositional_deconstruction.elements[0].bbox[0]"),
-    (lambda c: c["style_description"]["color_palette"].__setitem__(0, "#abcdef"),
-     "$.style_description.color_palette[0]"),
-])
+@pytest.mark.parametrize(
+    "mutate, path",
+    [
+        (lambda c: c.update(aspect_ratio="1:1"), "$.aspect_ratio"),
+        (
+            lambda c: c["compositional_deconstruction"]["elements"][0].update(bbox=[0, 0, 1001, 5]),
+            "$.compositional_deconstruction.elements[0].bbox[2]",
+        ),
+        (
+            lambda c: c["compositional_deconstruction"]["elements"][0].update(bbox=[0.0, 0, 100, 5]),
+            "$.compositional_deconstruction.elements[0].bbox[0]",
+        ),
+        (
+            lambda c: c["style_description"]["color_palette"].__setitem__(0, "#abcdef"),
+            "$.style_description.color_palette[0]",
+        ),
+    ],
+)
 def test_serializer_refuses_invalid_captions_naming_the_path(mutate, path):
     cap = copy.deepcopy(examples()[0]["caption"])
     mutate(cap)

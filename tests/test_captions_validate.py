@@ -57,9 +57,21 @@ def test_broken_variant_fails_at_the_right_path(case):
 
 def test_broken_fixture_covers_the_briefs_13_mutations_and_the_issues_bad_inputs():
     ids = {c["id"] for c in BROKEN}
-    assert {"aspect_ratio_key", "style_key_order", "style_missing_lighting", "style_lowercase_hex",
-            "element_six_colors", "text_key_order", "bbox_float", "bbox_swapped", "element_type_character",
-            "style_photo_and_art_style", "obj_with_text", "ensure_ascii_true", "plain_text"} <= ids
+    assert {
+        "aspect_ratio_key",
+        "style_key_order",
+        "style_missing_lighting",
+        "style_lowercase_hex",
+        "element_six_colors",
+        "text_key_order",
+        "bbox_float",
+        "bbox_swapped",
+        "element_type_character",
+        "style_photo_and_art_style",
+        "obj_with_text",
+        "ensure_ascii_true",
+        "plain_text",
+    } <= ids
     assert {"bbox_out_of_range", "element_unknown_key", "desc_wrong_type", "background_empty", "text_empty"} <= ids
 
 
@@ -96,8 +108,9 @@ def test_several_problems_are_all_reported():
 def test_huge_text_is_refused_unparsed_with_an_actionable_message(monkeypatch):
     from comfyui_ideogram4_int8.ideogram4.captions import rules
 
-    raw = json.dumps({"compositional_deconstruction": {"background": "x" * (limits.MAX_CAPTION_CHARS + 10),
-                                                       "elements": []}})
+    raw = json.dumps(
+        {"compositional_deconstruction": {"background": "x" * (limits.MAX_CAPTION_CHARS + 10), "elements": []}}
+    )
 
     def no_parse(*a, **k):
         raise AssertionError("a caption over the limit must be refused before it is parsed")
@@ -194,9 +207,11 @@ def test_limits_match_the_shared_fixture():
 
 def test_bbox_edges_are_inclusive_and_min_may_equal_max():
     # The official verifier accepts 0 and 1000 and zero-width / zero-height boxes.
-    els = [{"type": "obj", "bbox": [0, 0, 1000, 1000], "desc": "frame"},
-           {"type": "obj", "bbox": [500, 500, 500, 500], "desc": "a dot"},
-           {"type": "text", "bbox": [500, 10, 500, 990], "text": "—", "desc": "a rule"}]
+    els = [
+        {"type": "obj", "bbox": [0, 0, 1000, 1000], "desc": "frame"},
+        {"type": "obj", "bbox": [500, 500, 500, 500], "desc": "a dot"},
+        {"type": "text", "bbox": [500, 10, 500, 990], "text": "—", "desc": "a rule"},
+    ]
     assert validate_caption({"compositional_deconstruction": {"background": "paper", "elements": els}}) == []
     els[1]["bbox"] = [501, 500, 500, 500]
     problems = validate_caption({"compositional_deconstruction": {"background": "paper", "elements": els}})

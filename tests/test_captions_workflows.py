@@ -71,4 +71,8 @@ def test_api_workflow_runs_in_comfyui():
         assert validate_caption(caption) == [], caption
     repaired = json.loads(next(p for p in previews if "SALE" in p))
     assert repaired["compositional_deconstruction"]["elements"][0] == {
-        "type": "text", "bbox": [100, 100, 300, 900], "text": "SALE", "desc": "red letters"}
+        "type": "text",
+        "bbox": [100, 100, 300, 900],
+        "text": "SALE",
+        "desc": "red letters",
+    }

@@ -20,8 +20,10 @@ from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
 
 BRANCHES = ("conditional", "unconditional")
-OUR_OPS = {f"{ops.NAMESPACE}::{name}" for name in
-           ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "swiglu_w8a8_linear", "qk_norm_rope")}  # fmt: skip
+OUR_OPS = {
+    f"{ops.NAMESPACE}::{name}"
+    for name in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "swiglu_w8a8_linear", "qk_norm_rope")
+}
 
 
 @pytest.fixture(autouse=True)
@@ -135,8 +137,9 @@ def test_compiled_graph_runs_the_packs_ops_and_the_registry_stays_honest(tmp_pat
         compiled(x, sigma * 0.5, context=ctx)
     assert len(graphs) == 1
     targets = {_name(n) for n in graphs[0].graph.nodes if n.op == "call_function"}
-    assert targets & OUR_OPS == {f"{ops.NAMESPACE}::{op}" for op in ("w8a8_linear", "float_linear",
-                                                                     "swiglu_w8a8_linear")}  # fmt: skip
+    assert targets & OUR_OPS == {
+        f"{ops.NAMESPACE}::{op}" for op in ("w8a8_linear", "float_linear", "swiglu_w8a8_linear")
+    }
     assert not any("_int_mm" in t or "round" in t for t in targets), sorted(targets)
     recs = {r.site: r for r in kernels.REGISTRY.layers(label)}
     assert set(recs) == _sites(model) == set(eager)
@@ -146,8 +149,7 @@ def test_compiled_graph_runs_the_packs_ops_and_the_registry_stays_honest(tmp_pat
     assert recs[f"{label}/layers.1.feed_forward.w2"].path == kernels.PATH_BF16  # protected
 
 
-@pytest.mark.parametrize("path,fmt", [(kernels.PATH_TRITON, "w8a8"), (kernels.PATH_DEQUANT, "w8a8"),
-                                      (None, "convrot")])  # fmt: skip
+@pytest.mark.parametrize("path,fmt", [(kernels.PATH_TRITON, "w8a8"), (kernels.PATH_DEQUANT, "w8a8"), (None, "convrot")])
 def test_every_path_compiles_in_one_graph(tmp_path, gen, path, fmt):
     """Forced paths (the fused kernel on Triton's interpreter, the phantom dequant path) and ConvRot layers (the
     convrot group as an op argument): one graph, compiled == eager, the registry notes kept."""
@@ -213,8 +215,12 @@ def test_fake_implementations_match_the_real_outputs(gen, dtype):
             fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
             fake = op(*fake_args)
         where = f"{name} path={args[5] if name != 'qk_norm_rope' and len(args) > 5 else '-'} {dtype}"
-        assert (fake.shape, fake.dtype, fake.device, fake.stride()) == \
-            (real.shape, real.dtype, real.device, real.stride()), where  # fmt: skip
+        assert (fake.shape, fake.dtype, fake.device, fake.stride()) == (
+            real.shape,
+            real.dtype,
+            real.device,
+            real.stride(),
+        ), where
         assert real.is_contiguous() and not torch.isnan(real).any(), where
         torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
 
@@ -223,10 +229,12 @@ def test_ops_equal_the_eager_functions(gen):
     """Each op's real implementation is the eager function (the compiled graph computes what eager mode does)."""
     for name, args in _op_cases(gen, torch.float32):
         direct = {
-            "w8a8_linear": ops.w8a8_linear_impl, "swiglu_w8a8_pair": ops.swiglu_w8a8_pair_impl,
-            "swiglu_w8a8_linear": kernels.swiglu_w8a8_linear, "float_linear": kernels.float_linear,
+            "w8a8_linear": ops.w8a8_linear_impl,
+            "swiglu_w8a8_pair": ops.swiglu_w8a8_pair_impl,
+            "swiglu_w8a8_linear": kernels.swiglu_w8a8_linear,
+            "float_linear": kernels.float_linear,
             "qk_norm_rope": kernels.qk_norm_rope,
-        }[name]  # fmt: skip
+        }[name]
         if name == "swiglu_w8a8_linear":
             x, w13, s13, chunk, smooth, path, site, out_dtype = args
             want = direct(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)

@@ -33,8 +33,14 @@ def _fresh_dynamo():
 def _model(tmp_path, gen, branch, label, cfg=DEMO):
     weights = {b: RandomWeights(cfg, seed_of(gen)).materialize() for b in ("conditional", "unconditional")}
     path = write_w8a8(tmp_path / f"{label}.safetensors", weights, cfg)
-    model = Ideogram4DiT.from_state_dict(read_branch(path, branch, device="cuda"), w8a8_linears(), config=cfg,
-                                         dtype=torch.bfloat16, device="cuda", label=label)  # fmt: skip
+    model = Ideogram4DiT.from_state_dict(
+        read_branch(path, branch, device="cuda"),
+        w8a8_linears(),
+        config=cfg,
+        dtype=torch.bfloat16,
+        device="cuda",
+        label=label,
+    )
     assert model.fuse_gate_up() == cfg.num_layers
     return model
 
@@ -117,8 +123,12 @@ def test_dynamo_keeps_the_qk_norm_rope_kernel_as_one_op_on_cuda(tmp_path, gen):
     with torch.no_grad():
         report = dynamo.explain(model)(x, sigma, context=ctx)
     assert report.graph_break_count == 0 and report.graph_count == 1
-    names = [n.target.name() for g in report.graphs for n in g.graph.nodes
-             if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)]  # fmt: skip
+    names = [
+        n.target.name()
+        for g in report.graphs
+        for n in g.graph.nodes
+        if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+    ]
     assert names.count(f"{ops.NAMESPACE}::qk_norm_rope") == 2 * TINY.num_layers
 
 

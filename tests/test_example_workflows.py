@@ -76,7 +76,8 @@ class Graph:
         assert src is not None, f"{node['type']}.{input_name} is not connected"
         assert (src[0]["type"], src[1]) == (source_type, slot), (
             f"{node['type']}.{input_name} is fed by {src[0]['type']} output {src[1]}, expected {source_type} "
-            f"output {slot}")  # fmt: skip
+            f"output {slot}"
+        )
         return src[0]
 
 
@@ -175,19 +176,22 @@ def _set(graph: Graph, node_type: str, widget: str, value) -> None:
     node.get("widgets_values_named", {})[widget] = value
 
 
-@pytest.mark.parametrize(("change", "expect"), [
-    (lambda g: _set(g, "Ideogram4Scheduler", "steps", 500), "outside [1, 200]"),
-    (lambda g: _set(g, "Ideogram4Scheduler", "steps", 20.0), "not an integer"),
-    (lambda g: _set(g, "EmptyFlux2LatentImage", "batch_size", True), "not an integer"),
-    (lambda g: _set(g, "Ideogram4Int8Loader", "compute_dtype", "fp16"), "not one of"),
-    (lambda g: _set(g, "Ideogram4Int8Loader", "weights", "ideogram4_bf16.safetensors"), "not a file this workflow"),
-    (lambda g: _set(g, "CFGOverride", "start_percent", 1.5), "outside [0.0, 1.0]"),
-    (lambda g: _set(g, "RandomNoise", "control_after_generate", "sometimes"), "control value"),
-    (lambda g: g.one("KSamplerSelect").__setitem__("type", "KSamplerSelectX"), "unknown node type"),
-    (lambda g: g.one("DualModelGuider")["widgets_values"].append(1.0), "widget values"),
-    (lambda g: g.ui["links"].__setitem__(0, [*g.ui["links"][0][:5], "LATENT"]), "link says LATENT"),
-    (lambda g: g.one("SamplerCustomAdvanced")["inputs"][0].__setitem__("link", None), "'noise' is not connected"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("change", "expect"),
+    [
+        (lambda g: _set(g, "Ideogram4Scheduler", "steps", 500), "outside [1, 200]"),
+        (lambda g: _set(g, "Ideogram4Scheduler", "steps", 20.0), "not an integer"),
+        (lambda g: _set(g, "EmptyFlux2LatentImage", "batch_size", True), "not an integer"),
+        (lambda g: _set(g, "Ideogram4Int8Loader", "compute_dtype", "fp16"), "not one of"),
+        (lambda g: _set(g, "Ideogram4Int8Loader", "weights", "ideogram4_bf16.safetensors"), "not a file this workflow"),
+        (lambda g: _set(g, "CFGOverride", "start_percent", 1.5), "outside [0.0, 1.0]"),
+        (lambda g: _set(g, "RandomNoise", "control_after_generate", "sometimes"), "control value"),
+        (lambda g: g.one("KSamplerSelect").__setitem__("type", "KSamplerSelectX"), "unknown node type"),
+        (lambda g: g.one("DualModelGuider")["widgets_values"].append(1.0), "widget values"),
+        (lambda g: g.ui["links"].__setitem__(0, [*g.ui["links"][0][:5], "LATENT"]), "link says LATENT"),
+        (lambda g: g.one("SamplerCustomAdvanced")["inputs"][0].__setitem__("link", None), "'noise' is not connected"),
+    ],
+)
 def test_the_checks_report_bad_workflows(change, expect):
     problems = _mutated(change)
     assert any(expect in p for p in problems), problems
@@ -224,10 +228,12 @@ def _caption_chain(g: Graph) -> dict:
     def box(v):
         return [v["y_min"], v["x_min"], v["y_max"], v["x_max"]]
 
-    elements = (b.make_element("obj", ov["desc"], None, box(ov), ov["color_palette"])
-                + b.make_element("text", tv["desc"], tv["text"], box(tv), tv["color_palette"]))
-    style_block = b.make_style(sv["kind"], sv["aesthetics"], sv["lighting"], sv["medium"], sv["photo"],
-                               sv["art_style"], sv["color_palette"])
+    elements = b.make_element("obj", ov["desc"], None, box(ov), ov["color_palette"]) + b.make_element(
+        "text", tv["desc"], tv["text"], box(tv), tv["color_palette"]
+    )
+    style_block = b.make_style(
+        sv["kind"], sv["aesthetics"], sv["lighting"], sv["medium"], sv["photo"], sv["art_style"], sv["color_palette"]
+    )
     caption, _ = b.build_caption(bv["high_level_description"], bv["background"], style_block, elements)
     assert validate_caption(caption) == []
     assert bv["on_invalid"] == "error"
@@ -297,8 +303,7 @@ def test_fp8_files_through_the_patch_node():
     assert g.feeds(sampler, "positive", "CLIPTextEncode") is encode
     assert not g.of_type("Ideogram4Int8Loader")
     _decode_and_save(g, "Ideogram4Int8Sampler")
-    _check_note(g, {FP8: "diffusion_models", FP8_UNCOND: "diffusion_models", TEXT_ENCODER: "text_encoders",
-                    VAE: "vae"})
+    _check_note(g, {FP8: "diffusion_models", FP8_UNCOND: "diffusion_models", TEXT_ENCODER: "text_encoders", VAE: "vae"})
 
 
 def test_native_guider_graph_reproduces_the_default_20_schedule():

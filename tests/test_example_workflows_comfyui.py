@@ -66,8 +66,11 @@ def _start(with_models: bool) -> ComfyUIServer:
         if with_models:
             write_example_models(base, SEED, text_encoder_placeholder=True)
 
-    server = ComfyUIServer(packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": ROOT / "tests" / "comfy_test_pack"},
-                           setup=setup, env=native_sizes_env()).start()  # fmt: skip
+    server = ComfyUIServer(
+        packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": ROOT / "tests" / "comfy_test_pack"},
+        setup=setup,
+        env=native_sizes_env(),
+    ).start()
     assert server.import_failures() == [], server.log_tail()
     return server
 
@@ -120,8 +123,9 @@ def test_shipped_api_workflow_passes_comfyui_validation(srv, name):
     assert queued["node_errors"] == {}, queued["node_errors"]
     entry = srv.wait_for_history(queued["prompt_id"], timeout=600)
     assert entry["status"]["status_str"] == "error"
-    failed = [(d.get("node_type"), d.get("node_id")) for kind, d in entry["status"]["messages"]
-              if kind == "execution_error"]  # fmt: skip
+    failed = [
+        (d.get("node_type"), d.get("node_id")) for kind, d in entry["status"]["messages"] if kind == "execution_error"
+    ]
     clip = next(k for k, n in _api(name).items() if n["class_type"] == "CLIPLoader")
     assert failed == [("CLIPLoader", clip)], history_errors(entry)
 
@@ -139,16 +143,20 @@ def runnable_copy(api: dict, cond_path: str) -> dict:
     users = [k for k, n in graph.items() for v in n["inputs"].values() if v == [loaders[0], 0]]
     assert users == encode, "CLIPLoader feeds something besides CLIPTextEncode"
     del graph[loaders[0]]
-    graph[encode[0]] = {"class_type": "Ideogram4TestConditioning", "inputs": {"path": cond_path},
-                        "_meta": {"title": "test-only text conditioning (no 8B text encoder here)"}}
+    graph[encode[0]] = {
+        "class_type": "Ideogram4TestConditioning",
+        "inputs": {"path": cond_path},
+        "_meta": {"title": "test-only text conditioning (no 8B text encoder here)"},
+    }
     return graph
 
 
 @functools.cache
 def _run(srv, name: str) -> dict:
     entry = srv.run_prompt(runnable_copy(_api(name), str(srv.base / COND)), timeout=900)
-    tracebacks = ["".join(d.get("traceback", [])) for kind, d in entry["status"]["messages"]
-                  if kind == "execution_error"]  # fmt: skip
+    tracebacks = [
+        "".join(d.get("traceback", [])) for kind, d in entry["status"]["messages"] if kind == "execution_error"
+    ]
     assert entry["status"]["status_str"] == "success", "\n".join(tracebacks)
     return entry
 
@@ -203,8 +211,12 @@ def shots(tmp_path):
 
 
 def _open_in_browser(server, out: pathlib.Path, names) -> dict[str, dict]:
-    proc = subprocess.run(["node", str(CHECK_SCRIPT), server.url, str(out), PACK_NAME, *names],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    proc = subprocess.run(
+        ["node", str(CHECK_SCRIPT), server.url, str(out), PACK_NAME, *names],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + server.log_tail()
     return {r["name"]: r for r in json.loads(proc.stdout.strip().splitlines()[-1])}
 

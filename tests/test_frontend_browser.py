@@ -61,8 +61,9 @@ def _server(frontend_root: str | None = None):
 
 
 def _frontend_check(server, out: pathlib.Path, name: str, version: str) -> dict:
-    proc = subprocess.run(["node", str(SCRIPT), server.url, str(out / name)], capture_output=True, text=True,
-                          timeout=560)  # fmt: skip
+    proc = subprocess.run(
+        ["node", str(SCRIPT), server.url, str(out / name)], capture_output=True, text=True, timeout=560
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + server.log_tail()
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     assert "error" not in r, r["error"] + "\n" + server.log_tail()
@@ -79,8 +80,12 @@ def _frontend_check(server, out: pathlib.Path, name: str, version: str) -> dict:
     box = r["boxes"][0]
     for key, want in (("x", 0.2 * 1024), ("y", 0.25 * 1024), ("width", 0.5 * 1024), ("height", 0.5 * 1024)):
         assert abs(box[key] - want) <= 12, (key, box)
-    assert box["metadata"] == {"type": "text", "text": "OPEN", "desc": "gold serif letters on a dark sign",
-                               "palette": []}, box  # fmt: skip
+    assert box["metadata"] == {
+        "type": "text",
+        "text": "OPEN",
+        "desc": "gold serif letters on a dark sign",
+        "palette": [],
+    }, box
     assert "box 1/1 · text · bbox [" in r["info"], r["info"]
     assert all(pathlib.Path(p).stat().st_size > 10_000 for p in r["shots"])
     return r
@@ -94,16 +99,23 @@ def test_panel_and_box_editor_on_the_frontend_comfyui_pins(shots):
 def test_panel_badges_and_box_editor_on_the_newest_frontend(shots):
     root = os.environ.get(NEWEST_ENV)
     if not root:
-        pytest.skip(f"set {NEWEST_ENV} to the static/ folder of an unpacked comfyui-frontend-package wheel "
-                    "(.ci/comfyui-tests does)")  # fmt: skip
+        pytest.skip(
+            f"set {NEWEST_ENV} to the static/ folder of an unpacked comfyui-frontend-package wheel "
+            "(.ci/comfyui-tests does)"
+        )
     static = pathlib.Path(root)
     assert (static / "index.html").is_file(), f"{NEWEST_ENV}={root}: no index.html there"
     version = _unpacked_version(static)
     assert version and version != _pinned_version(), version
     with _server(str(static)) as server:
         _frontend_check(server, shots, "newest-frontend", version)
-        runs = _shoot(server, shots, "newest-frontend-run", "runs",
-                      {"weights": WEIGHTS, "cond": str(server.base / COND), "steps": 2, "size": 256})  # fmt: skip
+        runs = _shoot(
+            server,
+            shots,
+            "newest-frontend-run",
+            "runs",
+            {"weights": WEIGHTS, "cond": str(server.base / COND), "steps": 2, "size": 256},
+        )
     auto, forced = runs["auto"], runs["forced"]
     _check_run(auto, "on cuBLAS INT8 (not fused)", "notice", "cuBLAS INT8")
     _check_run(forced, "dequantized to bf16 (phantom INT8)", "warning", "dequant-bf16")

@@ -26,12 +26,21 @@ def test_forward_matches_comfyui_native(tmp_path):
     pack_parent.mkdir()
     (pack_parent / "comfyui_ideogram4_int8").symlink_to(ROOT)
     out = subprocess.run(
-        [python, str(ROOT / "tests" / "comfy_parity_script.py"), str(comfy_dir), str(pack_parent),
-         str(int.from_bytes(os.urandom(2), "little")), str(tmp_path)],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        [
+            python,
+            str(ROOT / "tests" / "comfy_parity_script.py"),
+            str(comfy_dir),
+            str(pack_parent),
+            str(int.from_bytes(os.urandom(2), "little")),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
         # conftest sets TRITON_INTERPRET=1 for this process's CPU kernel tests; ComfyUI's own Python never has it
         env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"},
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     results = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(results) == 15

@@ -32,10 +32,25 @@ def _env(**extra):
 
 def _run_demo(cwd, seed, device, *extra):
     return subprocess.run(
-        [sys.executable, "-m", "comfyui_ideogram4_int8", "demo", "--seed", str(seed), "--device", device,
-         "--preset", "Turbo 12", *extra],
-        capture_output=True, text=True, timeout=900, env=_env(), cwd=cwd,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "comfyui_ideogram4_int8",
+            "demo",
+            "--seed",
+            str(seed),
+            "--device",
+            device,
+            "--preset",
+            "Turbo 12",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=_env(),
+        cwd=cwd,
+    )
 
 
 def _check(out_dir: pathlib.Path, out, fused_path):
@@ -61,7 +76,7 @@ def _check(out_dir: pathlib.Path, out, fused_path):
     # the printed tables: every header matches its rows
     text = out.stdout
     assert "GEMM path" in text and "why not a faster path" in text
-    fid = text[text.index("\nfidelity"):]
+    fid = text[text.index("\nfidelity") :]
     assert re.search(r"sampled latent: W8A8 vs bf16\s+cosine similarity \(1 = identical\)\s+0\.99", fid)
     assert re.search(r"sampled latent: W8A8 vs bf16\s+relative L2 error \(0 = identical\)\s+0\.0", fid)
     assert f"{summary['latent_rel_err']:.5f}" in fid
@@ -96,8 +111,14 @@ def test_readme_python_example_runs_as_written_on_the_demo_file(cpu_demo):
     cwd, demo = cpu_demo
     assert demo.returncode == 0, demo.stdout + demo.stderr
     # one thread: the tiny model on a shared 2-core machine (more threads only add contention)
-    run = subprocess.run([sys.executable, "-c", _readme_example()], capture_output=True, text=True, timeout=600,
-                         cwd=cwd, env=_env(OMP_NUM_THREADS="1"))  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, "-c", _readme_example()],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+        env=_env(OMP_NUM_THREADS="1"),
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.strip().splitlines()[-1] == "torch.Size([1, 128, 16, 16])"
 

@@ -17,21 +17,38 @@ from ideogram4_checks import TINY, cosine, inputs, rel_err, tiny_weights
 
 # ComfyUI's native Ideogram 4 state dict (research brief §1.3), written out by hand
 TOP = {
-    "input_proj.weight": (4608, 128), "input_proj.bias": (4608,), "llm_cond_norm.weight": (53248,),
-    "llm_cond_proj.weight": (4608, 53248), "llm_cond_proj.bias": (4608,),
-    "t_embedding.mlp_in.weight": (4608, 4608), "t_embedding.mlp_in.bias": (4608,),
-    "t_embedding.mlp_out.weight": (4608, 4608), "t_embedding.mlp_out.bias": (4608,),
-    "adaln_proj.weight": (512, 4608), "adaln_proj.bias": (512,), "embed_image_indicator.weight": (2, 4608),
-    "final_layer.linear.weight": (128, 4608), "final_layer.linear.bias": (128,),
-    "final_layer.adaln_modulation.weight": (4608, 512), "final_layer.adaln_modulation.bias": (4608,),
-}  # fmt: skip
+    "input_proj.weight": (4608, 128),
+    "input_proj.bias": (4608,),
+    "llm_cond_norm.weight": (53248,),
+    "llm_cond_proj.weight": (4608, 53248),
+    "llm_cond_proj.bias": (4608,),
+    "t_embedding.mlp_in.weight": (4608, 4608),
+    "t_embedding.mlp_in.bias": (4608,),
+    "t_embedding.mlp_out.weight": (4608, 4608),
+    "t_embedding.mlp_out.bias": (4608,),
+    "adaln_proj.weight": (512, 4608),
+    "adaln_proj.bias": (512,),
+    "embed_image_indicator.weight": (2, 4608),
+    "final_layer.linear.weight": (128, 4608),
+    "final_layer.linear.bias": (128,),
+    "final_layer.adaln_modulation.weight": (4608, 512),
+    "final_layer.adaln_modulation.bias": (4608,),
+}
 BLOCK = {
-    "attention.qkv.weight": (13824, 4608), "attention.norm_q.weight": (256,), "attention.norm_k.weight": (256,),
-    "attention.o.weight": (4608, 4608), "feed_forward.w1.weight": (12288, 4608),
-    "feed_forward.w3.weight": (12288, 4608), "feed_forward.w2.weight": (4608, 12288),
-    "attention_norm1.weight": (4608,), "attention_norm2.weight": (4608,), "ffn_norm1.weight": (4608,),
-    "ffn_norm2.weight": (4608,), "adaln_modulation.weight": (18432, 512), "adaln_modulation.bias": (18432,),
-}  # fmt: skip
+    "attention.qkv.weight": (13824, 4608),
+    "attention.norm_q.weight": (256,),
+    "attention.norm_k.weight": (256,),
+    "attention.o.weight": (4608, 4608),
+    "feed_forward.w1.weight": (12288, 4608),
+    "feed_forward.w3.weight": (12288, 4608),
+    "feed_forward.w2.weight": (4608, 12288),
+    "attention_norm1.weight": (4608,),
+    "attention_norm2.weight": (4608,),
+    "ffn_norm1.weight": (4608,),
+    "ffn_norm2.weight": (4608,),
+    "adaln_modulation.weight": (18432, 512),
+    "adaln_modulation.bias": (18432,),
+}
 
 
 def test_full_config_has_the_native_keys_and_shapes():
@@ -72,9 +89,10 @@ def test_rope_matches_complex_rotation(gen):
     for i in range(half):
         axis = 1 if (i % 3 == 1 and i < 3 * sections[1]) else 2 if (i % 3 == 2 and i < 3 * sections[2]) else 0
         angle = (pos[:, axis].float() * inv[i]).double()  # the angle is formed in float32 (as natively)
-        z = torch.complex(x[..., i].double(), x[..., i + half].double()) * torch.polar(torch.ones_like(angle), angle)[
-            None, :, None
-        ]
+        z = (
+            torch.complex(x[..., i].double(), x[..., i + half].double())
+            * torch.polar(torch.ones_like(angle), angle)[None, :, None]
+        )
         torch.testing.assert_close(got[..., i].double(), z.real, atol=2e-6, rtol=0)
         torch.testing.assert_close(got[..., i + half].double(), z.imag, atol=2e-6, rtol=0)
 
@@ -136,8 +154,9 @@ def test_masked_text_tokens_do_not_reach_the_image(gen):
 
 def test_image_only_branch_never_runs_the_text_projection(gen, tmp_path):
     path = write_w8a8(tmp_path / "w.safetensors", tiny_weights(gen), TINY)
-    model = Ideogram4DiT.from_state_dict(read_branch(path, "unconditional", dtype=torch.float32), w8a8_linears(),
-                                         label="uncond-only")  # fmt: skip
+    model = Ideogram4DiT.from_state_dict(
+        read_branch(path, "unconditional", dtype=torch.float32), w8a8_linears(), label="uncond-only"
+    )
     x, ctx, sigma = inputs(gen)
     kernels.REGISTRY.clear("uncond-only")
     with torch.no_grad():
@@ -193,8 +212,9 @@ def test_forced_triton_path_on_the_interpreter_is_bit_identical(gen, tmp_path):
     """The fused kernel (Triton interpreter on CPU) gives the same bits as the cuBLAS-path twin."""
     path = write_w8a8(tmp_path / "w.safetensors", tiny_weights(gen), TINY)
     sd = read_branch(path, "conditional", dtype=torch.float32)
-    fused = Ideogram4DiT.from_state_dict(dict(sd), w8a8_linears(path=kernels.PATH_TRITON), config=TINY,
-                                         label="forced-triton")  # fmt: skip
+    fused = Ideogram4DiT.from_state_dict(
+        dict(sd), w8a8_linears(path=kernels.PATH_TRITON), config=TINY, label="forced-triton"
+    )
     twin = Ideogram4DiT.from_state_dict(dict(sd), w8a8_linears(path=kernels.PATH_CUBLAS), config=TINY)
     x, ctx, sigma = inputs(gen, batch=1, gh=3, gw=4, n_text=3)
     with torch.no_grad():
@@ -205,8 +225,9 @@ def test_forced_triton_path_on_the_interpreter_is_bit_identical(gen, tmp_path):
 
 def test_declare_paths_lists_layers_before_they_run(gen, tmp_path):
     path = write_w8a8(tmp_path / "w.safetensors", tiny_weights(gen), TINY)
-    model = Ideogram4DiT.from_state_dict(read_branch(path, "conditional"), w8a8_linears(), label="declared",
-                                         dtype=torch.bfloat16)  # fmt: skip
+    model = Ideogram4DiT.from_state_dict(
+        read_branch(path, "conditional"), w8a8_linears(), label="declared", dtype=torch.bfloat16
+    )
     kernels.REGISTRY.clear("declared")
     model.declare_paths()
     recs = {r.layer: r for r in kernels.REGISTRY.layers("declared")}

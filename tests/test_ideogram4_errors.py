@@ -34,8 +34,15 @@ def tampered(path, out, change):
 
 
 def test_errors_are_value_errors():
-    for cls in (E.NotSafetensorsError, E.MissingBranchError, E.MissingKeysError, E.TensorMismatchError,
-                E.BaseMismatchError, E.UnsupportedFormatError, E.HubError):  # fmt: skip
+    for cls in (
+        E.NotSafetensorsError,
+        E.MissingBranchError,
+        E.MissingKeysError,
+        E.TensorMismatchError,
+        E.BaseMismatchError,
+        E.UnsupportedFormatError,
+        E.HubError,
+    ):
         assert issubclass(cls, E.CheckpointError) and issubclass(cls, ValueError)
 
 
@@ -66,8 +73,13 @@ def test_a_folder_is_called_a_folder_and_the_file_inside_is_named(tmp_path, w8a8
     folder = pathlib.Path(w8a8_file).parent
     with pytest.raises(E.NotSafetensorsError) as ei:
         read_branch(folder, "conditional")
-    assert_names(ei.value, folder, "is a folder, not a file", "expected a .safetensors file",
-                 f"e.g. {folder / pathlib.Path(w8a8_file).name}")  # fmt: skip
+    assert_names(
+        ei.value,
+        folder,
+        "is a folder, not a file",
+        "expected a .safetensors file",
+        f"e.g. {folder / pathlib.Path(w8a8_file).name}",
+    )
     assert "not found" not in str(ei.value)
     (tmp_path / "empty").mkdir()
     with pytest.raises(E.NotSafetensorsError, match="a folder with no .safetensors file"):
@@ -88,14 +100,19 @@ def test_truncated_file(tmp_path, w8a8_file):
     assert_names(ei.value, "truncated", "found 40 bytes", "download the file again")
 
 
-@pytest.mark.parametrize("content,says,fix", [
-    (None, "the file is damaged", "download the file again"),  # random bytes
-    (b'{"a":', "the file is damaged", "download the file again"),  # a header that is not JSON
-    (b"version https://git-lfs.github.com/spec/v1\noid sha256:ab12\nsize 20400000000\n", "Git LFS pointer",
-     "download the real file"),
-    (b"<!DOCTYPE html><html><body>Access to this model is restricted</body></html>", "web page",
-     "log in first"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "content,says,fix",
+    [
+        (None, "the file is damaged", "download the file again"),  # random bytes
+        (b'{"a":', "the file is damaged", "download the file again"),  # a header that is not JSON
+        (
+            b"version https://git-lfs.github.com/spec/v1\noid sha256:ab12\nsize 20400000000\n",
+            "Git LFS pointer",
+            "download the real file",
+        ),
+        (b"<!DOCTYPE html><html><body>Access to this model is restricted</body></html>", "web page", "log in first"),
+    ],
+)
 def test_a_damaged_safetensors_file_says_so_and_to_download_it_again(tmp_path, content, says, fix):
     path = tmp_path / "ideogram4-int8-w8a8.safetensors"
     if content is None:
@@ -111,12 +128,22 @@ def test_a_damaged_safetensors_file_says_so_and_to_download_it_again(tmp_path, c
 
 def test_a_valid_safetensors_that_is_not_ideogram4_says_so_and_which_file_to_pick(tmp_path, gen):
     other = tmp_path / "some_other_dit.safetensors"  # "layers.N." keys, but nothing of Ideogram 4's layout
-    save_tensors(other, {"layers.0.mlp.fc1.weight": torch.randn(64, 32, generator=gen),
-                         "layers.0.mlp.fc2.weight": torch.randn(32, 64, generator=gen)})  # fmt: skip
+    save_tensors(
+        other,
+        {
+            "layers.0.mlp.fc1.weight": torch.randn(64, 32, generator=gen),
+            "layers.0.mlp.fc2.weight": torch.randn(32, 64, generator=gen),
+        },
+    )
     with pytest.raises(E.CheckpointError) as ei:
         read_branch(other, "conditional")
-    assert_names(ei.value, other, "not an Ideogram 4 diffusion model", "ideogram4-int8-w8a8.safetensors",
-                 "ideogram4_fp8_scaled.safetensors")
+    assert_names(
+        ei.value,
+        other,
+        "not an Ideogram 4 diffusion model",
+        "ideogram4-int8-w8a8.safetensors",
+        "ideogram4_fp8_scaled.safetensors",
+    )
     assert "config=" not in str(ei.value) and "Ideogram4Config" not in str(ei.value)
 
 
@@ -126,9 +153,18 @@ def test_error_types_read_as_the_pack_name_not_a_module_path():
     from comfyui_ideogram4_int8.ideogram4.captions.problems import CaptionError
     from comfyui_ideogram4_int8.ideogram4.sampling_args import SamplingArgumentError
 
-    classes = [E.CheckpointError, E.NotSafetensorsError, E.MissingBranchError, E.MissingKeysError,
-               E.TensorMismatchError, E.BaseMismatchError, E.UnsupportedFormatError, E.HubError,
-               SamplingArgumentError, CaptionError]  # fmt: skip
+    classes = [
+        E.CheckpointError,
+        E.NotSafetensorsError,
+        E.MissingBranchError,
+        E.MissingKeysError,
+        E.TensorMismatchError,
+        E.BaseMismatchError,
+        E.UnsupportedFormatError,
+        E.HubError,
+        SamplingArgumentError,
+        CaptionError,
+    ]
     for cls in classes:
         assert f"{cls.__module__}.{cls.__qualname__}" == f"comfyui_ideogram4_int8.{cls.__name__}"
         assert getattr(pack, cls.__name__) is cls  # importable under the name shown
@@ -154,8 +190,14 @@ def test_missing_keys_list_a_few(tmp_path, gen):
         read_branch(path, "conditional")
     # norms + the indicator embedding + weight and bias of the 6 float top-level linears
     n_missing = len(TINY.other_shapes()) + 2 * 6
-    assert_names(ei.value, path, f"{n_missing} tensors the architecture needs are missing", "base=",
-                 f"and {n_missing - 5} more", "adaln_proj.bias")  # fmt: skip
+    assert_names(
+        ei.value,
+        path,
+        f"{n_missing} tensors the architecture needs are missing",
+        "base=",
+        f"and {n_missing - 5} more",
+        "adaln_proj.bias",
+    )
 
 
 @pytest.mark.parametrize(
@@ -213,8 +255,11 @@ def test_int8_without_scale_in_comfy_file(tmp_path, gen):
 
 def test_unsupported_comfy_quant_format(tmp_path, gen):
     path = write_comfy_int8(tmp_path / "i.safetensors", tiny_weights(gen)["conditional"], TINY, convrot_group=None)
-    bad = tampered(path, tmp_path / "nvfp4.safetensors",
-                   lambda t: t.update({QKV + ".comfy_quant": encode_comfy_quant({"format": "nvfp4"})}))  # fmt: skip
+    bad = tampered(
+        path,
+        tmp_path / "nvfp4.safetensors",
+        lambda t: t.update({QKV + ".comfy_quant": encode_comfy_quant({"format": "nvfp4"})}),
+    )
     with pytest.raises(E.UnsupportedFormatError) as ei:
         read_branch(bad, "conditional")
     assert_names(ei.value, bad, QKV + ".comfy_quant", "nvfp4", "int8_tensorwise")
@@ -223,14 +268,26 @@ def test_unsupported_comfy_quant_format(tmp_path, gen):
 def test_base_that_does_not_match(tmp_path, gen):
     weights = tiny_weights(gen)
     path = write_w8a8(tmp_path / "w.safetensors", weights, TINY, include_others=False)
-    other = Ideogram4Config(in_channels=16, num_layers=3, num_heads=2, head_dim=32, intermediate_size=128,
-                            adaln_dim=32, llm_features_dim=128, mrope_section=(6, 5, 5))  # fmt: skip
+    other = Ideogram4Config(
+        in_channels=16,
+        num_layers=3,
+        num_heads=2,
+        head_dim=32,
+        intermediate_size=128,
+        adaln_dim=32,
+        llm_features_dim=128,
+        mrope_section=(6, 5, 5),
+    )
     deeper = write_float(tmp_path / "deeper.safetensors", tiny_weights(gen, other)["conditional"], other)
     with pytest.raises(E.BaseMismatchError) as ei:
         read_branch(path, "conditional", base=deeper)
     assert_names(ei.value, deeper, "num_layers", "expected num_layers = 2", "found num_layers = 3")
-    deeper_norms = write_float(tmp_path / "deeper-norms.safetensors", tiny_weights(gen, other)["conditional"], other,
-                               only=is_nonlinear_or_top(other))  # fmt: skip
+    deeper_norms = write_float(
+        tmp_path / "deeper-norms.safetensors",
+        tiny_weights(gen, other)["conditional"],
+        other,
+        only=is_nonlinear_or_top(other),
+    )
     with pytest.raises(E.BaseMismatchError) as ei:  # same width, only norms: the depth still gives it away
         read_branch(path, "conditional", base=deeper_norms)
     assert_names(ei.value, deeper_norms, "expected num_layers = 2", "found num_layers = 3")

@@ -99,8 +99,13 @@ def test_base_checkpoint_supplies_missing_tensors(tmp_path, gen):
     weights = tiny_weights(gen)
     path = write_w8a8(tmp_path / "w.safetensors", weights, TINY, include_others=False)
     for branch in BRANCHES:
-        base = write_float(tmp_path / f"base-{branch}.safetensors", weights[branch], TINY, dtype=torch.bfloat16,
-                           only=is_nonlinear_or_top(TINY))  # fmt: skip
+        base = write_float(
+            tmp_path / f"base-{branch}.safetensors",
+            weights[branch],
+            TINY,
+            dtype=torch.bfloat16,
+            only=is_nonlinear_or_top(TINY),
+        )
         sd = read_branch(path, branch, base=base, dtype=F32)
         stored_base = raw(base)
         for key in TINY.other_shapes():
@@ -116,8 +121,9 @@ def test_base_checkpoint_supplies_missing_tensors(tmp_path, gen):
 def test_comfy_int8_roundtrip_and_forward(tmp_path, gen, mode):
     weights = tiny_weights(gen)["conditional"]
     group = 16 if mode == "convrot" else None
-    path = write_comfy_int8(tmp_path / "i.safetensors", weights, TINY, convrot_group=group,
-                            tensorwise=mode == "tensorwise")  # fmt: skip
+    path = write_comfy_int8(
+        tmp_path / "i.safetensors", weights, TINY, convrot_group=group, tensorwise=mode == "tensorwise"
+    )
     stored = raw(path)
     sd = read_branch(path, "conditional", dtype=F32)
     assert detect_format(path)["format"] == ("comfy-int8-convrot" if group else "comfy-int8")
@@ -166,7 +172,7 @@ def test_comfy_fp8_quantized_on_load(tmp_path, gen, legacy):
             assert sd[spec.name + ".weight"].dtype == F32
     off = read_branch(path, "unconditional", dtype=F32, quantize=False)
     name = "layers.0.attention.qkv"
-    want = (stored[name + ".weight"].float() * stored[f"{name}.{scale_key}"].float())
+    want = stored[name + ".weight"].float() * stored[f"{name}.{scale_key}"].float()
     assert torch.equal(off[name + ".weight"], want)
 
 
@@ -197,8 +203,9 @@ def test_chunked_quantization_is_bit_identical(gen):
 
 def test_model_prefix_and_own_form_roundtrip(tmp_path, gen):
     weights = tiny_weights(gen)["conditional"]
-    path = write_comfy_int8(tmp_path / "p.safetensors", weights, TINY, convrot_group=16,
-                            prefix="model.diffusion_model.")  # fmt: skip
+    path = write_comfy_int8(
+        tmp_path / "p.safetensors", weights, TINY, convrot_group=16, prefix="model.diffusion_model."
+    )
     sd = read_branch(path, "conditional", dtype=F32)
     again = read_branch(write_branch_form(tmp_path / "own.safetensors", sd), "conditional", dtype=F32)
     assert again.keys() == sd.keys()

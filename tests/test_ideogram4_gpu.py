@@ -40,10 +40,12 @@ def test_fused_dit_on_gpu_matches_bf16(tmp_path, gen):
         sd = read_branch(path, branch, device="cuda")
         assert all(t.device.type == "cuda" for t in sd.values())
         w8 = Ideogram4DiT.from_state_dict(sd, w8a8_linears(), dtype=torch.bfloat16, device="cuda", label=label)
-        dq = Ideogram4DiT.from_state_dict(read_branch(path, branch, device="cuda"), dequant_linears(),
-                                          dtype=torch.bfloat16, device="cuda")  # fmt: skip
-        ref = Ideogram4DiT(DEMO, float_linears(dtype=torch.bfloat16), state_dict=weights[branch],
-                           dtype=torch.bfloat16, device="cuda")  # fmt: skip
+        dq = Ideogram4DiT.from_state_dict(
+            read_branch(path, branch, device="cuda"), dequant_linears(), dtype=torch.bfloat16, device="cuda"
+        )
+        ref = Ideogram4DiT(
+            DEMO, float_linears(dtype=torch.bfloat16), state_dict=weights[branch], dtype=torch.bfloat16, device="cuda"
+        )
         with torch.no_grad():
             a, d, r = w8(x, sigma, context=c), dq(x, sigma, context=c), ref(x, sigma, context=c)
         assert cosine(a, r) >= 0.99 and cosine(a, d) >= 0.999
@@ -55,8 +57,13 @@ def test_fused_dit_on_gpu_matches_bf16(tmp_path, gen):
 def test_convrot_layers_run_on_the_fused_kernel(tmp_path, gen):
     w = tiny_weights(gen)["conditional"]
     path = write_comfy_int8(tmp_path / "i.safetensors", w, TINY, convrot_group=16)
-    model = Ideogram4DiT.from_state_dict(read_branch(path, "conditional", device="cuda"), w8a8_linears(),
-                                         dtype=torch.bfloat16, device="cuda", label="gpu-convrot")  # fmt: skip
+    model = Ideogram4DiT.from_state_dict(
+        read_branch(path, "conditional", device="cuda"),
+        w8a8_linears(),
+        dtype=torch.bfloat16,
+        device="cuda",
+        label="gpu-convrot",
+    )
     ref = Ideogram4DiT(TINY, float_linears(dtype=torch.float32), state_dict=w, device="cuda")
     x = torch.randn(2, TINY.in_channels, 4, 6, generator=gen).cuda()
     sigma = torch.tensor([0.3, 0.8], device="cuda")
@@ -115,16 +122,24 @@ def test_gpu_sampling_deterministic(tmp_path, gen):
     _, path = _pair(tmp_path, gen)
     models = {}
     for b in ("conditional", "unconditional"):
-        models[b] = Ideogram4DiT.from_state_dict(read_branch(path, b, device="cuda"), w8a8_linears(),
-                                                 dtype=torch.bfloat16, device="cuda")  # fmt: skip
+        models[b] = Ideogram4DiT.from_state_dict(
+            read_branch(path, b, device="cuda"), w8a8_linears(), dtype=torch.bfloat16, device="cuda"
+        )
     ctx = torch.randn(1, 8, DEMO.llm_features_dim, generator=gen).cuda()
     seed = seed_of(gen)
 
     def run():
         noise = make_noise(seed, 128, 128, channels=DEMO.in_channels, device="cuda")
         with torch.no_grad():
-            return sample(models["conditional"], models["unconditional"], ctx, width=128, height=128,
-                          preset="Turbo 12", noise=noise)  # fmt: skip
+            return sample(
+                models["conditional"],
+                models["unconditional"],
+                ctx,
+                width=128,
+                height=128,
+                preset="Turbo 12",
+                noise=noise,
+            )
 
     a, b = run(), run()
     assert torch.equal(a, b)
@@ -132,9 +147,21 @@ def test_gpu_sampling_deterministic(tmp_path, gen):
 
 def test_load_memory_bench_smoke(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "comfyui_ideogram4_int8.bench.load_memory", "--config", "demo", "--dir", str(tmp_path),
-         "--out", str(tmp_path / "r.json"), "--forward"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "comfyui_ideogram4_int8.bench.load_memory",
+            "--config",
+            "demo",
+            "--dir",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "r.json"),
+            "--forward",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "HOLDS" in out.stdout

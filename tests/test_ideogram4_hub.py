@@ -47,19 +47,29 @@ def test_hf_url_downloads_through_huggingface_hub(tmp_path, gen, monkeypatch):
         return str(real)
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", fake_download)
-    sd = read_branch("hf://transformerlab/ideogram-4-int8-w8a8/sub/w8a8.safetensors@v1", "conditional",
-                     cache_dir=tmp_path / "cache")  # fmt: skip
+    sd = read_branch(
+        "hf://transformerlab/ideogram-4-int8-w8a8/sub/w8a8.safetensors@v1", "conditional", cache_dir=tmp_path / "cache"
+    )
     assert sd["layers.0.attention.qkv.weight"].dtype == torch.int8
-    assert calls == [{"repo_id": "transformerlab/ideogram-4-int8-w8a8", "filename": "sub/w8a8.safetensors",
-                      "revision": "v1", "cache_dir": str(tmp_path / "cache")}]  # fmt: skip
+    assert calls == [
+        {
+            "repo_id": "transformerlab/ideogram-4-int8-w8a8",
+            "filename": "sub/w8a8.safetensors",
+            "revision": "v1",
+            "cache_dir": str(tmp_path / "cache"),
+        }
+    ]
     assert "token" not in calls[0]  # huggingface_hub finds HF_TOKEN / the login itself
 
 
-@pytest.mark.parametrize("exc_name, words", [
-    ("GatedRepoError", ["gated", "https://huggingface.co/owner/repo", "HF_TOKEN"]),
-    ("RepositoryNotFoundError", ["not found", "hf auth login"]),
-    ("EntryNotFoundError", ["no such file"]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "exc_name, words",
+    [
+        ("GatedRepoError", ["gated", "https://huggingface.co/owner/repo", "HF_TOKEN"]),
+        ("RepositoryNotFoundError", ["not found", "hf auth login"]),
+        ("EntryNotFoundError", ["no such file"]),
+    ],
+)
 def test_hub_errors_are_actionable_and_never_show_the_token(monkeypatch, caplog, exc_name, words):
     cls = getattr(hf_utils, exc_name)
 

@@ -62,8 +62,7 @@ def test_guidance_per_step_in_sampling_order(name):
 
 def test_guidance_one_skips_the_unconditional_pass():
     cond, uncond = ConstModel(1.0), ConstModel(5.0)
-    sample(cond, uncond, torch.zeros(1, 2, 8), width=32, height=32, preset="Turbo 12",
-           guidance=[1.0] * 11 + [3.0])  # fmt: skip
+    sample(cond, uncond, torch.zeros(1, 2, 8), width=32, height=32, preset="Turbo 12", guidance=[1.0] * 11 + [3.0])
     assert len(cond.calls) == 12 and len(uncond.calls) == 1
 
 
@@ -95,8 +94,10 @@ def test_callback_can_interrupt():
 def tiny_pair(tmp_path, gen):
     weights = tiny_weights(gen)
     path = write_w8a8(tmp_path / "w.safetensors", weights, TINY)
-    w8 = {b: Ideogram4DiT.from_state_dict(read_branch(path, b, dtype=torch.float32), w8a8_linears(), label=b)
-          for b in weights}  # fmt: skip
+    w8 = {
+        b: Ideogram4DiT.from_state_dict(read_branch(path, b, dtype=torch.float32), w8a8_linears(), label=b)
+        for b in weights
+    }
     ref = {b: Ideogram4DiT(TINY, float_linears(), state_dict=w) for b, w in weights.items()}
     ctx = torch.randn(1, 4, TINY.llm_features_dim, generator=gen)
     return w8, ref, ctx
@@ -109,8 +110,9 @@ def test_sampling_is_deterministic_per_seed_and_close_to_float(tiny_pair, gen):
     def run(models, s):
         noise = make_noise(s, 64, 96, channels=TINY.in_channels)
         with torch.no_grad():
-            return sample(models["conditional"], models["unconditional"], ctx, width=64, height=96, preset="Turbo 12",
-                          noise=noise)  # fmt: skip
+            return sample(
+                models["conditional"], models["unconditional"], ctx, width=64, height=96, preset="Turbo 12", noise=noise
+            )
 
     a, b = run(w8, seed), run(w8, seed)
     assert torch.equal(a, b), "same seed, different latent"

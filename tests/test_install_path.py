@@ -87,18 +87,36 @@ def test_the_closure_walk_finds_a_torch_dependency_when_there_is_one():
 def test_pip_dry_run_in_comfyuis_environment_leaves_torch_alone(tmp_path):
     comfy_dir = pathlib.Path(os.environ["COMFYUI_DIR"])
     python = os.environ.get("COMFYUI_PYTHON") or str(comfy_dir / ".venv" / "bin" / "python")
-    torch_before = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True,
-                                  text=True, timeout=300).stdout.strip()  # fmt: skip
+    torch_before = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, timeout=300
+    ).stdout.strip()
     report = tmp_path / "report.json"
-    out = subprocess.run([python, "-m", "pip", "install", "--dry-run", "--no-index", "--quiet", "--report",
-                          str(report), "-r", str(ROOT / "requirements.txt")],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--dry-run",
+            "--no-index",
+            "--quiet",
+            "--report",
+            str(report),
+            "-r",
+            str(ROOT / "requirements.txt"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, f"install the pack's requirements into ComfyUI's environment first:\n{out.stderr}"
-    would_install = {_canon(i["metadata"]["name"]): i["metadata"]["version"]
-                     for i in json.loads(report.read_text())["install"]}  # fmt: skip
+    would_install = {
+        _canon(i["metadata"]["name"]): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]
+    }
     assert not {n for n in would_install if TORCH_FAMILY.match(n)}, would_install
-    torch_after = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True,
-                                 text=True, timeout=300).stdout.strip()  # fmt: skip
+    torch_after = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True, timeout=300
+    ).stdout.strip()
     assert torch_before and torch_after == torch_before
 
 
@@ -106,8 +124,13 @@ def test_comfy_cli_validates_the_registry_metadata():
     comfy = os.environ.get("COMFY_CLI")
     if not comfy:
         pytest.skip("set COMFY_CLI to comfy-cli's `comfy` executable (pip install comfy-cli in a throwaway venv)")
-    out = subprocess.run([comfy, "--skip-prompt", "--no-enable-telemetry", "node", "validate"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [comfy, "--skip-prompt", "--no-enable-telemetry", "node", "validate"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     assert "All validation checks passed" in text and "Security warnings" not in text, text

@@ -535,8 +535,10 @@ def test_gate_up_pair_odd_widths_against_float64(cfg, m, f, k, gen):
     K = 100: rows TMA cannot address, so the persistent config runs the pointer kernel): float64 agreement,
     every element written (NaN poison)."""
     if cfg.kernel == "triton-tma" and k % 16 == 0 and f % 16 and _interpreter_counts_tma_strides_in_elements():
-        pytest.skip("this Triton's interpreter checks descriptor strides in elements (a float32 row of "
-                    f"{f} elements, {4 * f} bytes, is 16-byte aligned on the GPU); covered on Triton >= 3.6")
+        pytest.skip(
+            "this Triton's interpreter checks descriptor strides in elements (a float32 row of "
+            f"{f} elements, {4 * f} bytes, is 16-byte aligned on the GPU); covered on Triton >= 3.6"
+        )
     x, w1, s1, w3, s3, _ = _pair_operands(m, f, k, gen)
     q, s = K.quantize_per_token_ref(x)
     got = torch.full((m, f), float("nan"))
@@ -569,8 +571,16 @@ def test_swiglu_w8a8_pair_every_path(smooth, gen):
     ref = _pair_f64(q, s, w1, s1, w3, s3)
     w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, 32)
     before = (launches("gate_up_pair"), launches("gemm_triton"), launches("quant_triton"))
-    h = K.swiglu_w8a8_pair(x.reshape(1, m, k), w1, s1, w3, s3, smooth=sm, path="triton-int8",
-                           site=("pair/layers.0.feed_forward.w1", "pair/layers.0.feed_forward.w3"))  # fmt: skip
+    h = K.swiglu_w8a8_pair(
+        x.reshape(1, m, k),
+        w1,
+        s1,
+        w3,
+        s3,
+        smooth=sm,
+        path="triton-int8",
+        site=("pair/layers.0.feed_forward.w1", "pair/layers.0.feed_forward.w3"),
+    )
     assert (launches("gate_up_pair"), launches("gemm_triton"), launches("quant_triton")) == tuple(
         b + 1 for b in before
     ), "one quantization and one fused GEMM"

@@ -31,8 +31,9 @@ def test_the_box_editor_keeps_its_size_when_a_box_is_clicked_and_lists_no_stray_
     from comfyui_server import shared_server
 
     srv = shared_server()
-    proc = subprocess.run(["node", str(SCRIPT), srv.url, f"{shots}/", str(WORKFLOW)], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        ["node", str(SCRIPT), srv.url, f"{shots}/", str(WORKFLOW)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r = json.loads(proc.stdout.strip().splitlines()[-1])
     before, after_text, after_obj = (r["states"][k] for k in ("before", "afterText", "afterObj"))

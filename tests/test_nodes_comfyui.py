@@ -47,9 +47,22 @@ def run_check(tmp_path_factory):
         work = tmp_path_factory.mktemp(check)
         seed = int.from_bytes(os.urandom(3), "little")
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # set by conftest for this process
-        out = subprocess.run([python, str(ROOT / "tests" / "comfy_nodes_script.py"), str(comfy_dir),
-                              str(pack_parent), str(work), check, str(seed)],
-                             capture_output=True, text=True, timeout=900, cwd=work, env=env)  # fmt: skip
+        out = subprocess.run(
+            [
+                python,
+                str(ROOT / "tests" / "comfy_nodes_script.py"),
+                str(comfy_dir),
+                str(pack_parent),
+                str(work),
+                check,
+                str(seed),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            cwd=work,
+            env=env,
+        )
         lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
         assert lines, f"seed {seed}: no result\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         res = json.loads(lines[-1][len("RESULT ") :])
@@ -279,8 +292,13 @@ def test_gate_up_pair_runs_as_one_fused_call_in_native_models(run_check):
     fuses once the load folds one shared vector (the default, 'w8a8_min') and splits under w1/w3 mode 'ratio'."""
     r = run_check("gate_up")
     seed = r["__seed__"]
-    for fmt, fused in (("w8a8_shared", True), ("int8_convrot", True), ("fp8", True), ("w8a8", False),
-                       ("w8a8_min", True)):
+    for fmt, fused in (
+        ("w8a8_shared", True),
+        ("int8_convrot", True),
+        ("fp8", True),
+        ("w8a8", False),
+        ("w8a8_min", True),
+    ):
         quantized = r[f"{fmt}/coverage"]["expected"]
         assert r[f"{fmt}/gate_up_modules"] == 4 and r[f"{fmt}/children"] == ["w1", "w2", "w3"], fmt
         assert r[f"{fmt}/native_keys"] is True, fmt
@@ -296,8 +314,10 @@ def test_gate_up_pair_runs_as_one_fused_call_in_native_models(run_check):
             assert r[f"{fmt}/last_split"] is None
         else:  # the transformerlab layout, w1/w3 mode 'ratio': w3 divides by a ratio of the two vectors at run time
             assert r[f"{fmt}/fused_calls"] == [0] * 4 and r[f"{fmt}/quantizer_passes"] == quantized
-            assert all(": 0/4 blocks; as two linears: 4 blocks (w1 and w3 divide their input by different SmoothQuant"
-                       in ln for ln in r[f"{fmt}/summary"]), r[f"{fmt}/summary"]  # fmt: skip
+            assert all(
+                ": 0/4 blocks; as two linears: 4 blocks (w1 and w3 divide their input by different SmoothQuant" in ln
+                for ln in r[f"{fmt}/summary"]
+            ), r[f"{fmt}/summary"]
             assert "different SmoothQuant vectors" in r[f"{fmt}/last_split"]
             assert r[f"{fmt}/w1_fusion"].startswith("not fused with w3: w1 and w3 divide their input by different")
             assert "w1|w3 not fused: w1 and w3 divide their input by different" in r[f"{fmt}/w3_reason"]
@@ -440,8 +460,10 @@ def _setup_files(base: pathlib.Path) -> None:
     models = base / "models" / "diffusion_models"
     models.mkdir(parents=True)
     cfg = _cfg()
-    w = {"conditional": synthetic.RandomWeights(cfg, SEED).materialize(),
-         "unconditional": synthetic.RandomWeights(cfg, SEED + 1).materialize()}
+    w = {
+        "conditional": synthetic.RandomWeights(cfg, SEED).materialize(),
+        "unconditional": synthetic.RandomWeights(cfg, SEED + 1).materialize(),
+    }
     synthetic.write_w8a8(models / "i4_w8a8.safetensors", w, cfg)
     save_file({"encoder.conv_in.weight": torch.randn(8, 3, 3, 3)}, str(models / "flux2_vae_like.safetensors"))
     g = torch.Generator().manual_seed(SEED)
@@ -453,8 +475,9 @@ def _setup_files(base: pathlib.Path) -> None:
 def srv():
     from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer
 
-    server = ComfyUIServer(packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": ROOT / "tests" / "comfy_test_pack"},
-                           setup=_setup_files).start()  # fmt: skip
+    server = ComfyUIServer(
+        packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": ROOT / "tests" / "comfy_test_pack"}, setup=_setup_files
+    ).start()
     try:
         assert server.import_failures() == [], server.log_tail()
         yield server
@@ -487,9 +510,17 @@ def test_object_info_lists_every_node_with_tooltips(srv):
 
 
 def _loader(dtype="fp32"):
-    return {"class_type": "Ideogram4Int8Loader",
-            "inputs": {"weights": "i4_w8a8.safetensors", "unconditional_weights": "(second branch of the weights file)",
-                       "base": "none", "unconditional_base": "none", "compute_dtype": dtype, "gemm_path": "auto"}}
+    return {
+        "class_type": "Ideogram4Int8Loader",
+        "inputs": {
+            "weights": "i4_w8a8.safetensors",
+            "unconditional_weights": "(second branch of the weights file)",
+            "base": "none",
+            "unconditional_base": "none",
+            "compute_dtype": dtype,
+            "gemm_path": "auto",
+        },
+    }
 
 
 def _cond(srv, name="cond.safetensors"):
@@ -500,8 +531,17 @@ CUSTOM = {"steps": 4, "guidance": 7.0, "polish_steps": 1, "polish_guidance": 3.0
 
 
 def _our_sampler(seed, **kw):
-    inputs = {"model": ["1", 0], "model_negative": ["1", 1], "positive": ["2", 0], "seed": seed, "preset": "Turbo 12",
-              "width": 256, "height": 256, "batch_size": 1, **CUSTOM}
+    inputs = {
+        "model": ["1", 0],
+        "model_negative": ["1", 1],
+        "positive": ["2", 0],
+        "seed": seed,
+        "preset": "Turbo 12",
+        "width": 256,
+        "height": 256,
+        "batch_size": 1,
+        **CUSTOM,
+    }
     inputs.update(kw)
     return {"class_type": "Ideogram4Int8Sampler", "inputs": inputs}
 
@@ -514,8 +554,9 @@ def _saved_latent(srv, entry, node="9"):
 
 
 def _ok(entry):
-    tracebacks = ["".join(d.get("traceback", [])) for kind, d in entry["status"]["messages"]
-                  if kind == "execution_error"]
+    tracebacks = [
+        "".join(d.get("traceback", [])) for kind, d in entry["status"]["messages"] if kind == "execution_error"
+    ]
     assert entry["status"]["status_str"] == "success", "\n".join(tracebacks)
 
 
@@ -537,33 +578,55 @@ def _reference_latent(srv, seed, preset, width=256, height=256, **custom):
     from safetensors.torch import load_file
 
     path = srv.base / "models" / "diffusion_models" / "i4_w8a8.safetensors"
-    models = [Ideogram4DiT.from_state_dict(read_branch(path, b, dtype=torch.float32), w8a8_linears(),
-                                           dtype=torch.float32) for b in ("conditional", "unconditional")]  # fmt: skip
+    models = [
+        Ideogram4DiT.from_state_dict(read_branch(path, b, dtype=torch.float32), w8a8_linears(), dtype=torch.float32)
+        for b in ("conditional", "unconditional")
+    ]
     ctx = load_file(str(srv.base / "cond.safetensors"))["cond"]
     plan = sampling_args.plan_sampling(preset, width, height, **custom)
     with torch.no_grad():
-        return sample(models[0], models[1], ctx, width=width, height=height, sigmas=plan.sigmas,
-                      guidance=plan.guidance, noise=make_noise(seed, width, height, 1))  # fmt: skip
+        return sample(
+            models[0],
+            models[1],
+            ctx,
+            width=width,
+            height=height,
+            sigmas=plan.sigmas,
+            guidance=plan.guidance,
+            noise=make_noise(seed, width, height, 1),
+        )
 
 
 def test_native_dual_model_guider_graph_runs_with_our_models(srv):
     seed = SEED % 10000
     graph = {
-        "1": _loader(), "2": _cond(srv),
-        "3": {"class_type": "DualModelGuider",  # negative left unconnected: the image-only unconditional pass
-              "inputs": {"model": ["1", 0], "model_negative": ["1", 1], "positive": ["2", 0], "cfg": 7.0}},
-        "4": {"class_type": "Ideogram4Scheduler",
-              "inputs": {"steps": 4, "width": 256, "height": 256, "mu": 0.0, "std": 1.75}},
+        "1": _loader(),
+        "2": _cond(srv),
+        "3": {
+            "class_type": "DualModelGuider",  # negative left unconnected: the image-only unconditional pass
+            "inputs": {"model": ["1", 0], "model_negative": ["1", 1], "positive": ["2", 0], "cfg": 7.0},
+        },
+        "4": {
+            "class_type": "Ideogram4Scheduler",
+            "inputs": {"steps": 4, "width": 256, "height": 256, "mu": 0.0, "std": 1.75},
+        },
         "5": {"class_type": "RandomNoise", "inputs": {"noise_seed": seed}},
         "6": {"class_type": "KSamplerSelect", "inputs": {"sampler_name": "euler"}},
         "7": {"class_type": "EmptyFlux2LatentImage", "inputs": {"width": 256, "height": 256, "batch_size": 1}},
-        "8": {"class_type": "SamplerCustomAdvanced", "inputs": {"noise": ["5", 0], "guider": ["3", 0],
-                                                                "sampler": ["6", 0], "sigmas": ["4", 0],
-                                                                "latent_image": ["7", 0]}},
+        "8": {
+            "class_type": "SamplerCustomAdvanced",
+            "inputs": {
+                "noise": ["5", 0],
+                "guider": ["3", 0],
+                "sampler": ["6", 0],
+                "sigmas": ["4", 0],
+                "latent_image": ["7", 0],
+            },
+        },
         "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "native"}},
         "10": _our_sampler(seed, preset="custom", polish_steps=0),
         "11": {"class_type": "SaveLatent", "inputs": {"samples": ["10", 0], "filename_prefix": "ours"}},
-    }  # fmt: skip
+    }
     entry = srv.run_prompt(graph, timeout=300)
     _ok(entry)
     native, ours = _saved_latent(srv, entry, "9"), _saved_latent(srv, entry, "11")
@@ -576,8 +639,12 @@ def test_native_dual_model_guider_graph_runs_with_our_models(srv):
 
 def test_sampler_node_latent_matches_the_reference_sampler(srv):
     seed = (SEED + 17) % 100000
-    graph = {"1": _loader(), "2": _cond(srv), "8": _our_sampler(seed),
-             "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "turbo"}}}
+    graph = {
+        "1": _loader(),
+        "2": _cond(srv),
+        "8": _our_sampler(seed),
+        "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "turbo"}},
+    }
     entry = srv.run_prompt(graph, timeout=300)
     _ok(entry)
     got = _saved_latent(srv, entry)
@@ -589,21 +656,29 @@ def test_sampler_node_latent_matches_the_reference_sampler(srv):
 
 
 def _interrupt(srv):
-    req = urllib.request.Request(srv.url + "/interrupt", data=b"{}", method="POST",
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    req = urllib.request.Request(
+        srv.url + "/interrupt", data=b"{}", method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.status == 200
 
 
 def test_interrupt_mid_run_then_the_models_still_work(srv):
     seed = (SEED + 29) % 100000
-    short = {"1": _loader(), "2": _cond(srv), "8": _our_sampler(seed, preset="custom", steps=3),
-             "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "short"}}}
+    short = {
+        "1": _loader(),
+        "2": _cond(srv),
+        "8": _our_sampler(seed, preset="custom", steps=3),
+        "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "short"}},
+    }
     first = srv.run_prompt(short, timeout=300)
     _ok(first)
-    long = {"1": _loader(), "2": _cond(srv),
-            "8": _our_sampler(seed + 1, preset="custom", steps=200, width=1024, height=1024),
-            "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "long"}}}
+    long = {
+        "1": _loader(),
+        "2": _cond(srv),
+        "8": _our_sampler(seed + 1, preset="custom", steps=200, width=1024, height=1024),
+        "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "long"}},
+    }
     prompt_id = srv.queue_prompt(long)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # wait until the sampler is running
@@ -640,26 +715,60 @@ def test_bad_inputs_fail_with_clear_errors_and_the_server_stays_up(srv):
     wrong_file = dict(_loader(), inputs=dict(_loader()["inputs"], weights="flux2_vae_like.safetensors"))
     text = _error_text(srv, {"1": wrong_file, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}}})
     assert "holds no Ideogram 4 DiT linears" in text and "flux2_vae_like.safetensors" in text
-    text = _error_text(srv, {"1": _loader(), "2": _cond(srv, "cond_clip_l.safetensors"), "8": _our_sampler(1),
-                             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}}})
+    text = _error_text(
+        srv,
+        {
+            "1": _loader(),
+            "2": _cond(srv, "cond_clip_l.safetensors"),
+            "8": _our_sampler(1),
+            "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}},
+        },
+    )
     assert "[1, 77, 768]" in text and "CLIPLoader of type ideogram4" in text
-    text = _error_text(srv, {"1": _loader(), "2": _cond(srv), "8": _our_sampler(1, width=1000),
-                             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}}})
+    text = _error_text(
+        srv,
+        {
+            "1": _loader(),
+            "2": _cond(srv),
+            "8": _our_sampler(1, width=1000),
+            "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}},
+        },
+    )
     assert "multiple of 16" in text
-    text = _error_text(srv, {"1": _loader(), "2": _cond(srv), "8": _our_sampler(1, width=2048, height=256),
-                             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}}})
+    text = _error_text(
+        srv,
+        {
+            "1": _loader(),
+            "2": _cond(srv),
+            "8": _our_sampler(1, width=2048, height=256),
+            "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}},
+        },
+    )
     assert "6:1" in text
-    text = _error_text(srv, {"3": {"class_type": "Ideogram4TestOtherModel", "inputs": {}},
-                             "4": {"class_type": "Ideogram4Int8Patch",
-                                   "inputs": {"model": ["3", 0], "label": "conditional", "gemm_path": "auto"}},
-                             "5": {"class_type": "PreviewAny", "inputs": {"source": ["4", 1]}}})
+    text = _error_text(
+        srv,
+        {
+            "3": {"class_type": "Ideogram4TestOtherModel", "inputs": {}},
+            "4": {
+                "class_type": "Ideogram4Int8Patch",
+                "inputs": {"model": ["3", 0], "label": "conditional", "gemm_path": "auto"},
+            },
+            "5": {"class_type": "PreviewAny", "inputs": {"source": ["4", 1]}},
+        },
+    )
     assert "not an Ideogram 4 diffusion model" in text
     bad_negative = _our_sampler(1)
     bad_negative["inputs"]["model_negative"] = ["3", 0]
-    text = _error_text(srv, {"1": _loader(), "2": _cond(srv), "3": {"class_type": "Ideogram4TestOtherModel",
-                                                                    "inputs": {}},
-                             "8": bad_negative,
-                             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}}})
+    text = _error_text(
+        srv,
+        {
+            "1": _loader(),
+            "2": _cond(srv),
+            "3": {"class_type": "Ideogram4TestOtherModel", "inputs": {}},
+            "8": bad_negative,
+            "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}},
+        },
+    )
     assert "'model_negative'" in text and "not an Ideogram 4 diffusion model" in text
     assert srv.proc.poll() is None
     assert srv.get_json("/system_stats")["system"]
@@ -679,7 +788,12 @@ def test_example_workflow_validates_up_to_the_missing_model_files(srv):
         body = json.loads(str(err).split(": ", 1)[1])
     errors = body["node_errors"]
     assert "return_type_mismatch" not in json.dumps(errors)
-    problems = {(graph[k]["class_type"], e["extra_info"]["input_name"]) for k, v in errors.items()
-                for e in v["errors"] if e["type"] == "value_not_in_list"}  # fmt: skip
-    assert problems == {("Ideogram4Int8Loader", "weights"), ("CLIPLoader", "clip_name"),
-                        ("VAELoader", "vae_name")}, errors
+    problems = {
+        (graph[k]["class_type"], e["extra_info"]["input_name"])
+        for k, v in errors.items()
+        for e in v["errors"]
+        if e["type"] == "value_not_in_list"
+    }
+    assert problems == {("Ideogram4Int8Loader", "weights"), ("CLIPLoader", "clip_name"), ("VAELoader", "vae_name")}, (
+        errors
+    )

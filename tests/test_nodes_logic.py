@@ -129,10 +129,17 @@ def test_valid_sizes_pass(w, h):
     sa.check_size(w, h)
 
 
-@pytest.mark.parametrize("w,h,needle", [
-    (1000, 1024, "width=1000 is not a multiple of 16"), (1024, 1000, "height=1000"), (240, 1024, "256..2048"),
-    (2064, 1024, "out of range"), (2048, 336, "6.10:1"), (1024.5, 1024, "integer"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "w,h,needle",
+    [
+        (1000, 1024, "width=1000 is not a multiple of 16"),
+        (1024, 1000, "height=1000"),
+        (240, 1024, "256..2048"),
+        (2064, 1024, "out of range"),
+        (2048, 336, "6.10:1"),
+        (1024.5, 1024, "integer"),
+    ],
+)
 def test_bad_sizes_say_what_to_change(w, h, needle):
     with pytest.raises(sa.SamplingArgumentError) as err:
         sa.check_size(w, h)
@@ -147,8 +154,10 @@ def test_size_problem_names_the_side_at_fault_and_skips_linked_sides():
     assert sa.size_problem(1000, None).startswith("width=1000")
     assert sa.size_problem(None, None) is None  # both linked: checked when the node runs
     assert sa.size_problem(None, 100000) == "height=100000 is out of range: use 256..2048 pixels"
-    assert sa.size_problem(2048, 256) == ("width=2048 and height=256 make an aspect ratio of 8.00:1; Ideogram 4 "
-                                          "supports at most 6:1 — make the width smaller or the height larger")
+    assert sa.size_problem(2048, 256) == (
+        "width=2048 and height=256 make an aspect ratio of 8.00:1; Ideogram 4 "
+        "supports at most 6:1 — make the width smaller or the height larger"
+    )
     assert "make the height smaller or the width larger" in sa.size_problem(256, 2048)
     assert sa.size_problem(True, 1024).startswith("width=True")
 
@@ -186,16 +195,21 @@ def test_custom_schedule_and_its_errors(gen):
     steps = int(torch.randint(2, 60, (1,), generator=gen))
     polish = int(torch.randint(0, steps + 1, (1,), generator=gen))
     g_main, g_pol = float(torch.rand(1, generator=gen)) * 9 + 1, float(torch.rand(1, generator=gen)) * 4
-    plan = sa.plan_sampling("custom", 768, 1344, steps=steps, guidance=g_main, polish_steps=polish,
-                            polish_guidance=g_pol, mu=0.3, std=1.2)  # fmt: skip
+    plan = sa.plan_sampling(
+        "custom", 768, 1344, steps=steps, guidance=g_main, polish_steps=polish, polish_guidance=g_pol, mu=0.3, std=1.2
+    )
     assert len(plan.guidance) == steps and plan.sigmas.numel() == steps + 1
     assert list(plan.guidance) == [g_main] * (steps - polish) + [g_pol] * polish
     assert torch.equal(plan.sigmas, sigmas(steps, 768, 1344, 0.3, 1.2))
     default = sa.plan_sampling("custom", 1024, 1024)  # missing custom values come from Default 20
     assert default.guidance == PRESETS["Default 20"].guidance and default.std == PRESETS["Default 20"].std
-    for kwargs, needle in (({"steps": 0}, "steps=0"), ({"steps": 500}, "steps=500"),
-                           ({"steps": 4, "polish_steps": 5}, "polish_steps=5"), ({"std": 0.0}, "std=0.0"),
-                           ({"guidance": math.nan}, "guidance=nan")):  # fmt: skip
+    for kwargs, needle in (
+        ({"steps": 0}, "steps=0"),
+        ({"steps": 500}, "steps=500"),
+        ({"steps": 4, "polish_steps": 5}, "polish_steps=5"),
+        ({"std": 0.0}, "std=0.0"),
+        ({"guidance": math.nan}, "guidance=nan"),
+    ):
         with pytest.raises(sa.SamplingArgumentError) as err:
             sa.plan_sampling("custom", 1024, 1024, **kwargs)
         assert needle in str(err.value)
@@ -294,12 +308,15 @@ def test_plan_branches_errors_name_the_input(files, tmp_path):
 def test_summary_lists_paths_protected_layers_and_reasons(files):
     st = read_branch(files["two"], "conditional", dtype=F32)
     quantized = set(st.quantized_layers())
-    paths = {s.name: ("cublas-int8", "CPU tensors: no GPU") if s.name in quantized else ("bf16", "kept float")
-             for s in TINY.linears()}  # fmt: skip
+    paths = {
+        s.name: ("cublas-int8", "CPU tensors: no GPU") if s.name in quantized else ("bf16", "kept float")
+        for s in TINY.linears()
+    }
     rep = branch_report("conditional", "two.safetensors [W8A8]", "float32", paths, st, TINY)
     assert rep.protected == default_protected(TINY)
-    assert sorted(rep.top_float) == sorted(s.name for s in TINY.linears() if not s.name.startswith("layers.")
-                                           and s.name not in quantized)  # fmt: skip
+    assert sorted(rep.top_float) == sorted(
+        s.name for s in TINY.linears() if not s.name.startswith("layers.") and s.name not in quantized
+    )
     assert rep.int8_stored == len(quantized) and rep.quantized_on_load == []
     text = format_summary([rep], ["note line"])
     assert text.splitlines()[0] == "conditional: two.safetensors [W8A8]"
@@ -319,8 +336,11 @@ NODE_FILES = ("loader_nodes.py", "patch_nodes.py", "sampler_nodes.py")
 
 
 def _calls(tree, attr):
-    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-            and n.func.attr == attr]  # fmt: skip
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == attr
+    ]
 
 
 @pytest.mark.parametrize("name", NODE_FILES)
@@ -337,8 +357,11 @@ def test_node_schemas_have_ids_names_categories_and_tooltips(name):
     kw = {k.arg: k.value for k in schemas[0].keywords}
     assert isinstance(kw["node_id"], ast.Constant) and kw["node_id"].value.startswith("Ideogram4Int8")
     assert "category" in kw and "description" in kw and "display_name" in kw
-    consts = {n.targets[0].id: n.value.value for n in tree.body if isinstance(n, ast.Assign)
-              and isinstance(n.value, ast.Constant) and isinstance(n.targets[0], ast.Name)}  # fmt: skip
+    consts = {
+        n.targets[0].id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.targets[0], ast.Name)
+    }
     assert consts["CATEGORY"].startswith("Ideogram 4 INT8/")
     assert consts["NODE_NAME"].startswith("Ideogram 4")
 
@@ -355,8 +378,15 @@ def test_only_nodes_import_comfyui():
                     names = [node.module or ""]
                 for n in names:
                     root = n.split(".")[0]
-                    assert root not in ("comfy", "comfy_api", "comfy_extras", "folder_paths", "server",
-                                        "latent_preview", "nodes"), f"{path}: imports {n}"  # fmt: skip
+                    assert root not in (
+                        "comfy",
+                        "comfy_api",
+                        "comfy_extras",
+                        "folder_paths",
+                        "server",
+                        "latent_preview",
+                        "nodes",
+                    ), f"{path}: imports {n}"
 
 
 # -- the benchmark's in-memory branch ------------------------------------------------------------------------------
@@ -380,8 +410,12 @@ def test_in_memory_w8a8_state_equals_the_file_read_back(tmp_path, gen):
 
 WORKFLOW = ROOT / "example_workflows" / "api" / "ideogram4_int8_text_to_image_api.json"
 CORE = {"CLIPLoader", "CLIPTextEncode", "VAELoader", "VAEDecode", "SaveImage", "PreviewAny"}
-CAPTION_NODES = {"Ideogram4Int8StyleDescription", "Ideogram4Int8TextElement", "Ideogram4Int8ObjectElement",
-                 "Ideogram4Int8CaptionBuilder"}  # checked in test_example_workflows.py
+CAPTION_NODES = {
+    "Ideogram4Int8StyleDescription",
+    "Ideogram4Int8TextElement",
+    "Ideogram4Int8ObjectElement",
+    "Ideogram4Int8CaptionBuilder",
+}  # checked in test_example_workflows.py
 
 
 def _declared(name: str) -> tuple[str, set[str]]:

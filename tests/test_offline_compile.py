@@ -26,9 +26,22 @@ needs_triton = pytest.mark.skipif(
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas not found")
 def test_one_config_per_kernel_family_compiles_for_sm80_and_sm90a(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run([sys.executable, str(HERE / "offline_compile.py"), "--quick", "--arch", "80", "90",
-                          "--json", str(tmp_path / "rows.json")], capture_output=True, text=True, env=env,
-                         timeout=1200)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "offline_compile.py"),
+            "--quick",
+            "--arch",
+            "80",
+            "90",
+            "--json",
+            str(tmp_path / "rows.json"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     rows = json.loads((tmp_path / "rows.json").read_text())
     ok = [r for r in rows if r["status"] == "OK"]
@@ -48,15 +61,22 @@ def test_one_config_per_kernel_family_compiles_for_sm80_and_sm90a(tmp_path):
         assert {"gluon-ws", "gluon-pingpong"} <= kernels
         gluon = [r for r in ok if r["case"].startswith("gluon")]
         assert any("[swiglu]" in r["case"] for r in gluon) and any("/sk" in r["case"] for r in gluon)
-        assert {r["case"].split("/")[0] for r in gluon if r["case"].endswith("[swiglu-pair]")} == {"gluon-ws",
-                                                                                               "gluon-pingpong"}
+        assert {r["case"].split("/")[0] for r in gluon if r["case"].endswith("[swiglu-pair]")} == {
+            "gluon-ws",
+            "gluon-pingpong",
+        }
         assert all(r["regs"] == 168 for r in gluon)  # the launch cap of the 12-warp warp-specialized kernel
 
 
 def test_the_offline_compile_refuses_the_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
-    out = subprocess.run([sys.executable, str(HERE / "offline_compile.py"), "--quick"], capture_output=True,
-                         text=True, env=env, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(HERE / "offline_compile.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 2 and "TRITON_INTERPRET" in out.stderr
 
 
@@ -165,16 +185,22 @@ def test_portable_gate_up_pair_launch_rules():
     q, w1, sa, s1, out = _operands(M, F, K)
     w3, s3 = torch.zeros(F, K, dtype=torch.int8), torch.ones(F)
     ptr = C.GemmConfig("triton", 64, 128, 64)
-    (kernel, grid, args, _), = T.build_launches(q, w1, ptr, sa, s1, None, out, swiglu=True, up=(w3, s3))
+    ((kernel, grid, args, _),) = T.build_launches(q, w1, ptr, sa, s1, None, out, swiglu=True, up=(w3, s3))
     assert kernel is T._gate_up_kernel and grid == (5 * 5,)  # cdiv(300, 64) x cdiv(320, 64)
     tma = C.GemmConfig("triton-tma", 64, 128, 64)
-    (kernel, grid, args, _), = T.build_launches(q, w1, tma, sa, s1, None, out, swiglu=True, up=(w3, s3), num_sms=7)
+    ((kernel, grid, args, _),) = T.build_launches(q, w1, tma, sa, s1, None, out, swiglu=True, up=(w3, s3), num_sms=7)
     assert kernel is T._gate_up_persistent_kernel and grid == (7,) and list(args[1].block_shape) == [64, 64]
-    (kernel, _, _, _), = T.build_launches(q[:, 1:1001], w1[:, 1:1001], tma, sa, s1, None, out, swiglu=True,
-                                          up=(w3[:, 1:1001], s3))  # fmt: skip
+    ((kernel, _, _, _),) = T.build_launches(
+        q[:, 1:1001], w1[:, 1:1001], tma, sa, s1, None, out, swiglu=True, up=(w3[:, 1:1001], s3)
+    )
     assert kernel is T._gate_up_kernel  # misaligned rows: the pointer kernel with the same tile
-    for bad in (dict(up=(w3[:200], s3[:200])), dict(bias=torch.zeros(F)), dict(raw_int32=True),
-                dict(cfg=C.GemmConfig("triton", 64, 128, 64, split_k=2)), dict(q_scale=None)):  # fmt: skip
+    for bad in (
+        dict(up=(w3[:200], s3[:200])),
+        dict(bias=torch.zeros(F)),
+        dict(raw_int32=True),
+        dict(cfg=C.GemmConfig("triton", 64, 128, 64, split_k=2)),
+        dict(q_scale=None),
+    ):
         a = dict(q=q, w=w1, cfg=ptr, q_scale=sa, w_scale=s1, bias=None, out=out, swiglu=True, up=(w3, s3)) | bad
         with pytest.raises(ValueError):
             T.build_launches(**a)

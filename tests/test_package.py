@@ -144,8 +144,9 @@ def test_cli_help_lists_subcommands():
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "comfyui_ideogram4_int8", *args], capture_output=True, text=True,
-                          timeout=120, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "comfyui_ideogram4_int8", *args], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def test_cli_info_reports_versions_and_the_gemm_path_with_its_reason():
@@ -169,17 +170,20 @@ def test_cli_info_reports_versions_and_the_gemm_path_with_its_reason():
     assert forced["gemm_path"] == "dequant-bf16" and "IDEOGRAM4_INT8_GEMM_PATH" in forced["gemm_path_reason"]
 
 
-@pytest.mark.parametrize("args, option, choices", [
-    (("demo", "--preset", "Fast 4"), "--preset", "'Quality 48', 'Default 20', 'Turbo 12'"),
-    (("demo", "--device", "gpu"), "--device", "cpu, cuda, cuda:N"),
-    (("demo", "--threads", "0"), "--threads", ">= 1"),
-    (("demo", "--seed", "x"), "--seed", "a whole number 0..18446744073709551615"),
-    (("demo", "--seed", "99999999999999999999999"), "--seed", "0..18446744073709551615"),
-    (("demo", "--seed", "-1"), "--seed", "0..18446744073709551615"),
-    (("bench", "--sustained", "-5"), "--sustained", "a number >= 0"),
-    (("bench", "--sustained", "nan"), "--sustained", "a number >= 0"),
-    (("bogus",), "command", "info"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "args, option, choices",
+    [
+        (("demo", "--preset", "Fast 4"), "--preset", "'Quality 48', 'Default 20', 'Turbo 12'"),
+        (("demo", "--device", "gpu"), "--device", "cpu, cuda, cuda:N"),
+        (("demo", "--threads", "0"), "--threads", ">= 1"),
+        (("demo", "--seed", "x"), "--seed", "a whole number 0..18446744073709551615"),
+        (("demo", "--seed", "99999999999999999999999"), "--seed", "0..18446744073709551615"),
+        (("demo", "--seed", "-1"), "--seed", "0..18446744073709551615"),
+        (("bench", "--sustained", "-5"), "--sustained", "a number >= 0"),
+        (("bench", "--sustained", "nan"), "--sustained", "a number >= 0"),
+        (("bogus",), "command", "info"),
+    ],
+)
 def test_cli_mistakes_are_one_line_naming_the_option_and_its_choices(args, option, choices):
     out = _cli(*args)
     assert out.returncode == 2 and out.stdout == ""
@@ -195,8 +199,9 @@ def test_cli_demo_refuses_a_bad_seed_before_writing_anything(tmp_path):
 
 def test_the_test_server_script_without_comfyui_dir_prints_its_usage():
     env = {k: v for k, v in os.environ.items() if k != "COMFYUI_DIR"}
-    out = subprocess.run([sys.executable, str(ROOT / "tests" / "comfyui_server.py")], capture_output=True,
-                         text=True, timeout=60, env=env)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "comfyui_server.py")], capture_output=True, text=True, timeout=60, env=env
+    )
     assert out.returncode == 2 and out.stdout == "", out
     assert out.stderr.startswith("usage: COMFYUI_DIR=") and len(out.stderr.strip().splitlines()) == 1, out.stderr
 

@@ -68,12 +68,18 @@ def test_power_of_two_vectors_fold_bit_identically(gen, mode, dtype):
     state = state_with(weights, SMALL, vec, names, dtype)
     x, ctx, sigma = inputs(gen, SMALL, batch=2, gh=4, gw=4, n_text=3)
     plain = Ideogram4DiT.from_state_dict(state, w8a8_linears(), config=SMALL, dtype=dtype, fold_smooth=False)
-    folded = Ideogram4DiT.from_state_dict(state, w8a8_linears(), config=SMALL, dtype=dtype,
-                                          gate_up="ratio" if mode == "ratio" else "min")  # fmt: skip
+    folded = Ideogram4DiT.from_state_dict(
+        state, w8a8_linears(), config=SMALL, dtype=dtype, gate_up="ratio" if mode == "ratio" else "min"
+    )
     rep = folded.smoothing
     assert {f.name for f in rep.by_status(smooth_fold.FOLDED_STATUS)} >= {
-        "llm_cond_proj", "layers.0.attention.qkv", "layers.0.attention.o", "layers.0.feed_forward.w1",
-        "layers.0.feed_forward.w2", "layers.1.attention.o"}  # fmt: skip
+        "llm_cond_proj",
+        "layers.0.attention.qkv",
+        "layers.0.attention.o",
+        "layers.0.feed_forward.w1",
+        "layers.0.feed_forward.w2",
+        "layers.1.attention.o",
+    }
     assert all(not f.requantized for f in rep.layers.values())
     a, b = forward(plain, x, ctx, sigma), forward(folded, x, ctx, sigma)
     assert torch.equal(a, b), f"seed {gen.initial_seed()}: max diff {(a - b).abs().max().item()}"
@@ -92,8 +98,12 @@ def test_fold_report_says_what_went_where(gen):
     assert lay["llm_cond_proj"].where == "llm_cond_norm's weight"
     for name in ("layers.0.feed_forward.w1", "layers.0.feed_forward.w3"):
         assert lay[name].status == smooth_fold.FOLDED_STATUS and lay[name].requantized  # different vectors
-    for name, word in (("layers.0.adaln_modulation", "SiLU"), ("t_embedding.mlp_in", "sinusoidal"),
-                       ("final_layer.adaln_modulation", "SiLU"), ("adaln_proj", "one-row")):  # fmt: skip
+    for name, word in (
+        ("layers.0.adaln_modulation", "SiLU"),
+        ("t_embedding.mlp_in", "sinusoidal"),
+        ("final_layer.adaln_modulation", "SiLU"),
+        ("adaln_proj", "one-row"),
+    ):
         assert lay[name].status == smooth_fold.KEPT_STATUS and word in lay[name].where, name
         assert rep.note(name).startswith("SmoothQuant divide at run time: ")
     assert rep.note("layers.0.attention.qkv") is None  # nothing left to explain on a folded layer
@@ -109,7 +119,8 @@ def test_fold_report_says_what_went_where(gen):
     # a second fold of the folded state changes nothing and says so
     again = smooth_fold.fold_smoothing(dict(state), SMALL)
     assert {f.status for n, f in again.layers.items() if n in rep.layers and rep.layers[n].status == "folded"} == {
-        smooth_fold.ALREADY}
+        smooth_fold.ALREADY
+    }
 
 
 def test_fold_never_writes_into_the_callers_tensors(gen):
@@ -162,17 +173,20 @@ def test_each_folded_layer_kind_is_as_close_to_float64_as_unfolded(gen, kind, ga
     weights, state, targets = _outlier_state(gen, cfg, kind, torch.bfloat16)
     name = "llm_cond_proj" if kind == "llm_cond_proj" else f"layers.0.{kind}"
     models = {
-        "unfolded": Ideogram4DiT.from_state_dict(state, w8a8_linears(), config=cfg, dtype=torch.bfloat16,
-                                                 fold_smooth=False),
-        "folded": Ideogram4DiT.from_state_dict(state, w8a8_linears(), config=cfg, dtype=torch.bfloat16,
-                                               gate_up=gate_up),
-    }  # fmt: skip
+        "unfolded": Ideogram4DiT.from_state_dict(
+            state, w8a8_linears(), config=cfg, dtype=torch.bfloat16, fold_smooth=False
+        ),
+        "folded": Ideogram4DiT.from_state_dict(
+            state, w8a8_linears(), config=cfg, dtype=torch.bfloat16, gate_up=gate_up
+        ),
+    }
     want = smooth_fold.PARTLY if (gate_up, kind) == ("ratio", "feed_forward.w3") else smooth_fold.FOLDED_STATUS
     assert models["folded"].smoothing.layers[name].status == want
     x, ctx, sigma = inputs(gen, cfg, batch=2, gh=4, gw=4, n_text=4)
     seen = {}
     for label, model in models.items():
         mod = dict(model.named_modules())[name]
+
         def hook(m, a, out, label=label):
             seen.setdefault(label, (a[0], out))  # (returns None: the output stays as it is)
 
@@ -185,8 +199,10 @@ def test_each_folded_layer_kind_is_as_close_to_float64_as_unfolded(gen, kind, ga
     if (name + ".bias") in weights:
         ref = ref + weights[name + ".bias"].double()
     err = {k: rel_err(v[1], ref) for k, v in seen.items()}
-    print(f"\n{name} ({gate_up}): rel err vs float64 unfolded {err['unfolded']:.3e} folded {err['folded']:.3e} "
-          f"(seed {gen.initial_seed()})")  # fmt: skip
+    print(
+        f"\n{name} ({gate_up}): rel err vs float64 unfolded {err['unfolded']:.3e} folded {err['folded']:.3e} "
+        f"(seed {gen.initial_seed()})"
+    )
     bound = 2.0 if gate_up == "min" else 1.25
     assert err["folded"] <= bound * err["unfolded"] + 2e-3, (err, gen.initial_seed())
     assert isinstance(dict(models["folded"].named_modules())[name], W8A8Linear)
@@ -198,14 +214,19 @@ def test_scale_folds_leave_the_producers_int8_operands_untouched(gen):
     (the v / up columns come out divided by s, up to one float32 rounding)."""
     weights = RandomWeights(SMALL, seed_of(gen)).materialize()
     names = quantized_names(SMALL)
-    vec = {n: v for n, v in smooth_vectors(weights, SMALL, names=names).items()
-           if n.endswith(("attention.o", "feed_forward.w2"))}  # fmt: skip
+    vec = {
+        n: v
+        for n, v in smooth_vectors(weights, SMALL, names=names).items()
+        if n.endswith(("attention.o", "feed_forward.w2"))
+    }
     state = state_with(weights, SMALL, vec, names)
     folded = dict(state)
     rep = smooth_fold.fold_smoothing(folded, SMALL)
     e = SMALL.emb_dim
-    pairs = (("layers.0.attention.qkv", "layers.0.attention.o", slice(2 * e, 3 * e)),
-             ("layers.0.feed_forward.w3", "layers.0.feed_forward.w2", slice(None)))  # fmt: skip
+    pairs = (
+        ("layers.0.attention.qkv", "layers.0.attention.o", slice(2 * e, 3 * e)),
+        ("layers.0.feed_forward.w3", "layers.0.feed_forward.w2", slice(None)),
+    )
     for producer, consumer, rows in pairs:
         assert rep.layers[consumer].status == smooth_fold.FOLDED_STATUS
         w0, w1 = state[producer + ".weight"], folded[producer + ".weight"]
@@ -257,10 +278,12 @@ def test_shared_modes_let_w1_w3_fuse_and_min_keeps_own_channels_bit_exact(gen):
     for mode in smooth_fold.GATE_UP_MODES:
         st = dict(state)
         smooth_fold.fold_smoothing(st, SMALL, gate_up=mode)
-        a = W8A8Linear.from_entries({k: st[f"{w1}.{k}"] for k in ("weight", "weight_scale", "input_smooth",
-                                                                  "input_folded")})  # fmt: skip
-        b = W8A8Linear.from_entries({k: st[f"{w3}.{k}"] for k in ("weight", "weight_scale", "input_smooth",
-                                                                  "input_folded")})  # fmt: skip
+        a = W8A8Linear.from_entries(
+            {k: st[f"{w1}.{k}"] for k in ("weight", "weight_scale", "input_smooth", "input_folded")}
+        )
+        b = W8A8Linear.from_entries(
+            {k: st[f"{w3}.{k}"] for k in ("weight", "weight_scale", "input_smooth", "input_folded")}
+        )
         assert a.input_divisor is None, mode
         if mode == "ratio":
             torch.testing.assert_close(b.input_divisor, s3 / s1)

@@ -43,13 +43,21 @@ def _inputs(gen, cfg=WIDE):
 
 
 def _state(weights, vectors, names):
-    return w8a8_state(weights, WIDE, smooth=vectors, quantized=names, protected=default_protected(WIDE),
-                      dtype=torch.bfloat16, device="cuda")  # fmt: skip
+    return w8a8_state(
+        weights,
+        WIDE,
+        smooth=vectors,
+        quantized=names,
+        protected=default_protected(WIDE),
+        dtype=torch.bfloat16,
+        device="cuda",
+    )
 
 
 def _model(state, label, **kw):
-    return Ideogram4DiT.from_state_dict(state, w8a8_linears(), config=WIDE, dtype=torch.bfloat16, device="cuda",
-                                        label=label, **kw)  # fmt: skip
+    return Ideogram4DiT.from_state_dict(
+        state, w8a8_linears(), config=WIDE, dtype=torch.bfloat16, device="cuda", label=label, **kw
+    )
 
 
 @pytest.mark.parametrize("mode", ["ratio", "min-equal"])
@@ -127,8 +135,10 @@ def test_each_layer_kind_at_full_width_vs_float64(wide, gen, kind, gate_up):
             rows[site.start : site.stop] = f.double()
     e_plain = rel_err(y_plain.reshape(ref.shape), ref)
     e_fold = rel_err(y_fold.reshape(ref.shape).double() * rows, ref)
-    print(f"\n{name} ({gate_up}) M={ref.shape[0]} K={w.shape[1]}: rel err vs float64 unfolded {e_plain:.3e} "
-          f"folded {e_fold:.3e} ({e_fold / e_plain:.3f}x)")  # fmt: skip
+    print(
+        f"\n{name} ({gate_up}) M={ref.shape[0]} K={w.shape[1]}: rel err vs float64 unfolded {e_plain:.3e} "
+        f"folded {e_fold:.3e} ({e_fold / e_plain:.3f}x)"
+    )
     bound = 1.5 if gate_up == "min" else 1.25
     assert e_fold <= bound * e_plain, (e_plain, e_fold, gen.initial_seed())
 
@@ -142,8 +152,10 @@ def test_scale_folds_keep_int32_accumulators_bit_identical_at_full_width(wide, g
     smooth_fold.fold_smoothing(folded, WIDE, gate_up="ratio")  # ratio: w3's int8 untouched by the pair too
     e = WIDE.emb_dim
     g = torch.Generator(device="cuda").manual_seed(seed_of(gen))
-    pairs = (("layers.0.attention.qkv", "layers.0.attention.o", slice(2 * e, 3 * e)),
-             ("layers.0.feed_forward.w3", "layers.0.feed_forward.w2", slice(None)))  # fmt: skip
+    pairs = (
+        ("layers.0.attention.qkv", "layers.0.attention.o", slice(2 * e, 3 * e)),
+        ("layers.0.feed_forward.w3", "layers.0.feed_forward.w2", slice(None)),
+    )
     for producer, consumer, rows in pairs:
         w0, w1 = state[producer + ".weight"], folded[producer + ".weight"]
         assert torch.equal(w0, w1)

@@ -118,8 +118,14 @@ def test_no_model_yet(monkeypatch):
 
 
 def test_no_cuda_is_said_clearly(monkeypatch, tmp_path, gen):
-    env = {"torch": torch.__version__, "triton": None, "cuda_available": False, "gpu": None,
-           "compute_capability": None, "arch": "cpu"}  # fmt: skip
+    env = {
+        "torch": torch.__version__,
+        "triton": None,
+        "cuda_available": False,
+        "gpu": None,
+        "compute_capability": None,
+        "arch": "cpu",
+    }
     monkeypatch.setattr(status, "environment_report", lambda: dict(env))
     idle = status.status_report()
     assert idle["status"]["code"] == "no_models_yet"
@@ -132,8 +138,14 @@ def test_no_cuda_is_said_clearly(monkeypatch, tmp_path, gen):
 
 
 def test_gpu_present_status_ok(monkeypatch, tmp_path, gen):
-    env = {"torch": "2.11.0+cu130", "triton": "3.6.0", "cuda_available": True, "gpu": "NVIDIA H100 80GB HBM3",
-           "compute_capability": "9.0", "arch": "sm90"}  # fmt: skip
+    env = {
+        "torch": "2.11.0+cu130",
+        "triton": "3.6.0",
+        "cuda_available": True,
+        "gpu": "NVIDIA H100 80GB HBM3",
+        "compute_capability": "9.0",
+        "arch": "sm90",
+    }
     monkeypatch.setattr(status, "environment_report", lambda: dict(env))
     _load_and_run(tmp_path, gen, branches=("conditional",), steps=1)
     report = status.status_report()
@@ -175,8 +187,14 @@ def test_report_matches_what_ran_automatic_path(tmp_path, gen):
         names = [row["layer"] for row in model["layers"]]
         top = ["input_proj", "llm_cond_proj", "t_embedding.mlp_in", "t_embedding.mlp_out", "adaln_proj"]
         assert names[: len(top)] == top
-        block = ["adaln_modulation", "attention.qkv", "attention.o", "feed_forward.w1", "feed_forward.w3",
-                 "feed_forward.w2"]  # fmt: skip
+        block = [
+            "adaln_modulation",
+            "attention.qkv",
+            "attention.o",
+            "feed_forward.w1",
+            "feed_forward.w3",
+            "feed_forward.w2",
+        ]
         blocks = panel_model.CFG.num_layers
         assert names[len(top) : -2] == [f"layers.{i}.{name}" for i in range(blocks) for name in block]
         assert sorted(names[-2:]) == ["final_layer.adaln_modulation", "final_layer.linear"]
@@ -257,10 +275,22 @@ def test_models_are_grouped_by_label_and_ordered(tmp_path, gen):
 
 
 def test_layer_table_is_in_forward_order_whatever_order_layers_were_seen(gen):
-    forward = ["input_proj", "llm_cond_proj", "t_embedding.mlp_in", "adaln_proj", "some_new_top",
-               "layers.2.adaln_modulation", "layers.2.attention.qkv", "layers.2.attention.o",
-               "layers.2.feed_forward.w1|w3", "layers.2.feed_forward.w2", "layers.10.attention.qkv",
-               "layers.10.feed_forward.w2", "final_layer.adaln_modulation", "final_layer.linear"]  # fmt: skip
+    forward = [
+        "input_proj",
+        "llm_cond_proj",
+        "t_embedding.mlp_in",
+        "adaln_proj",
+        "some_new_top",
+        "layers.2.adaln_modulation",
+        "layers.2.attention.qkv",
+        "layers.2.attention.o",
+        "layers.2.feed_forward.w1|w3",
+        "layers.2.feed_forward.w2",
+        "layers.10.attention.qkv",
+        "layers.10.feed_forward.w2",
+        "final_layer.adaln_modulation",
+        "final_layer.linear",
+    ]
     order = torch.randperm(len(forward), generator=gen).tolist()
     for i in order:
         REGISTRY.declare(f"conditional/{forward[i]}", "bf16", "", 8, 8)
@@ -317,10 +347,12 @@ def test_report_leaks_no_paths_or_tokens(tmp_path, gen, monkeypatch):
     ckpt_dir.mkdir()
     _load_and_run(ckpt_dir, gen, branches=("conditional",), steps=1)
     # a careless loader could put a file path and a token into a reason or a label
-    REGISTRY.record(f"{home}/x/conditional/leak", "bf16", f"read {ckpt_dir}/ideogram4.safetensors with token={secret}",
-                    1, 8, 8)  # fmt: skip
-    REGISTRY.record("conditional/win", "bf16", rf"C:\Users\me\ComfyUI\models\unet\ig4.safetensors Bearer {secret}",
-                    1, 8, 8)  # fmt: skip
+    REGISTRY.record(
+        f"{home}/x/conditional/leak", "bf16", f"read {ckpt_dir}/ideogram4.safetensors with token={secret}", 1, 8, 8
+    )
+    REGISTRY.record(
+        "conditional/win", "bf16", rf"C:\Users\me\ComfyUI\models\unet\ig4.safetensors Bearer {secret}", 1, 8, 8
+    )
     monkeypatch.setenv(ENV_PATH, f"{home}/weird")
     text = json.dumps(status.status_report())
     for needle in (secret, home, str(tmp_path), str(ROOT), os.getcwd(), "C:\\\\Users", "private models"):
@@ -641,8 +673,10 @@ def test_routes_register_once_without_aiohttp():
     assert status_nodes.register_routes(routes) == ["GET /ideogram4_int8/status", "POST /ideogram4_int8/timing"]
     assert status_nodes.register_routes(routes) == []
     assert [(d.method, d.path) for d in routes] == [
-        ("GET", "/other"), ("GET", "/ideogram4_int8/status"), ("POST", "/ideogram4_int8/timing"),
-    ]  # fmt: skip
+        ("GET", "/other"),
+        ("GET", "/ideogram4_int8/status"),
+        ("POST", "/ideogram4_int8/timing"),
+    ]
 
 
 def test_route_handlers_answer_json_over_http(tmp_path, gen):
@@ -669,8 +703,16 @@ def test_route_handlers_answer_json_over_http(tmp_path, gen):
             timing_bad = await client.post("/ideogram4_int8/timing", data="not json")
             timing_on = await client.post("/ideogram4_int8/timing", json={"enabled": True})
             after = await (await client.get("/ideogram4_int8/status?layers=0")).json()
-            return ok.status, body, bad.status, await bad.json(), missing.status, timing_bad.status, \
-                timing_on.status, after  # fmt: skip
+            return (
+                ok.status,
+                body,
+                bad.status,
+                await bad.json(),
+                missing.status,
+                timing_bad.status,
+                timing_on.status,
+                after,
+            )
 
     ok, body, bad, bad_body, missing, timing_bad, timing_on, after = asyncio.run(scenario())
     assert ok == 200

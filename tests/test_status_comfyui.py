@@ -89,8 +89,12 @@ def panel_server(env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
     options); stopped on exit."""
     from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer
 
-    server = ComfyUIServer(packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": TEST_PACK}, setup=setup_files,
-                           env={**CLEAN_ENV, **(env or {})}, args=args)  # fmt: skip
+    server = ComfyUIServer(
+        packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": TEST_PACK},
+        setup=setup_files,
+        env={**CLEAN_ENV, **(env or {})},
+        args=args,
+    )
     server.start()
     try:
         assert server.import_failures() == [], server.log_tail()
@@ -103,18 +107,39 @@ def panel_server(env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
 def prompt(server, gemm_path: str = "auto", seed: int = 7) -> dict:
     """Loader -> Sampler (text features from the test pack's node) -> SaveLatent, in ComfyUI's API format."""
     return {
-        LOADER: {"class_type": "Ideogram4Int8Loader",
-                 "inputs": {"weights": WEIGHTS, "unconditional_weights": "(second branch of the weights file)",
-                            "base": "none", "unconditional_base": "none", "compute_dtype": "auto",
-                            "gemm_path": gemm_path}},
+        LOADER: {
+            "class_type": "Ideogram4Int8Loader",
+            "inputs": {
+                "weights": WEIGHTS,
+                "unconditional_weights": "(second branch of the weights file)",
+                "base": "none",
+                "unconditional_base": "none",
+                "compute_dtype": "auto",
+                "gemm_path": gemm_path,
+            },
+        },
         CONDITIONING: {"class_type": "Ideogram4TestConditioning", "inputs": {"path": str(server.base / COND)}},
-        SAMPLER: {"class_type": "Ideogram4Int8Sampler",
-                  "inputs": {"model": [LOADER, 0], "model_negative": [LOADER, 1], "positive": [CONDITIONING, 0],
-                             "seed": seed, "preset": "custom", "width": SIZE, "height": SIZE, "batch_size": 1,
-                             "steps": STEPS, "guidance": 7.0, "polish_steps": 1, "polish_guidance": 3.0, "mu": 0.0,
-                             "std": 1.75}},
+        SAMPLER: {
+            "class_type": "Ideogram4Int8Sampler",
+            "inputs": {
+                "model": [LOADER, 0],
+                "model_negative": [LOADER, 1],
+                "positive": [CONDITIONING, 0],
+                "seed": seed,
+                "preset": "custom",
+                "width": SIZE,
+                "height": SIZE,
+                "batch_size": 1,
+                "steps": STEPS,
+                "guidance": 7.0,
+                "polish_steps": 1,
+                "polish_guidance": 3.0,
+                "mu": 0.0,
+                "std": 1.75,
+            },
+        },
         SAVE: {"class_type": "SaveLatent", "inputs": {"samples": [SAMPLER, 0], "filename_prefix": "panel"}},
-    }  # fmt: skip
+    }
 
 
 def get(server, path: str) -> tuple[int, dict]:
@@ -143,9 +168,11 @@ class WebSocket:
         self.sock = socket.create_connection((host, int(port)), timeout=30)
         key = base64.b64encode(os.urandom(16)).decode()
         self.sock.sendall(
-            (f"GET /ws?clientId={client_id} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
-             f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
-        )  # fmt: skip
+            (
+                f"GET /ws?clientId={client_id} HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+                f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+            ).encode()
+        )
         head = b""
         while b"\r\n\r\n" not in head:
             head += self.sock.recv(1)
@@ -216,8 +243,16 @@ def check_layers(model: dict, quant_path: str, quant_reason) -> None:
             assert row["path"] == quant_path, row
             # layers whose SmoothQuant divide could not be folded at load say so after the path's reason
             reason, _, note = row["reason"].partition("; SmoothQuant divide at run time: ")
-            assert not note or name.endswith(("adaln_modulation", "t_embedding.mlp_out", "final_layer.linear",
-                                              "input_proj", "adaln_proj", "t_embedding.mlp_in")), row  # fmt: skip
+            assert not note or name.endswith(
+                (
+                    "adaln_modulation",
+                    "t_embedding.mlp_out",
+                    "final_layer.linear",
+                    "input_proj",
+                    "adaln_proj",
+                    "t_embedding.mlp_in",
+                )
+            ), row
             if name.endswith(("feed_forward.w1", "feed_forward.w3")):
                 # w1 and w3 carry different SmoothQuant vectors in the file; the load folds one shared vector into
                 # ffn_norm1, so the pair runs as one call with one activation quantization
@@ -241,7 +276,9 @@ def check_layers(model: dict, quant_path: str, quant_reason) -> None:
 def check_events(events: list[dict]) -> None:
     """One push after the load (the loader's node id) and one after the run (the sampler's)."""
     assert [(e["event"], e["node_id"], e["models"]) for e in events] == [
-        ("load", LOADER, BRANCHES), ("run", SAMPLER, BRANCHES)]  # fmt: skip
+        ("load", LOADER, BRANCHES),
+        ("run", SAMPLER, BRANCHES),
+    ]
     for e in events:
         validate(e["report"])
         assert all(m["layers"] is None for m in e["report"]["models"])  # the push leaves the table to the route
@@ -309,14 +346,19 @@ def test_forced_dequant_by_environment_and_timing_switch(tmp_path):
         validate(report)
         for m in report["models"]:
             check_layers(m, "dequant-bf16", lambda reason: reason == "forced by IDEOGRAM4_INT8_GEMM_PATH=dequant-bf16")
-        assert report["environment"]["forced_path"] == {"variable": "IDEOGRAM4_INT8_GEMM_PATH",
-                                                        "value": "dequant-bf16", "valid": True}  # fmt: skip
+        assert report["environment"]["forced_path"] == {
+            "variable": "IDEOGRAM4_INT8_GEMM_PATH",
+            "value": "dequant-bf16",
+            "valid": True,
+        }
         assert any("IDEOGRAM4_INT8_GEMM_PATH=dequant-bf16" in n for n in report["status"]["notes"])
         # timing switched on by the environment; CPU GEMMs are not timed, and the report says so
         assert report["timing"]["enabled"] is True and report["timing"]["switched_by"] == "env"
         assert report["timing"]["last_run"] is None and "not timed" in report["timing"]["note"]
         # the panel setting switches it off again through the route
-        assert post(server, "/ideogram4_int8/timing", {"enabled": False}) == (200, {"enabled": False,
-                                                                                   "switched_by": "setting"})
+        assert post(server, "/ideogram4_int8/timing", {"enabled": False}) == (
+            200,
+            {"enabled": False, "switched_by": "setting"},
+        )
         timing = get(server, "/ideogram4_int8/status?layers=0")[1]["timing"]
         assert timing["enabled"] is False and timing["switched_by"] == "setting"

@@ -35,8 +35,19 @@ MODEL_FOLDERS = ("diffusion_models", "text_encoders", "vae")
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "BOUNDING_BOXES"}
 CONTROL_VALUES = ("fixed", "increment", "decrement", "randomize")
 PACK_PREFIX = "Ideogram4Int8"
-KEEP_OPTIONS = ("default", "min", "max", "step", "round", "multiline", "forceInput", "control_after_generate",
-                "socketless", "advanced", "optional")  # fmt: skip
+KEEP_OPTIONS = (
+    "default",
+    "min",
+    "max",
+    "step",
+    "round",
+    "multiline",
+    "forceInput",
+    "control_after_generate",
+    "socketless",
+    "advanced",
+    "optional",
+)
 
 
 # -- definitions ----------------------------------------------------------------------------------------------------
@@ -73,8 +84,11 @@ def normalize_node(info: dict, listings: dict[str, list[str]]) -> dict:
     section = info.get("input", {})
     return {
         "display_name": info.get("display_name") or info.get("name"),  # the frontend's default title
-        "input": {part: {name: norm_input(spec) for name, spec in section.get(part, {}).items()}
-                  for part in ("required", "optional") if section.get(part)},  # fmt: skip
+        "input": {
+            part: {name: norm_input(spec) for name, spec in section.get(part, {}).items()}
+            for part in ("required", "optional")
+            if section.get(part)
+        },
         "input_order": {part: list(v) for part, v in info.get("input_order", {}).items() if part != "hidden"},
         "output": list(info.get("output", [])),
         "output_name": list(info.get("output_name", [])),
@@ -149,8 +163,9 @@ def value_problems(where: str, input_spec: list, value, model_files: dict[str, s
     if kind == "BOOLEAN":
         return [] if isinstance(value, bool) else [f"{where}: {value!r} is not a boolean"]
     if kind == "BOUNDING_BOXES":
-        ok = isinstance(value, list) and all(isinstance(b, dict) and {"x", "y", "width", "height"} <= set(b)
-                                             for b in value)  # fmt: skip
+        ok = isinstance(value, list) and all(
+            isinstance(b, dict) and {"x", "y", "width", "height"} <= set(b) for b in value
+        )
         return [] if ok else [f"{where}: {value!r} is not a list of boxes"]
     if kind == "COMBO":
         options = opts.get("options")
@@ -159,8 +174,10 @@ def value_problems(where: str, input_spec: list, value, model_files: dict[str, s
                 return []
             allowed = model_files.get(options["files"], set())
             if value not in allowed:
-                return [f"{where}: {value!r} is not a file this workflow names for models/{options['files']} "
-                        f"({sorted(allowed) or 'none'})"]
+                return [
+                    f"{where}: {value!r} is not a file this workflow names for models/{options['files']} "
+                    f"({sorted(allowed) or 'none'})"
+                ]
             return []
         return [] if value in options else [f"{where}: {value!r} is not one of {options}"]
     return [f"{where}: no widget check for type {kind}"]
@@ -209,8 +226,11 @@ def ui_to_api(ui: dict, specs: dict[str, dict]) -> dict:
             if slot.get("link") is not None:
                 origin, origin_slot = links[slot["link"]][:2]
                 inputs[slot["name"]] = [str(origin), origin_slot]
-        prompt[str(node["id"])] = {"inputs": inputs, "class_type": node["type"],
-                                   "_meta": {"title": node.get("title") or spec["display_name"]}}
+        prompt[str(node["id"])] = {
+            "inputs": inputs,
+            "class_type": node["type"],
+            "_meta": {"title": node.get("title") or spec["display_name"]},
+        }
     return prompt
 
 
@@ -239,8 +259,10 @@ def check_ui(ui: dict, specs: dict[str, dict]) -> list[str]:
         layout = widget_layout(spec)
         values = node.get("widgets_values") or []
         if len(values) != len(layout):
-            problems.append(f"{where}: {len(values)} widget values, the definition has {len(layout)} widgets "
-                            f"{[n for n, _ in layout]}")
+            problems.append(
+                f"{where}: {len(values)} widget values, the definition has {len(layout)} widgets "
+                f"{[n for n, _ in layout]}"
+            )
             continue
         named = node.get("widgets_values_named")
         if named is not None and named != dict(zip([n for n, _ in layout], values, strict=True)):
@@ -271,8 +293,10 @@ def check_ui(ui: dict, specs: dict[str, dict]) -> list[str]:
                 continue
             out_type = source_spec["output"][origin_slot]
             if out_type != kind or not _accepts(inputs[slot["name"]][0][0], out_type):
-                problems.append(f"{where} '{slot['name']}' ({inputs[slot['name']][0][0]}) linked to "
-                                f"{source['type']} output {origin_slot} ({out_type}, link says {kind})")
+                problems.append(
+                    f"{where} '{slot['name']}' ({inputs[slot['name']][0][0]}) linked to "
+                    f"{source['type']} output {origin_slot} ({out_type}, link says {kind})"
+                )
             linked.add(slot["name"])
         for name, (input_spec, required) in inputs.items():
             if required and not has_widget(input_spec) and name not in linked:
@@ -325,8 +349,10 @@ def layout_problems(ui: dict) -> list[str]:
         y0 = min(r[1] for r in rects.values())
         span = (max(r[0] + r[2] for r in rects.values()) - x0, max(r[1] + r[3] for r in rects.values()) - y0)
         if span[0] > MAX_NODE_BOUNDS[0] or span[1] > MAX_NODE_BOUNDS[1]:
-            problems.append(f"the nodes span {span[0]:.0f} x {span[1]:.0f}, more than {MAX_NODE_BOUNDS[0]} x "
-                            f"{MAX_NODE_BOUNDS[1]}: the workflow would open below a readable zoom")  # fmt: skip
+            problems.append(
+                f"the nodes span {span[0]:.0f} x {span[1]:.0f}, more than {MAX_NODE_BOUNDS[0]} x "
+                f"{MAX_NODE_BOUNDS[1]}: the workflow would open below a readable zoom"
+            )
     return problems
 
 
@@ -339,8 +365,9 @@ def _get(url: str):
 
 
 def example_node_types() -> set[str]:
-    return {n["type"] for path in EXAMPLES.glob("*.json")
-            for n in json.loads(path.read_text(encoding="utf-8"))["nodes"]}  # fmt: skip
+    return {
+        n["type"] for path in EXAMPLES.glob("*.json") for n in json.loads(path.read_text(encoding="utf-8"))["nodes"]
+    }
 
 
 def live_listings(url: str) -> dict[str, list[str]]:
@@ -363,8 +390,10 @@ def pack_node_types(url: str) -> list[str]:
 
 # Frontend-only node types (LiteGraph.registered_node_types with isVirtualNode, frontend 1.49.6): they never reach
 # the server, so /object_info does not list them; their one widget is the text.
-FRONTEND_ONLY = {"MarkdownNote": {"display_name": "Markdown Note", "widgets": ["text"]},
-                 "Note": {"display_name": "Note", "widgets": ["text"]}}
+FRONTEND_ONLY = {
+    "MarkdownNote": {"display_name": "Markdown Note", "widgets": ["text"]},
+    "Note": {"display_name": "Note", "widgets": ["text"]},
+}
 
 
 def pin(url: str) -> None:
@@ -373,13 +402,21 @@ def pin(url: str) -> None:
     if not version.startswith("0.33"):
         raise SystemExit(f"{url} runs ComfyUI {version}; the fixture is pinned to 0.33")
     native_types = {t for t in example_node_types() if not t.startswith(PACK_PREFIX) and t not in FRONTEND_ONLY}
-    frontend = next((p["installed"] for p in stats.get("comfy_package_versions", [])
-                     if p["name"] == "comfyui-frontend-package"), None)  # fmt: skip
-    native = {"comfyui_version": version, "frontend_version": frontend,
-              "source": "/object_info of that server, normalized by tests/workflow_checks.py",
-              "nodes": live_snapshot(url, native_types), "frontend_only": FRONTEND_ONLY}
-    pack = {"source": "/object_info of a ComfyUI 0.33 with this pack, normalized by tests/workflow_checks.py",
-            "nodes": live_snapshot(url, pack_node_types(url))}
+    frontend = next(
+        (p["installed"] for p in stats.get("comfy_package_versions", []) if p["name"] == "comfyui-frontend-package"),
+        None,
+    )
+    native = {
+        "comfyui_version": version,
+        "frontend_version": frontend,
+        "source": "/object_info of that server, normalized by tests/workflow_checks.py",
+        "nodes": live_snapshot(url, native_types),
+        "frontend_only": FRONTEND_ONLY,
+    }
+    pack = {
+        "source": "/object_info of a ComfyUI 0.33 with this pack, normalized by tests/workflow_checks.py",
+        "nodes": live_snapshot(url, pack_node_types(url)),
+    }
     for path, data in ((NATIVE_FIXTURE, native), (PACK_FIXTURE, pack)):
         path.write_text(json.dumps(data, indent=1, ensure_ascii=False, sort_keys=True) + "\n", encoding="utf-8")
         print(f"wrote {path.relative_to(ROOT)} ({len(data['nodes'])} node types)")

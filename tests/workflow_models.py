@@ -36,24 +36,38 @@ COND = "cond.safetensors"
 def example_config():
     from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
 
-    return Ideogram4Config(in_channels=128, num_layers=2, num_heads=2, head_dim=32, intermediate_size=128,
-                           adaln_dim=32, llm_features_dim=64, mrope_section=(6, 5, 5))  # fmt: skip
+    return Ideogram4Config(
+        in_channels=128,
+        num_layers=2,
+        num_heads=2,
+        head_dim=32,
+        intermediate_size=128,
+        adaln_dim=32,
+        llm_features_dim=64,
+        mrope_section=(6, 5, 5),
+    )
 
 
 def native_sizes() -> dict:
     """The keys of ComfyUI's ``supported_models.Ideogram4.unet_extra_config`` for ``example_config``."""
     cfg = example_config()
-    return {"num_attention_heads": cfg.num_heads, "attention_head_dim": cfg.head_dim,
-            "intermediate_size": cfg.intermediate_size, "adaln_dim": cfg.adaln_dim,
-            "llm_features_dim": cfg.llm_features_dim, "mrope_section": list(cfg.mrope_section)}
+    return {
+        "num_attention_heads": cfg.num_heads,
+        "attention_head_dim": cfg.head_dim,
+        "intermediate_size": cfg.intermediate_size,
+        "adaln_dim": cfg.adaln_dim,
+        "llm_features_dim": cfg.llm_features_dim,
+        "mrope_section": list(cfg.mrope_section),
+    }
 
 
 def native_sizes_env() -> dict[str, str]:
     return {"IDEOGRAM4_TEST_NATIVE_SIZES": json.dumps(native_sizes())}
 
 
-def write_example_models(base: str | pathlib.Path, seed: int, text_tokens: int = 12,
-                         text_encoder_placeholder: bool = False) -> dict[str, pathlib.Path]:
+def write_example_models(
+    base: str | pathlib.Path, seed: int, text_tokens: int = 12, text_encoder_placeholder: bool = False
+) -> dict[str, pathlib.Path]:
     """Write every file the example workflows name into ``base/models/...`` (+ ``base/cond.safetensors``)."""
     from comfyui_ideogram4_int8.ideogram4 import synthetic
 
@@ -62,12 +76,16 @@ def write_example_models(base: str | pathlib.Path, seed: int, text_tokens: int =
     for d in (dits, vaes, tes):
         d.mkdir(parents=True, exist_ok=True)
     cfg = example_config()
-    weights = {"conditional": synthetic.RandomWeights(cfg, seed).materialize(),
-               "unconditional": synthetic.RandomWeights(cfg, seed + 1).materialize()}
-    out = {"w8a8": synthetic.write_w8a8(dits / W8A8, weights, cfg),
-           "fp8": synthetic.write_comfy_fp8(dits / FP8, weights["conditional"], cfg),
-           "fp8_unconditional": synthetic.write_comfy_fp8(dits / FP8_UNCOND, weights["unconditional"], cfg),
-           "vae": pathlib.Path(write_flux2_vae(vaes / VAE, seed=seed))}
+    weights = {
+        "conditional": synthetic.RandomWeights(cfg, seed).materialize(),
+        "unconditional": synthetic.RandomWeights(cfg, seed + 1).materialize(),
+    }
+    out = {
+        "w8a8": synthetic.write_w8a8(dits / W8A8, weights, cfg),
+        "fp8": synthetic.write_comfy_fp8(dits / FP8, weights["conditional"], cfg),
+        "fp8_unconditional": synthetic.write_comfy_fp8(dits / FP8_UNCOND, weights["unconditional"], cfg),
+        "vae": pathlib.Path(write_flux2_vae(vaes / VAE, seed=seed)),
+    }
     g = torch.Generator().manual_seed(seed)
     save_file({"cond": torch.randn(1, text_tokens, cfg.llm_features_dim, generator=g)}, str(base / COND))
     out["cond"] = base / COND

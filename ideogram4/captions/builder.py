@@ -75,8 +75,16 @@ def _prose(value: Any) -> Any:
     return value.strip() if isinstance(value, str) else value
 
 
-def make_style(kind: str, aesthetics: str, lighting: str, medium: str, photo: str = "", art_style: str = "",
-               color_palette: Any = "", source: str = "style") -> StyleBlock:
+def make_style(
+    kind: str,
+    aesthetics: str,
+    lighting: str,
+    medium: str,
+    photo: str = "",
+    art_style: str = "",
+    color_palette: Any = "",
+    source: str = "style",
+) -> StyleBlock:
     """A style block for ``kind`` ``"photo"`` or ``"art_style"``; the other kind's text must be empty (else noted,
     not emitted). A blank ``medium`` with ``kind="photo"`` becomes ``"photograph"`` (noted)."""
     notes: list[str] = []
@@ -96,8 +104,10 @@ def make_style(kind: str, aesthetics: str, lighting: str, medium: str, photo: st
         style["art_style"] = _prose(art_style)
         unused = ("photo", photo)
     if isinstance(unused[1], str) and unused[1].strip():
-        notes.append(f"{source}: the {unused[0]} text is not used because the style kind is {kind!r} "
-                     f"(a caption has exactly one of photo / art_style): {unused[1].strip()[:60]!r}")
+        notes.append(
+            f"{source}: the {unused[0]} text is not used because the style kind is {kind!r} "
+            f"(a caption has exactly one of photo / art_style): {unused[1].strip()[:60]!r}"
+        )
     palette, pnotes = parse_palette(color_palette)
     notes += [f"{source}: color {n}" for n in pnotes]
     if palette:
@@ -105,8 +115,9 @@ def make_style(kind: str, aesthetics: str, lighting: str, medium: str, photo: st
     return StyleBlock(style, tuple(notes), source)
 
 
-def make_element(kind: str, desc: Any, text: Any = None, bbox: Any = None, color_palette: Any = "",
-                 source: str = "element") -> ElementList:
+def make_element(
+    kind: str, desc: Any, text: Any = None, bbox: Any = None, color_palette: Any = "", source: str = "element"
+) -> ElementList:
     """One element in official key order. ``text`` is kept verbatim (no trimming); ``bbox`` is
     ``[ymin, xmin, ymax, xmax]`` on the 0..1000 grid or ``None`` for an unplaced element."""
     if kind not in ELEMENT_TYPES:
@@ -118,8 +129,10 @@ def make_element(kind: str, desc: Any, text: Any = None, bbox: Any = None, color
     if kind == "text":
         element["text"] = text
     elif isinstance(text, str) and text.strip():
-        notes.append(f"{source}: type is 'obj', so its text {text.strip()[:40]!r} is not rendered (switch the box to "
-                     "'text' to render it)")
+        notes.append(
+            f"{source}: type is 'obj', so its text {text.strip()[:40]!r} is not rendered (switch the box to "
+            "'text' to render it)"
+        )
     element["desc"] = _prose(desc)
     palette, pnotes = parse_palette(color_palette)
     if palette:
@@ -172,18 +185,24 @@ def bbox_widgets_problem(placed: Any, y_min: Any, x_min: Any, y_max: Any, x_max:
         if not _is_number(v) or int(v) != v:
             problems.append(f"{name}={v!r} is not a whole number on the 0..1000 grid")
         elif not BBOX_MIN <= v <= BBOX_MAX:
-            problems.append(f"{name}={v} is off the image: the grid runs {BBOX_MIN}..{BBOX_MAX} (0 = top / left edge, "
-                            f"{BBOX_MAX} = bottom / right edge)")  # fmt: skip
+            problems.append(
+                f"{name}={v} is off the image: the grid runs {BBOX_MIN}..{BBOX_MAX} (0 = top / left edge, "
+                f"{BBOX_MAX} = bottom / right edge)"
+            )
     if problems:
         return "; ".join(problems)
-    for lo, hi, axis, edges in (("x_min", "x_max", "width", ("left", "right")),
-                                ("y_min", "y_max", "height", ("top", "bottom"))):  # fmt: skip
+    for lo, hi, axis, edges in (
+        ("x_min", "x_max", "width", ("left", "right")),
+        ("y_min", "y_max", "height", ("top", "bottom")),
+    ):
         a, b = values[lo], values[hi]
         if a is None or b is None:
             continue
         if a > b:
-            problems.append(f"{lo}={a} is greater than {hi}={b}: {lo} is the box's {edges[0]} edge and {hi} its "
-                            f"{edges[1]} edge — swap the two values")  # fmt: skip
+            problems.append(
+                f"{lo}={a} is greater than {hi}={b}: {lo} is the box's {edges[0]} edge and {hi} its "
+                f"{edges[1]} edge — swap the two values"
+            )
         elif a == b:
             problems.append(f"{lo} = {hi} = {a}: the box has no {axis} — make {hi} larger than {lo}")
     return "; ".join(problems) or None
@@ -209,8 +228,10 @@ def box_shape_problem(box: Any) -> str | None:
         if v == 0:
             return f"its {key} is 0 px: the box has no area — drag it larger or delete it"
         if v < 0:
-            return (f"its {key} is {v:g} px: a box is its top-left corner (x, y) and a positive width and height "
-                    "— draw it again")  # fmt: skip
+            return (
+                f"its {key} is {v:g} px: a box is its top-left corner (x, y) and a positive width and height "
+                "— draw it again"
+            )
     return None
 
 
@@ -225,18 +246,27 @@ def box_problem(box: Any, width: int, height: int) -> tuple[str | None, str | No
     x, y, w, h = (box[k] for k in ("x", "y", "width", "height"))
     x0, y0, x1, y1 = max(x, 0), max(y, 0), min(x + w, width), min(y + h, height)
     if x1 <= x0 or y1 <= y0:
-        return (f"it lies outside the {width}x{height} canvas (x {x:g}..{x + w:g}, y {y:g}..{y + h:g} px) — move it "
-                "onto the canvas or delete it"), None  # fmt: skip
-    edges = [name for name, past in (("top", y < 0), ("left", x < 0), ("bottom", y + h > height),
-                                     ("right", x + w > width)) if past]  # fmt: skip
+        return (
+            f"it lies outside the {width}x{height} canvas (x {x:g}..{x + w:g}, y {y:g}..{y + h:g} px) — move it "
+            "onto the canvas or delete it"
+        ), None
+    edges = [
+        name
+        for name, past in (("top", y < 0), ("left", x < 0), ("bottom", y + h > height), ("right", x + w > width))
+        if past
+    ]
     bbox = pixel_box_to_bbox({"x": x0, "y": y0, "width": x1 - x0, "height": y1 - y0}, width, height)
     if bbox[0] == bbox[2] or bbox[1] == bbox[3]:
-        return (f"it is {x1 - x0:g}x{y1 - y0:g} px on the {width}x{height} canvas, less than one step of the "
-                "0..1000 grid on one side — make it larger or delete it"), None  # fmt: skip
+        return (
+            f"it is {x1 - x0:g}x{y1 - y0:g} px on the {width}x{height} canvas, less than one step of the "
+            "0..1000 grid on one side — make it larger or delete it"
+        ), None
     note = None
     if edges:
-        note = (f"reached past the {' and '.join(edges)} edge{'s' if len(edges) > 1 else ''} of the {width}x{height} "
-                f"canvas; clamped to the canvas (bbox {bbox})")  # fmt: skip
+        note = (
+            f"reached past the {' and '.join(edges)} edge{'s' if len(edges) > 1 else ''} of the {width}x{height} "
+            f"canvas; clamped to the canvas (bbox {bbox})"
+        )
     return None, note
 
 
@@ -258,14 +288,23 @@ def elements_from_boxes(boxes: Any, width: int, height: int, source: Any = "boxe
         if problem:
             raise ValueError(f"{source}, {label}: {problem}")
         x0, y0 = max(box["x"], 0), max(box["y"], 0)
-        clamped = {"x": x0, "y": y0, "width": min(box["x"] + box["width"], width) - x0,
-                   "height": min(box["y"] + box["height"], height) - y0}  # fmt: skip
+        clamped = {
+            "x": x0,
+            "y": y0,
+            "width": min(box["x"] + box["width"], width) - x0,
+            "height": min(box["y"] + box["height"], height) - y0,
+        }
         meta = box.get("metadata") if isinstance(box.get("metadata"), dict) else {}
         kind = meta.get("type", "obj")
         where = _at(source, f"box {i + 1}")
-        out = out + make_element(kind if kind in ELEMENT_TYPES else "obj", meta.get("desc", ""),
-                                 meta.get("text", ""), pixel_box_to_bbox(clamped, width, height),
-                                 meta.get("palette") or [], where)  # fmt: skip
+        out = out + make_element(
+            kind if kind in ELEMENT_TYPES else "obj",
+            meta.get("desc", ""),
+            meta.get("text", ""),
+            pixel_box_to_bbox(clamped, width, height),
+            meta.get("palette") or [],
+            where,
+        )
         extra = []
         if kind not in ELEMENT_TYPES:
             extra.append(f"{where}: type {kind!r} read as 'obj'")
@@ -282,8 +321,9 @@ def elements_from_native(value: Any, source: str = "native elements") -> Element
     if isinstance(value, ElementList):
         return value
     if not isinstance(value, list):
-        raise ValueError(f"{source}: expected a list of elements (CreateBoundingBoxes 'elements' output), "
-                         f"got {type(value).__name__}")
+        raise ValueError(
+            f"{source}: expected a list of elements (CreateBoundingBoxes 'elements' output), got {type(value).__name__}"
+        )
     out = ElementList()
     for i, el in enumerate(value):
         label = f"{source}, item {i}"
@@ -301,8 +341,12 @@ def elements_from_native(value: Any, source: str = "native elements") -> Element
     return out
 
 
-def build_caption(high_level_description: str = "", background: str = "", style: StyleBlock | None = None,
-                  elements: ElementList | None = None) -> tuple[dict, list[str]]:
+def build_caption(
+    high_level_description: str = "",
+    background: str = "",
+    style: StyleBlock | None = None,
+    elements: ElementList | None = None,
+) -> tuple[dict, list[str]]:
     """Assemble a caption dict in official key order; returns it with the builders' notes.
 
     A blank high-level description is omitted (the report recommends one). Validation is the caller's job."""

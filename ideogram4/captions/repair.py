@@ -81,7 +81,7 @@ def _extract_object(text: str) -> tuple[str, str | None]:
         return fence.group(1).strip(), "took the JSON out of a ``` code fence"
     start, end = text.find("{"), text.rfind("}")
     if start != -1 and end > start:
-        return text[start:end + 1], "took the outermost {...} out of the surrounding text"
+        return text[start : end + 1], "took the outermost {...} out of the surrounding text"
     return text, None
 
 
@@ -136,8 +136,9 @@ def _fix_structure(cap: dict, changes: list[str]) -> dict:
     if isinstance(style, dict):
         style = _fix_keys(style, STYLE_KEYS, ("style_description",), changes)
         if "color_palette" in style:
-            style["color_palette"] = _fix_palette(style["color_palette"], ("style_description", "color_palette"),
-                                                  changes)
+            style["color_palette"] = _fix_palette(
+                style["color_palette"], ("style_description", "color_palette"), changes
+            )
         cap["style_description"] = style
     cd = cap.get("compositional_deconstruction")
     if isinstance(cd, dict):
@@ -199,12 +200,16 @@ def repair_caption(caption: str | dict) -> RepairResult:
             if isinstance(inner, dict):
                 changes.append(f"$: unwrapped the caption from {{'{keys[0]}': ...}}")
                 if "aspect_ratio" in value:
-                    changes.append(f"$.aspect_ratio: dropped {value['aspect_ratio']!r} (not a caption key: the aspect "
-                                   "ratio is the latent's width/height)")
+                    changes.append(
+                        f"$.aspect_ratio: dropped {value['aspect_ratio']!r} (not a caption key: the aspect "
+                        "ratio is the latent's width/height)"
+                    )
                 value = inner
         if isinstance(value, dict) and "aspect_ratio" in value:
-            changes.append(f"$.aspect_ratio: dropped {value['aspect_ratio']!r} (not a caption key: the aspect ratio "
-                           "is the latent's width/height)")
+            changes.append(
+                f"$.aspect_ratio: dropped {value['aspect_ratio']!r} (not a caption key: the aspect ratio "
+                "is the latent's width/height)"
+            )
             value = {k: v for k, v in value.items() if k != "aspect_ratio"}
         value = _fix_structure(value, changes)
     ordered = canonical_order(value)

@@ -31,9 +31,11 @@ def _order_problem(path: tuple, present: list[str], expected: tuple[str, ...]) -
     want = [k for k in expected if k in known]
     if known == want:
         return None
-    return Problem(path, f"keys are in the order ({', '.join(known)}); expected ({', '.join(want)})",
-                   "reorder the keys (the official order is part of the format; serialize_caption and the "
-                   "repair node write it)")
+    return Problem(
+        path,
+        f"keys are in the order ({', '.join(known)}); expected ({', '.join(want)})",
+        "reorder the keys (the official order is part of the format; serialize_caption and the repair node write it)",
+    )
 
 
 def order_problems(caption: Any) -> list[Problem]:
@@ -80,8 +82,13 @@ def bbox_problems(caption: Any) -> list[Problem]:
         path = ("compositional_deconstruction", "elements", i, "bbox")
         for j, v in enumerate(bbox):
             if isinstance(v, float) and v.is_integer():
-                out.append(Problem(path + (j,), f"bbox values must be integer JSON numbers, got {v!r}",
-                                   f"write {int(v)} (no decimal point)"))
+                out.append(
+                    Problem(
+                        path + (j,),
+                        f"bbox values must be integer JSON numbers, got {v!r}",
+                        f"write {int(v)} (no decimal point)",
+                    )
+                )
         if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in bbox):
             continue
         ymin, xmin, ymax, xmax = bbox
@@ -94,9 +101,14 @@ def bbox_problems(caption: Any) -> list[Problem]:
             bad.append(f"xmin ({_num(xmin)}) > xmax ({_num(xmax)})")
             swapped[1], swapped[3] = xmax, xmin
         if bad:
-            out.append(Problem(path, "; ".join(bad) + " (bbox is [ymin, xmin, ymax, xmax])",
-                               f"swap them: {json.dumps([_num(v) for v in swapped])}; if the box was written "
-                               "as [xmin, ymin, xmax, ymax], reorder it to y first"))
+            out.append(
+                Problem(
+                    path,
+                    "; ".join(bad) + " (bbox is [ymin, xmin, ymax, xmax])",
+                    f"swap them: {json.dumps([_num(v) for v in swapped])}; if the box was written "
+                    "as [xmin, ymin, xmax, ymax], reorder it to y first",
+                )
+            )
     return out
 
 
@@ -112,8 +124,13 @@ def surrogate_problems(caption: Any, path: tuple = ()) -> list[Problem]:
         p, v = stack.pop()
         if isinstance(v, str):
             if _SURROGATE.search(v):
-                out.append(Problem(p, "contains an unpaired UTF-16 surrogate (a broken \\uD8xx escape)",
-                                   "retype the character (e.g. the emoji) or remove it"))
+                out.append(
+                    Problem(
+                        p,
+                        "contains an unpaired UTF-16 surrogate (a broken \\uD8xx escape)",
+                        "retype the character (e.g. the emoji) or remove it",
+                    )
+                )
         elif isinstance(v, dict):
             stack.extend((p + (k,), x) for k, x in v.items())
             stack.extend(((p + (k,)), k) for k in v if isinstance(k, str) and _SURROGATE.search(k))
@@ -132,42 +149,85 @@ def hint_problems(caption: Any, raw_len: int | None = None) -> list[Problem]:
     W = WARNING
     hld = caption.get("high_level_description")
     if "high_level_description" not in caption:
-        out.append(Problem(("high_level_description",), "missing (optional, but strongly recommended)",
-                           "add one or two sentences about the whole image, starting with the subject", W))
+        out.append(
+            Problem(
+                ("high_level_description",),
+                "missing (optional, but strongly recommended)",
+                "add one or two sentences about the whole image, starting with the subject",
+                W,
+            )
+        )
     elif isinstance(hld, str) and len(hld.split()) > HLD_WORD_HINT:
-        out.append(Problem(("high_level_description",), f"{len(hld.split())} words; the guidance is at most "
-                           f"{HLD_WORD_HINT}", "shorten it; details belong in the elements", W))
+        out.append(
+            Problem(
+                ("high_level_description",),
+                f"{len(hld.split())} words; the guidance is at most {HLD_WORD_HINT}",
+                "shorten it; details belong in the elements",
+                W,
+            )
+        )
     style = caption.get("style_description")
     if isinstance(style, dict) and "photo" in style and style.get("medium") not in (None, "photograph"):
-        out.append(Problem(("style_description", "medium"), f"is {style.get('medium')!r} with a 'photo' block",
-                           "use medium 'photograph' with 'photo', or switch to 'art_style'", W))
+        out.append(
+            Problem(
+                ("style_description", "medium"),
+                f"is {style.get('medium')!r} with a 'photo' block",
+                "use medium 'photograph' with 'photo', or switch to 'art_style'",
+                W,
+            )
+        )
     if isinstance(style, dict) and isinstance(style.get("color_palette"), list):
         out.extend(_dup_palette(("style_description", "color_palette"), style["color_palette"]))
     cd = caption.get("compositional_deconstruction")
     elements = cd.get("elements") if isinstance(cd, dict) else None
     if isinstance(elements, list):
         if len(elements) > ELEMENT_COUNT_HINT:
-            out.append(Problem(("compositional_deconstruction", "elements"), f"{len(elements)} elements",
-                               f"keep to the main subjects (over {ELEMENT_COUNT_HINT} is far outside the "
-                               "training captions); put crowds and scenery in background", W))
+            out.append(
+                Problem(
+                    ("compositional_deconstruction", "elements"),
+                    f"{len(elements)} elements",
+                    f"keep to the main subjects (over {ELEMENT_COUNT_HINT} is far outside the "
+                    "training captions); put crowds and scenery in background",
+                    W,
+                )
+            )
         for i, el in enumerate(elements):
             if not isinstance(el, dict):
                 continue
             path = ("compositional_deconstruction", "elements", i)
             desc = el.get("desc")
             if isinstance(desc, str) and len(desc.split()) > DESC_WORD_HINT:
-                out.append(Problem(path + ("desc",), f"{len(desc.split())} words; the guidance is at most "
-                                   f"{DESC_WORD_HINT}", "shorten it", W))
+                out.append(
+                    Problem(
+                        path + ("desc",),
+                        f"{len(desc.split())} words; the guidance is at most {DESC_WORD_HINT}",
+                        "shorten it",
+                        W,
+                    )
+                )
             text = el.get("text")
             if isinstance(text, str) and "\\n" in text:
-                out.append(Problem(path + ("text",), "contains a literal backslash-n ('\\\\n')",
-                                   "for a line break, use a real newline (Enter in the text box)", W))
+                out.append(
+                    Problem(
+                        path + ("text",),
+                        "contains a literal backslash-n ('\\\\n')",
+                        "for a line break, use a real newline (Enter in the text box)",
+                        W,
+                    )
+                )
             if isinstance(el.get("color_palette"), list):
                 out.extend(_dup_palette(path + ("color_palette",), el["color_palette"]))
     if raw_len is not None and raw_len / CHARS_PER_TOKEN_ESTIMATE > MAX_TEXT_TOKENS * 0.9:
         est = raw_len // CHARS_PER_TOKEN_ESTIMATE
-        out.append(Problem((), f"about {est} tokens (estimated from {raw_len} characters); the pipeline refuses "
-                           f"more than {MAX_TEXT_TOKENS}", "shorten descriptions or drop minor elements", W))
+        out.append(
+            Problem(
+                (),
+                f"about {est} tokens (estimated from {raw_len} characters); the pipeline refuses "
+                f"more than {MAX_TEXT_TOKENS}",
+                "shorten descriptions or drop minor elements",
+                W,
+            )
+        )
     return out
 
 
@@ -194,12 +254,30 @@ class RawParse:
 def parse_raw(text: str) -> RawParse:
     """Parse caption text; report size, syntax, nesting, duplicate keys and the escape rule."""
     if not isinstance(text, str):
-        return RawParse(None, [Problem((), f"expected caption text or a dict, got {type(text).__name__}",
-                                       "pass the caption as a JSON string or a dict")], False)
+        return RawParse(
+            None,
+            [
+                Problem(
+                    (),
+                    f"expected caption text or a dict, got {type(text).__name__}",
+                    "pass the caption as a JSON string or a dict",
+                )
+            ],
+            False,
+        )
     if len(text) > MAX_CAPTION_CHARS:
-        return RawParse(None, [Problem((), f"caption text is {len(text)} characters; refusing to parse more than "
-                                       f"{MAX_CAPTION_CHARS} (the model reads at most {MAX_TEXT_TOKENS} tokens)",
-                                       "shorten it drastically; a good caption is a few thousand characters")], False)
+        return RawParse(
+            None,
+            [
+                Problem(
+                    (),
+                    f"caption text is {len(text)} characters; refusing to parse more than "
+                    f"{MAX_CAPTION_CHARS} (the model reads at most {MAX_TEXT_TOKENS} tokens)",
+                    "shorten it drastically; a good caption is a few thousand characters",
+                )
+            ],
+            False,
+        )
     problems: list[Problem] = []
 
     def hook(pairs):
@@ -215,22 +293,39 @@ def parse_raw(text: str) -> RawParse:
     except json.JSONDecodeError as exc:
         fix = "write valid JSON"
         if not text.strip().startswith(("{", "[")):
-            fix = ("a caption is a JSON object, not plain text; build one with the caption builder node, or let the "
-                   "repair node extract the JSON from an LLM answer")
+            fix = (
+                "a caption is a JSON object, not plain text; build one with the caption builder node, or let the "
+                "repair node extract the JSON from an LLM answer"
+            )
         elif re.search(r",\s*[}\]]", text):
             fix = "remove the trailing comma(s) (the repair node does this)"
-        return RawParse(None, [Problem((), f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                                       fix)], False)
+        return RawParse(
+            None, [Problem((), f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", fix)], False
+        )
     except RecursionError:
         too_deep = Problem((), "JSON is nested too deeply to parse", "flatten it; a caption is 4 levels deep")
         return RawParse(None, [too_deep], False)
     if _depth(value) > MAX_NESTING_DEPTH:
-        return RawParse(None, [Problem((), f"JSON is nested deeper than {MAX_NESTING_DEPTH} levels",
-                                       "a caption is 4 levels deep; remove the extra nesting")], False)
+        return RawParse(
+            None,
+            [
+                Problem(
+                    (),
+                    f"JSON is nested deeper than {MAX_NESTING_DEPTH} levels",
+                    "a caption is 4 levels deep; remove the extra nesting",
+                )
+            ],
+            False,
+        )
     value, dups = _plain(value)
     for path, key in dups:
-        problems.append(Problem(path + (key,), "duplicate key (JSON keeps only the last value)",
-                                f"keep one {key!r} entry in this object"))
+        problems.append(
+            Problem(
+                path + (key,),
+                "duplicate key (JSON keeps only the last value)",
+                f"keep one {key!r} entry in this object",
+            )
+        )
     problems.extend(escape_problems(text))
     return RawParse(value, problems, True)
 
@@ -243,10 +338,15 @@ def escape_problems(text: str) -> list[Problem]:
             count += 1
             example = example or m.group(0)
     if count and text.isascii():
-        return [Problem((), f"raw text has {count} \\u escape(s) of non-ASCII characters (e.g. {example}) and no "
-                        "literal non-ASCII character: it was written with ensure_ascii=True",
-                        "write non-ASCII characters literally: json.dumps(..., ensure_ascii=False) or "
-                        "serialize_caption(); the repair node rewrites it")]
+        return [
+            Problem(
+                (),
+                f"raw text has {count} \\u escape(s) of non-ASCII characters (e.g. {example}) and no "
+                "literal non-ASCII character: it was written with ensure_ascii=True",
+                "write non-ASCII characters literally: json.dumps(..., ensure_ascii=False) or "
+                "serialize_caption(); the repair node rewrites it",
+            )
+        ]
     return []
 
 

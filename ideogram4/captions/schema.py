@@ -45,7 +45,7 @@ _WHAT_TO_WRITE = {
     "text": "the exact characters to render (or make it an 'obj' element)",
     "type": "'obj' or 'text'",
     "elements": "a list of elements ([] is allowed)",
-    "compositional_deconstruction": "an object {\"background\": ..., \"elements\": [...]}",
+    "compositional_deconstruction": 'an object {"background": ..., "elements": [...]}',
 }
 
 
@@ -134,14 +134,25 @@ def _translate(err, caption) -> list[Problem]:  # one branch per JSON Schema key
     if kind == "type":
         expected = err.validator_value
         if not path:
-            return [Problem(path, f"the caption must be a JSON object, got {_type_name(value)}",
-                            "write a JSON object with at least 'compositional_deconstruction' "
-                            "(the repair node can extract one from surrounding text)")]
+            return [
+                Problem(
+                    path,
+                    f"the caption must be a JSON object, got {_type_name(value)}",
+                    "write a JSON object with at least 'compositional_deconstruction' "
+                    "(the repair node can extract one from surrounding text)",
+                )
+            ]
         if in_bbox and expected == "integer":
-            return [Problem(path, f"bbox values must be integers, got {_short(value)}",
-                            "use whole numbers 0..1000 (normalized per axis, not pixels or fractions)")]
+            return [
+                Problem(
+                    path,
+                    f"bbox values must be integers, got {_short(value)}",
+                    "use whole numbers 0..1000 (normalized per axis, not pixels or fractions)",
+                )
+            ]
         want = {"string": "a string", "object": "an object", "array": "a list", "integer": "an integer"}.get(
-            expected, str(expected))
+            expected, str(expected)
+        )
         hint = _WHAT_TO_WRITE.get(last, "") if isinstance(last, str) else ""
         fix = f"make it {want}" + (f": {hint}" if hint and expected == "string" else "")
         return [Problem(path, f"expected {want}, got {_type_name(value)} {_short(value)}", fix)]
@@ -151,7 +162,7 @@ def _translate(err, caption) -> list[Problem]:  # one branch per JSON Schema key
         for key in err.validator_value:
             if isinstance(value, dict) and key not in value:
                 hint = _WHAT_TO_WRITE.get(key, "")
-                fix = f"add \"{key}\"" + (f" with {hint}" if hint else "")
+                fix = f'add "{key}"' + (f" with {hint}" if hint else "")
                 if key in ("aesthetics", "lighting", "medium"):
                     fix += " (a style block is all-or-nothing: aesthetics, lighting, medium and photo or art_style)"
                 if key == "text":
@@ -166,8 +177,10 @@ def _translate(err, caption) -> list[Problem]:  # one branch per JSON Schema key
             if key in allowed:
                 continue
             if not path and key == "aspect_ratio":
-                fix = ("remove it: the aspect ratio is not a caption key; set width/height on the latent "
-                       "(the repair node drops it)")
+                fix = (
+                    "remove it: the aspect ratio is not a caption key; set width/height on the latent "
+                    "(the repair node drops it)"
+                )
             elif key.lower() in allowed:
                 fix = f"rename it to '{key.lower()}' (keys are lowercase)"
             else:
@@ -176,8 +189,13 @@ def _translate(err, caption) -> list[Problem]:  # one branch per JSON Schema key
         return probs
 
     if kind == "enum" and last == "type":
-        return [Problem(path, f"element type {_short(value)} is not one of {', '.join(ELEMENT_TYPES)}",
-                        "use 'text' for rendered lettering and 'obj' for everything else")]
+        return [
+            Problem(
+                path,
+                f"element type {_short(value)} is not one of {', '.join(ELEMENT_TYPES)}",
+                "use 'text' for rendered lettering and 'obj' for everything else",
+            )
+        ]
 
     if kind == "pattern":
         if in_palette:
@@ -191,8 +209,13 @@ def _translate(err, caption) -> list[Problem]:  # one branch per JSON Schema key
         if last == "color_palette":
             cap = MAX_STYLE_COLORS if path == ("style_description", "color_palette") else MAX_ELEMENT_COLORS
             where = "the style palette" if cap == MAX_STYLE_COLORS else "an element palette"
-            return [Problem(path, f"too many colors ({len(value)}); {where} holds at most {cap}",
-                            f"remove {len(value) - cap} color(s), keeping the dominant ones")]
+            return [
+                Problem(
+                    path,
+                    f"too many colors ({len(value)}); {where} holds at most {cap}",
+                    f"remove {len(value) - cap} color(s), keeping the dominant ones",
+                )
+            ]
         if last == "bbox":
             return [_bbox_len_problem(path, value)]
     if kind == "minItems" and last == "bbox":
@@ -208,17 +231,32 @@ def _translate(err, caption) -> list[Problem]:  # one branch per JSON Schema key
 
     if kind == "oneOf" and path == ("style_description",) and isinstance(value, dict):
         if "photo" in value and "art_style" in value:
-            return [Problem(path, "has both 'photo' and 'art_style'; exactly one is allowed",
-                            "keep 'photo' for a photograph (medium 'photograph') or 'art_style' for anything else")]
-        return [Problem(path, "neither 'photo' nor 'art_style' is present; exactly one is required",
-                        "add 'photo' (camera details) for a photograph, or 'art_style' for anything else; "
-                        "or remove the whole style_description")]
+            return [
+                Problem(
+                    path,
+                    "has both 'photo' and 'art_style'; exactly one is allowed",
+                    "keep 'photo' for a photograph (medium 'photograph') or 'art_style' for anything else",
+                )
+            ]
+        return [
+            Problem(
+                path,
+                "neither 'photo' nor 'art_style' is present; exactly one is required",
+                "add 'photo' (camera details) for a photograph, or 'art_style' for anything else; "
+                "or remove the whole style_description",
+            )
+        ]
 
     if kind == "not" and len(path) == 3 and isinstance(value, dict) and "text" in value:
         if value.get("type") != "obj":
             return []  # a missing or unknown type is reported on its own
-        return [Problem(path + ("text",), "an 'obj' element cannot have a 'text' key",
-                        "change type to 'text' if these characters should be rendered, otherwise remove 'text'")]
+        return [
+            Problem(
+                path + ("text",),
+                "an 'obj' element cannot have a 'text' key",
+                "change type to 'text' if these characters should be rendered, otherwise remove 'text'",
+            )
+        ]
 
     if kind == "const":
         return []  # only used inside the element if/then; its outcome is reported by required/not
@@ -226,8 +264,11 @@ def _translate(err, caption) -> list[Problem]:  # one branch per JSON Schema key
 
 
 def _bbox_len_problem(path, value) -> Problem:
-    return Problem(path, f"bbox has {len(value)} values; it needs exactly 4: [ymin, xmin, ymax, xmax]",
-                   "give four integers 0..1000, top-left origin, y first; or remove bbox for an unplaced element")
+    return Problem(
+        path,
+        f"bbox has {len(value)} values; it needs exactly 4: [ymin, xmin, ymax, xmax]",
+        "give four integers 0..1000, top-left origin, y first; or remove bbox for an unplaced element",
+    )
 
 
 def _palette_entry_problem(path, value) -> Problem:
@@ -239,12 +280,17 @@ def _palette_entry_problem(path, value) -> Problem:
                 fixed = "#" + "".join(c * 2 for c in digits).upper()
                 return Problem(path, f"{_short(value)} is shorthand hex", f"write it in full as '{fixed}'")
             if len(digits) == 8:
-                return Problem(path, f"{_short(value)} has an alpha channel",
-                               f"drop the alpha: '#{digits[:6].upper()}' (palettes are opaque)")
+                return Problem(
+                    path,
+                    f"{_short(value)} has an alpha channel",
+                    f"drop the alpha: '#{digits[:6].upper()}' (palettes are opaque)",
+                )
             fixed = "#" + digits.upper()
             if value != fixed:
                 reason = "lowercase hex" if value.upper() == fixed else "not '#RRGGBB'"
-                return Problem(path, f"{_short(value)} is {reason}; colors are uppercase #RRGGBB",
-                               f"write '{fixed}'")
-    return Problem(path, f"{_short(value)} is not an uppercase #RRGGBB color",
-                   "write six hex digits after '#', uppercase, e.g. '#2B1D14' (no names, rgb() or alpha)")
+                return Problem(path, f"{_short(value)} is {reason}; colors are uppercase #RRGGBB", f"write '{fixed}'")
+    return Problem(
+        path,
+        f"{_short(value)} is not an uppercase #RRGGBB color",
+        "write six hex digits after '#', uppercase, e.g. '#2B1D14' (no names, rgb() or alpha)",
+    )

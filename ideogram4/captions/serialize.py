@@ -65,8 +65,15 @@ def serialize_caption(caption: dict) -> str:
     from .validate import check_caption
 
     if not isinstance(caption, dict):
-        raise CaptionError([Problem((), f"expected a caption dict, got {type(caption).__name__}",
-                                    "parse caption text with json.loads first, or use the repair node")])
+        raise CaptionError(
+            [
+                Problem(
+                    (),
+                    f"expected a caption dict, got {type(caption).__name__}",
+                    "parse caption text with json.loads first, or use the repair node",
+                )
+            ]
+        )
     ordered = canonical_order(caption)
     report = check_caption(ordered, hints=False)
     if not report.ok:

@@ -32,8 +32,13 @@ class Report:
     def ok(self) -> bool:
         return not self.errors
 
-    def text(self, notes: list[str] | tuple[str, ...] = (), sources: list[str] | tuple[str, ...] = (),
-             style_source: str = "", own: str = "") -> str:
+    def text(
+        self,
+        notes: list[str] | tuple[str, ...] = (),
+        sources: list[str] | tuple[str, ...] = (),
+        style_source: str = "",
+        own: str = "",
+    ) -> str:
         """A human-readable report for a node output.
 
         ``notes``: changes made on the way (normalized colors, repairs); ``sources``: a label per element
@@ -62,8 +67,7 @@ def _origin(path: tuple, sources, style_source, own) -> tuple[str, tuple]:
         if path[2] < len(sources) and sources[path[2]]:
             return sources[path[2]], path[3:]
         return "", path
-    if own and (path[:1] == ("high_level_description",) or path[:2] == ("compositional_deconstruction",
-                                                                           "background")):  # fmt: skip
+    if own and (path[:1] == ("high_level_description",) or path[:2] == ("compositional_deconstruction", "background")):
         return own, path[-1:]
     return "", path
 
@@ -90,8 +94,16 @@ def check_caption(caption: str | dict, *, hints: bool = True) -> Report:
             try:
                 caption = bytes(caption).decode("utf-8")
             except UnicodeDecodeError as exc:
-                return Report(None, [Problem((), f"caption bytes are not UTF-8 ({exc.reason} at byte {exc.start})",
-                                             "save the caption as UTF-8")])
+                return Report(
+                    None,
+                    [
+                        Problem(
+                            (),
+                            f"caption bytes are not UTF-8 ({exc.reason} at byte {exc.start})",
+                            "save the caption as UTF-8",
+                        )
+                    ],
+                )
         parsed = parse_raw(caption)
         problems.extend(parsed.problems)
         if not parsed.ok:
@@ -105,9 +117,14 @@ def check_caption(caption: str | dict, *, hints: bool = True) -> Report:
         except (TypeError, ValueError, RecursionError):
             raw_len = None  # non-JSON values are reported by the schema check below
         if raw_len is not None and raw_len > MAX_CAPTION_CHARS:
-            problems.append(Problem((), f"the caption is {raw_len} characters as JSON; the model reads at most "
-                                    f"{MAX_TEXT_TOKENS} tokens (about {MAX_TEXT_TOKENS * 4} characters)",
-                                    "shorten the descriptions drastically or drop elements"))
+            problems.append(
+                Problem(
+                    (),
+                    f"the caption is {raw_len} characters as JSON; the model reads at most "
+                    f"{MAX_TEXT_TOKENS} tokens (about {MAX_TEXT_TOKENS * 4} characters)",
+                    "shorten the descriptions drastically or drop elements",
+                )
+            )
     problems.extend(schema_problems(value))
     problems.extend(bbox_problems(value))
     problems.extend(order_problems(value))

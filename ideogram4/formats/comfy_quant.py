@@ -24,15 +24,25 @@ def encode_comfy_quant(info: dict) -> torch.Tensor:
 def decode_comfy_quant(t: torch.Tensor, *, file=None, key=None) -> dict:
     """Parse the marker; returns {"format", "convrot", "convrot_groupsize", "full_precision_mm", "raw"}."""
     if t.dtype != torch.uint8 or t.dim() != 1:
-        raise TensorMismatchError("comfy_quant marker has the wrong form", file=file, key=key,
-                                  expected="uint8 [n] (UTF-8 JSON)", found=f"{t.dtype} {list(t.shape)}")  # fmt: skip
+        raise TensorMismatchError(
+            "comfy_quant marker has the wrong form",
+            file=file,
+            key=key,
+            expected="uint8 [n] (UTF-8 JSON)",
+            found=f"{t.dtype} {list(t.shape)}",
+        )
     try:
         info = json.loads(bytes(t.tolist()).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TensorMismatchError(f"comfy_quant marker is not JSON ({exc})", file=file, key=key) from None
     if not isinstance(info, dict) or "format" not in info:
-        raise TensorMismatchError("comfy_quant marker lacks a 'format' field", file=file, key=key,
-                                  expected='{"format": ...}', found=str(info)[:80])  # fmt: skip
+        raise TensorMismatchError(
+            "comfy_quant marker lacks a 'format' field",
+            file=file,
+            key=key,
+            expected='{"format": ...}',
+            found=str(info)[:80],
+        )
     params = info.get("params") if isinstance(info.get("params"), dict) else {}
 
     def field(name, default=None):
@@ -41,11 +51,19 @@ def decode_comfy_quant(t: torch.Tensor, *, file=None, key=None) -> dict:
     fmt = str(info["format"])
     if fmt not in INT8_FORMATS and fmt not in FP8_FORMATS:
         raise UnsupportedFormatError(
-            f"comfy_quant format {fmt!r} is not supported by this pack", file=file, key=key,
-            expected=f"one of {list(INT8_FORMATS) + list(FP8_FORMATS)}", found=fmt,
+            f"comfy_quant format {fmt!r} is not supported by this pack",
+            file=file,
+            key=key,
+            expected=f"one of {list(INT8_FORMATS) + list(FP8_FORMATS)}",
+            found=fmt,
             fix="use ComfyUI's own loader for this file, or a bf16 / fp8 / int8_tensorwise checkpoint",
-        )  # fmt: skip
+        )
     convrot = bool(field("convrot", False))
     group = int(field("convrot_groupsize", DEFAULT_CONVROT_GROUP)) if convrot else None
-    return {"format": fmt, "convrot": convrot, "convrot_groupsize": group,
-            "full_precision_mm": bool(field("full_precision_matrix_mult", False)), "raw": info}  # fmt: skip
+    return {
+        "format": fmt,
+        "convrot": convrot,
+        "convrot_groupsize": group,
+        "full_precision_mm": bool(field("full_precision_matrix_mult", False)),
+        "raw": info,
+    }

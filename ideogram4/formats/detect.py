@@ -65,5 +65,9 @@ def detect_format(path: str | os.PathLike) -> dict:
         fmt = "float-" + "/".join(sorted(float_dtypes))
     else:
         fmt = "unknown"
-    return {"layout": "two-branch" if branches else "single", "branches": branches, "format": fmt,
-            "linears": {k: v for k, v in kinds.items() if v}}  # fmt: skip
+    return {
+        "layout": "two-branch" if branches else "single",
+        "branches": branches,
+        "format": fmt,
+        "linears": {k: v for k, v in kinds.items() if v},
+    }

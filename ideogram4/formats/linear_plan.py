@@ -65,8 +65,9 @@ class LinearPlan:
 
 
 def _err(problem, source, key, expected=None, found=None, fix=None):
-    return TensorMismatchError(problem, file=source.label, key=source.file_key(key), expected=expected, found=found,
-                               fix=fix)  # fmt: skip
+    return TensorMismatchError(
+        problem, file=source.label, key=source.file_key(key), expected=expected, found=found, fix=fix
+    )
 
 
 def check_float(source: Source, key: str, shape: tuple, what: str) -> None:
@@ -74,8 +75,14 @@ def check_float(source: Source, key: str, shape: tuple, what: str) -> None:
     if dt not in FLOAT_DTYPES:
         raise _err(f"{what} has the wrong dtype", source, key, "float32 / bfloat16 / float16", describe((dt, sh)))
     if tuple(sh) != tuple(shape):
-        raise _err(f"{what} has the wrong shape", source, key, f"{list(shape)}", describe((dt, sh)),
-                   "the file does not match the Ideogram 4 architecture (or the config passed)")  # fmt: skip
+        raise _err(
+            f"{what} has the wrong shape",
+            source,
+            key,
+            f"{list(shape)}",
+            describe((dt, sh)),
+            "the file does not match the Ideogram 4 architecture (or the config passed)",
+        )
 
 
 def _check_vector(source, key, n, what, allow_scalar=False):
@@ -93,38 +100,56 @@ def classify(source: Source, spec: LinearSpec) -> LinearPlan | None:
     m, n, k = spec.name, spec.out_features, spec.in_features
     has = source.has
     if has(f"{m}.wq") and has(f"{m}.weight"):
-        raise _err("the layer is stored twice (.wq and .weight)", source, f"{m}.weight", f"{m}.wq or {m}.weight",
-                   "both")  # fmt: skip
+        raise _err(
+            "the layer is stored twice (.wq and .weight)", source, f"{m}.weight", f"{m}.wq or {m}.weight", "both"
+        )
     if has(f"{m}.wq"):
         return _classify_w8a8(source, spec)
     if not has(f"{m}.weight"):
-        orphans = [f"{m}.{s}" for s in ("ws", "smooth", "weight_scale", "scale_weight", "comfy_quant", "input_smooth",
-                                        "input_folded") if has(f"{m}.{s}")]  # fmt: skip
+        orphans = [
+            f"{m}.{s}"
+            for s in ("ws", "smooth", "weight_scale", "scale_weight", "comfy_quant", "input_smooth", "input_folded")
+            if has(f"{m}.{s}")
+        ]
         if orphans:
-            raise _err("scale / smooth tensors without a weight", source, orphans[0], f"{m}.wq or {m}.weight",
-                       "neither")  # fmt: skip
+            raise _err(
+                "scale / smooth tensors without a weight", source, orphans[0], f"{m}.wq or {m}.weight", "neither"
+            )
         return None
     key = source.use(f"{m}.weight")
     dt, sh = source.dtype(key), tuple(source.shape(key))
     if sh != (n, k):
-        raise _err("weight has the wrong shape", source, key, f"[{n}, {k}] ([out, in])", describe((dt, sh)),
-                   "the file does not match the Ideogram 4 architecture (or the config passed)")  # fmt: skip
+        raise _err(
+            "weight has the wrong shape",
+            source,
+            key,
+            f"[{n}, {k}] ([out, in])",
+            describe((dt, sh)),
+            "the file does not match the Ideogram 4 architecture (or the config passed)",
+        )
     cq = None
     if has(f"{m}.comfy_quant"):
-        cq = decode_comfy_quant(source.load(source.use(f"{m}.comfy_quant")), file=source.label,
-                                key=source.file_key(f"{m}.comfy_quant"))  # fmt: skip
+        cq = decode_comfy_quant(
+            source.load(source.use(f"{m}.comfy_quant")), file=source.label, key=source.file_key(f"{m}.comfy_quant")
+        )
     if dt == torch.int8:
         plan = _classify_int8(source, spec, key, cq)
     elif dt in FP8_DTYPES:
         plan = _classify_fp8(source, spec, key, cq)
     elif dt in FLOAT_DTYPES:
         if cq is not None:
-            raise _err("comfy_quant marks a quantized layer but the weight is a plain float tensor", source, key,
-                       f"{cq['format']} storage", describe((dt, sh)))  # fmt: skip
+            raise _err(
+                "comfy_quant marks a quantized layer but the weight is a plain float tensor",
+                source,
+                key,
+                f"{cq['format']} storage",
+                describe((dt, sh)),
+            )
         plan = LinearPlan(spec, source, "float", key)
     else:
-        raise _err("weight has an unsupported dtype", source, key, "int8, float8 or float32/bf16/fp16",
-                   describe((dt, sh)))  # fmt: skip
+        raise _err(
+            "weight has an unsupported dtype", source, key, "int8, float8 or float32/bf16/fp16", describe((dt, sh))
+        )
     for suffix in IGNORED_SUFFIXES:
         if has(f"{m}.{suffix}"):
             source.use(f"{m}.{suffix}")
@@ -141,8 +166,14 @@ def _classify_w8a8(source, spec):
     if sh != (n, k):
         raise _err(".wq has the wrong shape", source, key, f"[{n}, {k}] ([out, in])", describe((dt, sh)))
     if not source.has(f"{m}.ws"):
-        raise _err("int8 weight without scale", source, key, f"{source.file_key(m + '.ws')} float [{n}] or [{n}, 1]",
-                   "no .ws tensor", "the file is incomplete or not a W8A8 checkpoint")  # fmt: skip
+        raise _err(
+            "int8 weight without scale",
+            source,
+            key,
+            f"{source.file_key(m + '.ws')} float [{n}] or [{n}, 1]",
+            "no .ws tensor",
+            "the file is incomplete or not a W8A8 checkpoint",
+        )
     scale = source.use(f"{m}.ws")
     _check_vector(source, scale, n, "per-channel scale .ws")
     smooth = None
@@ -158,8 +189,14 @@ def _classify_int8(source, spec, key, cq):
         raise _err("comfy_quant format does not match the int8 weight", source, key, "int8_tensorwise", cq["format"])
     scale_key = next((f"{m}.{s}" for s in ("weight_scale", "scale_weight") if source.has(f"{m}.{s}")), None)
     if scale_key is None:
-        raise _err("int8 weight without scale", source, key, f"{source.file_key(m + '.weight_scale')} float32",
-                   "no scale tensor", "the file is incomplete; int8 values alone cannot be dequantized")  # fmt: skip
+        raise _err(
+            "int8 weight without scale",
+            source,
+            key,
+            f"{source.file_key(m + '.weight_scale')} float32",
+            "no scale tensor",
+            "the file is incomplete; int8 values alone cannot be dequantized",
+        )
     source.use(scale_key)
     _check_vector(source, scale_key, n, "int8 weight scale", allow_scalar=True)
     plan = LinearPlan(spec, source, "int8", key, scale=scale_key, comfy_format=cq["format"] if cq else None)
@@ -193,8 +230,13 @@ def _classify_fp8(source, spec, key, cq):
     if cq is not None:
         want = FP8_FORMATS.get(cq["format"])
         if want != dt:
-            raise _err("comfy_quant format does not match the fp8 weight", source, key, cq["format"],
-                       describe((dt, source.shape(key))))  # fmt: skip
+            raise _err(
+                "comfy_quant format does not match the fp8 weight",
+                source,
+                key,
+                cq["format"],
+                describe((dt, source.shape(key))),
+            )
     scale_key = next((f"{m}.{s}" for s in ("weight_scale", "scale_weight") if source.has(f"{m}.{s}")), None)
     plan = LinearPlan(spec, source, "fp8", key, comfy_format=cq["format"] if cq else None)
     if scale_key is None:
@@ -210,7 +252,13 @@ def classify_bias(source: Source, spec: LinearSpec) -> str | None:
     if not source.has(key):
         return None
     if not spec.bias:
-        raise _err("the architecture has no bias for this layer", source, key, "no tensor", "a bias tensor",
-                   "the file does not match the Ideogram 4 architecture")  # fmt: skip
+        raise _err(
+            "the architecture has no bias for this layer",
+            source,
+            key,
+            "no tensor",
+            "a bias tensor",
+            "the file does not match the Ideogram 4 architecture",
+        )
     check_float(source, key, (spec.out_features,), "bias")
     return source.use(key)

@@ -29,8 +29,12 @@ def _scaled_rows(weight, scale, start, stop):
     return wf
 
 
-def quantize_weight(weight: torch.Tensor, scale: torch.Tensor | None = None, smooth: torch.Tensor | None = None,
-                    max_chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+def quantize_weight(
+    weight: torch.Tensor,
+    scale: torch.Tensor | None = None,
+    smooth: torch.Tensor | None = None,
+    max_chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """W = weight * scale (scale: None, scalar or per row) -> (int8 [N, K], float32 [N]).
 
     ``weight`` may be float32/bf16/fp16/fp8; the result equals
@@ -48,8 +52,9 @@ def quantize_weight(weight: torch.Tensor, scale: torch.Tensor | None = None, smo
     return q, s
 
 
-def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype,
-                   max_chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> torch.Tensor:  # fmt: skip
+def dequantize_fp8(
+    weight: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype, max_chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> torch.Tensor:
     """fp8 weight * scale -> ``dtype`` (for fp8 layers that stay float)."""
     n, k = weight.shape
     out = torch.empty((n, k), dtype=dtype, device=weight.device)

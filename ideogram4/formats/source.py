@@ -25,9 +25,19 @@ MARKER_KEYS = ("scaled_fp8",)
 class Source:
     """Tensors of one branch from a file or an in-memory dict, under official (local) names."""
 
-    def __init__(self, label: str, entries: dict[str, tuple[torch.dtype, tuple[int, ...]]], stored: dict[str, str],
-                 *, path: pathlib.Path | None = None, tensors: dict | None = None, metadata: dict | None = None,
-                 layout: str = "single", markers: dict | None = None, prefix: str = "") -> None:  # fmt: skip
+    def __init__(
+        self,
+        label: str,
+        entries: dict[str, tuple[torch.dtype, tuple[int, ...]]],
+        stored: dict[str, str],
+        *,
+        path: pathlib.Path | None = None,
+        tensors: dict | None = None,
+        metadata: dict | None = None,
+        layout: str = "single",
+        markers: dict | None = None,
+        prefix: str = "",
+    ) -> None:
         self.label = label
         self.entries = entries  # local key -> (dtype, shape)
         self.stored = stored  # local key -> key in the file
@@ -127,19 +137,25 @@ def open_source(src: str | os.PathLike | dict, branch: str, *, role: str = "chec
         layout = "two-branch"
         if branch not in present:
             raise MissingBranchError(
-                f"this two-branch file has no {branch!r} branch", file=label, key=f"{branch}.*",
-                expected=f"keys prefixed '{branch}.'", found=f"only {', '.join(p + '.*' for p in present)}",
+                f"this two-branch file has no {branch!r} branch",
+                file=label,
+                key=f"{branch}.*",
+                expected=f"keys prefixed '{branch}.'",
+                found=f"only {', '.join(p + '.*' for p in present)}",
                 fix=f"pass a checkpoint that contains the {branch} weights (or the {branch} file of a per-branch pair)",
-            )  # fmt: skip
+            )
         chosen = {k[len(branch) + 1 :]: k for k in groups[branch]}
         prefix = branch + "."
         stray = [k for k in groups[""] if k not in MARKER_KEYS]
         if stray:
             raise MissingBranchError(
-                "a two-branch file holds keys without a branch prefix", file=label, key=sorted(stray)[0],
-                expected="every key prefixed 'conditional.' or 'unconditional.'", found=few(stray),
+                "a two-branch file holds keys without a branch prefix",
+                file=label,
+                key=sorted(stray)[0],
+                expected="every key prefixed 'conditional.' or 'unconditional.'",
+                found=few(stray),
                 fix="re-export the file; keys outside the two branches cannot be assigned to either",
-            )  # fmt: skip
+            )
     else:
         layout = "single"
         chosen = {k: k for k in groups[""]}
@@ -149,5 +165,14 @@ def open_source(src: str | os.PathLike | dict, branch: str, *, role: str = "chec
         chosen.pop(k, None)
     chosen, model_prefix = _strip_model_prefix(chosen)
     entries = {local: raw[stored] for local, stored in chosen.items()}
-    return Source(label, entries, chosen, path=path, tensors=tensors, metadata=metadata, layout=layout,
-                  markers=markers, prefix=prefix + model_prefix)  # fmt: skip
+    return Source(
+        label,
+        entries,
+        chosen,
+        path=path,
+        tensors=tensors,
+        metadata=metadata,
+        layout=layout,
+        markers=markers,
+        prefix=prefix + model_prefix,
+    )

@@ -27,8 +27,9 @@ if _SIZES:
     _unknown = set(_override) - set(comfy.supported_models.Ideogram4.unet_extra_config)
     if _unknown:
         raise ValueError(f"IDEOGRAM4_TEST_NATIVE_SIZES: unknown keys {sorted(_unknown)}")
-    comfy.supported_models.Ideogram4.unet_extra_config = dict(comfy.supported_models.Ideogram4.unet_extra_config,
-                                                              **_override)
+    comfy.supported_models.Ideogram4.unet_extra_config = dict(
+        comfy.supported_models.Ideogram4.unet_extra_config, **_override
+    )
     logging.warning("ideogram4_test_pack: native Ideogram 4 sizes overridden for tests: %s", _override)
 
 
@@ -64,5 +65,7 @@ class Ideogram4TestOtherModel:
         return (comfy.model_patcher.ModelPatcher(model, torch.device("cpu"), torch.device("cpu")),)
 
 
-NODE_CLASS_MAPPINGS = {"Ideogram4TestConditioning": Ideogram4TestConditioning,
-                       "Ideogram4TestOtherModel": Ideogram4TestOtherModel}
+NODE_CLASS_MAPPINGS = {
+    "Ideogram4TestConditioning": Ideogram4TestConditioning,
+    "Ideogram4TestOtherModel": Ideogram4TestOtherModel,
+}

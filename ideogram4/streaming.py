@@ -42,9 +42,10 @@ class ResidencyPlan:
     streamed: tuple[int, ...]
     slots: int  # device buffers that streamed blocks take turns in (0 when nothing streams)
     slot_bytes: int  # one slot: the largest streamed block, aligned
-    fixed_bytes: int  # weights outside the blocks (always resident)
+    fixed_bytes: int  # weights outside the blocks on the card
     resident_bytes: int  # fixed + resident blocks' streamable weights
     streamed_bytes: int  # crossing the bus per forward
+    host_bytes: int = 0  # weights outside the blocks left on the host (layers this model does not run)
 
     @property
     def device_bytes(self) -> int:
@@ -54,10 +55,11 @@ class ResidencyPlan:
     def describe(self) -> str:
         if not self.streamed:
             return f"all {len(self.resident)} blocks resident ({self.resident_bytes / GIB:.2f} GiB)"
+        host = f", {self.host_bytes / GIB:.2f} GiB of unused layers left on the host" if self.host_bytes else ""
         return (
             f"{len(self.resident)} blocks resident, {len(self.streamed)} streamed: "
             f"{self.device_bytes / GIB:.2f} GiB on the card ({self.slots} slots of {self.slot_bytes / 2**20:.0f} MiB), "
-            f"{self.streamed_bytes / GIB:.2f} GiB from pinned host memory per forward"
+            f"{self.streamed_bytes / GIB:.2f} GiB from pinned host memory per forward{host}"
         )
 
 
@@ -75,30 +77,36 @@ def spread(count: int, total: int) -> tuple[int, ...]:
     return tuple(sorted({total - 1 - int(k * total / count) for k in range(count)}))
 
 
-def minimum_bytes(block_bytes: Sequence[int], fixed_bytes: int, slots: int = 2) -> int:
+def minimum_bytes(block_bytes: Sequence[int], fixed_bytes: int, slots: int = 2, host_bytes: int = 0) -> int:
     """The least a model needs on the card with every block streamed."""
-    return int(fixed_bytes) + slots * max((aligned(b) for b in block_bytes), default=0)
+    return int(fixed_bytes) - int(host_bytes) + slots * max((aligned(b) for b in block_bytes), default=0)
 
 
-def plan_residency(block_bytes: Sequence[int], fixed_bytes: int, budget: float, slots: int = 2) -> ResidencyPlan:
+def plan_residency(
+    block_bytes: Sequence[int], fixed_bytes: int, budget: float, slots: int = 2, host_bytes: int = 0
+) -> ResidencyPlan:
     """The plan that streams the fewest blocks and fits ``budget`` bytes on the card.
 
-    ``block_bytes[i]``: the streamable bytes of block ``i`` (its big weights); ``fixed_bytes``: everything that stays
-    resident whatever the plan (top-level layers, norms, scales, biases). Raises ``InsufficientVRAMError`` naming the
-    minimum when even streaming every block does not fit."""
+    ``block_bytes[i]``: the streamable bytes of block ``i`` (its big weights); ``fixed_bytes``: everything outside the
+    blocks (top-level layers, norms, scales, biases); ``host_bytes``: the part of it that may stay on the host once
+    anything streams (a layer the model's forwards do not run: each byte left there is one streamed byte less per
+    forward).
+    Raises ``InsufficientVRAMError`` naming the minimum when even streaming every block does not fit."""
     sizes = [int(b) for b in block_bytes]
     n = len(sizes)
     everything = int(fixed_bytes) + sum(sizes)
     if everything <= budget:
         return ResidencyPlan(tuple(range(n)), (), 0, 0, int(fixed_bytes), everything, 0)
+    host_bytes = int(host_bytes)
+    fixed_bytes = int(fixed_bytes) - host_bytes
     for count in range(1, n + 1):
         streamed = spread(count, n)
         slot = max(aligned(sizes[i]) for i in streamed)
         kept = tuple(i for i in range(n) if i not in streamed)
-        resident = int(fixed_bytes) + sum(sizes[i] for i in kept)
+        resident = fixed_bytes + sum(sizes[i] for i in kept)
         if resident + slots * slot <= budget:
             return ResidencyPlan(
-                kept, streamed, slots, slot, int(fixed_bytes), resident, sum(sizes[i] for i in streamed)
+                kept, streamed, slots, slot, fixed_bytes, resident, sum(sizes[i] for i in streamed), host_bytes
             )
     need = minimum_bytes(sizes, fixed_bytes, slots)
     raise InsufficientVRAMError(

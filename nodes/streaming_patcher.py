@@ -36,6 +36,7 @@ from comfy.quant_ops import QuantizedTensor
 from .. import kernels
 from ..ideogram4 import streaming
 from .int8_ops import site_label
+from .op_coverage import CONTEXT_ONLY
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -63,6 +64,20 @@ def _blocks(model) -> list[torch.nn.Module]:
 def _streamable(block: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     """The block's linears whose weights stream: the pack's Linears (int8, or protected bf16)."""
     return [(n, m) for n, m in block.named_modules() if getattr(m, "ideogram4_int8", False) and m.weight is not None]
+
+
+def _host_layers(model) -> list[tuple[str, torch.nn.Module]]:
+    """The image-only branch's linears it never runs (``llm_cond_proj``: the unconditional pass has no text; both the
+    pack's sampler and ComfyUI's DualModelGuider give it none). Once that model streams they stay on the host: a call
+    anyway is cast through ComfyUI (slow, correct)."""
+    diffusion_model = model.diffusion_model
+    if site_label(diffusion_model) != "unconditional":
+        return []
+    return [
+        (f"diffusion_model.{n}", m)
+        for n, m in diffusion_model.named_modules()
+        if n.startswith(CONTEXT_ONLY) and getattr(m, "ideogram4_int8", False) and m.weight is not None
+    ]
 
 
 def _host_data(w) -> torch.Tensor:
@@ -189,14 +204,17 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             and bool(_blocks(self.model))
         )
 
+    def _host_bytes(self) -> int:
+        return sum(_weight_bytes(m) for _, m in _host_layers(self.model))
+
     def stream_plan(self, budget: float) -> streaming.ResidencyPlan:
         blocks = self._block_bytes()
         fixed = self.model_size() - sum(blocks)
-        return streaming.plan_residency(blocks, fixed, budget, slot_count())
+        return streaming.plan_residency(blocks, fixed, budget, slot_count(), self._host_bytes())
 
     def streaming_minimum(self) -> int:
         blocks = self._block_bytes()
-        return streaming.minimum_bytes(blocks, self.model_size() - sum(blocks), slot_count())
+        return streaming.minimum_bytes(blocks, self.model_size() - sum(blocks), slot_count(), self._host_bytes())
 
     @property
     def stream(self) -> _ModelStream | None:
@@ -286,7 +304,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         """Make ``plan`` true: streamed blocks' weights on the host (LoRA merged), everything else on ``device``."""
         device = torch.device(device)
         old = self.stream
-        if old is not None and old.plan.streamed == plan.streamed and old.device == device:
+        if old is not None and old.plan == plan and old.device == device:
             return
         with self.use_ejected():
             self._stop_stream()
@@ -297,6 +315,10 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                     for name, m in _streamable(block):
                         self._stream_module(f"diffusion_model.layers.{i}.{name}", m, device)
             names = {f"diffusion_model.layers.{i}.{n}" for i in streamed for n, _ in _streamable(blocks[i])}
+            for key, m in _host_layers(self.model) if plan.host_bytes else ():
+                self._stream_module(key, m, device)
+                m.comfy_cast_weights = True
+                names.add(key)
             for i, block in enumerate(blocks):
                 if i not in streamed:
                     for _, m in _streamable(block):

@@ -1517,8 +1517,11 @@ def check_streaming():
     x, ctx, sigma, mask = inputs()
     res = {"patcher": type(cond).__name__}
     dm = cond.model.diffusion_model
+    udm = uncond.model.diffusion_model
     with torch.no_grad():
         full = dm(x, sigma, context=ctx)
+        full_uncond = udm(x, sigma, context=None)
+        full_uncond_text = udm(x, sigma, context=ctx)  # a text the image-only branch never gets from the pack
     paths_resident = {r.layer: r.path for r in kernels.REGISTRY.layers("conditional")}
     before_sd = {k: (v._qdata if isinstance(v, QuantizedTensor) else v).clone() for k, v in dm.state_dict().items()}
     cpu = torch.device("cpu")
@@ -1582,11 +1585,30 @@ def check_streaming():
     res["uncond_first_resident"] = uncond.stream is None
     cond.patch_model(device_to=cpu, lowvram_model_memory=_streaming_budget(cond, 4))
     res["uncond_streams_after_rebalance"] = uncond.stream is not None
-    res["cond_streamed_after_rebalance"] = len(cond.model.ideogram4_stream.plan.streamed)
+    cond_stream = cond.model.ideogram4_stream  # None: what the other branch freed made room for all of it
+    res["cond_streamed_after_rebalance"] = len(cond_stream.plan.streamed) if cond_stream is not None else 0
+    res["within_pool"] = (
+        cond.model.model_loaded_weight_memory + uncond.model.model_loaded_weight_memory
+        <= _streaming_budget(cond, 4) + uncond.model_size()
+    )
     with torch.no_grad():
         res["max_abs_rebalanced"] = (dm(x, sigma, context=ctx) - full).abs().max().item()
+    # the image-only branch leaves llm_cond_proj on the host once it streams; the conditional branch runs it
+    res["host_bytes"] = {
+        "uncond": uncond.model.ideogram4_stream.plan.host_bytes,
+        "cond_layers": len(streaming_patcher._host_layers(cond.model)),
+        "llm_cond_proj": streaming_patcher._weight_bytes(udm.llm_cond_proj),
+    }
+    res["uncond_host_layer_cast"] = bool(udm.llm_cond_proj.comfy_cast_weights) and (
+        "diffusion_model.llm_cond_proj" in uncond.model.ideogram4_streamed_modules
+    )
+    res["uncond_plan_note"] = uncond.model.ideogram4_stream.plan.describe()
+    with torch.no_grad():
+        res["max_abs_uncond_streamed"] = (udm(x, sigma, context=None) - full_uncond).abs().max().item()
+        res["max_abs_uncond_text_streamed"] = (udm(x, sigma, context=ctx) - full_uncond_text).abs().max().item()
     cond.unpatch_model(cpu)
     uncond.unpatch_model(cpu)
+    res["uncond_host_layer_back"] = not udm.llm_cond_proj.comfy_cast_weights
     try:
         cond.stream_plan(1)
         res["insufficient"] = None

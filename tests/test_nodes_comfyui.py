@@ -225,7 +225,13 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert r["lora_max_abs_vs_full_load"] == 0.0
     assert r["restored_after_unpatch"]
     assert r["uncond_first_resident"] and r["uncond_streams_after_rebalance"]
-    assert r["cond_streamed_after_rebalance"] < 4 and r["max_abs_rebalanced"] == 0.0
+    assert r["cond_streamed_after_rebalance"] < 4 and r["max_abs_rebalanced"] == 0.0 and r["within_pool"]
+    # llm_cond_proj stays on the host for the image-only branch only, and still computes when called (cast)
+    hb = r["host_bytes"]
+    assert hb["uncond"] == hb["llm_cond_proj"] > 0 and hb["cond_layers"] == 0
+    assert r["uncond_host_layer_cast"] and "unused layers left on the host" in r["uncond_plan_note"]
+    assert r["max_abs_uncond_streamed"] == 0.0 and r["max_abs_uncond_text_streamed"] == 0.0
+    assert r["uncond_host_layer_back"]
     assert "at least" in r["insufficient"] and "GiB" in r["insufficient"]
 
 

@@ -37,6 +37,27 @@ def test_fewest_blocks_stream_spread_over_the_depth(blocks):
         assert plan.streamed_bytes == len(plan.streamed) * 264 * MIB
 
 
+def test_host_layers_leave_the_card_only_once_something_streams():
+    sizes, fixed, host = [264 * MIB] * 34, 900 * MIB, 450 * MIB
+    everything = fixed + sum(sizes)
+    full = streaming.plan_residency(sizes, fixed, everything, host_bytes=host)
+    assert full.streamed == () and full.host_bytes == 0 and full.device_bytes == everything
+    budget = fixed + 20 * 264 * MIB
+    without = streaming.plan_residency(sizes, fixed, budget)
+    with_host = streaming.plan_residency(sizes, fixed, budget, host_bytes=host)
+    assert with_host.host_bytes == host and with_host.fixed_bytes == fixed - host
+    assert with_host.device_bytes <= budget
+    # 450 MiB off the card is one more resident block (264 MiB) and change: one block less crosses per forward
+    assert len(with_host.streamed) == len(without.streamed) - 1
+    assert with_host.streamed_bytes == without.streamed_bytes - 264 * MIB
+    assert "0.44 GiB of unused layers left on the host" in with_host.describe()
+    need = streaming.minimum_bytes(sizes, fixed, 2, host)
+    assert need == streaming.minimum_bytes(sizes, fixed, 2) - host
+    assert streaming.plan_residency(sizes, fixed, need, host_bytes=host).streamed == tuple(range(34))
+    with pytest.raises(streaming.InsufficientVRAMError):
+        streaming.plan_residency(sizes, fixed, need - 1, host_bytes=host)
+
+
 def test_slot_is_the_largest_streamed_block_aligned():
     sizes = [100 * MIB + 3, 150 * MIB + 1, 100 * MIB, 150 * MIB + 1]
     plan = streaming.plan_residency(sizes, 0, budget=sum(sizes) - 1)

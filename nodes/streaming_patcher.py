@@ -43,6 +43,7 @@ log = logging.getLogger("comfyui_ideogram4_int8")
 ENV_STREAM = "IDEOGRAM4_INT8_STREAM"  # "0": ComfyUI's own partial load instead of block streaming
 ENV_SLOTS = "IDEOGRAM4_INT8_STREAM_SLOTS"  # device slots per model (default 2)
 NOTE_KIND = "streaming"
+PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors allocated between the loads
 _ON_DEVICE: weakref.WeakSet = weakref.WeakSet()  # patchers whose model has weights on a device
 
 
@@ -439,12 +440,18 @@ def load_together(models, noise_shape) -> bool:
     ComfyUI's dual-model guider loads each branch when its pass comes; on a card that holds one branch but not two,
     each request then evicts the other branch whole (measured on an emulated 12 GB card: both branches loaded fully
     in turn, 1.7 s per step). Loaded together, the second load rebalances the first (``_rebalance``), both stream their
-    share, and the per-pass requests find nothing left to load (``loaded_size``). Returns whether it loaded."""
+    share, and the per-pass requests find nothing left to load (``loaded_size``).
+
+    The memory left free is what those per-pass requests will insist on (``sampler_helpers.estimate_memory``: the
+    model's estimate for a doubled batch, plus ComfyUI's reserve): leaving less made the first per-pass request shrink
+    one branch, and the streaming MODELs keep their plan when offered more later, so up to ~1.4 GiB of an 8 GB card
+    stayed idle (H200, emulated 8 GB: 3.5 GiB of weights on the card, 4.2 GiB torch peak). Returns whether it loaded."""
     pack = [m for m in dict.fromkeys(models) if isinstance(m, Ideogram4ModelPatcher)]
     if len(pack) < 2 or not streaming_enabled() or torch.device(pack[0].load_device).type != "cuda":
         return False
-    one_pass = pack[0].model.memory_required([noise_shape[0]] + list(noise_shape[1:]))
-    comfy.model_management.load_models_gpu(pack, memory_required=one_pass, minimum_memory_required=one_pass)
+    per_pass = max(m.model.memory_required([noise_shape[0] * 2] + list(noise_shape[1:])) for m in pack)
+    per_pass += PER_PASS_MARGIN
+    comfy.model_management.load_models_gpu(pack, memory_required=per_pass, minimum_memory_required=per_pass)
     return True
 
 

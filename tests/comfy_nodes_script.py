@@ -1609,6 +1609,29 @@ def check_streaming():
     cond.unpatch_model(cpu)
     uncond.unpatch_model(cpu)
     res["uncond_host_layer_back"] = not udm.llm_cond_proj.comfy_cast_weights
+    # load_together leaves free what ComfyUI's per-pass requests (prepare_sampling) will insist on, so they shrink
+    # neither branch afterwards (load_models_gpu recorded instead of run: the CPU stands in for a CUDA card)
+    import comfy.sampler_helpers
+
+    calls = []
+    real_load, real_device = comfy.model_management.load_models_gpu, cond.load_device
+    comfy.model_management.load_models_gpu = lambda models, **kw: calls.append((list(models), kw))
+    noise_shape = (1, *x.shape[1:])
+    try:
+        cond.load_device = torch.device("cuda")
+        loaded = streaming_patcher.load_together([cond, uncond, cond], noise_shape)
+    finally:
+        comfy.model_management.load_models_gpu, cond.load_device = real_load, real_device
+    per_pass, _ = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
+    res["load_together"] = {
+        "loaded": loaded,
+        "calls": len(calls),
+        "models": [m is want for m, want in zip(calls[0][0], (cond, uncond), strict=True)] if calls else None,
+        "memory_required": calls[0][1].get("memory_required") if calls else None,
+        "minimum_memory_required": calls[0][1].get("minimum_memory_required") if calls else None,
+        "per_pass_estimate": per_pass,
+        "margin": streaming_patcher.PER_PASS_MARGIN,
+    }
     try:
         cond.stream_plan(1)
         res["insufficient"] = None

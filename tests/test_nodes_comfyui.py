@@ -232,6 +232,10 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert r["uncond_host_layer_cast"] and "unused layers left on the host" in r["uncond_plan_note"]
     assert r["max_abs_uncond_streamed"] == 0.0 and r["max_abs_uncond_text_streamed"] == 0.0
     assert r["uncond_host_layer_back"]
+    lt = r["load_together"]
+    assert lt["loaded"] and lt["calls"] == 1 and lt["models"] == [True, True]
+    assert lt["per_pass_estimate"] > 0
+    assert lt["memory_required"] == lt["minimum_memory_required"] == lt["per_pass_estimate"] + lt["margin"]
     assert "at least" in r["insufficient"] and "GiB" in r["insufficient"]
 
 

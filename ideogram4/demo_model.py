@@ -63,7 +63,7 @@ def text_features(text: str, features: int | None = None) -> torch.Tensor:
 
 
 def decode(latent: torch.Tensor, banner: str = BANNER) -> torch.Tensor:
-    """Latents [B, 128, h, w] -> images [B, 16h, 16w, 3] float32 in [0, 1], ``banner`` stamped on each.
+    """Latents [B, 128, h, w] -> images [B, 16h, 16w, 3] float32 in [0, 1], ``banner`` (if any) stamped on each.
 
     One colour projection for the whole batch, so the images of a batch are comparable."""
     if latent.ndim != 4:
@@ -72,7 +72,7 @@ def decode(latent: torch.Tensor, banner: str = BANNER) -> torch.Tensor:
     if latent.shape[1] != want:
         raise ValueError(f"latent has {latent.shape[1]} channels; the demo model's latents have {want}")
     images = latents_to_rgb(list(latent.detach().float().cpu()))
-    stamped = [stamp_banner(img, banner) for img in images]
+    stamped = [stamp_banner(img, banner) if banner else img for img in images]
     return torch.stack(stamped).float() / 255.0
 
 

@@ -141,3 +141,16 @@ def save_labelled_preview(
     path.parent.mkdir(parents=True, exist_ok=True)
     canvas.save(path)
     return path
+
+
+def stamp_banner(img: torch.Tensor, text: str, size: int = 13) -> torch.Tensor:
+    """``img`` (uint8 [H, W, 3]) with ``text`` in white on a dark strip across its top (wrapped to the width)."""
+    from PIL import Image, ImageDraw
+
+    canvas = Image.fromarray(img.numpy())
+    draw = ImageDraw.Draw(canvas)
+    font, pad, step = _font(size), 4, size + 4
+    lines = _wrap(draw, text, font, canvas.width - 2 * pad)
+    draw.rectangle((0, 0, canvas.width, 2 * pad + len(lines) * step), fill=(20, 20, 20))
+    _text_lines(draw, pad, pad, lines, font, (255, 255, 255), step)
+    return torch.frombuffer(bytearray(canvas.tobytes()), dtype=torch.uint8).reshape(img.shape)

@@ -25,6 +25,7 @@ NODE_MODULES = (
     "sampler_nodes",
     "caption_nodes",
     "status_nodes",
+    "demo_nodes",
 )
 
 

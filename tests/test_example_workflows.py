@@ -20,6 +20,7 @@ from workflow_checks import (
     check_ui,
     layout_problems,
     load_specs,
+    model_files_of,
     named_widget_values,
     ui_to_api,
 )
@@ -366,3 +367,31 @@ def test_the_notes_cfg_override_settings_give_each_presets_schedule():
         for width, height in ((1024, 1024), (768, 1344), (1344, 768)):
             assert _override_guidance(preset, width, height, start) == preset.guidance, (name, width, height)
         assert _override_guidance(preset, 1024, 1024, start - 0.1) != preset.guidance, name
+
+
+def test_demo_workflow_needs_no_model_file_and_marks_its_image_as_random_weights():
+    from comfyui_ideogram4_int8.ideogram4 import demo_model
+
+    g = Graph(_ui("ideogram4_int8_demo"))
+    assert model_files_of(g.ui) == {}, "the demo declares files to download"
+    assert {n["type"] for n in g.ui["nodes"]} == {
+        "MarkdownNote",
+        "Ideogram4Int8DemoLoader",
+        "Ideogram4Int8DemoText",
+        "Ideogram4Int8Sampler",
+        "Ideogram4Int8DemoDecode",
+        "SaveImage",
+    }
+    sampler = g.one("Ideogram4Int8Sampler")  # the pack's own sampler, unchanged
+    g.feeds(sampler, "model", "Ideogram4Int8DemoLoader", 0)
+    g.feeds(sampler, "model_negative", "Ideogram4Int8DemoLoader", 1)
+    g.feeds(sampler, "positive", "Ideogram4Int8DemoText")
+    v = g.values(sampler)
+    assert (v["preset"], v["width"], v["height"], v["batch_size"]) == ("Turbo 12", 256, 256, 1)
+    assert g.values(g.one("Ideogram4Int8DemoLoader")) == {"compute_dtype": "auto", "gemm_path": "auto"}
+    decode = g.feeds(g.one("SaveImage"), "images", "Ideogram4Int8DemoDecode")
+    g.feeds(decode, "samples", "Ideogram4Int8Sampler")
+    assert "random_weights" in g.values(g.one("SaveImage"))["filename_prefix"]
+    text = _note_text(g)
+    assert "No model files" in text and "RANDOM WEIGHTS" in text and "not a text encoder" in text
+    assert "RANDOM WEIGHTS" in demo_model.BANNER

@@ -202,6 +202,55 @@ def test_native_guider_graph_gives_the_same_image_as_the_sampler_node(srv):
     assert (ours.float() - patched.float()).abs().mean().item() > 0
 
 
+DEMO = "ideogram4_int8_demo"
+
+
+def test_demo_workflow_runs_as_shipped_with_no_model_file_and_the_panel_shows_its_int8_paths():
+    """The shipped API form of the demo, unchanged, on a server with no model file at all: it runs to a saved image
+    of colour noise stamped RANDOM WEIGHTS, and the status route (the GEMM paths panel's source) lists both demo
+    branches with every layer run on the pack's paths."""
+    import numpy as np
+    from comfyui_ideogram4_int8 import kernels
+    from comfyui_ideogram4_int8.ideogram4 import demo_model
+    from PIL import Image
+
+    api = _api(DEMO)
+    assert model_files_of(_ui(DEMO)) == {}
+    server = _start(with_models=False)
+    try:
+        assert not any((server.base / "models").rglob("*.safetensors"))
+        entry = server.run_prompt(api, timeout=600)
+        assert entry["status"]["status_str"] == "success", history_errors(entry) + [server.log_tail()]
+        save = next(k for k, n in api.items() if n["class_type"] == "SaveImage")
+        (info,) = entry["outputs"][save]["images"]
+        assert info["subfolder"] == "ideogram4_int8" and info["filename"].startswith("demo_random_weights")
+        with Image.open(server.base / "output" / info["subfolder"] / info["filename"]) as img:
+            image = np.asarray(img.convert("RGB")).astype(np.float32)
+        assert image.shape == (256, 256, 3)
+        assert image[60:].std() > 5  # the sampled latent's colours, not one value
+        banner = image[:30]
+        assert (banner > 230).mean() > 0.02 and (banner < 30).mean() > 0.5  # white text on the dark strip
+        report = server.get_json("/ideogram4_int8/status")
+        labels = [m["label"] for m in report["models"]]
+        assert sorted(labels) == sorted(demo_model.LABELS.values()), labels
+        cfg = demo_model.config()
+        n_int8 = len(demo_model.branch_state("conditional").quantized_layers())
+        for branch, label in demo_model.LABELS.items():
+            (model,) = server.get_json(f"/ideogram4_int8/status?model={label}")["models"]
+            # the unconditional branch is image-only: its text projection (an int8 layer) never runs
+            unrun = {"conditional": set(), "unconditional": {"llm_cond_proj"}}[branch]
+            assert model["layers_total"] == len(list(cfg.linears())), model
+            assert {r["layer"] for r in model["layers"] if r["calls"] == 0} == unrun
+            assert model["layers_run"] == model["layers_total"] - len(unrun) and model["calls"] > 0
+            # a --cpu server: the labelled cublas-int8 fallback for every int8 layer (triton-int8 on a CUDA GPU)
+            assert model["counts_run"][kernels.PATH_CUBLAS] == n_int8 - len(unrun), model["counts_run"]
+            assert model["counts_run"][kernels.PATH_BF16] == model["layers_total"] - n_int8
+            qkv = next(r for r in model["layers"] if r["layer"] == "layers.0.attention.qkv")
+            assert qkv["path"] == kernels.PATH_CUBLAS and "CUDA" in qkv["reason"] and qkv["calls"] > 0, qkv
+    finally:
+        server.stop()
+
+
 # -- the frontend ---------------------------------------------------------------------------------------------------
 
 

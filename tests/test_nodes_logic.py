@@ -366,6 +366,25 @@ def test_node_schemas_have_ids_names_categories_and_tooltips(name):
     assert consts["NODE_NAME"].startswith("Ideogram 4")
 
 
+def test_demo_node_schemas_have_prefixed_ids_names_categories_and_tooltips():
+    tree = ast.parse((ROOT / "nodes" / "demo_nodes.py").read_text())
+    for call in _calls(tree, "Input"):
+        assert "tooltip" in {k.arg for k in call.keywords}, f"demo_nodes.py:{call.lineno} input without a tooltip"
+    ids = []
+    for schema in _calls(tree, "Schema"):
+        kw = {k.arg: k.value for k in schema.keywords}
+        assert {"category", "description", "display_name"} <= set(kw), schema.lineno
+        ids.append(kw["node_id"].value)
+    assert ids == ["Ideogram4Int8DemoLoader", "Ideogram4Int8DemoText", "Ideogram4Int8DemoDecode"]
+    consts = {
+        n.targets[0].id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant) and isinstance(n.targets[0], ast.Name)
+    }
+    assert consts["CATEGORY"].startswith("Ideogram 4 INT8/")
+    assert all(consts[k].startswith("Ideogram 4") for k in ("LOADER_NAME", "TEXT_NAME", "DECODE_NAME"))
+
+
 def test_only_nodes_import_comfyui():
     for pkg in ("ideogram4", "kernels"):
         for path in (ROOT / pkg).rglob("*.py"):

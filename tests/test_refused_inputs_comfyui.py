@@ -449,3 +449,28 @@ def test_a_bad_model_file_says_what_happened_and_the_one_fix(srv, name, says):
     for part in says:
         assert part in message, message
     assert "pass a .safetensors file" not in message and "config=" not in message
+
+
+# -- the demo nodes -----------------------------------------------------------------------------------------------
+
+
+def test_the_demo_decode_refuses_a_latent_of_another_model_naming_samples(srv):
+    graph = {
+        "1": {"class_type": "EmptyLatentImage", "inputs": {"width": 256, "height": 256, "batch_size": 1}},
+        "2": {"class_type": "Ideogram4Int8DemoDecode", "inputs": {"samples": ["1", 0]}},
+        "3": {"class_type": "PreviewImage", "inputs": {"images": ["2", 0]}},
+    }
+    err = _run_error(srv, graph)
+    assert err["node_id"] == "2" and err["exception_type"] == "ValueError"
+    message = err["exception_message"]
+    assert message.startswith("Ideogram 4 INT8 Demo Decode: 'samples': latent has 4 channels"), message
+    assert "demo model's latents have 128" in message and "Ideogram 4 Sampler" in message
+
+
+def test_a_demo_model_gemm_path_not_offered_is_refused_by_comfyuis_combo_check(srv):
+    graph = {
+        "1": {"class_type": "Ideogram4Int8DemoLoader", "inputs": {"compute_dtype": "fp32", "gemm_path": "fast"}},
+        "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}},
+    }
+    errors = _refused(srv, graph)["1"]["errors"]
+    assert _where(errors) == [("value_not_in_list", "gemm_path")], errors

@@ -157,6 +157,23 @@ const NOTES = {
     "",
     "**GPU:** NVIDIA, compute capability 8.0+, a 24 GB card fits (see the text → image example).",
   ],
+  ideogram4_int8_demo: [
+    "## Ideogram 4 · INT8 demo: no download, random weights",
+    "",
+    "**No model files.** *Ideogram 4 INT8 Demo Model* builds the pack's embedded demo model in memory: a 4-block " +
+      "model pair shaped like Ideogram 4 (128 latent channels, both CFG branches) with seeded **random weights**, " +
+      "stored W8A8 like the real checkpoint and run through the same INT8 layers as the real loader's MODELs.",
+    "",
+    "- *Ideogram 4 INT8 Demo Text* is **not a text encoder**: each word becomes a seeded random vector (no 8B " +
+      "Qwen3-VL download); the same prompt gives the same conditioning.",
+    "- *Ideogram 4 Sampler* (the same node as the real workflows) runs Turbo 12 at 256×256: under a minute on a CPU.",
+    "- *Ideogram 4 INT8 Demo Decode* turns the latent into pixels without a VAE and stamps **RANDOM WEIGHTS** on " +
+      "the image: random weights draw colour noise, not a picture.",
+    "",
+    "**What to look at:** the *GEMM paths* side panel lists `conditional-demo` / `unconditional-demo` and the path " +
+      "each layer ran: `triton-int8` (the fused kernel) on an NVIDIA GPU with compute capability 8.0+, else the " +
+      "labelled `cublas-int8` fallback. For real images, open the text → image example.",
+  ],
   ideogram4_captions: [
     "## Ideogram 4 · structured captions",
     "",
@@ -288,6 +305,29 @@ const WORKFLOWS = {
              ["Native sampling", ["width", "height", "scheduler", "latent", "noise", "samplerSelect", "sample"]],
              ["Decode", ["vae", "decode", "save"]]],
     thumbnail: "INT8 models → native guider",
+  },
+  ideogram4_int8_demo: {
+    nodes: [
+      note("ideogram4_int8_demo"),
+      { key: "loader", type: "Ideogram4Int8DemoLoader", widgets: { compute_dtype: "auto", gemm_path: "auto" } },
+      { key: "text", type: "Ideogram4Int8DemoText", widgets: {
+        text: "A small bakery front in the morning with a hand-painted sign reading FRESH BREAD" } },
+      { key: "sampler", type: "Ideogram4Int8Sampler", widgets: {
+        seed: SEED, control_after_generate: "fixed", preset: "Turbo 12", width: 256, height: 256 } },
+      { key: "decode", type: "Ideogram4Int8DemoDecode", widgets: {} },
+      save("ideogram4_int8/demo_random_weights"),
+    ],
+    links: [
+      ["loader", "conditional", "sampler", "model"],
+      ["loader", "unconditional", "sampler", "model_negative"],
+      ["text", "CONDITIONING", "sampler", "positive"],
+      ["sampler", "LATENT", "decode", "samples"],
+      ["decode", "IMAGE", "save", "images"],
+    ],
+    columns: [[300, ["note"]], [390, ["loader", "text"]], [390, ["sampler"]], [320, ["decode", "save"]]],
+    groups: [["Demo model (random weights) + official sampler", ["loader", "text", "sampler"]],
+             ["Decode (no VAE)", ["decode", "save"]]],
+    thumbnail: "Demo model (random weights) + official sampler",
   },
   ideogram4_captions: {
     nodes: [

@@ -41,6 +41,8 @@ class LayerRecord:
     config_source: str | None = None
     last_used: float = 0.0
     fusion: str | None = None  # how a fused pair (SwiGLU gate/up) ran in the last call, or why it did not
+    run: str | None = None  # the run (ComfyUI prompt id, else "run <n>" of begin_run) of the last call
+    run_calls: int = 0  # calls in that run (``calls`` adds up over every run)
 
     @property
     def model(self) -> str:
@@ -59,6 +61,8 @@ class LayerRecord:
             "reason": self.reason,
             "shape": {"N": self.n, "K": self.k, "M_last": self.m_last},
             "calls": self.calls,
+            "run": self.run,
+            "run_calls": self.run_calls,
             "dtype": self.dtype,
             "config": self.config,
             "config_source": self.config_source,
@@ -84,6 +88,22 @@ class GemmRegistry:
         # per call site: (fusion, why not faster) for the records of a projection whose fused pair ran split in a
         # torch.compile'd graph (set_split_hint: decided when the graph was traced, applied to each record of it)
         self._split_hints: dict[str, tuple[str, str | None]] = {}
+        # which run a call belongs to: run_key_source() (ComfyUI: the executing prompt's id), else "run <n>", n
+        # counted by begin_run(); each layer counts its calls of its latest run apart from its total
+        self.run_key_source = None
+        self._run_seq = 0
+
+    def run_key(self) -> str:
+        """The run the calls made now belong to (see ``run_key_source``)."""
+        source = self.run_key_source
+        if source is not None:
+            try:
+                key = source()
+            except Exception:  # noqa: BLE001 - a run label must never break a GEMM
+                key = None
+            if key:
+                return str(key)
+        return f"run {self._run_seq}"
 
     # -- recording ------------------------------------------------------------------------
     def record(
@@ -101,6 +121,7 @@ class GemmRegistry:
     ) -> None:
         if path not in PATHS:
             raise ValueError(f"unknown GEMM path {path!r}; expected one of {PATHS}")
+        run = self.run_key()
         with self._lock:
             if site is None:
                 site = f"unnamed/{n}x{k}"
@@ -118,6 +139,9 @@ class GemmRegistry:
                 rec = self._layers[site] = LayerRecord(site, path, reason, n, k, m)
             rec.path, rec.reason, rec.n, rec.k, rec.m_last = path, reason, n, k, m
             rec.calls += 1
+            if rec.run != run:
+                rec.run, rec.run_calls = run, 0
+            rec.run_calls += 1
             rec.dtype = str(dtype).replace("torch.", "") if dtype is not None else rec.dtype
             rec.config, rec.config_source = config, config_source
             rec.fusion = fusion
@@ -252,6 +276,7 @@ class GemmRegistry:
         with self._lock:
             self._events.clear()
             self._run_started = time.perf_counter()
+            self._run_seq += 1
 
     def timed(self, path: str, device: torch.device):
         """Context manager timing one GEMM when timing is on and the device is CUDA."""

@@ -406,7 +406,9 @@ class CaptionBuilder(io.ComfyNode):
                 ),
             ],
             hidden=[io.Hidden.unique_id],
-            is_output_node=True,
+            # Not an output node: a workflow whose model part fails validation must fail as a whole (ComfyUI runs
+            # every valid output node and reports the prompt as a success). A captions-only graph ends in Preview
+            # as Text; the report still shows on this node (its ui output) whenever it runs.
         )
 
     @classmethod
@@ -456,7 +458,7 @@ class CaptionValidate(io.ComfyNode):
                 ),
                 io.Boolean.Output(display_name="valid"),
             ],
-            is_output_node=True,
+            # not an output node, like CaptionBuilder: it must not let a broken model part run as a "success"
         )
 
     @classmethod

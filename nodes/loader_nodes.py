@@ -281,7 +281,13 @@ class Ideogram4Int8Loader(io.ComfyNode):
         notes = [streaming_summary(models), getattr(models[0], "ideogram4_attention", "attention: ComfyUI's own")]
         summary = format_summary(reports, notes)
         log.info("%s\n%s", NODE_NAME, summary)
-        publish("load", [s.branch for s in sources], node_id_of(cls))
+        publish(
+            "load",
+            [s.branch for s in sources],
+            node_id_of(cls),
+            "Ideogram4Int8Loader",
+            {"weights": weights, "unconditional_weights": unconditional_weights},  # the widgets, as picked
+        )
         return io.NodeOutput(models[0], models[1], summary, ui=ui.PreviewText(summary))
 
 

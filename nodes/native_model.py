@@ -203,7 +203,13 @@ def node_id_of(node_cls) -> str | None:
     return getattr(getattr(node_cls, "hidden", None), "unique_id", None)
 
 
-def publish(event: str, models: list[str] | None = None, node_id: str | None = None) -> None:
+def publish(
+    event: str,
+    models: list[str] | None = None,
+    node_id: str | None = None,
+    node_type: str | None = None,
+    source: dict | None = None,
+) -> None:
     """Tell the GEMM-path panel (nodes.status_nodes.publish, if it exists); never raises.
 
     ``node_id`` ties the node's badge to ``models``."""
@@ -212,7 +218,7 @@ def publish(event: str, models: list[str] | None = None, node_id: str | None = N
 
         fn = getattr(status_nodes, "publish", None)
         if fn is not None:
-            fn(event, models, node_id=node_id)
+            fn(event, models, node_id=node_id, node_type=node_type, source=source)
     except Exception as exc:  # noqa: BLE001 - the panel must never break a load or a run
         log.debug("ideogram4-int8: panel publish(%r) failed: %s", event, exc)
 

@@ -172,7 +172,7 @@ class Ideogram4Int8Patch(io.ComfyNode):
             raise ValueError(f"{NODE_NAME}: the MODEL's weights cannot be converted: {exc}") from None
         text = format_summary([report])
         log.info("%s\n%s", NODE_NAME, text)
-        publish("load", [label], node_id_of(cls))
+        publish("load", [label], node_id_of(cls), "Ideogram4Int8Patch")
         return io.NodeOutput(patched, text, ui=ui.PreviewText(text))
 
 

@@ -176,7 +176,7 @@ def sample(
         )
     finally:
         kernels.REGISTRY.end_run()
-        publish("run", model_labels(model, model_negative) or None, node_id)
+        publish("run", model_labels(model, model_negative) or None, node_id, "Ideogram4Int8Sampler")
     return samples.to(comfy.model_management.intermediate_device())
 
 

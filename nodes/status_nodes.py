@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from ..kernels.registry import REGISTRY
 from . import status_report as _status
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,23 @@ EVENTS = ("load", "run", "unload")
 _publish_failures = {"count": 0}
 
 
-def publish(event: str, models: list[str] | None = None, node_id: str | None = None) -> bool:
+def current_prompt_id() -> str | None:
+    """The id of the prompt ComfyUI is executing in this thread (None outside its executor)."""
+    try:
+        from comfy_execution.utils import get_executing_context
+    except Exception:  # noqa: BLE001 - older ComfyUI or no ComfyUI: runs are numbered by begin_run()
+        return None
+    ctx = get_executing_context()
+    return getattr(ctx, "prompt_id", None) if ctx is not None else None
+
+
+def publish(
+    event: str,
+    models: list[str] | None = None,
+    node_id: str | None = None,
+    node_type: str | None = None,
+    source: dict | None = None,
+) -> bool:
     """Push the compact GEMM status to every connected browser. Never raises.
 
     Call it from the loader node after a model is built (``event="load"``) and from the sampler
@@ -48,7 +65,13 @@ def publish(event: str, models: list[str] | None = None, node_id: str | None = N
         models: the model labels this event concerns (e.g. ``["conditional", "unconditional"]``);
             None: every model in the registry. The panel uses it to tie a node's badge to its models.
         node_id: the calling node's id (``cls.hidden.unique_id``), so that node's badge shows the
-            dominant path of exactly ``models``; None: the badge shows all models.
+            dominant path of exactly ``models``; None: no node gets a badge from this event.
+        node_type: the calling node's type; a badge is shown only on a node of that type.
+        source: for a loader, the files it loaded (input name -> name picked): after a reload, a loader whose
+            inputs name other files shows no badge.
+
+    The event is remembered per node with the running prompt's id (``status_report.note_node``), so the report's
+    ``nodes`` and ``last_prompt_id`` tell a badge of this run from one of an earlier run.
 
     Sends ``PromptServer.instance.send_sync("ideogram4_int8.status", payload)`` with
     ``payload = {"event", "models", "node_id", "report"}``, where ``report`` is
@@ -64,8 +87,11 @@ def publish(event: str, models: list[str] | None = None, node_id: str | None = N
             log.warning("Ideogram4 INT8: publish(event=%r) is not one of %s; sent as-is", event, EVENTS)
         if models is not None:
             models = [_status.scrub_text(str(m)) for m in models]
+        prompt_id = current_prompt_id()
+        _status.note_node(node_id, node_type, str(event), models, prompt_id, source)
         payload = {
             "event": str(event),
+            "prompt_id": _status.scrub_text(prompt_id) if prompt_id else None,
             "models": models,
             "node_id": None if node_id is None else str(node_id),
             "report": _status.status_report(include_layers=False),
@@ -145,6 +171,7 @@ def apply_timing_env() -> None:
 
 async def on_load() -> None:
     """Register the routes and read the timing switch; a failure here costs the panel, not the nodes."""
+    REGISTRY.run_key_source = current_prompt_id  # each GEMM call counts toward the prompt that runs it
     try:
         register_routes()
     except Exception as exc:  # e.g. ComfyUI used as a library, without a PromptServer

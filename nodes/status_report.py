@@ -269,6 +269,8 @@ def _layer_entry(rec) -> dict:
         "K": rec.k,
         "M_last": rec.m_last,
         "calls": rec.calls,
+        "calls_last_run": rec.run_calls,
+        "last_run": scrub_text(rec.run),
         "dtype": rec.dtype,
         "config": scrub_text(rec.config),
         "config_source": scrub_text(rec.config_source),
@@ -310,12 +312,16 @@ def _model_entry(label: str, records, picks, include_layers: bool, notes: dict |
         counts[rec.path] += 1
         if rec.calls:
             counts_run[rec.path] += 1
+    ran = [r for r in records if r.calls]
+    last = max(ran, key=lambda r: r.last_used).run if ran else None
     return {
         "label": scrub_text(label),
         "role": role_of(label),
         "layers_total": len(records),
         "layers_run": sum(1 for r in records if r.calls),
         "calls": sum(r.calls for r in records),
+        "last_run": scrub_text(last),
+        "calls_last_run": sum(r.run_calls for r in ran if r.run == last),
         "counts": counts,
         "counts_run": counts_run,
         "shapes": _shapes(records, picks),
@@ -387,6 +393,51 @@ def _status(env: dict, models: list[dict], timing_problem: str | None) -> dict:
     return {"code": code, "message": message, "notes": notes}
 
 
+# -- which node ran which models in which run (the node badges) --------------------------------------------------
+
+MAX_NODE_RUNS = 64
+_node_runs: dict[str, dict] = {}
+
+
+def note_node(
+    node_id: str | None,
+    node_type: str | None,
+    event: str,
+    models: list[str] | None,
+    prompt_id: str | None,
+    source: Mapping | None = None,
+) -> None:
+    """Remember the last event of a node (a loader's "load", a sampler's "run"): its models, the run (ComfyUI prompt
+    id) and, for a loader, the files it loaded (``source``: input name -> the name the user picked). The report lists
+    them under ``nodes``, so a badge belongs to a node of that type that ran in that run with those inputs, not to
+    whatever node has the same id after a reload."""
+    if node_id is None:
+        return
+    key = str(node_id)
+    _node_runs.pop(key, None)
+    _node_runs[key] = {
+        "node_type": scrub_text(node_type) if node_type else None,
+        "event": str(event),
+        "prompt_id": scrub_text(prompt_id) if prompt_id else None,
+        "models": None if models is None else [scrub_text(str(m)) for m in models],
+        "source": {str(k): scrub_text(str(v)) for k, v in source.items()} if source else None,
+        "at": time.time(),
+    }
+    while len(_node_runs) > MAX_NODE_RUNS:
+        _node_runs.pop(next(iter(_node_runs)))
+
+
+def forget_nodes() -> None:
+    _node_runs.clear()
+
+
+def _last_prompt_id(records) -> str | None:
+    """The latest run the pack took part in: a node's event or a GEMM call, whichever came last."""
+    seen = [(e["at"], e["prompt_id"]) for e in _node_runs.values() if e["prompt_id"]]
+    seen += [(r.last_used, r.run) for r in records if r.calls and r.run]
+    return scrub_text(max(seen)[1]) if seen else None
+
+
 def status_report(
     model: str | None = None,
     include_layers: bool = True,
@@ -433,6 +484,8 @@ def status_report(
         "paths": list(PATHS),
         "models": models,
         "timing": _timing(registry),
+        "last_prompt_id": _last_prompt_id(registry.layers()),
+        "nodes": {k: {n: v for n, v in e.items() if n != "at"} for k, e in _node_runs.items()},
     }
 
 

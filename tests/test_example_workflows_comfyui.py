@@ -27,6 +27,7 @@ import json
 import os
 import pathlib
 import subprocess
+import urllib.error
 import urllib.request
 
 import pytest
@@ -116,8 +117,7 @@ def test_pack_definition_snapshot_equals_this_comfyui(srv):
 
 @pytest.mark.parametrize("name", OURS)
 def test_shipped_api_workflow_passes_comfyui_validation(srv, name):
-    # queued unchanged: every node validates (ComfyUI would accept a partly invalid prompt for its valid outputs,
-    # e.g. the caption builder, and list the rest in node_errors); it then runs until CLIPLoader meets the empty
+    # queued unchanged: every node validates (node_errors empty); it then runs until CLIPLoader meets the empty
     # text-encoder placeholder
     queued = srv.post_json("/prompt", {"prompt": _api(name), "client_id": "validation"})
     assert queued["node_errors"] == {}, queued["node_errors"]
@@ -128,6 +128,52 @@ def test_shipped_api_workflow_passes_comfyui_validation(srv, name):
     ]
     clip = next(k for k, n in _api(name).items() if n["class_type"] == "CLIPLoader")
     assert failed == [("CLIPLoader", clip)], history_errors(entry)
+
+
+# A broken model part must fail the prompt. ComfyUI 0.33 runs every output node whose inputs validate and answers
+# 200 + node_errors for the rest; while the caption nodes were output nodes, a missing model file or a bad sampler
+# value ran the captions alone and the history said "success" with no image. (field, value) per broken prompt:
+BROKEN = {
+    "loader weights file missing": ("Ideogram4Int8Loader", "weights", "ideogram4-int8-w8a8-MISSING.safetensors"),
+    "loader second weights file missing": (
+        "Ideogram4Int8Loader",
+        "unconditional_weights",
+        "ideogram4-int8-w8a8-MISSING.safetensors",
+    ),
+    "sampler preset not offered": ("Ideogram4Int8Sampler", "preset", "Fast 4"),
+    "sampler steps past max": ("Ideogram4Int8Sampler", "steps", 100000),
+    "unet file missing": ("UNETLoader", "unet_name", "ideogram4_fp8_scaled-MISSING.safetensors"),
+    "patch gemm_path not offered": ("Ideogram4Int8Patch", "gemm_path", "fastest"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_model_part_fails_the_prompt_naming_node_and_field(srv, case):
+    node_type, field, value = BROKEN[case]
+    name = next(n for n in OURS if any(x["class_type"] == node_type for x in _api(n).values()))
+    prompt = runnable_copy(_api(name), str(srv.base / COND))  # runnable apart from the broken value
+    node_id = next(k for k, n in prompt.items() if n["class_type"] == node_type)
+    assert field in prompt[node_id]["inputs"], (node_type, field)
+    prompt[node_id]["inputs"][field] = value
+    req = urllib.request.Request(
+        srv.url + "/prompt",
+        data=json.dumps({"prompt": prompt, "client_id": "broken"}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:  # 200 = queued: the captions would run as a "success"
+        urllib.request.urlopen(req, timeout=60)
+    assert refused.value.code == 400
+    body = json.loads(refused.value.read())
+    assert body["error"]["type"] == "prompt_outputs_failed_validation", body
+    errors = body["node_errors"]
+    assert node_id in errors, errors
+    assert errors[node_id]["class_type"] == node_type
+    named = [e.get("extra_info", {}).get("input_name") for e in errors[node_id]["errors"]]
+    assert field in named, errors[node_id]
+    # nothing of the prompt ran: no caption-only "success" in the history
+    history = srv.get_json("/history")
+    assert not [e for e in history.values() if e.get("prompt", [None, None, {}])[2] == prompt]
 
 
 # -- running each workflow ------------------------------------------------------------------------------------------
@@ -184,7 +230,7 @@ def test_workflow_runs_through_comfyui_down_to_an_image(srv, name):
     image = _saved_image(srv, name)
     assert tuple(image.shape) == (1024, 1024, 3)  # the shipped size, decoded by the Flux2-layout VAE (x16)
     assert image.float().std() > 5  # not a constant picture
-    # the caption chain ran too (Caption Builder is an output node): its caption is valid
+    # the caption chain ran too (it feeds the sampler; its node shows the caption): its caption is valid
     builder = next(k for k, n in _api(name).items() if n["class_type"] == "Ideogram4Int8CaptionBuilder")
     shown = _run(srv, name)["outputs"][builder]["text"][0]
     caption = shown.rsplit("\n\n", 1)[-1]

@@ -122,3 +122,36 @@ def test_panel_badges_and_box_editor_on_the_newest_frontend(shots):
     for node in ("Ideogram4Int8Loader", "Ideogram4Int8Sampler"):
         assert auto["badges"][node][-1]["bg"] == "#8a5a00", auto["badges"]
         assert forced["badges"][node][-1]["text"].startswith("⚠ dequant-bf16 "), forced["badges"]
+
+
+NODES2_SCRIPT = ROOT / "tests" / "browser" / "nodes2_check.mjs"
+EXAMPLE_FILES = sorted((ROOT / "example_workflows").glob("*.json"))
+
+
+@pytest.mark.parametrize("frontend, vue", [("pinned", False), ("newest", False), ("newest", True)])
+def test_sampler_custom_only_widgets_and_workflow_overlap(shots, frontend, vue):
+    """The sampler's custom-only widgets hide under a named preset and show under custom (classic canvas and Nodes
+    2.0); the example workflows' nodes do not overlap on screen (Nodes 2.0 sizes nodes by their DOM content)."""
+    root = None
+    if frontend == "newest":
+        root = os.environ.get(NEWEST_ENV)
+        if not root:
+            pytest.skip(f"set {NEWEST_ENV} to the static/ folder of an unpacked comfyui-frontend-package wheel")
+    with _server(root) as server:
+        proc = subprocess.run(
+            ["node", str(NODES2_SCRIPT), server.url, str(shots / f"{frontend}-vue{int(vue)}"), "1" if vue else "0"]
+            + [str(p) for p in EXAMPLE_FILES],
+            capture_output=True,
+            text=True,
+            timeout=560,
+        )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "error" not in r, r["error"]
+    assert r["vueSetting"] is vue
+    assert r["samplerNamed"] == [], "a named preset ignores these widgets: they must not show"
+    assert r["samplerCustom"] == ["steps", "guidance", "polish_steps", "polish_guidance", "mu", "std"]
+    overlaps = {name: w["overlaps"] for name, w in r["workflows"].items() if w["overlaps"]}
+    if vue and overlaps:
+        pytest.xfail(f"Nodes 2.0 draws nodes taller than the saved sizes (issue 27 item 6, open): {overlaps}")
+    assert not overlaps, overlaps

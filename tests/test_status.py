@@ -35,7 +35,9 @@ def clean_registry(monkeypatch):
     monkeypatch.delenv(status.ENV_TIMING, raising=False)
     REGISTRY.clear()
     REGISTRY.enable_timing(False)
+    status.forget_nodes()
     yield
+    status.forget_nodes()
     REGISTRY.clear()
     REGISTRY.enable_timing(False)
     status.switch_timing(False, None)
@@ -592,6 +594,61 @@ def test_publish_sends_schema_valid_compact_report(fake_server, tmp_path, gen):
     validate(payload["report"])
     assert all(m["layers"] is None for m in payload["report"]["models"])
     assert [m["label"] for m in payload["report"]["models"]] == ["conditional", "unconditional"]
+
+
+def test_calls_of_the_last_run_are_counted_apart_from_the_total(tmp_path, gen, monkeypatch):
+    # two runs of the same models (ComfyUI: two prompts): 'calls' adds them up, 'calls_last_run' is the last one
+    run = {"id": "prompt-A"}
+    monkeypatch.setattr(REGISTRY, "run_key_source", lambda: run["id"])
+    _load_and_run(tmp_path, gen, steps=3)
+    run["id"] = "prompt-B"
+    _load_and_run(tmp_path, gen, steps=2)
+    report = status.status_report()
+    validate(report)
+    for model in report["models"]:
+        ran = [x for x in model["layers"] if x["calls"]]
+        assert ran, model["label"]
+        for layer in ran:
+            assert layer["last_run"] == "prompt-B" and 2 * layer["calls"] == 5 * layer["calls_last_run"], layer
+        assert model["last_run"] == "prompt-B"
+        assert model["calls"] == sum(x["calls"] for x in ran)
+        assert model["calls_last_run"] == sum(x["calls_last_run"] for x in ran) < model["calls"]
+    assert report["last_prompt_id"] == "prompt-B"
+
+
+def test_without_comfyui_runs_are_numbered_by_begin_run(tmp_path, gen):
+    REGISTRY.begin_run()
+    _load_and_run(tmp_path, gen, steps=1)
+    REGISTRY.begin_run()
+    _load_and_run(tmp_path, gen, steps=1)
+    model = status.status_report()["models"][0]
+    assert model["last_run"] == REGISTRY.run_key() and model["calls"] == 2 * model["calls_last_run"] > 0
+
+
+def test_publish_ties_each_node_to_its_type_run_and_files(fake_server, monkeypatch):
+    from comfyui_ideogram4_int8.nodes import status_nodes
+
+    monkeypatch.setattr(status_nodes, "current_prompt_id", lambda: "prompt-A")
+    source = {"weights": "a.safetensors", "unconditional_weights": "b.safetensors"}
+    status_nodes.publish("load", ["conditional", "unconditional"], node_id=8, node_type="Ideogram4Int8Loader",
+                         source=source)  # fmt: skip
+    monkeypatch.setattr(status_nodes, "current_prompt_id", lambda: "prompt-B")
+    status_nodes.publish("run", ["conditional"], node_id=9, node_type="Ideogram4Int8Sampler")
+    payload = fake_server.sent[-1][1]
+    assert payload["prompt_id"] == "prompt-B"
+    report = payload["report"]
+    validate(report)
+    assert report["nodes"]["8"] == {
+        "node_type": "Ideogram4Int8Loader",
+        "event": "load",
+        "prompt_id": "prompt-A",
+        "models": ["conditional", "unconditional"],
+        "source": source,
+    }
+    assert report["nodes"]["9"]["prompt_id"] == "prompt-B" and report["nodes"]["9"]["source"] is None
+    assert report["last_prompt_id"] == "prompt-B"
+    status_nodes.publish("load", None, node_id=None)  # no node: nothing remembered
+    assert set(status.status_report()["nodes"]) == {"8", "9"}
 
 
 def test_publish_never_raises(fake_server, monkeypatch, caplog):

@@ -17,9 +17,11 @@ import {
   applyEvent,
   autotuneRows,
   badgeFor,
+  callsText,
   checkReport,
   describeEnvironment,
   layerRows,
+  nodeBadge,
   pathLabel,
   reasonGroups,
   sortModels,
@@ -34,7 +36,9 @@ const SETTING_TIMING = "Ideogram4Int8.GemmTiming";
 const CSS_ID = "ig4i8-gemm-panel-css";
 
 const state = {
-  live: { report: null, nodeModels: {}, lastEvent: null }, // from websocket pushes (no layer table)
+  // from websocket pushes (no layer table); currentPrompt: the prompt seen starting last (badges of nodes and
+  // models that did not run in it read "earlier run")
+  live: { report: null, nodeModels: {}, lastEvent: null, currentPrompt: null },
   full: null, // last full report from the route (with layers)
   error: null,
   loading: false,
@@ -229,7 +233,7 @@ function layerTable(model) {
             "td",
             {},
             h("div", { class: "ig4i8-mono" }, breakAtDots(r.layer)),
-            h("div", { class: "ig4i8-facts" }, `${r.shape} · M ${r.m} · ${r.calls === "not run" ? "not run" : `${r.calls} calls`}`),
+            h("div", { class: "ig4i8-facts" }, `${r.shape} · M ${r.m} · ${r.callsText}`),
             r.reason && r.reason !== "—"
               ? h("div", { class: "ig4i8-reason", title: r.reason }, r.sameReasonAsAbove ? "↑ same as above" : r.reason)
               : null,
@@ -252,6 +256,9 @@ function modelCard(model) {
     h("div", { class: "ig4i8-headline" }, s.severity === "warning" ? "⚠ " : "", s.headline),
     countsBar(s),
     s.warning ? h("div", { class: "ig4i8-warning" }, s.warning) : null,
+    model.calls > 0
+      ? h("div", { class: "ig4i8-muted", "data-testid": "ig4i8-calls" }, `GEMM calls: ${callsText(model.calls_last_run, model.calls)}`)
+      : null,
   );
   const groups = reasonGroups(model).filter((g) => g.reason);
   if (groups.length) {
@@ -368,8 +375,9 @@ function badgeGetter(node) {
   let cached = null;
   return () => {
     const Badge = window.LGraphBadge;
-    const labels = state.live.nodeModels[String(node.id)] ?? null;
-    const info = badgeFor(state.live.report, labels);
+    const widgets = Object.fromEntries((node.widgets ?? []).map((w) => [w.name, w.value]));
+    const type = node.comfyClass ?? node.type;
+    const info = nodeBadge(state.live.report, { id: node.id, type, widgets }, state.live.currentPrompt);
     const key = info ? `${info.severity}|${info.text}` : EMPTY;
     if (key !== cacheKey) {
       cacheKey = key;
@@ -448,6 +456,12 @@ app.registerExtension({
     else app.extensionManager?.registerSidebarTab?.(tab);
 
     api.addEventListener(EVENT, onStatusEvent);
+    api.addEventListener("execution_start", (ev) => {
+      const id = ev?.detail?.prompt_id;
+      if (id == null) return;
+      state.live = { ...state.live, currentPrompt: String(id) };
+      redrawCanvas();
+    });
     // Badges need a report even when the panel was never opened.
     try {
       const resp = await api.fetchApi(`${ROUTE}?layers=0`, { cache: "no-store" });

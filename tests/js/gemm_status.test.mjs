@@ -10,6 +10,8 @@ import {
   applyEvent,
   autotuneRows,
   badgeFor,
+  callsText,
+  nodeBadge,
   perModelCounts,
   checkReport,
   describeEnvironment,
@@ -346,4 +348,66 @@ test("only our loader and sampler nodes get a badge", () => {
   assert.ok(!wantsBadge("Ideogram4Int8CaptionBuilder"));
   assert.ok(!wantsBadge("KSampler"));
   assert.ok(!wantsBadge(undefined));
+});
+
+// The sample's runs: loader 8 loaded both models in an earlier prompt (cached since); sampler 9 ran them in the
+// report's last prompt (Default 20 after a Turbo 12 run: 'calls' adds both up, 32 per layer, 20 in the last run).
+const LOADER = { id: 8, type: "Ideogram4Int8Loader",
+                 widgets: { weights: "ideogram4-int8-w8a8.safetensors",
+                            unconditional_weights: "(second branch of the weights file)" } };
+const SAMPLER = { id: 9, type: "Ideogram4Int8Sampler", widgets: { preset: "Default 20" } };
+
+test("node badges come from the node's own run, type and files, not from its id alone", () => {
+  const r = sample();
+  const both = badgeFor(r, ["conditional", "unconditional"]);
+  // the loader was cached in the last run, but its models ran in it: current
+  assert.deepEqual(nodeBadge(r, LOADER), { ...both, stale: false });
+  assert.deepEqual(nodeBadge(r, SAMPLER), { ...both, stale: false });
+  // after a reload, a loader whose widget names another (e.g. missing) file: no badge from the earlier run
+  assert.equal(nodeBadge(r, { ...LOADER, widgets: { ...LOADER.widgets, weights: "missing.safetensors" } }), null);
+  // a node id the server never heard of, or a node of another type under that id: no badge
+  assert.equal(nodeBadge(r, { ...LOADER, id: 3 }), null);
+  assert.equal(nodeBadge(r, { ...SAMPLER, type: "Ideogram4Int8Loader" }), null);
+  assert.equal(nodeBadge(r, { ...LOADER, type: "Ideogram4Int8Patch" }), null);
+  // its models are gone from the report (unloaded): no badge, never "every model" instead
+  assert.equal(nodeBadge({ ...r, models: [] }, SAMPLER), null);
+  r.nodes["9"].models = ["some other model"];
+  assert.equal(nodeBadge(r, SAMPLER), null);
+});
+
+test("a badge from an earlier run is labelled so, in the idle colours", () => {
+  const r = sample();
+  // a new prompt started (or a later one ran without these models): both nodes are from an earlier run
+  for (const node of [LOADER, SAMPLER]) {
+    const b = nodeBadge(r, node, "a-new-prompt");
+    assert.ok(b.stale && b.text.startsWith("earlier run · "), b.text);
+    assert.equal(b.severity, "idle");
+    assert.deepEqual(b.colors, SEVERITY_COLORS.idle);
+    assert.match(b.tooltip, /From an earlier run \(prompt /);
+  }
+  // the loader ran in the current prompt itself (its models not yet): current
+  assert.equal(nodeBadge(r, LOADER, r.nodes["8"].prompt_id).stale, false);
+  // models that ran in an older prompt than the report's last one: the sampler of that older prompt is stale
+  for (const m of r.models) m.last_run = "older";
+  r.nodes["9"].prompt_id = "older";
+  assert.equal(nodeBadge(r, SAMPLER).stale, true);
+  assert.equal(nodeBadge(r, LOADER).stale, true);
+});
+
+test("per-layer and per-model calls show the last run and the total, each labelled", () => {
+  assert.equal(callsText(20, 32), "20 calls in the last run · 32 in all runs");
+  assert.equal(callsText(undefined, 32), "32 calls in all runs");
+  assert.equal(callsText(0, 0), "not run");
+  const cond = byLabel(sample(), "conditional");
+  const rows = layerRows(cond);
+  assert.ok(rows.every((row) => row.callsText === "20 calls in the last run · 32 in all runs"), rows[0].callsText);
+  assert.equal(callsText(cond.calls_last_run, cond.calls), `${cond.calls_last_run} calls in the last run · ${cond.calls} in all runs`);
+  assert.ok(cond.calls_last_run < cond.calls);
+});
+
+test("events carry the prompt they came from", () => {
+  const r = sample();
+  const s = applyEvent(null, { event: "run", models: ["conditional"], node_id: "9", prompt_id: "p7", report: r });
+  assert.equal(s.currentPrompt, "p7");
+  assert.equal(applyEvent(s, { event: "load", models: ["x"], node_id: "8", report: r }).currentPrompt, "p7");
 });

@@ -368,6 +368,8 @@ export function layerRows(model, filter = "all") {
     path: l.path,
     pathLabel: pathShort(l.path),
     calls: l.calls > 0 ? String(l.calls) : "not run",
+    // "calls" adds up every run since load; the last run's own count is shown next to it, each labelled
+    callsText: callsText(l.calls_last_run, l.calls),
     reason: l.reason ? String(l.reason) : l.path === "triton-int8" ? "" : "—",
     // true when the row above (after filtering) gives the same reason: the table prints a ditto mark
     sameReasonAsAbove: (() => {
@@ -380,6 +382,14 @@ export function layerRows(model, filter = "all") {
     fusion: l.fusion ? String(l.fusion) : "",
     severity: l.path === "dequant-bf16" ? "warning" : l.path === "cublas-int8" ? "notice" : "ok",
   }));
+}
+
+/** "20 calls in the last run · 32 in all runs" (a report without per-run counts: "32 calls in all runs"). */
+export function callsText(lastRun, all) {
+  const total = Number(all ?? 0);
+  if (!(total > 0)) return "not run";
+  if (lastRun == null || !Number.isFinite(Number(lastRun))) return `${total} calls in all runs`;
+  return `${Number(lastRun)} calls in the last run · ${total} in all runs`;
 }
 
 /** Autotune picks of a model, one row per (shape, M bucket); shapes the fused kernel never ran are left out. */
@@ -398,11 +408,48 @@ export function autotuneRows(model) {
  * {report, nodeModels: {nodeId: [labels]}, lastEvent}; returns a new state, never mutates.
  */
 export function applyEvent(state, detail) {
-  const prev = state ?? { report: null, nodeModels: {}, lastEvent: null };
+  const prev = state ?? { report: null, nodeModels: {}, lastEvent: null, currentPrompt: null };
   if (!detail || typeof detail !== "object" || checkReport(detail.report)) return prev;
   const nodeModels = { ...prev.nodeModels };
   if (detail.node_id != null && Array.isArray(detail.models)) nodeModels[String(detail.node_id)] = [...detail.models];
-  return { report: detail.report, nodeModels, lastEvent: String(detail.event ?? "") };
+  const currentPrompt = detail.prompt_id != null ? String(detail.prompt_id) : (prev.currentPrompt ?? null);
+  return { report: detail.report, nodeModels, lastEvent: String(detail.event ?? ""), currentPrompt };
+}
+
+/**
+ * The badge of one node on the canvas, tied to the run and the models it came from: {text, severity, colors,
+ * tooltip, stale} or null. `node`: {id, type, widgets: {name: value}}; `currentPrompt`: the prompt the frontend saw
+ * start last (null: the report's last_prompt_id, e.g. right after a page reload).
+ *
+ * No badge when the report has no event of this node id (a node id alone matches nodes of other workflows), when
+ * that event came from a node of another type, when a loader's file widgets now name other files than it loaded,
+ * or when none of its models is in the report any more. A badge from an earlier run (neither the node nor one of
+ * its models ran in the current run) reads "earlier run · …" in the idle colours.
+ */
+export function nodeBadge(report, node, currentPrompt = null) {
+  if (checkReport(report) || !node) return null;
+  const entry = report.nodes?.[String(node.id)];
+  if (!entry) return null;
+  if (entry.node_type && node.type && entry.node_type !== node.type) return null;
+  for (const [name, value] of Object.entries(entry.source ?? {})) {
+    const now = node.widgets?.[name];
+    if (now !== undefined && String(now) !== String(value)) return null;
+  }
+  const wanted = new Set((entry.models ?? []).map(String));
+  const models = report.models.filter((m) => wanted.has(String(m.label)));
+  if (!models.length) return null;
+  const badge = badgeFor({ ...report, models });
+  if (!badge) return null;
+  const current = currentPrompt ?? report.last_prompt_id ?? null;
+  const fresh = current == null || entry.prompt_id === current || models.some((m) => m.last_run === current);
+  if (fresh) return { ...badge, stale: false };
+  return {
+    text: `earlier run · ${badge.text}`.slice(0, BADGE_MAX + 14),
+    severity: "idle",
+    colors: SEVERITY_COLORS.idle,
+    tooltip: `From an earlier run (prompt ${entry.prompt_id ?? "unknown"}), not the current one.\n${badge.tooltip}`,
+    stale: true,
+  };
 }
 
 /** Our loader / sampler nodes get a badge: ids start with Ideogram4Int8 and name a loader or sampler. */

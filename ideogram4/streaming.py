@@ -225,9 +225,10 @@ class BlockStreamer:
             entry = self._issue(pos)
         _, slot, done, timing = entry
         if self.cuda:
+            compute = torch.cuda.current_stream(self.device)  # this device's, whichever the thread's current one is
             needed = torch.cuda.Event(enable_timing=True)
-            needed.record()
-            torch.cuda.current_stream(self.device).wait_event(done)
+            needed.record(compute)
+            compute.wait_event(done)
             self._timings.append((timing[0], timing[1], needed))
         self.units[pos].bind(self.views[pos][slot])
         self.current = (pos, slot)
@@ -248,7 +249,7 @@ class BlockStreamer:
         self.current = None
         if self.cuda:
             ev = torch.cuda.Event()
-            ev.record()
+            ev.record(torch.cuda.current_stream(self.device))
             self.freed[slot] = ev
         self.units[pos].unbind()
         if pos == len(self.units) - 1:

@@ -26,6 +26,7 @@ NODE_MODULES = (
     "caption_nodes",
     "status_nodes",
     "demo_nodes",
+    "branch_device_nodes",
 )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 
 import comfy.model_management
+import comfy.multigpu
 import comfy.sample
 import comfy.samplers
 import comfy.utils
@@ -33,14 +34,45 @@ UNCOND_IMAGE_ONLY = [[None, {}]]  # no cross_attn -> the model's image-only (unc
 
 
 class PerStepGuidanceGuider(Guider_DualModel):
-    """ComfyUI's dual-model CFG guider with one guidance value per step (looked up by sigma)."""
+    """ComfyUI's dual-model CFG guider with one guidance value per step (looked up by sigma).
 
-    def __init__(self, model, model_negative, sigmas: torch.Tensor, guidance: tuple[float, ...]) -> None:
+    When the unconditional MODEL loads on another card (``nodes/branch_device_nodes.py``), its pass runs in ComfyUI's
+    ``MultiGPUThreadPool`` while this thread runs the conditional pass; ``concurrent=True`` does that on one device
+    too (tests)."""
+
+    def __init__(
+        self,
+        model,
+        model_negative,
+        sigmas: torch.Tensor,
+        guidance: tuple[float, ...],
+        concurrent: bool | None = None,
+    ) -> None:
         super().__init__(model, model_negative)
         self.plan_sigmas = [float(s) for s in sigmas]
         self.guidance = tuple(float(g) for g in guidance)
         # outer_sample prepares the unconditional model only when cfg != 1: any step with guidance
         self.set_cfg(next((g for g in self.guidance if g != 1.0), 1.0))
+        self.concurrent = concurrent  # None: when the two MODELs load on different devices
+        self.branch_pool = None
+
+    def side_device(self) -> torch.device | None:
+        """The device whose worker thread runs the unconditional pass, or None (one after the other here)."""
+        main = torch.device(self.model_patcher.load_device)
+        side = torch.device(self.uncond_model_patcher.load_device)
+        if self.concurrent is None:
+            return side if side != main else None
+        return side if self.concurrent else None
+
+    def outer_sample(self, *args, **kwargs):
+        side = self.side_device()
+        self.branch_pool = comfy.multigpu.MultiGPUThreadPool([side]) if side is not None else None
+        try:
+            return super().outer_sample(*args, **kwargs)
+        finally:
+            if self.branch_pool is not None:
+                self.branch_pool.shutdown()
+                self.branch_pool = None
 
     def predict_noise(self, x, timestep, model_options={}, seed=None):  # noqa: B006 - ComfyUI's signature
         sigma = float(timestep.reshape(-1)[0])
@@ -56,14 +88,21 @@ class PerStepGuidanceGuider(Guider_DualModel):
         # positive MODEL (TorchCompileModel's swaps in its compiled diffusion model) computed the negative pass with
         # the positive weights. Each pass here gets its own MODEL's wrappers and patches.
         positive = self.conds.get("positive")
-        cond = comfy.samplers.calc_cond_batch(self.inner_model, [positive], x, timestep, model_options)[0]
-        uncond = comfy.samplers.calc_cond_batch(
-            uncond_inner,
-            [uncond_conds],
-            x,
-            timestep,
-            own_model_options(model_options, self.uncond_model_patcher, self.model_patcher),
-        )[0]
+        uncond_options = own_model_options(model_options, self.uncond_model_patcher, self.model_patcher)
+        pool = self.branch_pool
+        if pool is None:
+            cond = comfy.samplers.calc_cond_batch(self.inner_model, [positive], x, timestep, model_options)[0]
+            uncond = comfy.samplers.calc_cond_batch(uncond_inner, [uncond_conds], x, timestep, uncond_options)[0]
+        else:
+            side = pool.devices[0]
+            pool.submit(side, comfy.samplers.calc_cond_batch, uncond_inner, [uncond_conds], x, timestep, uncond_options)
+            try:
+                cond = comfy.samplers.calc_cond_batch(self.inner_model, [positive], x, timestep, model_options)[0]
+            finally:
+                result, error = pool.get_result(side)  # collected even when this pass failed: one result per submit
+            if error is not None:
+                raise error
+            uncond = result[0]
         return comfy.samplers.cfg_function(
             self.inner_model,
             cond,

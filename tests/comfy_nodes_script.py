@@ -15,14 +15,15 @@ comfy_dir, pack_parent, work, check, seed = sys.argv[1], sys.argv[2], sys.argv[3
 sys.path.insert(0, pack_parent)
 sys.path.insert(0, comfy_dir)
 os.chdir(comfy_dir)
-sys.argv = [sys.argv[0], "--cpu"]
+GPU = os.environ.get("COMFY_GPU") == "1"  # tests/test_branch_device_gpu.py: ComfyUI on the GPU(s)
+sys.argv = [sys.argv[0]] if GPU else [sys.argv[0], "--cpu"]
 os.environ["HF_HUB_OFFLINE"] = "1"  # no network in tests: a hub request must be answered from the (empty) cache
 os.environ["HF_HOME"] = os.path.join(work, "hf_home")
 
 import torch  # noqa: E402
 from comfy.cli_args import args  # noqa: E402
 
-args.cpu = True
+args.cpu = not GPU
 if check == "compile":  # ComfyUI's attention on a GPU (PyTorch SDPA); its CPU default reads free memory (psutil),
     args.use_pytorch_cross_attention = True  # which dynamo cannot trace: a graph break that is not the pack's
 import comfy.model_base  # noqa: E402
@@ -1640,6 +1641,114 @@ def check_streaming():
     return res
 
 
+def check_branch_device():
+    """The Branch Device node and the sampler's concurrent passes: on a machine without a second GPU the node leaves
+    the MODEL as it is and says so; run concurrently (ComfyUI's MultiGPUThreadPool, one device standing in for two)
+    the unconditional pass runs in the worker thread and the latent equals the one-after-the-other run bit for bit;
+    a failure in the worker's pass reaches the sampler and leaves nothing behind; an input on another card than the
+    placed model gets an error naming the cause. With COMFY_GPU=1 and two CUDA devices: the real placement."""
+    import functools
+    import threading
+
+    from comfyui_ideogram4_int8.nodes import branch_device_nodes as branch_device
+
+    write_all()
+    cond, uncond, _ = load("i4_w8a8.safetensors")
+    ctx = torch.randn(1, 7, CFG.llm_features_dim, generator=G)
+    s = int(torch.randint(0, 2**31, (1,), generator=G))
+    res = {}
+    for choice in ("second GPU", "cuda:3"):
+        out = branch_device.Ideogram4Int8BranchDevice.execute(model_negative=uncond, device=choice)
+        res[f"{choice}/same_object"] = out.result[0] is uncond
+        res[f"{choice}/note"] = out.result[1]
+    res["panel_note"] = kernels.REGISTRY.model_notes("unconditional").get(branch_device.NOTE_KIND)
+    try:
+        branch_device.Ideogram4Int8BranchDevice.execute(model_negative=uncond, device="cuda:9")
+        res["bad_choice"] = None
+    except Exception as exc:  # noqa: BLE001
+        res["bad_choice"] = f"{type(exc).__name__}: {exc}"
+    threads = {"conditional": set(), "unconditional": set()}
+    hooks = [
+        m.model.diffusion_model.register_forward_pre_hook(
+            lambda *_, k=k: threads[k].add(threading.current_thread() is threading.main_thread())
+        )
+        for k, m in (("conditional", cond), ("unconditional", uncond))
+    ]
+    one_after_other = _latent_node(cond, uncond, ctx, s)
+    original = sampler_nodes.PerStepGuidanceGuider
+    sampler_nodes.PerStepGuidanceGuider = functools.partial(original, concurrent=True)
+    try:
+        for k in threads:
+            threads[k].clear()
+        side_by_side = _latent_node(cond, uncond, ctx, s)
+        res["threads"] = {k: sorted(v) for k, v in threads.items()}  # True: the main thread
+        res["concurrent_max_abs"] = (side_by_side - one_after_other).abs().max().item()
+
+        def boom(*_):
+            raise RuntimeError("unconditional pass failed on purpose")
+
+        h = uncond.model.diffusion_model.register_forward_pre_hook(boom)
+        try:
+            _latent_node(cond, uncond, ctx, s)
+            res["worker_error"] = None
+        except RuntimeError as exc:
+            res["worker_error"] = str(exc)
+        finally:
+            h.remove()
+        res["after_error_max_abs"] = (_latent_node(cond, uncond, ctx, s) - one_after_other).abs().max().item()
+    finally:
+        sampler_nodes.PerStepGuidanceGuider = original
+        for h in hooks:
+            h.remove()
+    # the guard of a placed model: its input on another device than the one it computes on
+    guard = branch_device._InputOnItsCard(torch.device("cpu"))
+    try:
+        guard(uncond.model.diffusion_model, (torch.zeros(1, device="meta"),), {})
+        res["guard"] = None
+    except RuntimeError as exc:
+        res["guard"] = str(exc)
+    # the wrapper moves the pass's inputs to its card and the prediction back (CPU -> CPU here: same values)
+    seen = {}
+
+    def executor(x, t, *args, **kwargs):
+        seen["devices"] = [str(x.device), str(t.device), str(kwargs["transformer_options"]["sigmas"].device)]
+        return x * 2
+
+    wrapped = branch_device.RunOnDevice(torch.device("cpu"))
+    out = wrapped(executor, torch.ones(2), torch.ones(1), transformer_options={"sigmas": torch.ones(1), "f": len})
+    res["wrapper"] = {"devices": seen["devices"], "out": out.tolist()}
+    if os.environ.get("COMFY_GPU") == "1" and torch.cuda.device_count() >= 2:
+        res["gpu"] = _branch_device_gpu(cond, uncond, ctx, s)
+    return res
+
+
+def _branch_device_gpu(cond, uncond, ctx, s):
+    """Two CUDA devices: the latent with the unconditional MODEL on cuda:1 against both on cuda:0, and where each
+    pass ran."""
+    from comfyui_ideogram4_int8.nodes import branch_device_nodes as branch_device
+
+    ran = {"conditional": set(), "unconditional": set()}
+    one = _latent_node(cond, uncond, ctx, s).double()
+    placed, note = branch_device.place(uncond, "second GPU")
+    hooks = [
+        m.model.diffusion_model.register_forward_pre_hook(lambda mod, a, k=k: ran[k].add(str(a[0].device)))
+        for k, m in (("conditional", cond), ("unconditional", placed))
+    ]
+    try:
+        kernels.REGISTRY.clear()
+        two = _latent_node(cond, placed, ctx, s).double()
+    finally:
+        for h in hooks:
+            h.remove()
+    cos = torch.nn.functional.cosine_similarity(one.flatten(), two.flatten(), dim=0).item()
+    return {
+        "note": note,
+        "cosine": cos,
+        "ran_on": {k: sorted(v) for k, v in ran.items()},
+        "paths": {label: sorted({r.path for r in kernels.REGISTRY.layers(label)}) for label in ran},
+    }
+
+
 CHECKS = {
     "parity": check_parity,
     "sampler": check_sampler,
@@ -1655,6 +1764,7 @@ CHECKS = {
     "coverage": check_coverage,
     "compile": check_compile,
     "streaming": check_streaming,
+    "branch_device": check_branch_device,
 }
 
 try:

@@ -239,6 +239,22 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert "at least" in r["insufficient"] and "GiB" in r["insufficient"]
 
 
+def test_branch_device_node_and_concurrent_passes(run_check):
+    r = run_check("branch_device")
+    # no second GPU here (--cpu): the node returns the MODEL unchanged and says why, on the panel too
+    for choice in ("second GPU", "cuda:3"):
+        assert r[f"{choice}/same_object"], choice
+        assert "both branches on cpu" in r[f"{choice}/note"] and "needs CUDA" in r[f"{choice}/note"]
+    assert r["panel_note"] == r["cuda:3/note"]
+    assert "'device'" in r["bad_choice"] and "cuda:9" in r["bad_choice"]
+    # the unconditional pass in ComfyUI's worker thread, the conditional one in the sampler's: same latent
+    assert r["threads"] == {"conditional": [True], "unconditional": [False]}
+    assert r["concurrent_max_abs"] == 0.0
+    assert r["worker_error"] == "unconditional pass failed on purpose" and r["after_error_max_abs"] == 0.0
+    assert "runs on cpu but its pass got the input on meta" in r["guard"] and "Ideogram 4 Sampler" in r["guard"]
+    assert r["wrapper"] == {"devices": ["cpu", "cpu", "cpu"], "out": [2.0, 2.0]}
+
+
 def test_patch_node_converts_native_models(run_check):
     r = run_check("patch")
     seed = r["__seed__"]

@@ -372,7 +372,8 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
         stream = getattr(m.model, "ideogram4_stream", None)
         if stream is not None:
             stream.streamer.reset_stats()
-    torch.cuda.reset_peak_memory_stats()
+    for i in range(torch.cuda.device_count()):
+        torch.cuda.reset_peak_memory_stats(i)
     peak[0] = 0
     latent, times = sample(a.steps)
     out.update(
@@ -384,6 +385,10 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     out["peak_gib"] = round(max(peak[0] - ballast_bytes, 0) / GIB, 2)  # the card's use at step ends, context in
     out["torch_peak_reserved_gib"] = round((torch.cuda.max_memory_reserved() - ballast_bytes) / GIB, 2)
     out["held_gib_end"] = round((held - ballast_bytes) / GIB, 2)
+    if torch.cuda.device_count() > 1:  # a two-GPU peer: the other cards' peaks (no ballast there)
+        out["torch_peak_reserved_gib_per_card"] = {
+            f"cuda:{i}": round(torch.cuda.max_memory_reserved(i) / GIB, 2) for i in range(1, torch.cuda.device_count())
+        }
     streams = [streaming_patcher.stream_report(m) for m in models]
     out["streaming"] = streams
     live = [s for s in streams if s]

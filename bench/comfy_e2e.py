@@ -54,6 +54,7 @@ PEERS = {  # name: (layout, how it loads)
     "ours-int8-convrot": ("int8_convrot", "loader"),
     "ours-w8a8": ("w8a8", "loader"),
     "ours-w8a8-lora": ("w8a8", "loader-lora"),
+    "ours-w8a8-two-gpus": ("w8a8", "loader-two-gpus"),  # the unconditional MODEL on cuda:1 (Branch Device node)
 }
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
@@ -230,6 +231,14 @@ def _load(peer: str, files: dict, config):
     if how == "loader-lora":
         out = [_with_lora(m, config, seed=i) for i, m in enumerate(out)]
         notes["lora"] = "rank 32 on every block linear, strength 1.0, merged in full-load mode"
+    if how == "loader-two-gpus":
+        from ..nodes.branch_device_nodes import place
+
+        placed, note = place(out[1], "second GPU")
+        if placed is out[1]:
+            raise RuntimeError(f"{peer} needs two CUDA GPUs: {note}")
+        out[1] = placed
+        notes["placement"] = note
     return tuple(out), notes
 
 
@@ -316,6 +325,18 @@ def _peak_gib() -> float | None:
     return round(torch.cuda.max_memory_allocated() / GIB, 2) if torch.cuda.is_available() else None
 
 
+def _peaks_per_card() -> dict[str, float] | None:
+    """Peak allocated GiB of every card (a two-GPU peer holds one branch on each)."""
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        return None
+    return {f"cuda:{i}": round(torch.cuda.max_memory_allocated(i) / GIB, 2) for i in range(torch.cuda.device_count())}
+
+
+def _reset_peaks() -> None:
+    for i in range(torch.cuda.device_count()):
+        torch.cuda.reset_peak_memory_stats(i)
+
+
 def run(argv=None) -> dict:
     a = _parse(argv)
     if a.child:
@@ -371,13 +392,13 @@ def run(argv=None) -> dict:
                 entry.update(load_s=round(time.perf_counter() - t0, 1), **notes)
                 kernels.REGISTRY.clear()
                 _, eager_warmup_ms = _sample(models, ctx, 2, a.seed, size)  # warm-up: autotuning, first loads
-                if torch.cuda.is_available():
-                    torch.cuda.reset_peak_memory_stats()
+                _reset_peaks()
                 latent, ms = _sample(models, ctx, a.steps, a.seed, size)
                 entry.update(
                     sample_ms=round(ms, 1),
                     step_ms=round(ms / a.steps, 1),
                     peak_gib=_peak_gib(),
+                    peak_gib_per_card=_peaks_per_card(),
                     paths={m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()},
                 )
                 if peer == "native-bf16":

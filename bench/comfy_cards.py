@@ -113,6 +113,8 @@ def _spawn(a, peer: str | None, cap: float, files: dict, write: str | None = Non
         cmd += ["--size", str(a.size)]
     if a.latents:
         cmd += ["--latents", a.latents]
+    if a.kernels:
+        cmd += ["--kernels"]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("CHILD_RESULT ")]
@@ -389,6 +391,14 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
         out["torch_peak_reserved_gib_per_card"] = {
             f"cuda:{i}": round(torch.cuda.max_memory_reserved(i) / GIB, 2) for i in range(1, torch.cuda.device_count())
         }
+    if a.kernels:  # one more 2-step run under the profiler: the kernels per step, for bench/kernel_table.py
+        from torch.profiler import ProfilerActivity, profile
+
+        from .kernel_table import table
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            sample(2)
+        out["kernels"] = table(prof, steps=2)
     streams = [streaming_patcher.stream_report(m) for m in models]
     out["streaming"] = streams
     live = [s for s in streams if s]

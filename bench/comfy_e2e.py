@@ -102,6 +102,11 @@ def _parse(argv):
         "model management as main.py sets it up (DynamicVRAM through comfy-aimdo where it initializes, "
         "async offload); plain: ComfyUI imported as a library",
     )
+    p.add_argument(
+        "--kernels",
+        action="store_true",
+        help="with --vram: a per-kernel table of one step in each run's entry (bench/kernel_table.py)",
+    )
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # JSON of one run (peer, cap, files)
     a = p.parse_args(argv)
     a.peers = [x for x in a.peers.split(",") if x]

@@ -194,20 +194,23 @@ def classify(name: str) -> str:
     return "other"
 
 
-def profile_step(step_fn) -> dict[str, float]:
+def profile_step(step_fn) -> tuple[dict[str, float], dict]:
+    """(GPU time per kind, per-kernel table: ``kernel_table.table``) of one step."""
     from torch.profiler import ProfilerActivity, profile
+
+    from .kernel_table import table
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step_fn()
         torch.cuda.synchronize()
     split: dict[str, float] = {"gemm": 0.0, "act-quant": 0.0, "attention": 0.0, "other": 0.0}
-    for evt in prof.key_averages():
+    for evt in prof.key_averages():  # the raw names: classify reads numbers in them (sm90_...)
         t = getattr(evt, "device_time_total", None)
         if t is None:
             t = getattr(evt, "cuda_time_total", 0.0)
         if t and getattr(evt, "device_type", None) is not None and "CUDA" in str(evt.device_type):
             split[classify(evt.key)] += t / 1e3
-    return split
+    return split, table(prof)
 
 
 def time_steps(step_fn, warmup: int, reps: int) -> list[float]:
@@ -261,7 +264,7 @@ def run(args) -> dict:
             torch.cuda.reset_peak_memory_stats()
             times = time_steps(lambda c=cond, u=uncond: step(c, u), args.warmup, args.reps)
             peak = torch.cuda.max_memory_allocated() / 2**30
-            split = profile_step(lambda c=cond, u=uncond: step(c, u))
+            split, kernel_rows = profile_step(lambda c=cond, u=uncond: step(c, u))
             t_s = time.perf_counter()
             a = torch.cuda.Event(enable_timing=True)
             b = torch.cuda.Event(enable_timing=True)
@@ -290,6 +293,7 @@ def run(args) -> dict:
             "step_ms_median": med,
             "step_ms_all": times,
             "profile_ms": split,
+            "kernels": kernel_rows,  # per kernel, one step (bench/kernel_table.py compares two runs)
             "peak_gib": peak,
             "weights_gib": weights_gib,
             "default20_sample_ms": sample_ms,

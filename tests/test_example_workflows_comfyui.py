@@ -191,7 +191,7 @@ def runnable_copy(api: dict, cond_path: str) -> dict:
     del graph[loaders[0]]
     graph[encode[0]] = {
         "class_type": "Ideogram4TestConditioning",
-        "inputs": {"path": cond_path},
+        "inputs": {"path": cond_path, "text": api[encode[0]]["inputs"]["text"]},
         "_meta": {"title": "test-only text conditioning (no 8B text encoder here)"},
     }
     return graph
@@ -230,11 +230,10 @@ def test_workflow_runs_through_comfyui_down_to_an_image(srv, name):
     image = _saved_image(srv, name)
     assert tuple(image.shape) == (1024, 1024, 3)  # the shipped size, decoded by the Flux2-layout VAE (x16)
     assert image.float().std() > 5  # not a constant picture
-    # the caption chain ran too (it feeds the sampler; its node shows the caption): its caption is valid
-    builder = next(k for k, n in _api(name).items() if n["class_type"] == "Ideogram4Int8CaptionBuilder")
-    shown = _run(srv, name)["outputs"][builder]["text"][0]
-    caption = shown.rsplit("\n\n", 1)[-1]
-    assert validate_caption(caption) == [], shown
+    # the caption chain ran too (it feeds the text encoder, whose stand-in shows what it was given): valid caption
+    encoder = next(k for k, n in _api(name).items() if n["class_type"] == "CLIPTextEncode")
+    caption = _run(srv, name)["outputs"][encoder]["text"][0]
+    assert validate_caption(caption) == [], caption
     assert "FRESH BREAD" in json.loads(caption)["compositional_deconstruction"]["elements"][-1]["text"]
 
 

@@ -34,20 +34,28 @@ if _SIZES:
 
 
 class Ideogram4TestConditioning:
+    """Stands in for CLIPTextEncode: a stored conditioning. ``text`` (optional) is the caption the real graph
+    encodes: not used, it keeps the caption chain in the executed graph, and the node shows it (an output node,
+    so ComfyUI puts it in the history even when the node was cached by an earlier prompt)."""
+
     @classmethod
     def INPUT_TYPES(cls):
-        return {"required": {"path": ("STRING", {"default": "", "tooltip": "safetensors file with 'cond'"})}}
+        return {
+            "required": {"path": ("STRING", {"default": "", "tooltip": "safetensors file with 'cond'"})},
+            "optional": {"text": ("STRING", {"forceInput": True})},
+        }
 
     RETURN_TYPES = ("CONDITIONING",)
     FUNCTION = "load"
     CATEGORY = "testing"
+    OUTPUT_NODE = True
 
-    def load(self, path):
+    def load(self, path, text=None):
         t = safetensors.torch.load_file(path)
         extra = {"pooled_output": None}
         if "attention_mask" in t:
             extra["attention_mask"] = t["attention_mask"]
-        return ([[t["cond"], extra]],)
+        return {"ui": {"text": [text or ""]}, "result": ([[t["cond"], extra]],)}
 
 
 class Ideogram4TestOtherModel:

@@ -1,0 +1,108 @@
+"""Per-kernel tables of one sampling step, and the difference between two of them (issue: the eager gap between the
+ComfyUI path and the reference DiT).
+
+``table(prof, steps)`` turns a ``torch.profiler`` run into ``{kernel: {"count", "ms"}}`` per step, device kernels and
+copies only (on a CPU run: the operators, so the code is testable without a GPU); names are normalized (template
+arguments and numbers folded) so one kernel's launches of different shapes and tunings meet in one row.
+``bench/e2e.py --kernels`` (reference DiT) and ``bench/comfy_e2e.py --vram 0 --kernels`` (ComfyUI path) write a
+step's table into their JSON, each measured in its own process;
+
+    python -m comfyui_ideogram4_int8.bench.kernel_table REF.json:paths/triton-int8 COMFY.json:runs/ours-w8a8@resident
+
+prints what one runs and the other does not, the largest differences first, with each side's busy time per step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import re
+import sys
+
+_TEMPLATE = re.compile(r"<[^<>]*>")
+_NUMBER = re.compile(r"\d+")
+
+
+def normalize(name: str) -> str:
+    """One row per kernel: template arguments and numbers folded (``gemm<128, 4>_kernel_12`` -> ``gemm<>_kernel_#``)."""
+    prev = None
+    while prev != name:  # nested templates, innermost first (a bracket-free mark, so the outer ones match next)
+        prev, name = name, _TEMPLATE.sub("\x00", name)
+    name = _NUMBER.sub("#", name).replace("\x00", "<>")
+    return name if len(name) <= 140 else name[:137] + "..."
+
+
+def _device_time_us(evt) -> float:
+    t = getattr(evt, "device_time_total", None)
+    return float(t if t is not None else getattr(evt, "cuda_time_total", 0.0))
+
+
+def table(prof, steps: int = 1, device: bool = True) -> dict[str, dict[str, float]]:
+    """``{normalized kernel name: {"count": launches per step, "ms": time per step}}`` of a profiler run over
+    ``steps`` steps: device kernels and copies (``device``), else every operator with its own CPU time."""
+    out: dict[str, dict[str, float]] = {}
+    for evt in prof.key_averages():
+        on_device = "CUDA" in str(getattr(evt, "device_type", ""))
+        if device != on_device:
+            continue
+        us = _device_time_us(evt) if device else float(evt.self_cpu_time_total)
+        if us <= 0:
+            continue
+        row = out.setdefault(normalize(evt.key), {"count": 0.0, "ms": 0.0})
+        row["count"] += evt.count / steps
+        row["ms"] += us / 1e3 / steps
+    return {k: {"count": round(v["count"], 2), "ms": round(v["ms"], 4)} for k, v in out.items()}
+
+
+def busy_ms(kernels: dict[str, dict[str, float]]) -> float:
+    return round(sum(v["ms"] for v in kernels.values()), 3)
+
+
+def diff(a: dict, b: dict, top: int = 40) -> list[tuple[str, float, float, float, float, float]]:
+    """Rows ``(kernel, a count, a ms, b count, b ms, b ms - a ms)``, the largest differences first (a kernel only
+    one side runs has 0 on the other)."""
+    rows = []
+    for name in set(a) | set(b):
+        ra, rb = a.get(name, {"count": 0, "ms": 0.0}), b.get(name, {"count": 0, "ms": 0.0})
+        rows.append((name, ra["count"], ra["ms"], rb["count"], rb["ms"], round(rb["ms"] - ra["ms"], 4)))
+    rows.sort(key=lambda r: (-abs(r[5]), r[0]))
+    return rows[:top]
+
+
+def format_diff(a_name: str, a: dict, b_name: str, b: dict, top: int = 40) -> str:
+    lines = [
+        f"A = {a_name}: {busy_ms(a):.1f} ms of kernels per step; B = {b_name}: {busy_ms(b):.1f} ms",
+        f"{'kernel':<90}{'A n':>7}{'A ms':>9}{'B n':>7}{'B ms':>9}{'B-A ms':>9}",
+    ]
+    for name, an, ams, bn, bms, d in diff(a, b, top):
+        lines.append(f"{name[:89]:<90}{an:>7g}{ams:>9.3f}{bn:>7g}{bms:>9.3f}{d:>+9.3f}")
+    return "\n".join(lines)
+
+
+def load(spec: str) -> tuple[str, dict]:
+    """``FILE.json:key/key`` -> (label, the ``kernels`` table found under that key path)."""
+    path, _, keys = spec.partition(":")
+    node = json.loads(pathlib.Path(path).read_text())
+    for key in filter(None, keys.split("/")):
+        if key not in node:
+            raise SystemExit(f"{spec}: no {key!r} here; there are {sorted(node)[:20]}")
+        node = node[key]
+    if "kernels" not in node:
+        raise SystemExit(f"{spec}: no 'kernels' table (run the benchmark with --kernels)")
+    return keys or path, node["kernels"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m comfyui_ideogram4_int8.bench.kernel_table", description=__doc__)
+    p.add_argument("a", help="FILE.json:key/path of the first table (e.g. the reference DiT)")
+    p.add_argument("b", help="FILE.json:key/path of the second (e.g. the ComfyUI path)")
+    p.add_argument("--top", type=int, default=40)
+    args = p.parse_args(argv)
+    (an, a), (bn, b) = load(args.a), load(args.b)
+    print(format_diff(an, a, bn, b, args.top))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

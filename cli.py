@@ -214,8 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_threads,
         default=None,
         metavar="N",
-        help="CPU threads for torch (default: 1 on the CPU, where more only add overhead on this "
-        "tiny model; OMP_NUM_THREADS, when set, is kept)",
+        help="CPU threads for torch (default on the CPU: one per physical core this process may use; "
+        "OMP_NUM_THREADS, when set, is kept)",
     )
     p_demo.set_defaults(func=_cmd_demo)
 

@@ -71,11 +71,11 @@ def test_bf16_is_the_float_dtype_only_where_it_measured_faster(measured):
     assert dispatch.dequant_dtype(torch.zeros(1)) == torch.float32
 
 
-def test_the_answer_is_cached_on_disk_per_cpu_and_thread_count(measured, tmp_path, monkeypatch):
+def test_the_answer_is_cached_on_disk_per_torch_and_cpu(measured, tmp_path, monkeypatch):
     calls = measured(SLOW_INT_MM)
     first = cpu_gemm.choice()
     doc = json.loads((tmp_path / cpu_gemm.CACHE_NAME).read_text())
-    key = cpu_gemm.cache_key(torch.get_num_threads())
+    key = cpu_gemm.cache_key()
     assert doc["entries"][key] == SLOW_INT_MM and first.source == "measured on first use"
 
     def boom():
@@ -87,8 +87,10 @@ def test_the_answer_is_cached_on_disk_per_cpu_and_thread_count(measured, tmp_pat
     assert again.ms == SLOW_INT_MM and again.source == "measured earlier on this CPU" and len(calls) == 1
     assert K.select_path(CPU, 768, 256)[0] == K.PATH_DEQUANT
     assert "measured earlier on this CPU" in K.select_path(CPU, 768, 256)[1]
-    # another thread count is another answer; a broken cache file is measured again, never an error
-    assert cpu_gemm.cache_key(torch.get_num_threads() + 1) != key
+    # another torch or CPU is another answer; a broken cache file is measured again, never an error
+    monkeypatch.setattr(torch, "__version__", "2.99.0+cpu")
+    monkeypatch.setattr(cpu_gemm, "cpu_name", lambda: "Other CPU")
+    assert cpu_gemm.cache_key() != key and "2.99.0+cpu|Other CPU|" in cpu_gemm.cache_key()
     measured(FAST_INT_MM)  # the same call list: one more measurement expected
     (tmp_path / cpu_gemm.CACHE_NAME).write_text("{not json")
     assert cpu_gemm.choice().int_mm_fast and len(calls) == 2
@@ -177,10 +179,17 @@ def test_the_status_report_carries_the_cpu_labels_and_says_what_ran(measured):
     K.REGISTRY.clear()
 
 
-def test_the_real_measurement_is_bounded_and_complete(monkeypatch):
+def test_the_real_measurement_is_complete_and_leaves_the_thread_count(monkeypatch):
     monkeypatch.setattr(cpu_gemm, "REPEATS", 1)
+    threads = torch.get_num_threads()
+    seen = []
+    real = cpu_gemm.reference.dequant_matmul
+    monkeypatch.setattr(
+        cpu_gemm.reference, "dequant_matmul", lambda *a: seen.append(torch.get_num_threads()) or real(*a)
+    )
     ms = cpu_gemm.measure()
-    assert set(ms) == set(cpu_gemm.CANDIDATES) and all(v > 0 for v in ms.values())
+    assert set(ms) == set(cpu_gemm.CANDIDATES) and all(0 < v < float("inf") for v in ms.values())
+    assert seen and set(seen) == {1} and torch.get_num_threads() == threads  # one thread while measuring, restored
 
 
 CPUINFO = """processor	: 0

@@ -10,9 +10,10 @@
    the fidelity figures), prints the GEMM-path table and the W8A8-vs-bf16 fidelity, and writes
    ``demo_summary.json``.
 
-On the CPU the demo runs torch on one thread per physical core this process may use, unless told otherwise
-(``--threads``, or ``OMP_NUM_THREADS`` in the environment): a second hardware thread of a core only adds
-contention, and one thread left a second core idle (README: the measured times).
+On the CPU the demo runs torch on one thread per physical core this process may use that other jobs do not keep
+busy (``default_threads``), unless told otherwise (``--threads``, or ``OMP_NUM_THREADS`` in the environment): one
+thread left an idle second core unused, while two threads on cores other jobs keep busy wait on each other at every
+parallel op (README: the measured times).
 """
 
 from __future__ import annotations
@@ -107,11 +108,26 @@ def physical_cores(cpuinfo: str | None = None, allowed: set[int] | None = None) 
     return max(1, len(cores) or len(allowed))
 
 
+def default_threads(cores: int, load: float | None) -> int:
+    """One thread per physical core not kept busy by other jobs: ``cores`` minus the whole runnable jobs of the
+    1-minute ``load`` average (None where the OS has none), at least one. On an idle machine every core; where the
+    load average counts a whole host rather than this container, at worst one thread."""
+    busy = int(load) if load is not None and load >= 0 else 0
+    return max(1, cores - busy)
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has no load average
+        return None
+
+
 def _threads(args, device: torch.device) -> int:
     """Set torch's CPU thread count for the demo; returns it."""
     asked = getattr(args, "threads", None)
     if asked is None and device.type == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
-        asked = physical_cores()
+        asked = default_threads(physical_cores(), _load())
     if asked:
         torch.set_num_threads(int(asked))
     return torch.get_num_threads()

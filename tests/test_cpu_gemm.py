@@ -217,3 +217,44 @@ def test_demo_threads_default_to_physical_cores():
     assert demo.physical_cores(two_sockets, {0, 2}) == 2  # core 0 of socket 0 and core 0 of socket 1
     assert demo.physical_cores("processor\t: 0\n\nprocessor\t: 1\n", {0, 1, 2}) == 3  # no core ids: allowed CPUs
     assert demo.physical_cores("", set()) == 1
+
+
+def test_info_names_what_the_path_runs_here(measured, tmp_path):
+    from comfyui_ideogram4_int8.cli import info_report
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU wording shows where torch sees no GPU")
+    measured(SLOW_INT_MM)
+    report = info_report()
+    assert report["gemm_path"] == K.PATH_DEQUANT and report["path_label"] == "CPU dequantized float32 matmul"
+    assert "dequantized to float32" in report["backend_reason"] and "49.50 ms" in report["gemm_path_reason"]
+    (tmp_path / cpu_gemm.CACHE_NAME).unlink()  # else the cached answer stands
+    measured(FAST_INT_MM)
+    report = info_report()
+    assert report["gemm_path"] == K.PATH_CUBLAS and report["path_label"] == "CPU INT8 matmul (torch._int_mm)"
+
+
+@pytest.mark.parametrize(
+    "cores, load, threads",
+    [(2, 0.2, 2), (2, 0.99, 2), (2, 1.3, 1), (2, 5.7, 1), (8, 3.2, 5), (2, None, 2), (1, 0.0, 1), (4, -1.0, 4)],
+)
+def test_demo_threads_leave_out_the_cores_other_jobs_keep_busy(cores, load, threads):
+    assert demo.default_threads(cores, load) == threads
+
+
+def test_demo_sets_its_default_and_keeps_what_it_is_told(monkeypatch):
+    before = torch.get_num_threads()
+    args = type("Args", (), {"threads": None})()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(demo, "physical_cores", lambda: 3)
+    monkeypatch.setattr(demo, "_load", lambda: 1.5)
+    try:
+        assert demo._threads(args, CPU) == 2
+        args.threads = 1
+        assert demo._threads(args, CPU) == 1
+        args.threads = None
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        torch.set_num_threads(3)
+        assert demo._threads(args, CPU) == 3  # OMP_NUM_THREADS set: the demo leaves torch's count alone
+    finally:
+        torch.set_num_threads(before)

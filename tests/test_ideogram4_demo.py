@@ -97,8 +97,9 @@ def test_demo_on_cpu(cpu_demo):
     summary = _check(cwd / "demo_out", out, "cublas-int8")
     assert summary["device"] == "cpu"
     if not os.environ.get("OMP_NUM_THREADS"):  # the demo's own choice on the CPU (README: measured)
+        # the load average moves while the demo starts: its choice lies between the busiest and the idle answer
         cores = physical_cores()
-        assert summary["threads"] == cores and f"{cores} CPU thread(s)" in out.stdout
+        assert 1 <= summary["threads"] <= cores and f"{summary['threads']} CPU thread(s)" in out.stdout
 
 
 def _readme_example() -> str:

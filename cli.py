@@ -101,12 +101,17 @@ def info_report() -> dict:
 
     from . import __version__
     from .kernels import backends, environment_report, select_path, triton_unavailable_reason
+    from .kernels.dispatch import dequant_dtype
     from .kernels.launch import status as launch_status
+    from .kernels.registry import path_labels
 
     report = {"version": __version__, **environment_report()}
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     n, k = INFO_SHAPE
     path, why_not_faster = select_path(device, n, k)
+    # the dequantized matmul's dtype: bf16 on a GPU; on a CPU what it measured fast (float32 unless bf16 is faster)
+    dtype = "bfloat16" if device.type == "cuda" else str(dequant_dtype(torch.empty(0, dtype=torch.bfloat16)))
+    dtype = dtype.replace("torch.", "")
     report.update(
         device=str(device),
         gemm_path=path,
@@ -133,7 +138,8 @@ def info_report() -> dict:
             f"({'cuBLASLt' if device.type == 'cuda' else 'CPU'}), dequantization as a separate step",
         )
     else:
-        report.update(backend="float matmul", backend_reason="weights dequantized to bf16, then a float GEMM")
+        report.update(backend="float matmul", backend_reason=f"int8 operands dequantized to {dtype}, then a float GEMM")
+    report["path_label"] = path_labels(device.type, dtype)[path]  # what the path id runs on this device
     return report
 
 
@@ -150,7 +156,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"  triton     {report['triton'] or 'not installed'}")
     print(f"  GPU        {gpu}")
     n, k = INFO_SHAPE
-    print(f"  GEMM path  {report['gemm_path']} on {report['device']} (an Ideogram 4 linear, N={n} K={k})")
+    print(
+        f"  GEMM path  {report['gemm_path']} on {report['device']}: {report['path_label']} "
+        f"(an Ideogram 4 linear, N={n} K={k})"
+    )
     print(f"    why      {report['gemm_path_reason']}")
     print(f"  backend    {report['backend']}: {report['backend_reason']}")
     if report["gemm_path"] == "triton-int8":
@@ -214,8 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_threads,
         default=None,
         metavar="N",
-        help="CPU threads for torch (default: 1 on the CPU, where more only add overhead on this "
-        "tiny model; OMP_NUM_THREADS, when set, is kept)",
+        help="CPU threads for torch (default on the CPU: one per physical core this process may use that "
+        "other jobs do not keep busy, by the 1-minute load average; OMP_NUM_THREADS, when set, is kept)",
     )
     p_demo.set_defaults(func=_cmd_demo)
 

@@ -486,14 +486,28 @@ def plot(result: dict, png: pathlib.Path) -> None:
         import matplotlib
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
     except ImportError:
         print("matplotlib not installed: no plot", file=sys.stderr)
         return
+    fig = figure(result)
+    if fig is not None:
+        fig.savefig(png, dpi=110)
+
+
+TITLE_WIDTH = 95  # characters per title line: fits the 12-inch figure at the suptitle's size with room to spare
+
+
+def figure(result: dict):
+    """The two-panel figure (step time, peak memory) of a run, or None without peers that ran."""
+    import textwrap
+
+    import matplotlib.pyplot as plt
+
     peers = [p for p, e in result["peers"].items() if "step_ms" in e]
     if not peers:
-        return
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5))
+        return None
+    # constrained layout makes room for the long peer names and the title, which tight_layout cut at both ends
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
     colors = ["tab:gray" if p.startswith("native") else "tab:green" for p in peers]
     ax.barh(peers, [result["peers"][p]["step_ms"] for p in peers], color=colors)
     ax.set_xlabel("ms per sampling step (Default 20 / 20; both branches, CFG, Euler)")
@@ -504,12 +518,12 @@ def plot(result: dict, png: pathlib.Path) -> None:
     bx.invert_yaxis()
     bx.legend()
     info = result["info"]
-    fig.suptitle(
-        f"Ideogram 4 through ComfyUI {info['comfyui']}, {info['size']}, {info['gpu']} "
-        f"(torch {info['torch']}, triton {info['triton']}); grey: native ComfyUI, green: this pack"
-    )
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
+    lines = [
+        f"Ideogram 4 through ComfyUI {info['comfyui']}, {info['size']}, {info['gpu']}",
+        f"torch {info['torch']}, triton {info['triton']}; grey: native ComfyUI, green: this pack",
+    ]
+    fig.suptitle("\n".join(textwrap.fill(line, TITLE_WIDTH) for line in lines))
+    return fig
 
 
 def _comfyui_version(root: str) -> str:

@@ -10,9 +10,10 @@
    the fidelity figures), prints the GEMM-path table and the W8A8-vs-bf16 fidelity, and writes
    ``demo_summary.json``.
 
-On the CPU the demo runs torch on one thread unless told otherwise (``--threads``, or
-``OMP_NUM_THREADS`` in the environment): the model is tiny, and more threads only added overhead
-(README: the measured times).
+On the CPU the demo runs torch on one thread per physical core this process may use that other jobs do not keep
+busy (``default_threads``), unless told otherwise (``--threads``, or ``OMP_NUM_THREADS`` in the environment): one
+thread left an idle second core unused, while two threads on cores other jobs keep busy wait on each other at every
+parallel op (README: the measured times).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ MODEL_SEEDS = {"conditional": 4, "unconditional": 5}  # the embedded default mod
 TEXT_TOKENS = 24
 DEMO_SIZE = 256  # pixels: a 16 x 16 latent, 256 image tokens
 FIDELITY_MIN = 0.99
-CPU_THREADS = 1  # measured: README "Fresh-machine commands"
 DIFF_GAIN = 50.0
 
 
@@ -87,11 +87,47 @@ def _print_fidelity(fidelity: dict[str, float], rel_latent: float) -> None:
     print(f"{'sampled latent: W8A8 vs bf16':<44} {'relative L2 error (0 = identical)':<34} {rel_latent:.5f}")
 
 
+def physical_cores(cpuinfo: str | None = None, allowed: set[int] | None = None) -> int:
+    """Physical cores among the CPUs this process may run on (``allowed``, default its affinity): distinct
+    (physical id, core id) pairs of /proc/cpuinfo; where those fields are missing, the number of allowed CPUs."""
+    if allowed is None:
+        allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set(range(os.cpu_count() or 1))
+    if cpuinfo is None:
+        try:
+            cpuinfo = pathlib.Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    cores = set()
+    for block in cpuinfo.strip().split("\n\n"):
+        fields = dict(line.split(":", 1) for line in block.splitlines() if ":" in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        if "processor" not in fields or "core id" not in fields:
+            continue
+        if fields["processor"].isdigit() and int(fields["processor"]) in allowed:
+            cores.add((fields.get("physical id", "0"), fields["core id"]))
+    return max(1, len(cores) or len(allowed))
+
+
+def default_threads(cores: int, load: float | None) -> int:
+    """One thread per physical core not kept busy by other jobs: ``cores`` minus the whole runnable jobs of the
+    1-minute ``load`` average (None where the OS has none), at least one. On an idle machine every core; where the
+    load average counts a whole host rather than this container, at worst one thread."""
+    busy = int(load) if load is not None and load >= 0 else 0
+    return max(1, cores - busy)
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has no load average
+        return None
+
+
 def _threads(args, device: torch.device) -> int:
     """Set torch's CPU thread count for the demo; returns it."""
     asked = getattr(args, "threads", None)
     if asked is None and device.type == "cpu" and not os.environ.get("OMP_NUM_THREADS"):
-        asked = min(CPU_THREADS, torch.get_num_threads())
+        asked = default_threads(physical_cores(), _load())
     if asked:
         torch.set_num_threads(int(asked))
     return torch.get_num_threads()

@@ -2,9 +2,11 @@
 
 Paths, fastest first (DESIGN.md §3):
   triton-int8   fused Triton GEMM (int8 tensor cores, dequant + bias in the epilogue)  CUDA sm_80+
-  cublas-int8   torch._int_mm (cuBLASLt on CUDA) + epilogue                            CUDA, CPU
+  cublas-int8   torch._int_mm (cuBLASLt on CUDA) + epilogue                            CUDA, CPU with fast int8
   dequant-bf16  the 'phantom INT8' path: dequantize, float matmul                      anywhere
-The path is picked per call from the device, dtype and shape; it can be forced with the
+On a CPU, cublas-int8 runs only where torch._int_mm measured faster than the dequantized float matmul
+(``cpu_gemm``: without VNNI/AMX it is ~40x slower); there the dequantized matmul runs in float32 (or bf16 where that
+measured faster). The path is picked per call from the device, dtype and shape; it can be forced with the
 ``path`` argument (strict: raises if impossible) or the IDEOGRAM4_INT8_GEMM_PATH environment
 variable (lenient: falls back, and the registry says so). Every call records its path and the
 reason a faster one was not taken in ``registry.REGISTRY``.
@@ -19,7 +21,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from . import reference
+from . import cpu_gemm, reference
 from .backends import DEMOTIONS, cublas_unavailable, triton_unavailable
 from .fused import FusedUnavailable, run_fused
 from .reference import INT32_SAFE_MAX_K
@@ -61,7 +63,11 @@ def _unavailable(path: str, device: torch.device, n: int, k: int) -> str | None:
 def select_path(device: torch.device, n: int, k: int, path: str | None = None) -> tuple[str, str]:
     """(path, reason). ``reason`` says why a faster path was not taken ('' when fastest ran)."""
     # asked on every GEMM call: cached per inputs, including the environment switches it reads
-    env = (os.environ.get(ENV_PATH, "").strip(), os.environ.get("TRITON_INTERPRET", ""))
+    env = (
+        os.environ.get(ENV_PATH, "").strip(),
+        os.environ.get("TRITON_INTERPRET", ""),
+        os.environ.get(cpu_gemm.ENV_CPU_GEMM, ""),
+    )
     return _select_path_cached(device, n, k, path, env)
 
 
@@ -97,6 +103,9 @@ def _auto(device: torch.device, n: int, k: int, note: str = "") -> tuple[str, st
             reasons.append("CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)")
             continue
         why = _unavailable(candidate, device, n, k)
+        if why is None and candidate == PATH_CUBLAS and device.type == "cpu":
+            # no tensor cores: torch._int_mm is the fast CPU path only where it measured so (cpu_gemm)
+            why = cpu_gemm.choice().why_not_int_mm()
         if why is None:
             return candidate, "; ".join(reasons)
         reasons.append(why)
@@ -398,7 +407,7 @@ def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype, group=None):
         if group is not None:  # the phantom path rotates in float, then dequantizes
             xs = x2 if smooth is None else (x2.float() / smooth).to(x2.dtype)
             x2, smooth = reference.rotate_ref(xs, group), None
-        y = reference.dequant_linear_ref(x2, w, w_scale, bias, smooth, compute_dtype=x2.dtype)
+        y = reference.dequant_linear_ref(x2, w, w_scale, bias, smooth, compute_dtype=dequant_dtype(x2))
         return y.to(out_dtype), None, None
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
@@ -408,6 +417,15 @@ def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype, group=None):
         return _launch_fused(q, w, s, w_scale, bias, out_dtype, raw_int32=False, timed=PATH_TRITON)
     q, s = _quantize_rows(x2, smooth, group)
     return _cublas_linear(q, s, w, w_scale, bias, out_dtype), None, None
+
+
+def dequant_dtype(x: torch.Tensor) -> torch.dtype:
+    """The float dtype of the dequantized matmul: x's on a GPU; on a CPU float32 (a CPU without bf16 units runs a
+    bf16 matmul ~10x slower), or bf16 for bf16 inputs where bf16 measured faster (cpu_gemm)."""
+    if x.device.type != "cpu" or x.dtype == torch.float32:
+        return x.dtype
+    fast = cpu_gemm.choice().float_dtype
+    return torch.bfloat16 if x.dtype == torch.bfloat16 and fast == torch.bfloat16 else torch.float32
 
 
 def float_linear(

@@ -108,6 +108,11 @@ def dequant_linear_ref(x, w, w_scale, bias=None, smooth=None, compute_dtype=torc
     """The 'phantom INT8' path: the same quantized operands, dequantized to compute_dtype
     and multiplied by a float matmul. Numerically a fake-quant W8A8."""
     q, s = quantize_per_token_ref(x, smooth)
+    return dequant_matmul(q, s, w, w_scale, bias, compute_dtype)
+
+
+def dequant_matmul(q, s, w, w_scale, bias=None, compute_dtype=torch.bfloat16):
+    """The float matmul of dequantized operands: (q * s) . (w * w_scale)^T (+ bias) in compute_dtype."""
     xd = (q.float() * s[:, None]).to(compute_dtype)
     wd = (w.float() * w_scale.float()[:, None]).to(compute_dtype)
     y = torch.nn.functional.linear(xd, wd)

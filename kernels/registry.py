@@ -26,6 +26,32 @@ PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT, PATH_BF16)
 # Fastest first: used to say which faster path was not taken.
 PATH_RANK = {p: i for i, p in enumerate(PATHS)}
 
+# What each path id (stable, DESIGN.md §3) runs, per device type: the ids stay, the words say what runs there. On a
+# CPU "cublas-int8" is torch._int_mm on the CPU's own int8 kernels (no cuBLAS), and "dequant-bf16" is the
+# dequantized float matmul, in float32 unless bf16 measured faster (cpu_gemm); where torch._int_mm is slow that is
+# the fast CPU path, not a phantom of a faster one.
+PATH_LABELS = {
+    "cuda": {
+        PATH_TRITON: "fused Triton INT8",
+        PATH_CUBLAS: "cuBLAS INT8 (torch._int_mm, not fused)",
+        PATH_DEQUANT: "dequant → bf16 (phantom INT8)",
+        PATH_BF16: "bf16 (protected)",
+    },
+    "cpu": {
+        PATH_TRITON: "fused Triton INT8 (CUDA GPUs only)",
+        PATH_CUBLAS: "CPU INT8 matmul (torch._int_mm)",
+        PATH_DEQUANT: "CPU dequantized {dtype} matmul",
+        PATH_BF16: "float (protected)",
+    },
+}
+
+
+def path_labels(device_type: str, float_dtype: str = "float32") -> dict[str, str]:
+    """{path id: what runs} on ``device_type`` ("cuda", "cpu"; any other gets the CPU words); ``float_dtype``: the
+    CPU's dequantized matmul dtype."""
+    table = PATH_LABELS["cuda" if device_type == "cuda" else "cpu"]
+    return {p: label.format(dtype=float_dtype) for p, label in table.items()}
+
 
 @dataclasses.dataclass
 class LayerRecord:

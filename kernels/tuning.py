@@ -107,11 +107,16 @@ def _shipped(arch, gpu, line, M, N, K, block_n, epilogue):
     return GemmConfig.from_dict(e["config"]), f"shipped table ({where}, Triton {line})"
 
 
-def _cache_file() -> pathlib.Path:
+def cache_dir() -> pathlib.Path:
+    """The pack's cache folder: IDEOGRAM4_INT8_CACHE_DIR, else $XDG_CACHE_HOME (~/.cache)/comfyui_ideogram4_int8."""
     base = os.environ.get(ENV_CACHE_DIR) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "comfyui_ideogram4_int8"
     )
-    return pathlib.Path(base) / "autotune.json"
+    return pathlib.Path(base)
+
+
+def _cache_file() -> pathlib.Path:
+    return cache_dir() / "autotune.json"
 
 
 @functools.lru_cache(maxsize=1)

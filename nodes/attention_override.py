@@ -69,9 +69,10 @@ def cudnn_first_attention(
     return out.transpose(1, 2).reshape(b, n, h * d)
 
 
-def install(model_options: dict) -> str:
+def install(model_options: dict, device: torch.device | None = None) -> str:
     """Put the override into a ModelPatcher's ``model_options`` (unless switched off); what it says for the
-    loader's summary."""
+    loader's summary about the model's ``device`` (the override serves CUDA only: elsewhere ComfyUI's attention
+    runs, and the summary says so)."""
     if os.environ.get(ENV_ATTENTION, "").strip().lower() == "comfyui":
         return f"attention: ComfyUI's own ({ENV_ATTENTION}=comfyui)"
     if _PRIORITY is None:
@@ -80,4 +81,7 @@ def install(model_options: dict) -> str:
     if options.get(KEY, cudnn_first_attention) is not cudnn_first_attention:
         return "attention: the override already set on this MODEL (kept)"
     options[KEY] = cudnn_first_attention
-    return "attention: SDPA with cuDNN first (ComfyUI orders FlashAttention-2 first; cuDNN is ~2x faster here)"
+    if device is not None and device.type != "cuda":
+        # installed anyway (it passes non-CUDA tensors through), but the summary names what runs on this device
+        return f"attention: ComfyUI's own on the {device.type.upper()} (the pack's cuDNN-first SDPA serves CUDA only)"
+    return "attention: SDPA with cuDNN first (ComfyUI orders FlashAttention-2 first; on Hopper cuDNN is ~2x faster)"

@@ -129,7 +129,7 @@ def build_native_model(
         label_sites(model.diffusion_model, label, gemm_path)
         op_coverage.install(model.diffusion_model, label)
         patcher = Ideogram4ModelPatcher(model, load_device=load_device, offload_device=offload_device)
-        patcher.ideogram4_attention = install_attention(patcher.model_options)
+        patcher.ideogram4_attention = install_attention(patcher.model_options, load_device)
         if offload_device.type != "cpu":
             model.to(offload_device)
         paths = declare_sites(model.diffusion_model, label, load_device)

@@ -29,9 +29,10 @@ import re
 import time
 from collections.abc import Mapping
 
+from ..kernels import cpu_gemm
 from ..kernels.dispatch import ENV_PATH
 from ..kernels.env import environment_report, interpreter_mode
-from ..kernels.registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
+from ..kernels.registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY, path_labels
 from ..kernels.tuning import EPILOGUE_PAIR, PICKER
 
 BYPASS = "bypass"  # the registry's model note of op_coverage (a forward that routed around the pack's op)
@@ -361,13 +362,36 @@ def _timing(registry) -> dict:
     }
 
 
+def _cpu_paths() -> str:
+    """What the quantized linears run on this CPU, as far as decided (the report never starts a measurement)."""
+    answer = cpu_gemm.decided()
+    if answer is None:
+        return (
+            "quantized linears run torch._int_mm (cublas-int8) where this CPU measures it fast, else a dequantized "
+            "float32 matmul (dequant-bf16): decided at the first W8A8 call"
+        )
+    dtype = str(answer.float_dtype).replace("torch.", "")
+    if answer.int_mm_fast:
+        return f"quantized linears run torch._int_mm on the CPU (cublas-int8; {answer.summary()})"
+    return (
+        f"quantized linears run a dequantized {dtype} matmul (dequant-bf16), faster than torch._int_mm on this CPU "
+        f"({answer.summary()}); {ENV_PATH}=cublas-int8 forces torch._int_mm"
+    )
+
+
+def _labels() -> tuple[str, dict]:
+    device = "cuda" if environment_report()["cuda_available"] else "cpu"
+    answer = cpu_gemm.decided()
+    dtype = str(answer.float_dtype).replace("torch.", "") if answer is not None else "float32"
+    return device, path_labels(device, dtype)
+
+
 def _status(env: dict, models: list[dict], timing_problem: str | None) -> dict:
     notes = []
     if not env["cuda_available"]:
         notes.append(
-            f"No CUDA GPU is visible to torch {env['torch']}: quantized linears run on cublas-int8 "
-            "(torch._int_mm on the CPU) or dequant-bf16. The fused Triton INT8 kernel needs an NVIDIA GPU "
-            "(sm_80 or newer)."
+            f"No CUDA GPU is visible to torch {env['torch']}: {_cpu_paths()}. The fused Triton INT8 kernel needs "
+            "an NVIDIA GPU (sm_80 or newer)."
         )
     forced = env["forced_path"]
     if forced["value"] is not None:
@@ -473,6 +497,7 @@ def status_report(
         for label in labels
     ]
     env = _environment()
+    labels_device, labels_of = _labels()
     from .. import __version__
 
     return {
@@ -482,6 +507,7 @@ def status_report(
         "status": _status(env, models, _timing_state["env_problem"]),
         "environment": env,
         "paths": list(PATHS),
+        "path_labels": {"device": labels_device, "labels": labels_of},
         "models": models,
         "timing": _timing(registry),
         "last_prompt_id": _last_prompt_id(registry.layers()),

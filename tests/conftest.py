@@ -24,6 +24,11 @@ except ImportError:  # pragma: no cover - torch is a hard dependency
 if not _HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# On a CPU the automatic path depends on whether torch._int_mm measures fast there (kernels/cpu_gemm.py): the suite
+# states the answer (int8: the cublas-int8 path the path tests expect) so its expectations do not depend on the CPU
+# that runs it; tests of the measurement itself unset it. Subprocesses (ComfyUI, the demo) inherit it.
+os.environ.setdefault("IDEOGRAM4_INT8_CPU_GEMM", "int8")
+
 
 _SESSION_TMP: str | None = None
 

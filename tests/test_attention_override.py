@@ -59,3 +59,13 @@ def test_cudnn_first_attention_matches_float32_at_head_dim_256(n, gen):
     assert out.shape == (1, n, 18 * 256) and out.dtype == torch.bfloat16
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float()).transpose(1, 2).reshape(1, n, -1)
     assert rel_err(out, ref) < 1e-2, f"seed {gen.initial_seed()}"
+
+
+def test_the_summary_names_what_runs_on_the_models_device():
+    if A._PRIORITY is None:
+        pytest.skip("this torch cannot order SDPA backends")
+    opts: dict = {}
+    said = A.install(opts, torch.device("cpu"))
+    assert said.startswith("attention: ComfyUI's own on the CPU") and "~2x" not in said
+    assert opts["transformer_options"][A.KEY] is A.cudnn_first_attention  # kept: it passes CPU tensors through
+    assert "cuDNN first" in A.install({}, torch.device("cuda", 0))

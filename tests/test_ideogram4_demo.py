@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
+from comfyui_ideogram4_int8.ideogram4.demo import physical_cores
 from ideogram4_checks import seed_of
 from PIL import Image
 
@@ -96,7 +97,9 @@ def test_demo_on_cpu(cpu_demo):
     summary = _check(cwd / "demo_out", out, "cublas-int8")
     assert summary["device"] == "cpu"
     if not os.environ.get("OMP_NUM_THREADS"):  # the demo's own choice on the CPU (README: measured)
-        assert summary["threads"] == 1 and "1 CPU thread(s)" in out.stdout
+        # the load average moves while the demo starts: its choice lies between the busiest and the idle answer
+        cores = physical_cores()
+        assert 1 <= summary["threads"] <= cores and f"{summary['threads']} CPU thread(s)" in out.stdout
 
 
 def _readme_example() -> str:

@@ -89,6 +89,8 @@ def test_native_model_with_our_ops_matches_the_reference_dit(run_check):
     summary = r["w8a8/summary"]
     assert "conditional: i4_w8a8.safetensors" in summary and "unconditional: i4_w8a8.safetensors" in summary
     assert "cublas-int8 23, bf16 8" in summary
+    # the attention line names what runs on the load device (a CPU here: ComfyUI's own attention, not cuDNN)
+    assert "attention: ComfyUI's own on the CPU" in summary and "cuDNN is ~2x" not in summary
     assert "bf16-protected layers (2): layers.1.feed_forward.w2, layers.3.feed_forward.w2" in summary
     assert "quantized to W8A8 on load: 25 layers" in r["fp8/summary"]
     assert "ConvRot layers: 21" in r["int8_convrot/summary"]

@@ -29,10 +29,9 @@ const DIALOGS = '[data-testid="dialog-overlay"], [role=dialog], [data-reka-dialo
 const CUSTOM_ONLY = ["steps", "guidance", "polish_steps", "polish_guidance", "mu", "std"];
 
 async function dismiss(page) {
+  // Escape closes them in 1.49 and 1.58 (a click on their close button can wait out an animation)
   for (let i = 0; i < 8 && (await page.locator(DIALOGS).count()); i++) {
-    const close = page.locator('button[aria-label="Close dialog"], button[aria-label="Close"]').first();
-    if (await close.isVisible().catch(() => false)) await close.click().catch(() => {});
-    else await page.keyboard.press("Escape");
+    await page.keyboard.press("Escape");
     await page.waitForTimeout(400);
   }
 }
@@ -65,11 +64,17 @@ try {
   page.on("pageerror", (err) => result.consoleErrors.push(String(err)));
   await page.goto(base, { waitUntil: "domcontentloaded" });
   await page.waitForFunction(() => window.comfyAPI?.app?.app?.graph && window.LiteGraph, null, { timeout: 120000 });
+  // the frontend's startup workflow has loaded (else it may replace the graph built below)
+  await page.waitForFunction(() => window.comfyAPI.app.app.graph.nodes?.length > 0, null, { timeout: 60000 }).catch(() => {});
   const tutorialDone = await page.evaluate(() => window.comfyAPI.app.app.extensionManager.setting.get("Comfy.TutorialCompleted"));
   // 1.58 opens the Templates browser on a first load (tutorial not done) a few seconds after the app is up
   if (!tutorialDone) await page.waitForSelector(DIALOGS, { timeout: 10000 }).catch(() => {});
-  await page.waitForTimeout(1500);
-  await dismiss(page);
+  // and a dialog may open late: dismissed until none is left 1.5 s after the last one
+  for (let i = 0; i < 4; i++) {
+    await page.waitForTimeout(1500);
+    if (!(await page.locator(DIALOGS).count())) break;
+    await dismiss(page);
+  }
   result.frontendVersion = await page.evaluate(() => window.__COMFYUI_FRONTEND_VERSION__ ?? null);
   await page.evaluate(async (on) => {
     await window.comfyAPI.app.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", on);
@@ -80,6 +85,7 @@ try {
   // 0. the GEMM-path panel's tab
   const tab = page.locator('button[aria-label*="GEMM path"]').first();
   if (await tab.count()) {
+    await dismiss(page);
     await tab.click();
     await page.waitForSelector('[data-testid="ig4i8-banner"]', { timeout: 30000 });
     await page.waitForTimeout(500);

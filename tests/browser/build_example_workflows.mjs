@@ -1,6 +1,11 @@
 // Builds the example workflows in a real ComfyUI frontend and writes them (developer tool, not a CI test).
 //
-//   node tests/browser/build_example_workflows.mjs <base-url> <out-dir> [<name> ...]
+//   node tests/browser/build_example_workflows.mjs <base-url> <out-dir> --nodes2 <newest-url> [<name> ...]
+//
+// <base-url>: a ComfyUI on the frontend it pins (1.49.6 for 0.33), where the files are built; <newest-url>: the same
+// ComfyUI started with --front-end-root on the newest frontend, where each built file is loaded under Nodes 2.0
+// (Vue nodes), which draws some nodes taller than their saved size: the layout is redone with room for those
+// heights until every node fits (the saved sizes stay the classic ones), so it overlaps in neither frontend.
 //
 // The UI files are not written by hand: every node is created by the frontend itself (LiteGraph.createNode,
 // app.graph.add), connected with node.connect, its widgets set by name; then the frontend serializes the graph

@@ -1,6 +1,11 @@
 // Builds the example workflows in a real ComfyUI frontend and writes them (developer tool, not a CI test).
 //
-//   node tests/browser/build_example_workflows.mjs <base-url> <out-dir> [<name> ...]
+//   node tests/browser/build_example_workflows.mjs <base-url> <out-dir> --nodes2 <newest-url> [<name> ...]
+//
+// <base-url>: a ComfyUI on the frontend it pins (1.49.6 for 0.33), where the files are built; <newest-url>: the same
+// ComfyUI started with --front-end-root on the newest frontend, where each built file is loaded under Nodes 2.0
+// (Vue nodes), which draws some nodes taller than their saved size: the layout is redone with room for those
+// heights until every node fits (the saved sizes stay the classic ones), so it overlaps in neither frontend.
 //
 // The UI files are not written by hand: every node is created by the frontend itself (LiteGraph.createNode,
 // app.graph.add), connected with node.connect, its widgets set by name; then the frontend serializes the graph
@@ -26,9 +31,12 @@ import { join } from "node:path";
 const require = createRequire(import.meta.url);
 const { chromium } = require("playwright-core");
 
-const [base, outDir, ...only] = process.argv.slice(2);
-if (!base || !outDir) {
-  console.error("usage: build_example_workflows.mjs <base-url> <out-dir> [<name> ...]");
+const args = process.argv.slice(2);
+const nodes2At = args.indexOf("--nodes2");
+const nodes2Base = nodes2At >= 0 ? args.splice(nodes2At, 2)[1] : undefined;
+const [base, outDir, ...only] = args;
+if (!base || !outDir || !nodes2Base) {
+  console.error("usage: build_example_workflows.mjs <base-url> <out-dir> --nodes2 <newest-frontend-url> [<name> ...]");
   process.exit(2);
 }
 
@@ -192,9 +200,13 @@ const NOTES = {
   ],
 };
 
+// The notes are written with `code` for file, folder, repo and output names; the shipped note shows them in bold
+// instead: Nodes 2.0 draws inline code dark blue on the note's brown (hard to read), the classic canvas light on dark.
+const boldCode = (text) => text.replace(/`([^`\n]+)`/g, "**$1**");
+
 // height "fill": down to the bottom of the lowest other node
 const note = (name, height = "fill") => ({ key: "note", type: "MarkdownNote", size: [0, height], title: "Read me",
-                                           widgets: { text: NOTES[name].join("\n") } });
+                                           widgets: { text: boldCode(NOTES[name].join("\n")) } });
 
 // Layout: `columns` left to right, each [width, [keys top to bottom]]; "|" in a column starts a new group (room for
 // its title). Every node takes its column's width. A workflow must open readable: the frontend fits a template's
@@ -373,10 +385,10 @@ const WORKFLOWS = {
 };
 
 // -- runs inside the page -------------------------------------------------------------------------------------------
-async function buildInPage(spec) {
+// Creates the spec's nodes (widgets set by name) and links on an empty graph; installed as window.__ig4i8Create.
+function createInPage(spec) {
   const app = window.comfyAPI.app.app;
   const LG = window.LiteGraph;
-  const Group = LG.LGraphGroup ?? window.LGraphGroup;
   app.graph.clear();
   const byKey = {};
   const problems = [];
@@ -410,9 +422,39 @@ async function buildInPage(spec) {
     const link = a.connect(slotIndex(a.outputs, out, src), b, slotIndex(b.inputs, inp, dst));
     if (!link) problems.push(`could not connect ${src}.${out} -> ${dst}.${inp}`);
   }
+  return { byKey, problems };
+}
+
+// Nodes 2.0 (newest frontend, Vue nodes on): the workflow loaded as a user loads it, and the height of each node's
+// element (title included), in canvas units. Nodes 2.0 draws a node as tall as its content when that is more than
+// the saved size, so its nodes can be taller than the classic ones.
+async function measureNodes2InPage([workflow, ids]) {
+  const app = window.comfyAPI.app.app;
+  await app.loadGraphData(structuredClone(workflow), true, true, null);
+  await new Promise((r) => setTimeout(r, 2500));
+  const heights = {};
+  const problems = [];
+  for (const [key, id] of Object.entries(ids)) {
+    const r = document.querySelector(`[data-node-id="${id}"]`)?.getBoundingClientRect();
+    if (!r?.height) problems.push(`Nodes 2.0 drew no element for ${key}`);
+    else heights[key] = Math.ceil(r.height / app.canvas.ds.scale);
+  }
+  return { heights, problems };
+}
+
+// the classic layout (pinned frontend); `spec.nodes2` holds each node's Nodes 2.0 height (title included)
+async function buildInPage(spec) {
+  const app = window.comfyAPI.app.app;
+  const LG = window.LiteGraph;
+  const Group = LG.LGraphGroup ?? window.LGraphGroup;
+  const { byKey, problems } = window.__ig4i8Create(spec);
   // layout: columns left to right, nodes stacked top to bottom; each node as wide as its column, as tall as it needs
-  // (or its spec's height); "|" leaves room for the next group's title
+  // (or its spec's height); "|" leaves room for the next group's title. A node takes the room of the taller of its
+  // two drawings: the classic one (title + size) and the Nodes 2.0 one (spec.nodes2, measured in the newest frontend),
+  // so the layout overlaps in neither; the saved size stays the classic one.
   const th = LG.NODE_TITLE_HEIGHT;
+  const keyOf = new Map(Object.entries(byKey).map(([k, n]) => [n, k]));
+  const tall = (node) => Math.max(node.size[1] + th, spec.nodes2[keyOf.get(node)] ?? 0);
   const COLUMN_GAP = 40;
   const NODE_GAP = 26;
   const GROUP_PAD = 14;
@@ -432,17 +474,17 @@ async function buildInPage(spec) {
       const want = specOf[key].size?.[1];
       node.setSize([width, Math.max(node.computeSize()[1], typeof want === "number" ? want : 0)]);
       node.pos = [x, y];
-      y += node.size[1] + th + NODE_GAP;
+      y += tall(node) + NODE_GAP;
       placed.add(key);
     }
     x += width + COLUMN_GAP;
   }
   const fill = spec.nodes.filter((n) => n.size?.[1] === "fill").map((n) => byKey[n.key]);
-  const lowest = Math.max(...app.graph.nodes.filter((n) => !fill.includes(n)).map((n) => n.pos[1] + n.size[1]));
+  const lowest = Math.max(...app.graph.nodes.filter((n) => !fill.includes(n)).map((n) => n.pos[1] - th + tall(n)));
   for (const node of fill) node.setSize([node.size[0], Math.max(node.computeSize()[1], lowest - node.pos[1])]);
   const unplaced = Object.keys(byKey).filter((k) => !placed.has(k));
   if (unplaced.length) problems.push(`not in the layout: ${unplaced.join(", ")}`);
-  const rectOf = (node) => [node.pos[0], node.pos[1] - th, node.size[0], node.size[1] + th];
+  const rectOf = (node) => [node.pos[0], node.pos[1] - th, node.size[0], tall(node)];
   const overlap = (a, b) => a[0] < b[0] + b[2] && b[0] < a[0] + a[2] && a[1] < b[1] + b[3] && b[1] < a[1] + a[3];
   const groupRects = [];
   for (const [title, keys] of spec.groups ?? []) {
@@ -486,7 +528,8 @@ async function buildInPage(spec) {
   app.canvas.ds.offset = [Math.round(800 / fit - bx0 - bounds[0] / 2), Math.round(482 / fit - by0 - bounds[1] / 2)];
   app.graph.setDirtyCanvas(true, true);
   const ids = Object.fromEntries(Object.entries(byKey).map(([k, n]) => [k, n.id]));
-  return { problems, ids, bounds: bounds.map(Math.round), fit: Math.round(fit * 1000) / 1000 };
+  const room = Object.fromEntries(Object.entries(byKey).map(([k, n]) => [k, Math.floor(tall(n))]));
+  return { problems, ids, room, bounds: bounds.map(Math.round), fit: Math.round(fit * 1000) / 1000 };
 }
 
 async function exportInPage() {
@@ -531,6 +574,20 @@ function firstDifference(a, b, path = "") {
   return null;
 }
 
+// a frontend loaded, its first-load dialogs (1.58's Templates browser) closed, the node-building helper installed
+async function openFrontend(page, url) {
+  await page.goto(url, { waitUntil: "domcontentloaded" });
+  await page.waitForFunction(() => window.comfyAPI?.app?.app?.graph && window.LiteGraph, null, { timeout: 120000 });
+  await page.waitForFunction(() => window.comfyAPI.app.app.graph.nodes?.length >= 0, null, { timeout: 60000 });
+  await page.waitForTimeout(3000);
+  for (let i = 0; i < 3 && (await page.locator('[data-testid="dialog-overlay"], [role=dialog]').count()); i++) {
+    await page.keyboard.press("Escape");
+    await page.waitForTimeout(500);
+  }
+  await page.evaluate(`window.__ig4i8Create = ${createInPage.toString()}`);
+  return page;
+}
+
 // card picture: 900 x 900 px of the canvas (clear of the sidebar, the run button and the minimap)
 async function thumbnail(page, name, focus) {
   await page.evaluate(focusInPage, [focus, 0.9, 330, 140]);
@@ -548,21 +605,30 @@ const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir()
 });
 const summary = {};
 try {
-  const page = browser.pages()[0] ?? (await browser.newPage());
-  await page.goto(base, { waitUntil: "domcontentloaded" });
-  await page.waitForFunction(() => window.comfyAPI?.app?.app?.graph && window.LiteGraph, null, { timeout: 120000 });
-  await page.waitForFunction(() => window.comfyAPI.app.app.graph.nodes?.length >= 0, null, { timeout: 60000 });
-  await page.waitForTimeout(3000);
-  for (let i = 0; i < 3 && (await page.locator('[data-testid="dialog-overlay"], [role=dialog]').count()); i++) {
-    await page.keyboard.press("Escape");
-    await page.waitForTimeout(500);
-  }
+  const page = await openFrontend(browser.pages()[0] ?? (await browser.newPage()), base);
+  const nodes2Page = await openFrontend(await browser.newPage(), nodes2Base);
+  await nodes2Page.evaluate(async () => {
+    await window.comfyAPI.app.app.extensionManager.setting.set("Comfy.VueNodes.Enabled", true);
+  });
+  await nodes2Page.waitForTimeout(1000);
   mkdirSync(join(outDir, "api"), { recursive: true });
   for (const [name, spec] of Object.entries(WORKFLOWS)) {
     if (only.length && !only.includes(name)) continue;
-    const built = await page.evaluate(buildInPage, { ...spec, maxBounds: MAX_BOUNDS });
-    if (built.problems.length) throw new Error(`${name}: ${built.problems.join("; ")}`);
-    const first = await page.evaluate(exportInPage);
+    // classic layout, then Nodes 2.0 heights of that file; again with room for them until every node fits its room
+    let heights = {};
+    let built;
+    let first;
+    for (let pass = 1; ; pass++) {
+      built = await page.evaluate(buildInPage, { ...spec, maxBounds: MAX_BOUNDS, nodes2: heights });
+      if (built.problems.length) throw new Error(`${name}: ${built.problems.join("; ")}`);
+      first = await page.evaluate(exportInPage);
+      const nodes2 = await nodes2Page.evaluate(measureNodes2InPage, [first.workflow, built.ids]);
+      if (nodes2.problems.length) throw new Error(`${name} (Nodes 2.0): ${nodes2.problems.join("; ")}`);
+      const tooTall = Object.keys(built.room).filter((k) => nodes2.heights[k] > built.room[k]);
+      if (!tooTall.length) break;
+      if (pass === 4) throw new Error(`${name}: under Nodes 2.0 still taller than their room: ${tooTall.join(", ")}`);
+      for (const k of tooTall) heights[k] = Math.max(heights[k] ?? 0, nodes2.heights[k]);
+    }
     const again = await page.evaluate(reloadInPage, first.workflow);
     if (stable(first.workflow) !== stable(again.workflow)) {
       const diff = firstDifference(JSON.parse(stable(first.workflow)), JSON.parse(stable(again.workflow)));
@@ -577,7 +643,7 @@ try {
     writeFileSync(join(outDir, "api", `${name}_api.json`), JSON.stringify(first.output, null, 1) + "\n");
     await thumbnail(page, name, spec.thumbnail);
     summary[name] = { nodes: workflow.nodes.length, links: workflow.links.length, ids: built.ids,
-                      bounds: built.bounds, fit: built.fit };
+                      bounds: built.bounds, fit: built.fit, nodes2: heights };
   }
 } finally {
   await browser.close();

@@ -290,7 +290,13 @@ def _caption_graph(elements_node: dict) -> dict:
                 "elements": ["3", 0],
             },
         },
+        # the caption nodes are not output nodes (a broken model part must fail the prompt): what shows them
+        CAPTION_SHOWN: {"class_type": "PreviewAny", "inputs": {"source": ["4", 0]}},
+        REPORT_SHOWN: {"class_type": "PreviewAny", "inputs": {"source": ["4", 1]}},
     }
+
+
+CAPTION_SHOWN, REPORT_SHOWN = "5", "6"
 
 
 BBOX_WIDGETS = [("custom_validation_failed", k) for k in ("placed", "y_min", "x_min", "y_max", "x_max")]
@@ -322,7 +328,7 @@ def test_a_bad_element_box_is_refused_on_the_element_node_naming_the_widget(srv,
 
 def test_an_unplaced_element_ignores_its_box_widgets(srv):
     entry = _ran(srv, _caption_graph(_element("Ideogram4Int8ObjectElement", placed=False, x_min=900, x_max=100)))
-    assert '"bbox"' not in entry["outputs"]["4"]["text"][0]
+    assert '"bbox"' not in entry["outputs"][CAPTION_SHOWN]["text"][0]
 
 
 def _boxes_graph(*boxes, width=1024, height=576) -> dict:
@@ -375,12 +381,12 @@ def test_a_drawn_box_off_the_canvas_stops_the_layout_node_naming_the_box(srv):
 
 def test_a_drawn_box_past_the_edge_is_clamped_and_the_report_says_so(srv):
     entry = _ran(srv, _boxes_graph(_box(900, 400, 300, 300)))
-    report = entry["outputs"]["4"]["text"][0]
+    report = entry["outputs"][REPORT_SHOWN]["text"][0]
     assert (
         "node 3 (Ideogram 4 Layout Boxes) box 1: reached past the bottom and right edges of the 1024x576 canvas; "
         "clamped to the canvas (bbox [694, 879, 1000, 1000])"
     ) in report
-    assert '"bbox":[694,879,1000,1000]' in report
+    assert '"bbox":[694,879,1000,1000]' in entry["outputs"][CAPTION_SHOWN]["text"][0]
 
 
 def test_a_caption_problem_names_the_element_node_and_widget_to_fix(srv):

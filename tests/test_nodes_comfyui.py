@@ -182,8 +182,9 @@ def test_smoothing_folded_at_load_with_lora_and_lowvram(run_check):
     # full load (int8 path) and lowvram (float path); 'min' re-quantized w1 / w3, so those two are left out there
     # 'ratio' re-quantizes the merged weights from a real W rebuilt through other folds than 'off' does: an element
     # on a rounding boundary lands one int8 step apart (1e-7 when none does; 6e-5 to 6e-4 on 4 of 7 seeds, which
-    # failed the earlier 1e-5 / 1e-4 about every second run); a LoRA merged into the folded weights is off by > 2e-2
-    merged_bound = {"ratio": 2e-3, "min": 1e-5}
+    # failed the earlier 1e-5 / 1e-4 about every second run; 'min' too, rarely: 8.3e-5 at seed 13643988); a LoRA
+    # merged into the folded weights is off by > 2e-2
+    merged_bound = {"ratio": 2e-3, "min": 2e-3}
     for k in ("ratio", "min"):
         assert r[f"{k}/merged_vs_off"] <= merged_bound[k], (k, seed)
         assert r[f"{k}/full_layerwise_vs_off"] <= max(1e-4, merged_bound[k]), (k, seed)

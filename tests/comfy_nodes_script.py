@@ -889,7 +889,7 @@ def check_hooks():
 
     updates, events = [], []
     comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, node_id=None: updates.append((value, total)))
-    status_nodes.publish = lambda event, models=None, node_id=None: events.append((event, models))
+    status_nodes.publish = lambda event, models=None, *args, **kwargs: events.append((event, models))
     try:
         cond, uncond, _ = load("i4_w8a8.safetensors")
         load_updates = list(updates)
@@ -898,7 +898,7 @@ def check_hooks():
         _latent_node(cond, uncond, ctx, 3, preset="custom", steps=3)
         sample_updates = list(updates)
 
-        def broken(event, models=None, node_id=None):
+        def broken(event, *args, **kwargs):
             raise RuntimeError("panel is down")
 
         status_nodes.publish = broken

@@ -109,6 +109,30 @@ def _validate_bbox(placed, y_min, x_min, y_max, x_max):
     return True if problem is None else problem
 
 
+def _element_schema(cls, node_id, description, search_aliases, own_inputs, palette_placeholder):
+    """A Text / Object Element node's schema: its own inputs, then the bbox, the palette and the chain input."""
+    return io.Schema(
+        node_id=node_id,
+        display_name=cls.SCHEMA_TITLE,
+        category=CATEGORY,
+        description=description,
+        search_aliases=search_aliases,
+        inputs=[
+            *own_inputs,
+            *_bbox_inputs(),
+            io.String.Input(
+                "color_palette",
+                default="",
+                placeholder=palette_placeholder,
+                tooltip=f"Up to {MAX_ELEMENT_COLORS} colors as #RRGGBB, separated by commas or spaces (optional).",
+            ),
+            _chain_input(),
+        ],
+        outputs=[Elements.Output(display_name="elements")],
+        hidden=[io.Hidden.unique_id],
+    )
+
+
 class StyleDescription(io.ComfyNode):
     SCHEMA_TITLE = "Ideogram 4 Style Description"
     PLACES = STYLE_PLACES
@@ -180,30 +204,6 @@ class StyleDescription(io.ComfyNode):
         )
 
 
-def _element_schema(cls, node_id, description, search_aliases, own_inputs, palette_placeholder):
-    """A Text / Object Element node's schema: its own inputs, then the bbox, the palette and the chain input."""
-    return io.Schema(
-        node_id=node_id,
-        display_name=cls.SCHEMA_TITLE,
-        category=CATEGORY,
-        description=description,
-        search_aliases=search_aliases,
-        inputs=[
-            *own_inputs,
-            *_bbox_inputs(),
-            io.String.Input(
-                "color_palette",
-                default="",
-                placeholder=palette_placeholder,
-                tooltip=f"Up to {MAX_ELEMENT_COLORS} colors as #RRGGBB, separated by commas or spaces (optional).",
-            ),
-            _chain_input(),
-        ],
-        outputs=[Elements.Output(display_name="elements")],
-        hidden=[io.Hidden.unique_id],
-    )
-
-
 class _Element:
     """What the Text and Object Element nodes share (mixed in front of ``io.ComfyNode``)."""
 
@@ -227,10 +227,10 @@ class TextElement(_Element, io.ComfyNode):
     def define_schema(cls):
         return _element_schema(
             cls,
-            "Ideogram4Int8TextElement",
-            "Lettering to render: the verbatim text, where it goes (bbox) and what it looks like.",
-            ["ideogram text", "typography", "lettering"],
-            [
+            node_id="Ideogram4Int8TextElement",
+            description="Lettering to render: the verbatim text, where it goes (bbox) and what it looks like.",
+            search_aliases=["ideogram text", "typography", "lettering"],
+            own_inputs=[
                 io.String.Input(
                     "text",
                     multiline=True,
@@ -245,7 +245,7 @@ class TextElement(_Element, io.ComfyNode):
                     tooltip="What the lettering looks like: font, color, material, where it sits.",
                 ),
             ],
-            "#1A1A1A",
+            palette_placeholder="#1A1A1A",
         )
 
     @classmethod
@@ -260,10 +260,10 @@ class ObjectElement(_Element, io.ComfyNode):
     def define_schema(cls):
         return _element_schema(
             cls,
-            "Ideogram4Int8ObjectElement",
-            "A subject or object: what it is and looks like, where it goes (bbox), its colors.",
-            ["ideogram object", "caption element"],
-            [
+            node_id="Ideogram4Int8ObjectElement",
+            description="A subject or object: what it is and looks like, where it goes (bbox), its colors.",
+            search_aliases=["ideogram object", "caption element"],
+            own_inputs=[
                 io.String.Input(
                     "desc",
                     multiline=True,
@@ -272,7 +272,7 @@ class ObjectElement(_Element, io.ComfyNode):
                     "and weather belong in the caption's background instead.",
                 ),
             ],
-            "#D9652B, #F2E6C9",
+            palette_placeholder="#D9652B, #F2E6C9",
         )
 
     @classmethod

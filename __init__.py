@@ -14,8 +14,9 @@ WEB_DIRECTORY = "./web"
 
 async def comfy_entrypoint():
     """V3 entry point called by ComfyUI's custom-node loader; returns a ComfyExtension."""
-    from .nodes import extension
+    from .nodes import extension, status_report
 
+    status_report.set_pack_version(__version__)
     return await extension.comfy_entrypoint()
 
 

@@ -42,6 +42,7 @@ from .errors import (
 from .formats.linear_plan import FLOAT_DTYPES, FP8_DTYPES, LinearPlan, check_float, classify, classify_bias
 from .formats.quantize_on_load import dequantize_fp8, quantize_weight
 from .formats.source import Source, open_source
+from .w8a8_module import name_filter
 
 CONFIG_METADATA_KEY = "ideogram4_config"
 Progress = Callable[[int, int, str], None]
@@ -259,19 +260,13 @@ def _has_int8(src: Source) -> bool:
 
 def _resolve_quantize(quantize, main: Source, config: Ideogram4Config):
     if quantize is None:
-        names = frozenset() if _has_int8(main) else config.default_quantized()
-        return names.__contains__
-    if quantize is True:
-        return lambda name: True
-    if quantize is False:
-        return lambda name: False
-    if callable(quantize):
-        return quantize
-    names = frozenset(quantize)
-    unknown = names - set(config.linear_names())
-    if unknown:
-        raise ValueError(f"read_branch: quantize names {few(unknown)} are not linears of this architecture")
-    return names.__contains__
+        return name_filter(() if _has_int8(main) else config.default_quantized())
+    if not (isinstance(quantize, bool) or callable(quantize)):
+        quantize = frozenset(quantize)
+        unknown = quantize - set(config.linear_names())
+        if unknown:
+            raise ValueError(f"read_branch: quantize names {few(unknown)} are not linears of this architecture")
+    return name_filter(quantize)
 
 
 def _plan(main: Source, base: Source | None, config, quantize, strict) -> _Plan:

@@ -37,23 +37,6 @@ def latents_to_rgb(latents: list[torch.Tensor], scale: int = 8) -> list[torch.Te
     return out
 
 
-def save_preview(path: str | pathlib.Path, latents: list[torch.Tensor], gap: int = 8) -> pathlib.Path:
-    """Side-by-side PNG of latents [128, gh, gw] (same size), separated by white gaps."""
-    from PIL import Image
-
-    imgs = latents_to_rgb(latents)
-    h = imgs[0].shape[0]
-    sep = torch.full((h, gap, 3), 255, dtype=torch.uint8)
-    row = [imgs[0]]
-    for im in imgs[1:]:
-        row += [sep, im]
-    canvas = torch.cat(row, dim=1).numpy()
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    Image.fromarray(canvas).save(path)
-    return path
-
-
 def difference_to_rgb(a: torch.Tensor, b: torch.Tensor, gain: float = 10.0, scale: int = 8) -> torch.Tensor:
     """|a - b| per pixel of latents [128, gh, gw] as a grey uint8 [H, W, 3] image.
 

@@ -13,7 +13,7 @@ import json
 import os
 import pathlib
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import torch
 
@@ -269,7 +269,3 @@ def save_tensors(
     """Write an in-memory dict of tensors (small files)."""
     specs = {k: (v.dtype, tuple(v.shape)) for k, v in tensors.items()}
     return write_safetensors(path, specs, tensors.__getitem__, metadata)
-
-
-def iter_keys(specs: Iterable[str]) -> list[str]:
-    return sorted(specs)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import torch
 
 from .errors import public_error
-from .schedule import DEFAULT_PRESET, PRESETS, Preset, get_preset, sigmas
+from .schedule import DEFAULT_PRESET, PRESETS, Preset, get_preset
 
 MIN_SIZE = 256
 MAX_SIZE = 2048
@@ -89,25 +89,11 @@ def check_batch_size(batch_size: int) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class SamplingPlan:
-    """What one sampler run does: ``sigmas`` [steps + 1] and ``guidance`` (one per step, sampling order)."""
+class SamplingPlan(Preset):
+    """What one sampler run does: the preset's steps, per-step ``guidance`` (sampling order), mu and std, and the
+    ``sigmas`` [steps + 1] they give for the image size."""
 
-    preset: str
-    steps: int
-    guidance: tuple[float, ...]
-    mu: float
-    std: float
     sigmas: torch.Tensor
-
-    def describe(self) -> str:
-        runs = []
-        for g in self.guidance:
-            if runs and runs[-1][0] == g:
-                runs[-1][1] += 1
-            else:
-                runs.append([g, 1])
-        sched = " then ".join(f"{n}x{g:g}" for g, n in runs)
-        return f"{self.preset}: {self.steps} steps, guidance {sched}, mu {self.mu:g}, std {self.std:g}"
 
 
 def plan_sampling(
@@ -159,9 +145,7 @@ def plan_sampling(
             p = get_preset(preset)
         except ValueError:
             raise SamplingArgumentError(f"preset={preset!r} is unknown; choose one of {list(PRESET_CHOICES)}") from None
-    return SamplingPlan(
-        p.name, p.steps, tuple(float(g) for g in p.guidance), p.mu, p.std, sigmas(p.steps, width, height, p.mu, p.std)
-    )
+    return SamplingPlan(p.name, p.steps, tuple(float(g) for g in p.guidance), p.mu, p.std, p.sigmas(width, height))
 
 
 def check_text_features(

@@ -79,6 +79,16 @@ class Preset:
     def sigmas(self, width: int, height: int) -> torch.Tensor:
         return sigmas(self.steps, width, height, self.mu, self.std)
 
+    def describe(self) -> str:
+        runs = []
+        for g in self.guidance:
+            if runs and runs[-1][0] == g:
+                runs[-1][1] += 1
+            else:
+                runs.append([g, 1])
+        sched = " then ".join(f"{n}x{g:g}" for g, n in runs)
+        return f"{self.name}: {self.steps} steps, guidance {sched}, mu {self.mu:g}, std {self.std:g}"
+
 
 PRESETS: dict[str, Preset] = {
     p.name: p

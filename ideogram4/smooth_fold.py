@@ -42,14 +42,16 @@ State after the fold (this module's output is still the in-memory form, ``w8a8_m
 ``<m>.input_folded`` = f, the part of s already applied upstream; at run time its input is divided by s / f only
 (nothing when f == s). A state that already holds ``input_folded`` (a model saved after the fold) is left as it is.
 
-ComfyUI-free; nothing here runs per call.
+The inverse (LoRA on a folded model: the real weights from the stored ones and back) is at the end; the ComfyUI
+ops (``nodes/int8_ops.py``) only wire it to ComfyUI's weight functions. ComfyUI-free. The fold runs once, at load;
+the inverse runs where ComfyUI applies a LoRA (when it patches the weights, or per call in lowvram mode).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import MutableMapping
+from collections.abc import Mapping, MutableMapping
 
 import torch
 
@@ -452,6 +454,71 @@ def _fold_gate_up(state, ff: str, sites: dict, mode: str, work_device, report: F
         report.add(m, FOLDED_STATUS, words, requantized=m in requant)
 
 
+# -- the inverse: LoRA on a folded model -------------------------------------------------------------
+# After the fold a linear's int8 weight stores diag(1 / o)·W·diag(s) (s: input_smooth; o: output_folded, the rows a
+# consumer's fold divided) and its input arrives as x / f (f: input_folded); a norm that took a fold stores
+# weight / fold. A LoRA is trained on the real W and the real norm weight: these convert both ways, so the
+# ComfyUI ops can let LoRA functions see the real weights while the stored ones stay folded.
+
+
+def _like(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return v.to(device=w.device, dtype=w.dtype)
+
+
+def stored_to_real(w: torch.Tensor, smooth: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor:
+    """The stored (dequantized) weight -> the real W."""
+    if smooth is not None:
+        w = w / _like(smooth, w)
+    if rows is not None:
+        w = w * _like(rows, w).reshape(-1, 1)
+    return w
+
+
+def real_to_stored(w: torch.Tensor, smooth: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor:
+    """The real W -> what the int8 weight stores."""
+    if rows is not None:
+        w = w / _like(rows, w).reshape(-1, 1)
+    if smooth is not None:
+        w = w * _like(smooth, w)
+    return w
+
+
+def real_to_input(w: torch.Tensor, folded: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor:
+    """The real W -> the float weight for the module's input x / f, output rows still folded:
+    F.linear(x / f, W·diag(f)) = F.linear(x, W)."""
+    if folded is not None:
+        w = w * _like(folded, w)
+    if rows is not None:
+        w = w / _like(rows, w).reshape(-1, 1)
+    return w
+
+
+def unfold_norm(w: torch.Tensor, fold: torch.Tensor) -> torch.Tensor:
+    """A folded norm's stored weight -> the real one."""
+    return w * _like(fold, w)
+
+
+def refold_norm(w: torch.Tensor, fold: torch.Tensor) -> torch.Tensor:
+    """A norm's real weight -> what it stores after the fold."""
+    return w / _like(fold, w)
+
+
+def linked_folds(config: Ideogram4Config, folded: Mapping[str, torch.Tensor | None]):
+    """(FoldSite, f) for every fold site whose consumer carries ``input_folded`` f (``folded``: by linear name),
+    f as float32 on the CPU: what the producer (a norm's weight, a linear's output rows) was divided by."""
+    for consumer, site in fold_sites(config).items():
+        f = folded.get(consumer)
+        if f is not None:
+            yield site, f.detach().float().cpu()
+
+
+def folded_rows(rows: torch.Tensor | None, n: int, site: FoldSite, f: torch.Tensor) -> torch.Tensor:
+    """A producer linear's ``output_folded`` [n] (ones where no fold divided its rows) with ``site``'s fold set."""
+    rows = torch.ones(n, dtype=torch.float32) if rows is None else rows.clone()
+    rows[site.start : site.stop] = f
+    return rows
+
+
 def gate_up_mode_from_env(value: str | None) -> str:
     """The mode named by ``ENV_MODE``'s value ('' / None: the default). Raises ValueError naming the choices."""
     v = (value or "").strip().lower()
@@ -477,4 +544,11 @@ __all__ = [
     "KEPT",
     "kept_reason",
     "gate_up_mode_from_env",
+    "stored_to_real",
+    "real_to_stored",
+    "real_to_input",
+    "unfold_norm",
+    "refold_norm",
+    "linked_folds",
+    "folded_rows",
 ]

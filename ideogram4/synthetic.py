@@ -317,10 +317,6 @@ def w8a8_state(
     return out
 
 
-def _single_branch_specs(config, keep_key):
-    return {k: s for k, s in config.float_shapes().items() if keep_key(k)}
-
-
 def write_comfy_int8(
     path: str | os.PathLike,
     weights: Mapping[str, torch.Tensor],

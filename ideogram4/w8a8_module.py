@@ -341,15 +341,15 @@ def _vector(t, length, name, site):
 # -- linear factories ----------------------------------------------------------------------------
 
 
-def _name_filter(select) -> Callable[[str], bool]:
+def name_filter(select) -> Callable[[str], bool]:
+    """A layer-name predicate from True / False / None (no layer) / a callable / an iterable of names."""
     if select is None or select is False:
         return lambda name: False
     if select is True:
         return lambda name: True
     if callable(select):
         return select
-    names = frozenset(select)
-    return lambda name: name in names
+    return frozenset(select).__contains__
 
 
 def w8a8_linears(
@@ -368,7 +368,7 @@ def w8a8_linears(
         protected_reason: registry reason shown for float layers.
         dtype: cast float weights / biases to this dtype (None = keep).
     """
-    should_quantize = _name_filter(quantize)
+    should_quantize = name_filter(quantize)
 
     def build(spec: LinearSpec, entries: dict | None) -> nn.Module:
         if entries is None:

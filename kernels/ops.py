@@ -22,13 +22,8 @@ Ops (every output is a new contiguous tensor, never a view of an input):
   swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth?, path?, site?, up_site?, out_dtype?, convrot_group?)  [..., F]
   swiglu_w8a8_linear(x, w13, s13, chunk, smooth?, path?, site?, out_dtype?)                [..., N2 / 2]
   qk_norm_rope(x, weight, cos, sin, eps)                                                   [B, N, H, D]
-  after_forward(out, key, flag)                                                            out's copy
 
-``after_forward`` computes nothing: it is how a check that must run after a model's forward (the ComfyUI path's
-op_coverage) still runs in a compiled graph. Its real implementation calls the callbacks registered with
-``on_after_forward`` with (key, flag) and returns a copy of ``out`` (an op's output may not alias its input; the copy of
-a model's output latent is ~2 MB at 1024 px); taking the forward's output as input orders it after every layer.
-Under CUDA-graph replay no Python runs: the registry, counters and this check see the captured run only.
+Under CUDA-graph replay no Python runs: the registry and counters see the captured run only.
 
 If this torch cannot register custom ops (older than 2.4) or a registration fails, ``OPS_UNAVAILABLE`` says why
 and the helpers call the eager functions under compile too (correct, with graph breaks).
@@ -99,19 +94,6 @@ def _count(*sites) -> None:
 
 
 UNNAMED = "(weight not tracked)"  # a compiled gate/up pair whose weight the site book does not know
-
-_AFTER_FORWARD: list = []  # callbacks (key: str, flag: bool) -> None run by after_forward's real implementation
-
-
-def on_after_forward(fn) -> None:
-    """Register ``fn(key, flag)`` to be called by every run of ``after_forward`` (once per function)."""
-    if fn not in _AFTER_FORWARD:
-        _AFTER_FORWARD.append(fn)
-
-
-def _run_after_forward(key: str, flag: bool) -> None:
-    for fn in list(_AFTER_FORWARD):
-        fn(key, flag)
 
 
 def _register() -> None:
@@ -222,15 +204,6 @@ def _define() -> None:
             raise dispatch.KernelInputError(f"qk_norm_rope: x must be [B, N, H, D]; got {tuple(x.shape)}")
         return x.new_empty(x.shape)
 
-    @torch.library.custom_op(f"{NAMESPACE}::after_forward", mutates_args=())
-    def after_forward_op(out: Tensor, key: str, flag: bool) -> Tensor:
-        _run_after_forward(key, flag)
-        return out.clone()
-
-    @after_forward_op.register_fake
-    def _(out, key, flag):
-        return torch.empty_like(out)
-
     ops = getattr(torch.ops, NAMESPACE)
     for name in (
         "w8a8_linear",
@@ -238,7 +211,6 @@ def _define() -> None:
         "swiglu_w8a8_pair",
         "swiglu_w8a8_linear",
         "qk_norm_rope",
-        "after_forward",
     ):
         _OPS[name] = getattr(ops, name).default
 
@@ -301,15 +273,6 @@ def qk_norm_rope(x, weight, cos, sin, eps):
     return dispatch.qk_norm_rope(x, weight, cos, sin, eps)
 
 
-def after_forward(out, key: str, flag: bool = False):
-    """Run the ``on_after_forward`` callbacks with (key, flag) after ``out`` is computed: while dynamo traces, the op
-    (its copy of ``out`` is returned); else the callbacks now (``out`` itself is returned)."""
-    if _is_compiling() and _OPS:
-        return _OPS["after_forward"](out, key, flag)
-    _run_after_forward(key, flag)
-    return out
-
-
 __all__ = [
     "NAMESPACE",
     "OPS_UNAVAILABLE",
@@ -323,6 +286,4 @@ __all__ = [
     "qk_norm_rope",
     "w8a8_linear_impl",
     "swiglu_w8a8_pair_impl",
-    "after_forward",
-    "on_after_forward",
 ]

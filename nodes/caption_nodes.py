@@ -109,6 +109,30 @@ def _validate_bbox(placed, y_min, x_min, y_max, x_max):
     return True if problem is None else problem
 
 
+def _element_schema(cls, node_id, description, search_aliases, own_inputs, palette_placeholder):
+    """A Text / Object Element node's schema: its own inputs, then the bbox, the palette and the chain input."""
+    return io.Schema(
+        node_id=node_id,
+        display_name=cls.SCHEMA_TITLE,
+        category=CATEGORY,
+        description=description,
+        search_aliases=search_aliases,
+        inputs=[
+            *own_inputs,
+            *_bbox_inputs(),
+            io.String.Input(
+                "color_palette",
+                default="",
+                placeholder=palette_placeholder,
+                tooltip=f"Up to {MAX_ELEMENT_COLORS} colors as #RRGGBB, separated by commas or spaces (optional).",
+            ),
+            _chain_input(),
+        ],
+        outputs=[Elements.Output(display_name="elements")],
+        hidden=[io.Hidden.unique_id],
+    )
+
+
 class StyleDescription(io.ComfyNode):
     SCHEMA_TITLE = "Ideogram 4 Style Description"
     PLACES = STYLE_PLACES
@@ -180,19 +204,33 @@ class StyleDescription(io.ComfyNode):
         )
 
 
-class TextElement(io.ComfyNode):
-    SCHEMA_TITLE = "Ideogram 4 Text Element"
+class _Element:
+    """What the Text and Object Element nodes share (mixed in front of ``io.ComfyNode``)."""
+
     PLACES = ELEMENT_PLACES
 
     @classmethod
+    def validate_inputs(cls, placed, y_min, x_min, y_max, x_max):
+        return _validate_bbox(placed, y_min, x_min, y_max, x_max)
+
+    @classmethod
+    def _output(cls, kind, desc, text, placed, y_min, x_min, y_max, x_max, color_palette, elements):
+        src = _source(cls)
+        new = b.make_element(kind, desc, text, _bbox(cls, placed, y_min, x_min, y_max, x_max), color_palette, src)
+        return io.NodeOutput(_chain(elements, f"'elements' input of {src}") + new)
+
+
+class TextElement(_Element, io.ComfyNode):
+    SCHEMA_TITLE = "Ideogram 4 Text Element"
+
+    @classmethod
     def define_schema(cls):
-        return io.Schema(
+        return _element_schema(
+            cls,
             node_id="Ideogram4Int8TextElement",
-            display_name=cls.SCHEMA_TITLE,
-            category=CATEGORY,
             description="Lettering to render: the verbatim text, where it goes (bbox) and what it looks like.",
             search_aliases=["ideogram text", "typography", "lettering"],
-            inputs=[
+            own_inputs=[
                 io.String.Input(
                     "text",
                     multiline=True,
@@ -206,43 +244,26 @@ class TextElement(io.ComfyNode):
                     default="",
                     tooltip="What the lettering looks like: font, color, material, where it sits.",
                 ),
-                *_bbox_inputs(),
-                io.String.Input(
-                    "color_palette",
-                    default="",
-                    placeholder="#1A1A1A",
-                    tooltip=f"Up to {MAX_ELEMENT_COLORS} colors as #RRGGBB, separated by commas or spaces (optional).",
-                ),
-                _chain_input(),
             ],
-            outputs=[Elements.Output(display_name="elements")],
-            hidden=[io.Hidden.unique_id],
+            palette_placeholder="#1A1A1A",
         )
 
     @classmethod
-    def validate_inputs(cls, placed, y_min, x_min, y_max, x_max):
-        return _validate_bbox(placed, y_min, x_min, y_max, x_max)
-
-    @classmethod
     def execute(cls, text, desc, placed, y_min, x_min, y_max, x_max, color_palette, elements=None) -> io.NodeOutput:
-        src = _source(cls)
-        new = b.make_element("text", desc, text, _bbox(cls, placed, y_min, x_min, y_max, x_max), color_palette, src)
-        return io.NodeOutput(_chain(elements, f"'elements' input of {src}") + new)
+        return cls._output("text", desc, text, placed, y_min, x_min, y_max, x_max, color_palette, elements)
 
 
-class ObjectElement(io.ComfyNode):
+class ObjectElement(_Element, io.ComfyNode):
     SCHEMA_TITLE = "Ideogram 4 Object Element"
-    PLACES = ELEMENT_PLACES
 
     @classmethod
     def define_schema(cls):
-        return io.Schema(
+        return _element_schema(
+            cls,
             node_id="Ideogram4Int8ObjectElement",
-            display_name=cls.SCHEMA_TITLE,
-            category=CATEGORY,
             description="A subject or object: what it is and looks like, where it goes (bbox), its colors.",
             search_aliases=["ideogram object", "caption element"],
-            inputs=[
+            own_inputs=[
                 io.String.Input(
                     "desc",
                     multiline=True,
@@ -250,28 +271,13 @@ class ObjectElement(io.ComfyNode):
                     tooltip="What the element is and looks like, starting with what it is. Ground, sky "
                     "and weather belong in the caption's background instead.",
                 ),
-                *_bbox_inputs(),
-                io.String.Input(
-                    "color_palette",
-                    default="",
-                    placeholder="#D9652B, #F2E6C9",
-                    tooltip=f"Up to {MAX_ELEMENT_COLORS} colors as #RRGGBB, separated by commas or spaces (optional).",
-                ),
-                _chain_input(),
             ],
-            outputs=[Elements.Output(display_name="elements")],
-            hidden=[io.Hidden.unique_id],
+            palette_placeholder="#D9652B, #F2E6C9",
         )
 
     @classmethod
-    def validate_inputs(cls, placed, y_min, x_min, y_max, x_max):
-        return _validate_bbox(placed, y_min, x_min, y_max, x_max)
-
-    @classmethod
     def execute(cls, desc, placed, y_min, x_min, y_max, x_max, color_palette, elements=None) -> io.NodeOutput:
-        src = _source(cls)
-        new = b.make_element("obj", desc, None, _bbox(cls, placed, y_min, x_min, y_max, x_max), color_palette, src)
-        return io.NodeOutput(_chain(elements, f"'elements' input of {src}") + new)
+        return cls._output("obj", desc, None, placed, y_min, x_min, y_max, x_max, color_palette, elements)
 
 
 class LayoutBoxes(io.ComfyNode):

@@ -1,13 +1,14 @@
 """Custom operations that make ComfyUI's native Ideogram 4 model run its linears on the fused INT8 path.
 
-``make_ops(compute_dtype)`` returns a subclass of ComfyUI's ``mixed_precision_ops`` container, so
-RMSNorm, LayerNorm and Embedding (with ``out_dtype``) stay ComfyUI's own, and the Linear keeps
+``make_ops(compute_dtype)`` returns a subclass of ComfyUI's ``mixed_precision_ops`` container whose Linear and
+RMSNorm put this module's ``Int8Linear`` / ``FoldedRMSNorm`` in front of ComfyUI's own: LayerNorm and Embedding
+(with ``out_dtype``) stay ComfyUI's, RMSNorm only gains LoRA conversions, and the Linear keeps
 everything model management relies on: ``comfy_cast_weights`` offloading (weights cast/streamed
 per call in lowvram mode), ``.to()`` re-wrapping of the int8 ``QuantizedTensor`` weight,
 ``state_dict()`` in comfy_quant form, and ``convert_weight``/``set_weight`` so a LoRA merged in
 full-load mode is requantized and stays INT8.
 
-What the Linear adds (comfyui-integration.md §3.4):
+What the Linear adds:
 * ``_forward(input, weight, bias)`` — the narrowest override point: an ``int8_tensorwise``
   QuantizedTensor weight goes to ``kernels.w8a8_linear`` (fused Triton GEMM where it can run;
   ConvRot activation rotation first), recorded as ``<label>/<module path>``; a float weight
@@ -19,7 +20,8 @@ What the Linear adds (comfyui-integration.md §3.4):
   dequantized weight by s and ``set_weight`` multiplies by s before requantizing, and when
   ComfyUI dequantizes for a float GEMM (lowvram LoRA, forced cast) the division is put in front
   of its weight functions — LoRA deltas are always applied to the real W.
-* the smoothing fold (``ideogram4.smooth_fold``, applied at load): ``input_folded`` f (saved as
+* the smoothing fold (``ideogram4.smooth_fold``, applied at load; its inverse algebra lives there too, this module
+  only wires it to ComfyUI's weight functions): ``input_folded`` f (saved as
   ``<m>.input_folded``) is the part of s already divided out upstream, so the module's input arrives as x / f
   and the GEMM path divides it by s / f only (``input_divisor``: nothing after a full fold). The float path
   re-applies f after the weight functions: F.linear(x / f, W'·diag(f)) = F.linear(x, W'). A linear whose output
@@ -58,7 +60,16 @@ from comfy.quant_ops import QuantizedTensor
 
 from .. import kernels
 from ..ideogram4.comfy_form import FOLDED_KEY, SMOOTH_KEY
-from ..ideogram4.smooth_fold import fold_sites, runtime_divisor
+from ..ideogram4.smooth_fold import (
+    folded_rows,
+    linked_folds,
+    real_to_input,
+    real_to_stored,
+    refold_norm,
+    runtime_divisor,
+    stored_to_real,
+    unfold_norm,
+)
 from ..ideogram4.w8a8_module import w8a8_forward
 from ..kernels import ops as kernel_ops
 
@@ -85,10 +96,6 @@ def _layout_name(qt) -> str:
     return layout if isinstance(layout, str) else getattr(layout, "__name__", str(layout))
 
 
-def _like(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    return v.to(device=w.device, dtype=w.dtype)
-
-
 @contextlib.contextmanager
 def _around_weight_functions(module, before, after):
     """ComfyUI applies ``module.weight_function`` to the cast weight on its float path: run ``before`` first and
@@ -105,199 +112,191 @@ def _around_weight_functions(module, before, after):
             del module.weight_function
 
 
+class Int8Linear:
+    """The pack's Linear, mixed in front of a ``mixed_precision_ops`` Linear by ``make_ops``."""
+
+    ideogram4_int8 = True
+
+    def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
+        super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
+        self.register_parameter(SMOOTH_KEY, None)
+        self.register_parameter(FOLDED_KEY, None)
+        self.register_buffer("input_divisor", None, persistent=False)  # s / f: what the GEMM path divides by
+        self.output_folded: torch.Tensor | None = None  # float32 [N]: rows divided by a consumer's fold
+        self.smooth_note: str | None = None  # the panel's note when a divide remains (smooth_fold)
+        self.site: str | None = None  # "<label>/<module path>", set by label_sites()
+        self.gemm_path: str | None = None  # forced GEMM path (None: automatic)
+        self.float_reason = REASON_PROTECTED
+        self.op_calls = 0  # calls that reached the pack's op (op_coverage reads it around each forward)
+
+    # -- loading / saving -----------------------------------------------------------
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        vectors = {key: state_dict.pop(prefix + key, None) for key in (SMOOTH_KEY, FOLDED_KEY)}
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        for key, vec in vectors.items():
+            if vec is not None:
+                if not is_int8_weight(self.weight):
+                    error_msgs.append(f"{prefix}{key}: a smoothing vector needs an int8 weight")
+                    return
+                if vec.numel() != self.in_features:
+                    error_msgs.append(f"{prefix}{key}: {vec.numel()} values for K={self.in_features}")
+                    return
+                device = self.factory_kwargs["device"]
+                value = vec.reshape(self.in_features).to(device=device, dtype=torch.float32)
+                setattr(self, key, torch.nn.Parameter(value, requires_grad=False))
+            if prefix + key in missing_keys:
+                missing_keys.remove(prefix + key)
+        self.refresh_divisor()
+
+    def refresh_divisor(self) -> None:
+        """``input_divisor`` = input_smooth / input_folded (None after a full fold): what the GEMM path
+        divides the input by. Derived from the two saved vectors, so not saved itself."""
+        s = None if self.input_smooth is None else self.input_smooth.detach()
+        f = None if self.input_folded is None else self.input_folded.detach()
+        self.input_divisor = runtime_divisor(s, f)
+
+    def state_dict(self, *args, destination=None, prefix="", **kwargs):
+        sd = super().state_dict(*args, destination=destination, prefix=prefix, **kwargs)
+        for key in (SMOOTH_KEY, FOLDED_KEY):
+            if getattr(self, key) is not None:
+                sd[prefix + key] = getattr(self, key)
+        return sd
+
+    # -- LoRA (ModelPatcher.patch_weight_to_device): functions see the real W (smooth_fold's inverse) ---------
+    def _has_folds(self) -> bool:
+        return is_int8_weight(self.weight) and (self.input_smooth is not None or self.output_folded is not None)
+
+    def _to_real(self, w: torch.Tensor) -> torch.Tensor:
+        return stored_to_real(w, self.input_smooth, self.output_folded)
+
+    def _to_input(self, w: torch.Tensor) -> torch.Tensor:
+        return real_to_input(w, self.input_folded, self.output_folded)
+
+    def convert_weight(self, weight, inplace=False, **kwargs):
+        w = super().convert_weight(weight, inplace=inplace, **kwargs)
+        if isinstance(weight, QuantizedTensor) and self._has_folds():
+            w = self._to_real(w)
+        return w
+
+    def set_weight(self, weight, inplace_update=False, seed=None, return_weight=False, **kwargs):
+        if self._has_folds():
+            weight = real_to_stored(weight, self.input_smooth, self.output_folded)
+        return super().set_weight(
+            weight, inplace_update=inplace_update, seed=seed, return_weight=return_weight, **kwargs
+        )
+
+    # -- forward ------------------------------------------------------------------------
+    def _float_path(self) -> bool:
+        return bool(
+            self._full_precision_mm
+            or getattr(self, "comfy_force_cast_weights", False)
+            or len(self.weight_function)
+            or len(self.bias_function)
+        )
+
+    def forward(self, input, *args, **kwargs):
+        if not self._has_folds() or not self._float_path():
+            return super().forward(input, *args, **kwargs)
+        # ComfyUI will dequantize (the stored weight) and run the weight functions (LoRA) on it: undo the
+        # smoothing and the output fold first so the functions see the real W, and re-apply what the
+        # module's input and its consumer expect last (F.linear(x / f, W'·diag(f)) = F.linear(x, W')).
+        after = self._to_input if (self.input_folded is not None or self.output_folded is not None) else None
+        with _around_weight_functions(self, self._to_real, after):
+            return super().forward(input, *args, **kwargs)
+
+    def _forward(self, input, weight, bias):
+        if not _is_compiling():  # a traced graph's calls are counted by the registered op (op_calls())
+            self.op_calls += 1
+        site = self.site
+        if is_int8_weight(weight):
+            if _is_compiling() and weight.device == self.weight.device:
+                # a resident weight is handed over as the parameter itself, but dynamo lost track of where
+                # it came from (it passed through ComfyUI's cast context) and cannot read its Params then;
+                # the op finds the site by it (a per-layer constant would recompile every block: sites.py)
+                weight, site = self.weight, None
+            params = weight._params
+            qdata, scale = weight._qdata, params.scale
+            if getattr(params, "transposed", False):
+                return super()._forward(input, weight, bias)
+            smooth = self.input_divisor
+            if smooth is not None and smooth.device != input.device:
+                smooth = comfy.model_management.cast_to_device(smooth, input.device, None)
+            group = params.convrot_groupsize if getattr(params, "convrot", False) else None
+            if bias is not None and bias.dtype != input.dtype:
+                bias = bias.to(input.dtype)
+            return w8a8_forward(input, qdata, scale, bias, smooth, group, path=self.gemm_path, site=site)
+        if isinstance(weight, QuantizedTensor):
+            weight = weight.dequantize()
+        if not isinstance(self.weight, QuantizedTensor):
+            reason = self.float_reason
+            if (
+                _is_compiling()
+                and not len(self.weight_function)
+                and weight.device == self.weight.device
+                and weight.dtype == self.weight.dtype
+            ):
+                weight, site = self.weight, None  # the parameter itself, uncast: the op finds the site
+        elif self._full_precision_mm:
+            reason = REASON_FULL_PRECISION
+        else:
+            reason = REASON_DEQUANT
+        return kernel_ops.float_linear(input, weight, bias, site, reason)
+
+
+class FoldedRMSNorm:
+    """ComfyUI's RMSNorm (mixed in front of it by ``make_ops``), plus LoRA conversions for a weight that carries
+    a folded smoothing vector: ``ideogram4_fold`` (float32 [dim], set by ``link_folds``) = what the weight was
+    divided by. LoRA functions see the real weight; the stored one stays divided."""
+
+    ideogram4_fold: torch.Tensor | None = None
+
+    def convert_weight(self, weight, inplace=False, **kwargs):
+        fold = self.ideogram4_fold
+        return weight if fold is None else unfold_norm(weight, fold)
+
+    def set_weight(self, weight, inplace_update=False, seed=None, return_weight=False, **kwargs):
+        # what ModelPatcher does for a weight without set_weight, on the re-folded value
+        fold = self.ideogram4_fold
+        if fold is not None:
+            weight = refold_norm(weight, fold)
+        out = comfy.float.stochastic_rounding(weight, self.weight.dtype, seed=seed)
+        if return_weight:
+            return out
+        if inplace_update:
+            self.weight.data.copy_(out)
+        else:
+            self.weight = torch.nn.Parameter(out, requires_grad=False)
+
+    def _refold(self, w: torch.Tensor) -> torch.Tensor:
+        return refold_norm(w, self.ideogram4_fold)
+
+    def _unfold(self, w: torch.Tensor) -> torch.Tensor:
+        return unfold_norm(w, self.ideogram4_fold)
+
+    def forward(self, *args, **kwargs):
+        if self.ideogram4_fold is None or not len(self.weight_function):
+            return super().forward(*args, **kwargs)
+        with _around_weight_functions(self, self._unfold, self._refold):
+            return super().forward(*args, **kwargs)
+
+
 @functools.lru_cache(maxsize=8)
 def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
-    """The ops container for ``model_config.custom_operations`` (one class per compute dtype)."""
+    """The ops container for ``model_config.custom_operations``: ComfyUI's ``mixed_precision_ops`` for
+    ``compute_dtype`` with ``Int8Linear`` / ``FoldedRMSNorm`` in front of its Linear / RMSNorm (one class per
+    compute dtype, cached: ComfyUI builds that base per dtype)."""
     base = comfy.ops.mixed_precision_ops(quant_config={}, compute_dtype=compute_dtype)
 
     class Ideogram4Int8Ops(base):
-        class Linear(base.Linear):
-            ideogram4_int8 = True
+        class Linear(Int8Linear, base.Linear):
+            pass
 
-            def __init__(self, in_features, out_features, bias=True, device=None, dtype=None):
-                super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-                self.register_parameter(SMOOTH_KEY, None)
-                self.register_parameter(FOLDED_KEY, None)
-                self.register_buffer("input_divisor", None, persistent=False)  # s / f: what the GEMM path divides by
-                self.output_folded: torch.Tensor | None = None  # float32 [N]: rows divided by a consumer's fold
-                self.smooth_note: str | None = None  # the panel's note when a divide remains (smooth_fold)
-                self.site: str | None = None  # "<label>/<module path>", set by label_sites()
-                self.gemm_path: str | None = None  # forced GEMM path (None: automatic)
-                self.float_reason = REASON_PROTECTED
-                self.op_calls = 0  # calls that reached the pack's op (op_coverage reads it around each forward)
-
-            # -- loading / saving -----------------------------------------------------------
-            def _load_from_state_dict(
-                self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-            ):
-                vectors = {key: state_dict.pop(prefix + key, None) for key in (SMOOTH_KEY, FOLDED_KEY)}
-                super()._load_from_state_dict(
-                    state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-                )
-                for key, vec in vectors.items():
-                    if vec is not None:
-                        if not is_int8_weight(self.weight):
-                            error_msgs.append(f"{prefix}{key}: a smoothing vector needs an int8 weight")
-                            return
-                        if vec.numel() != self.in_features:
-                            error_msgs.append(f"{prefix}{key}: {vec.numel()} values for K={self.in_features}")
-                            return
-                        device = self.factory_kwargs["device"]
-                        value = vec.reshape(self.in_features).to(device=device, dtype=torch.float32)
-                        setattr(self, key, torch.nn.Parameter(value, requires_grad=False))
-                    if prefix + key in missing_keys:
-                        missing_keys.remove(prefix + key)
-                self.refresh_divisor()
-
-            def refresh_divisor(self) -> None:
-                """``input_divisor`` = input_smooth / input_folded (None after a full fold): what the GEMM path
-                divides the input by. Derived from the two saved vectors, so not saved itself."""
-                s = None if self.input_smooth is None else self.input_smooth.detach()
-                f = None if self.input_folded is None else self.input_folded.detach()
-                self.input_divisor = runtime_divisor(s, f)
-
-            def state_dict(self, *args, destination=None, prefix="", **kwargs):
-                sd = super().state_dict(*args, destination=destination, prefix=prefix, **kwargs)
-                for key in (SMOOTH_KEY, FOLDED_KEY):
-                    if getattr(self, key) is not None:
-                        sd[prefix + key] = getattr(self, key)
-                return sd
-
-            # -- LoRA (ModelPatcher.patch_weight_to_device) -----------------------------------
-            # The stored int8 weight is diag(1 / o)·W·diag(s) (o: output_folded rows, s: input_smooth); LoRA
-            # functions must see W, the module's input is x / f (f: input_folded).
-            def _has_folds(self) -> bool:
-                return is_int8_weight(self.weight) and (self.input_smooth is not None or self.output_folded is not None)
-
-            def _to_real(self, w: torch.Tensor) -> torch.Tensor:
-                """The stored (dequantized) weight -> the real W."""
-                if self.input_smooth is not None:
-                    w = w / _like(self.input_smooth, w)
-                if self.output_folded is not None:
-                    w = w * _like(self.output_folded, w).reshape(-1, 1)
-                return w
-
-            def _to_stored(self, w: torch.Tensor) -> torch.Tensor:
-                """The real W -> what the int8 weight stores."""
-                if self.output_folded is not None:
-                    w = w / _like(self.output_folded, w).reshape(-1, 1)
-                if self.input_smooth is not None:
-                    w = w * _like(self.input_smooth, w)
-                return w
-
-            def _to_input(self, w: torch.Tensor) -> torch.Tensor:
-                """The real W -> the float weight for the module's input x / f, output rows still folded."""
-                if self.input_folded is not None:
-                    w = w * _like(self.input_folded, w)
-                if self.output_folded is not None:
-                    w = w / _like(self.output_folded, w).reshape(-1, 1)
-                return w
-
-            def convert_weight(self, weight, inplace=False, **kwargs):
-                w = super().convert_weight(weight, inplace=inplace, **kwargs)
-                if isinstance(weight, QuantizedTensor) and self._has_folds():
-                    w = self._to_real(w)
-                return w
-
-            def set_weight(self, weight, inplace_update=False, seed=None, return_weight=False, **kwargs):
-                if self._has_folds():
-                    weight = self._to_stored(weight)
-                return super().set_weight(
-                    weight, inplace_update=inplace_update, seed=seed, return_weight=return_weight, **kwargs
-                )
-
-            # -- forward ------------------------------------------------------------------------
-            def _float_path(self) -> bool:
-                return bool(
-                    self._full_precision_mm
-                    or getattr(self, "comfy_force_cast_weights", False)
-                    or len(self.weight_function)
-                    or len(self.bias_function)
-                )
-
-            def forward(self, input, *args, **kwargs):
-                if not self._has_folds() or not self._float_path():
-                    return super().forward(input, *args, **kwargs)
-                # ComfyUI will dequantize (the stored weight) and run the weight functions (LoRA) on it: undo the
-                # smoothing and the output fold first so the functions see the real W, and re-apply what the
-                # module's input and its consumer expect last (F.linear(x / f, W'·diag(f)) = F.linear(x, W')).
-                after = self._to_input if (self.input_folded is not None or self.output_folded is not None) else None
-                with _around_weight_functions(self, self._to_real, after):
-                    return super().forward(input, *args, **kwargs)
-
-            def _forward(self, input, weight, bias):
-                if not _is_compiling():  # a traced graph's calls are counted by the registered op (op_calls())
-                    self.op_calls += 1
-                site = self.site
-                if is_int8_weight(weight):
-                    if _is_compiling() and weight.device == self.weight.device:
-                        # a resident weight is handed over as the parameter itself, but dynamo lost track of where
-                        # it came from (it passed through ComfyUI's cast context) and cannot read its Params then;
-                        # the op finds the site by it (a per-layer constant would recompile every block: sites.py)
-                        weight, site = self.weight, None
-                    params = weight._params
-                    qdata, scale = weight._qdata, params.scale
-                    if getattr(params, "transposed", False):
-                        return super()._forward(input, weight, bias)
-                    smooth = self.input_divisor
-                    if smooth is not None and smooth.device != input.device:
-                        smooth = comfy.model_management.cast_to_device(smooth, input.device, None)
-                    group = params.convrot_groupsize if getattr(params, "convrot", False) else None
-                    if bias is not None and bias.dtype != input.dtype:
-                        bias = bias.to(input.dtype)
-                    return w8a8_forward(input, qdata, scale, bias, smooth, group, path=self.gemm_path, site=site)
-                if isinstance(weight, QuantizedTensor):
-                    weight = weight.dequantize()
-                if not isinstance(self.weight, QuantizedTensor):
-                    reason = self.float_reason
-                    if (
-                        _is_compiling()
-                        and not len(self.weight_function)
-                        and weight.device == self.weight.device
-                        and weight.dtype == self.weight.dtype
-                    ):
-                        weight, site = self.weight, None  # the parameter itself, uncast: the op finds the site
-                elif self._full_precision_mm:
-                    reason = REASON_FULL_PRECISION
-                else:
-                    reason = REASON_DEQUANT
-                return kernel_ops.float_linear(input, weight, bias, site, reason)
-
-        class RMSNorm(base.RMSNorm):
-            """ComfyUI's RMSNorm, plus LoRA conversions for a weight that carries a folded smoothing vector:
-            ``ideogram4_fold`` (float32 [dim], set by ``link_folds``) = what the weight was divided by. LoRA
-            functions see the real weight; the stored one stays divided."""
-
-            ideogram4_fold: torch.Tensor | None = None
-
-            def convert_weight(self, weight, inplace=False, **kwargs):
-                fold = self.ideogram4_fold
-                return weight if fold is None else weight * _like(fold, weight)
-
-            def set_weight(self, weight, inplace_update=False, seed=None, return_weight=False, **kwargs):
-                # what ModelPatcher does for a weight without set_weight, on the re-folded value
-                fold = self.ideogram4_fold
-                if fold is not None:
-                    weight = weight / _like(fold, weight)
-                out = comfy.float.stochastic_rounding(weight, self.weight.dtype, seed=seed)
-                if return_weight:
-                    return out
-                if inplace_update:
-                    self.weight.data.copy_(out)
-                else:
-                    self.weight = torch.nn.Parameter(out, requires_grad=False)
-
-            def _refold(self, w: torch.Tensor) -> torch.Tensor:
-                return w / _like(self.ideogram4_fold, w)
-
-            def _unfold(self, w: torch.Tensor) -> torch.Tensor:
-                return w * _like(self.ideogram4_fold, w)
-
-            def forward(self, *args, **kwargs):
-                if self.ideogram4_fold is None or not len(self.weight_function):
-                    return super().forward(*args, **kwargs)
-                with _around_weight_functions(self, self._unfold, self._refold):
-                    return super().forward(*args, **kwargs)
+        class RMSNorm(FoldedRMSNorm, base.RMSNorm):
+            pass
 
     Ideogram4Int8Ops.__name__ = f"Ideogram4Int8Ops_{str(compute_dtype).replace('torch.', '')}"
     return Ideogram4Int8Ops
@@ -352,28 +351,19 @@ def link_folds(diffusion_model: torch.nn.Module, config, report=None) -> int:
     its panel note from ``report`` (a ``smooth_fold.FoldReport``; None keeps the notes). Returns the number of
     folded linears linked."""
     modules = dict(diffusion_model.named_modules())
+    linears = int8_linears(diffusion_model)
     linked = 0
-    for consumer, site in fold_sites(config).items():
-        m = modules.get(consumer)
-        f = getattr(m, FOLDED_KEY, None)
-        if f is None:
-            continue
+    for site, f in linked_folds(config, {name: m.input_folded for name, m in linears.items()}):
         producer = modules.get(site.producer)
         if producer is None:
             continue
-        f = f.detach().float().cpu()
         if site.kind == "norm":
             producer.ideogram4_fold = f
         else:
-            rows = producer.output_folded
-            if rows is None:
-                rows = torch.ones(producer.out_features, dtype=torch.float32)
-            rows = rows.clone()
-            rows[site.start : site.stop] = f
-            producer.output_folded = rows
+            producer.output_folded = folded_rows(producer.output_folded, producer.out_features, site, f)
         linked += 1
     if report is not None:
-        for name, m in int8_linears(diffusion_model).items():
+        for name, m in linears.items():
             m.smooth_note = report.note(name)
     return linked
 

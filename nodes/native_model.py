@@ -203,22 +203,15 @@ def node_id_of(node_cls) -> str | None:
     return getattr(getattr(node_cls, "hidden", None), "unique_id", None)
 
 
-def publish(
-    event: str,
-    models: list[str] | None = None,
-    node_id: str | None = None,
-    node_type: str | None = None,
-    source: dict | None = None,
-) -> None:
-    """Tell the GEMM-path panel (nodes.status_nodes.publish, if it exists); never raises.
-
-    ``node_id`` ties the node's badge to ``models``."""
+def publish(event: str, *args, **kwargs) -> None:
+    """Tell the GEMM-path panel: ``status_nodes.publish`` with these arguments, when that module imports; never
+    raises (a node module that fails to import takes only its own nodes away)."""
     try:
         from . import status_nodes
 
         fn = getattr(status_nodes, "publish", None)
         if fn is not None:
-            fn(event, models, node_id=node_id, node_type=node_type, source=source)
+            fn(event, *args, **kwargs)
     except Exception as exc:  # noqa: BLE001 - the panel must never break a load or a run
         log.debug("ideogram4-int8: panel publish(%r) failed: %s", event, exc)
 

@@ -17,10 +17,11 @@ milliseconds.
 
 Under torch.compile (ComfyUI's TorchCompileModel compiles the diffusion model as a whole) dynamo traces the hooks
 too: a counter read in traced code would be a constant of the graph. There the pre-hook does nothing and the hook
-puts the check into the graph as the op ``kernels.ops.after_forward`` on the forward's output (so it runs after every
-layer, at run time); it compares the counters with their values at the end of the previous checked forward of this
-model (or at install), since no op can be ordered before every layer of a graph. A call of one of the model's linears
-between two forwards (outside any forward) could hide a bypass from that check; it cannot raise a false one.
+puts the check into the graph as the op ``after_forward`` (``after_forward.py``) on the forward's output (so it runs
+after every layer, at run time); it compares the counters with their values at the end of the previous checked
+forward of this model (or at install), since no op can be ordered before every layer of a graph. A call of one of
+the model's linears between two forwards (outside any forward) could hide a bypass from that check; it cannot raise a
+false one.
 
 Label after the fact, not refuse at load: whether a newer ComfyUI takes its own route depends on run-time facts
 (device and kitchen backend, batch size, whether the weights are resident or streamed), so a probe forward at
@@ -41,7 +42,7 @@ import weakref
 import torch
 
 from .. import kernels
-from ..kernels import ops as kernel_ops
+from .after_forward import after_forward, on_after_forward
 from .int8_ops import int8_linears, is_int8_weight, op_calls
 
 log = logging.getLogger("comfyui_ideogram4_int8")
@@ -105,7 +106,7 @@ def _after(module, args, kwargs, output):
         if not isinstance(output, torch.Tensor):
             return None
         context = kwargs.get("context", args[2] if len(args) > 2 else None)
-        return kernel_ops.after_forward(output, state.key, context is not None)
+        return after_forward(output, state.key, context is not None)
     if state.before is not None:
         _check(state, state.before)
     return None
@@ -119,7 +120,7 @@ def _after_compiled(key: str, context: bool) -> None:
         _check(state, state.done)
 
 
-kernel_ops.on_after_forward(_after_compiled)
+on_after_forward(_after_compiled)
 
 
 def _check(state: Coverage, before: list[int]) -> None:

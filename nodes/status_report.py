@@ -462,6 +462,14 @@ def _last_prompt_id(records) -> str | None:
     return scrub_text(max(seen)[1]) if seen else None
 
 
+_pack = {"version": "unknown"}  # the pack's __version__, passed in by the entry point (set_pack_version)
+
+
+def set_pack_version(version: str) -> None:
+    """The version the report names (the root package's ``__version__``; this module never imports up)."""
+    _pack["version"] = str(version)
+
+
 def status_report(
     model: str | None = None,
     include_layers: bool = True,
@@ -498,11 +506,9 @@ def status_report(
     ]
     env = _environment()
     labels_device, labels_of = _labels()
-    from .. import __version__
-
     return {
         "schema_version": SCHEMA_VERSION,
-        "pack_version": __version__,
+        "pack_version": _pack["version"],
         "generated_at": time.time(),
         "status": _status(env, models, _timing_state["env_problem"]),
         "environment": env,
@@ -549,6 +555,7 @@ def load_schema() -> dict:
 
 
 __all__ = [
+    "set_pack_version",
     "EVENT",
     "ENV_TIMING",
     "ROUTE",

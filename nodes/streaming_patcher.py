@@ -4,7 +4,8 @@ ComfyUI decides how many bytes of a MODEL may sit on the card (``load_models_gpu
 ``load(lowvram_model_memory=...)``, ``partially_unload`` when another model needs room). Its legacy partial load
 then casts every offloaded layer when it is called: the copy stream first waits for all compute queued so far
 (``model_management.get_offload_stream``), and the compute waits for the copy, so copies and compute take turns.
-That was 7.8x the resident step on an emulated 16 GB card (DESIGN.md §9).
+That was 7.8x the resident step on a 16 GB card emulated with ComfyUI's ``reserve_vram`` (docs/performance.md,
+"Low-VRAM streaming").
 
 Here the same budget is honoured block by block (``ideogram4.streaming``): the blocks that fit stay resident, the
 others keep their big weights (int8 stays int8, protected bf16 stays bf16) in pinned host memory and stream through

@@ -30,6 +30,8 @@ def _declared_inputs() -> dict[str, set[str]]:
                 names |= {"placed", "y_min", "x_min", "y_max", "x_max"}
             if "_chain_input(" in block:
                 names.add("elements")
+            if "_element_schema(" in block:  # the element nodes' shared tail: bbox, palette, chain
+                names |= {"placed", "y_min", "x_min", "y_max", "x_max", "color_palette", "elements"}
             if "_on_invalid_input()" in block:
                 names.add("on_invalid")
             out[m.group(1)] = names

@@ -15,6 +15,7 @@ from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT
 from comfyui_ideogram4_int8.ideogram4.synthetic import write_comfy_int8, write_w8a8
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import CONVROT_NOTE, w8a8_linears
 from comfyui_ideogram4_int8.kernels import ops
+from comfyui_ideogram4_int8.nodes import after_forward as af
 from ideogram4_checks import TINY, inputs, tiny_weights
 from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
@@ -270,14 +271,14 @@ def test_after_forward_runs_its_callbacks_at_run_time_and_counts_op_calls():
     def callback(key, flag):
         seen.append((key, flag))
 
-    ops.on_after_forward(callback)
-    ops.on_after_forward(callback)  # registered once
+    af.on_after_forward(callback)
+    af.on_after_forward(callback)  # registered once
     try:
         w, ws = kernels.quantize_weight_ref(torch.randn(16, 64))
 
         def f(x):
             y = ops.w8a8_linear(x, w, ws, None, None, None, "traced/counted")
-            return ops.after_forward(y, "test-key", True)
+            return af.after_forward(y, "test-key", True)
 
         counter = CompileCounter()
         compiled = torch.compile(f, fullgraph=True, backend=counter)
@@ -287,13 +288,13 @@ def test_after_forward_runs_its_callbacks_at_run_time_and_counts_op_calls():
         assert counter.frame_count == 1 and seen == [("test-key", True)] * 3
         assert ops.OP_CALLS["traced/counted"] - n0 == 3
         y = torch.randn(2, 5)
-        got = ops.op("after_forward")(y, "k", False)
+        got = af.op()(y, "k", False)
         assert torch.equal(got, y) and got.data_ptr() != y.data_ptr() and seen[-1] == ("k", False)
-        torch.library.opcheck(ops.op("after_forward"), (y, "k", False), test_utils=("test_schema", "test_faketensor"))
+        torch.library.opcheck(af.op(), (y, "k", False), test_utils=("test_schema", "test_faketensor"))
         seen.clear()
-        assert ops.after_forward(y, "eager", False) is y and seen == [("eager", False)]
+        assert af.after_forward(y, "eager", False) is y and seen == [("eager", False)]
         assert ops.OP_CALLS["traced/counted"] - n0 == 3 and all(o.shape == (3, 16) for o in outs)
         f(torch.randn(3, 64))  # eager: the direct call, not counted by the op
         assert ops.OP_CALLS["traced/counted"] - n0 == 3
     finally:
-        ops._AFTER_FORWARD.remove(callback)
+        af._CALLBACKS.remove(callback)

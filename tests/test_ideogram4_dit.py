@@ -15,7 +15,7 @@ from comfyui_ideogram4_int8.ideogram4.synthetic import write_w8a8
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import W8A8Linear, dequant_linears, float_linears, w8a8_linears
 from ideogram4_checks import TINY, cosine, inputs, rel_err, tiny_weights
 
-# ComfyUI's native Ideogram 4 state dict (research brief §1.3), written out by hand
+# ComfyUI's native Ideogram 4 state dict (the keys of ComfyUI 0.33's comfy/ldm/ideogram4), written out by hand
 TOP = {
     "input_proj.weight": (4608, 128),
     "input_proj.bias": (4608,),

@@ -1,5 +1,6 @@
-"""The Layout Boxes editor (web/ideogram4_captions.js) in a real ComfyUI frontend 1.49.6, headless Chromium (marked
-``comfyui``; needs COMFYUI_DIR, Debian's chromium and playwright-core on NODE_PATH, like test_panel_browser.py).
+"""The Layout Boxes editor (web/lib/layout_editor.mjs, attached by web/ideogram4_captions.js) in a real ComfyUI
+frontend 1.49.6, headless Chromium (marked ``comfyui``; needs COMFYUI_DIR, Debian's chromium and playwright-core on
+NODE_PATH, like test_panel_browser.py).
 
 ``tests/browser/layout_editor_shots.mjs`` loads the captions example, clicks its two drawn boxes and opens the
 frontend's properties panel for the node. Issue 22: the editor shrank after a box was clicked, and the panel listed an

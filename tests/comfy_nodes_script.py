@@ -890,7 +890,7 @@ def check_hooks():
 
     updates, events = [], []
     comfy.utils.set_progress_bar_global_hook(lambda value, total, preview, node_id=None: updates.append((value, total)))
-    status_nodes.publish = lambda event, models=None, **where: events.append((event, models))
+    status_nodes.publish = lambda event, models=None, *where, **named: events.append((event, models))
     try:
         cond, uncond, _ = load("i4_w8a8.safetensors")
         load_updates = list(updates)
@@ -899,7 +899,7 @@ def check_hooks():
         _latent_node(cond, uncond, ctx, 3, preset="custom", steps=3)
         sample_updates = list(updates)
 
-        def broken(event, models=None, **where):
+        def broken(event, *args, **kwargs):
             raise RuntimeError("panel is down")
 
         status_nodes.publish = broken

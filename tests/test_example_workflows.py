@@ -32,7 +32,12 @@ FP8 = "ideogram4_fp8_scaled.safetensors"
 FP8_UNCOND = "ideogram4_unconditional_fp8_scaled.safetensors"
 TEXT_ENCODER = "qwen3vl_8b_fp8_scaled.safetensors"
 VAE = "flux2-vae.safetensors"
-OURS = ("ideogram4_int8_text_to_image", "ideogram4_int8_fp8_patch", "ideogram4_int8_native_guider")
+OURS = (
+    "ideogram4_int8_text_to_image",
+    "ideogram4_int8_fp8_patch",
+    "ideogram4_int8_native_guider",
+    "ideogram4_int8_two_gpus",
+)
 ALL_UI = sorted(p.stem for p in EXAMPLES.glob("*.json"))
 
 
@@ -290,6 +295,50 @@ def test_text_to_image_w8a8():
     _check_note(g, {W8A8: "diffusion_models", TEXT_ENCODER: "text_encoders", VAE: "vae"})
     text = _note_text(g)
     assert "What the loader does" in text and "base" in text and FP8 in text  # and what to pick if tensors are missing
+
+
+def test_two_gpus_puts_the_unconditional_model_through_the_branch_device_node():
+    """text -> image with Ideogram 4 Branch Device ("second GPU") between loader.unconditional and
+    sampler.model_negative; everything else as in the text -> image workflow."""
+    g = Graph(_ui("ideogram4_int8_two_gpus"))
+    encode = _caption_chain(g)
+    loader = g.one("Ideogram4Int8Loader")
+    v = g.values(loader)
+    assert (v["weights"], v["unconditional_weights"], v["gemm_path"]) == (W8A8, SAME_FILE, "auto")
+    sampler = _sampler(g)
+    assert g.feeds(sampler, "model", "Ideogram4Int8Loader", 0) is loader
+    branch = g.feeds(sampler, "model_negative", "Ideogram4Int8BranchDevice", 0)
+    assert g.feeds(branch, "model_negative", "Ideogram4Int8Loader", 1) is loader
+    assert g.values(branch) == {"device": "second GPU"}
+    assert g.feeds(sampler, "positive", "CLIPTextEncode") is encode
+    _decode_and_save(g, "Ideogram4Int8Sampler")
+    assert g.values(g.one("SaveImage"))["filename_prefix"] == "ideogram4_int8/two_gpus"
+    # the same graph as text -> image apart from the node put in
+    t2i = Graph(_ui("ideogram4_int8_text_to_image"))
+    assert sorted(n["type"] for n in g.ui["nodes"]) == sorted(
+        [n["type"] for n in t2i.ui["nodes"]] + ["Ideogram4Int8BranchDevice"]
+    )
+    for node_type in ("Ideogram4Int8Loader", "Ideogram4Int8Sampler", "CLIPLoader", "VAELoader"):
+        assert g.values(g.one(node_type)) == t2i.values(t2i.one(node_type)), node_type
+    # the API twin: sampler.model_negative <- BranchDevice.model_negative <- loader.unconditional
+    api = _api("ideogram4_int8_two_gpus")
+    ids = {n["class_type"]: k for k, n in api.items()}
+    assert api[ids["Ideogram4Int8Sampler"]]["inputs"]["model_negative"] == [ids["Ideogram4Int8BranchDevice"], 0]
+    assert api[ids["Ideogram4Int8BranchDevice"]]["inputs"]["model_negative"] == [ids["Ideogram4Int8Loader"], 1]
+    assert api[ids["Ideogram4Int8Sampler"]]["inputs"]["model"] == [ids["Ideogram4Int8Loader"], 0]
+    _check_note(g, {W8A8: "diffusion_models", TEXT_ENCODER: "text_encoders", VAE: "vae"})
+    text = _note_text(g)
+    for said in (
+        "two GPUs",
+        "NVIDIA",
+        "sm_80",
+        "Each card holds one CFG branch",
+        "at the same time as the conditional",
+        "**With one GPU** the node does nothing and says so",
+        "as in the text → image example",
+        "not measured on two GPUs yet",
+    ):
+        assert said in text, said
 
 
 def test_fp8_files_through_the_patch_node():

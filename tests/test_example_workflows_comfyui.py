@@ -33,7 +33,7 @@ import urllib.request
 import pytest
 import torch
 from browser_checks import shots_dir
-from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer, history_errors
+from comfyui_server import PACK_NAME, ComfyUIServer, history_errors
 from workflow_checks import (
     API_DIR,
     EXAMPLES,
@@ -43,12 +43,17 @@ from workflow_checks import (
     model_files_of,
     pack_node_types,
 )
-from workflow_models import COND, native_sizes_env, write_example_models
+from workflow_models import COND, example_server
 
 pytestmark = pytest.mark.comfyui
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-OURS = ("ideogram4_int8_text_to_image", "ideogram4_int8_fp8_patch", "ideogram4_int8_native_guider")
+OURS = (
+    "ideogram4_int8_text_to_image",
+    "ideogram4_int8_fp8_patch",
+    "ideogram4_int8_native_guider",
+    "ideogram4_int8_two_gpus",
+)
 ALL_UI = sorted(p.stem for p in EXAMPLES.glob("*.json"))
 CHECK_SCRIPT = ROOT / "tests" / "browser" / "example_workflow_check.mjs"
 SEED = int.from_bytes(os.urandom(3), "little")
@@ -63,15 +68,7 @@ def _ui(name: str) -> dict:
 
 
 def _start(with_models: bool) -> ComfyUIServer:
-    def setup(base):
-        if with_models:
-            write_example_models(base, SEED, text_encoder_placeholder=True)
-
-    server = ComfyUIServer(
-        packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": ROOT / "tests" / "comfy_test_pack"},
-        setup=setup,
-        env=native_sizes_env(),
-    ).start()
+    server = example_server(with_models, SEED).start()
     assert server.import_failures() == [], server.log_tail()
     return server
 
@@ -245,6 +242,17 @@ def test_native_guider_graph_gives_the_same_image_as_the_sampler_node(srv):
     # and different from the fp8-derived INT8 models (another quantization of other weights: a real difference)
     patched = _saved_image(srv, "ideogram4_int8_fp8_patch")
     assert (ours.float() - patched.float()).abs().mean().item() > 0
+
+
+def test_two_gpus_workflow_on_a_cpu_leaves_the_model_in_place_says_so_and_gives_the_text_to_image_image(srv):
+    """On this --cpu server the Branch Device node ("second GPU") has no second card: it passes the unconditional
+    MODEL on unchanged, says so on the node, and the run gives text -> image's picture."""
+    name = "ideogram4_int8_two_gpus"
+    api = _api(name)
+    branch = next(k for k, n in api.items() if n["class_type"] == "Ideogram4Int8BranchDevice")
+    (note,) = _run(srv, name)["outputs"][branch]["text"]
+    assert "does nothing" in note and "second GPU" in note, note
+    assert (_saved_image(srv, name).int() - _saved_image(srv, "ideogram4_int8_text_to_image").int()).abs().max() <= 1
 
 
 DEMO = "ideogram4_int8_demo"

@@ -95,6 +95,26 @@ def write_example_models(
     return {k: pathlib.Path(v) for k, v in out.items()}
 
 
+def example_server(with_models: bool, seed: int, args: tuple[str, ...] = ()):
+    """An unstarted ComfyUI (``tests/comfyui_server.py``) with this pack, the test pack, the native sizes for the test
+    pack and (``with_models``) every file the example workflows name: the server of
+    ``tests/test_example_workflows_comfyui.py`` and of ``tests/browser/regenerate_workflows.py``. ``args``: extra
+    ComfyUI arguments (``("--front-end-root", <static folder>)`` for another frontend)."""
+    from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer
+
+    def setup(base):
+        if with_models:
+            write_example_models(base, seed, text_encoder_placeholder=True)
+
+    test_pack = pathlib.Path(__file__).resolve().parent / "comfy_test_pack"
+    return ComfyUIServer(
+        packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": test_pack},
+        setup=setup,
+        env=native_sizes_env(),
+        args=tuple(args),
+    )
+
+
 if __name__ == "__main__":  # python tests/workflow_models.py <base dir>: files for a hand-started ComfyUI
     import sys
 

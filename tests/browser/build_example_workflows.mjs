@@ -6,6 +6,7 @@
 // ComfyUI started with --front-end-root on the newest frontend, where each built file is loaded under Nodes 2.0
 // (Vue nodes), which draws some nodes taller than their saved size: the layout is redone with room for those
 // heights until every node fits (the saved sizes stay the classic ones), so it overlaps in neither frontend.
+// tests/browser/regenerate_workflows.py starts both servers (with the model stand-ins) and runs this script.
 //
 // The UI files are not written by hand: every node is created by the frontend itself (LiteGraph.createNode,
 // app.graph.add), connected with node.connect, its widgets set by name; then the frontend serializes the graph
@@ -128,6 +129,27 @@ const NOTES = {
     "",
     GPU,
   ],
+  ideogram4_int8_two_gpus: [
+    "## Ideogram 4 · W8A8 INT8 on two GPUs: one branch on each card",
+    "",
+    "**Needs two GPUs** (NVIDIA, compute capability 8.0+ / sm_80+). Each card holds one CFG branch: " +
+      "*Ideogram 4 Branch Device* puts the unconditional MODEL on the second card, and *Ideogram 4 Sampler* runs " +
+      "the unconditional pass there at the same time as the conditional pass on the first card (the latent and " +
+      "the CFG combine stay on the first card).",
+    "",
+    "**With one GPU** the node does nothing and says so (on the node and in its `placement` output): both " +
+      "branches stay on that card, as in the text → image example.",
+    "",
+    "**Model files:** as in the text → image example (Hugging Face repo → ComfyUI folder):",
+    "",
+    `- \`${MODELS.w8a8.name}\` (both CFG branches): \`transformerlab/ideogram-4-int8-w8a8\` (gated) → ` +
+      "`models/diffusion_models`",
+    `- \`${MODELS.te.name}\`: \`Comfy-Org/Qwen3-VL\` → \`models/text_encoders\``,
+    `- \`${MODELS.vae.name}\`: \`Comfy-Org/flux2-dev\` → \`models/vae\``,
+    "",
+    "**Speed:** not measured on two GPUs yet. One 24 GB card fits both branches (see the text → image example); " +
+      "each card's peak on two GPUs is not measured yet either.",
+  ],
   ideogram4_int8_fp8_patch: [
     "## Ideogram 4 · INT8 from ComfyUI's fp8 files (no new download)",
     "",
@@ -242,6 +264,31 @@ const WORKFLOWS = {
     groups: [["Caption", ["style", "object", "text", "caption", "clip", "encode"]],
              ["INT8 models + official sampler", ["loader", "sampler"]], ["Decode", ["vae", "decode", "save"]]],
     thumbnail: "INT8 models + official sampler",
+  },
+  ideogram4_int8_two_gpus: {
+    nodes: [
+      note("ideogram4_int8_two_gpus"), ...CAPTION_NODES,
+      { key: "loader", type: "Ideogram4Int8Loader", models: [MODELS.w8a8], widgets: LOADER_WIDGETS },
+      { key: "branch", type: "Ideogram4Int8BranchDevice", widgets: { device: "second GPU" } },
+      { key: "sampler", type: "Ideogram4Int8Sampler", widgets: SAMPLER_WIDGETS },
+      ...DECODE_NODES, save("ideogram4_int8/two_gpus"),
+    ],
+    links: [
+      ...CAPTION_LINKS,
+      ["loader", "conditional", "sampler", "model"],
+      ["loader", "unconditional", "branch", "model_negative"],
+      ["branch", "model_negative", "sampler", "model_negative"],
+      ["encode", "CONDITIONING", "sampler", "positive"],
+      ["sampler", "LATENT", "decode", "samples"],
+      ["vae", "VAE", "decode", "vae"],
+      ["decode", "IMAGE", "save", "images"],
+    ],
+    columns: [[280, ["note"]], [420, ["style", "object", "text"]], [390, ["caption", "clip", "encode"]],
+              [390, ["loader", "branch", "sampler"]], [320, ["vae", "decode", "save"]]],
+    groups: [["Caption", ["style", "object", "text", "caption", "clip", "encode"]],
+             ["Two GPUs: one branch on each", ["loader", "branch", "sampler"]],
+             ["Decode", ["vae", "decode", "save"]]],
+    thumbnail: "Two GPUs: one branch on each",
   },
   ideogram4_int8_fp8_patch: {
     nodes: [
@@ -574,22 +621,34 @@ function firstDifference(a, b, path = "") {
   return null;
 }
 
+const DIALOGS = '[data-testid="dialog-overlay"], [role=dialog]';
+
+// close open dialogs (the first-load Templates browser) with Escape only; the number still open
+async function closeDialogs(page) {
+  for (let i = 0; i < 3 && (await page.locator(DIALOGS).count()); i++) {
+    await page.keyboard.press("Escape");
+    await page.waitForTimeout(500);
+  }
+  return page.locator(DIALOGS).count();
+}
+
 // a frontend loaded, its first-load dialogs (1.58's Templates browser) closed, the node-building helper installed
 async function openFrontend(page, url) {
   await page.goto(url, { waitUntil: "domcontentloaded" });
   await page.waitForFunction(() => window.comfyAPI?.app?.app?.graph && window.LiteGraph, null, { timeout: 120000 });
   await page.waitForFunction(() => window.comfyAPI.app.app.graph.nodes?.length >= 0, null, { timeout: 60000 });
   await page.waitForTimeout(3000);
-  for (let i = 0; i < 3 && (await page.locator('[data-testid="dialog-overlay"], [role=dialog]').count()); i++) {
-    await page.keyboard.press("Escape");
-    await page.waitForTimeout(500);
-  }
+  await closeDialogs(page);
   await page.evaluate(`window.__ig4i8Create = ${createInPage.toString()}`);
   return page;
 }
 
-// card picture: 900 x 900 px of the canvas (clear of the sidebar, the run button and the minimap)
+// card picture: 900 x 900 px of the canvas (clear of the sidebar, the run button and the minimap). The first-load
+// Templates browser can open after openFrontend closed what was there (a slow machine): closed again here, and a
+// card with a dialog still over the canvas is refused.
 async function thumbnail(page, name, focus) {
+  await page.bringToFront();
+  if (await closeDialogs(page)) throw new Error(`${name}: a dialog stays open over the canvas; no card taken`);
   await page.evaluate(focusInPage, [focus, 0.9, 330, 140]);
   await page.waitForTimeout(500);
   await page.screenshot({ path: join(outDir, `${name}.jpg`), type: "jpeg", quality: 70,

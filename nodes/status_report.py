@@ -328,6 +328,8 @@ def _model_entry(label: str, records, picks, include_layers: bool, notes: dict |
         "shapes": _shapes(records, picks),
         "layers": [_layer_entry(r) for r in records] if include_layers else None,
         "bypass": scrub_text((notes or {}).get(BYPASS)),
+        # what else the model's owner said about it (low-VRAM streaming, its device), kind -> text
+        "notes": {str(k): scrub_text(v) for k, v in sorted((notes or {}).items()) if k != BYPASS and v},
     }
 
 

@@ -176,7 +176,7 @@ def test_a_broken_model_part_fails_the_prompt_naming_node_and_field(srv, case):
 # -- running each workflow ------------------------------------------------------------------------------------------
 
 
-def runnable_copy(api: dict, cond_path: str) -> dict:
+def runnable_copy(api: dict, cond_path: str, tag: str = "") -> dict:
     """The API workflow with the text encoder replaced: CLIPTextEncode becomes the test-only conditioning node
     (same id, so its consumers stay wired as shipped) and CLIPLoader, which fed only it, goes."""
     graph = copy.deepcopy(api)
@@ -188,7 +188,7 @@ def runnable_copy(api: dict, cond_path: str) -> dict:
     del graph[loaders[0]]
     graph[encode[0]] = {
         "class_type": "Ideogram4TestConditioning",
-        "inputs": {"path": cond_path, "text": api[encode[0]]["inputs"]["text"]},
+        "inputs": {"path": cond_path, "text": api[encode[0]]["inputs"]["text"], "tag": tag},
         "_meta": {"title": "test-only text conditioning (no 8B text encoder here)"},
     }
     return graph
@@ -196,7 +196,7 @@ def runnable_copy(api: dict, cond_path: str) -> dict:
 
 @functools.cache
 def _run(srv, name: str) -> dict:
-    entry = srv.run_prompt(runnable_copy(_api(name), str(srv.base / COND)), timeout=900)
+    entry = srv.run_prompt(runnable_copy(_api(name), str(srv.base / COND), tag=name), timeout=900)
     tracebacks = [
         "".join(d.get("traceback", [])) for kind, d in entry["status"]["messages"] if kind == "execution_error"
     ]

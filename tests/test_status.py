@@ -330,6 +330,24 @@ def test_a_bypass_note_and_the_gate_up_pair_reach_the_report(gen):
     assert status.status_report()["models"][0]["bypass"] is None
 
 
+def test_streaming_and_device_notes_reach_the_report_apart_from_bypass():
+    """What the streaming patcher and the Branch Device node say about a model is in its entry (``notes``), for the
+    panel; the bypass note stays in ``bypass`` only; schema-valid; gone with the model."""
+    REGISTRY.declare("unconditional/layers.0.attention.o", "triton-int8", "", 64, 64)
+    streaming = "low-VRAM streaming: 2.04 GiB on the card (5 blocks resident, 29 streamed through 2 slots)"
+    REGISTRY.set_model_note("unconditional", "streaming", streaming)
+    REGISTRY.set_model_note("unconditional", "device", "unconditional branch on cuda:1")
+    REGISTRY.set_model_note("unconditional", "bypass", "1 of 1 quantized linears did not run through the pack's op")
+    report = status.status_report()
+    validate(report)
+    (model,) = report["models"]
+    assert model["notes"] == {"device": "unconditional branch on cuda:1", "streaming": streaming}
+    assert model["bypass"].startswith("1 of 1")
+    REGISTRY.set_model_note("unconditional", "streaming", None)
+    assert status.status_report()["models"][0]["notes"] == {"device": "unconditional branch on cuda:1"}
+    REGISTRY.clear("unconditional")
+
+
 def test_layers_declared_at_load_count_as_not_run(tmp_path, gen):
     REGISTRY.declare("conditional/layers.0.attention.qkv", "triton-int8", "", 192, 64)
     report = status.status_report()

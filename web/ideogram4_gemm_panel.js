@@ -22,6 +22,7 @@ import {
   describeEnvironment,
   layerRows,
   nodeBadge,
+  modelNotes,
   pathLabel,
   reasonGroups,
   sortModels,
@@ -256,6 +257,7 @@ function modelCard(model) {
     h("div", { class: "ig4i8-headline" }, s.severity === "warning" ? "⚠ " : "", s.headline),
     countsBar(s),
     s.warning ? h("div", { class: "ig4i8-warning" }, s.warning) : null,
+    ...modelNotes(model).map((n) => h("div", { class: "ig4i8-muted", "data-testid": `ig4i8-note-${n.kind}` }, n.text)),
     model.calls > 0
       ? h("div", { class: "ig4i8-muted", "data-testid": "ig4i8-calls" }, `GEMM calls: ${callsText(model.calls_last_run, model.calls)}`)
       : null,

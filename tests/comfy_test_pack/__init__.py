@@ -35,22 +35,22 @@ if _SIZES:
 
 class Ideogram4TestConditioning:
     """Stands in for CLIPTextEncode: a stored conditioning. ``text`` (optional) is the caption the real graph
-    encodes: not used, it keeps the caption chain in the executed graph, and the node shows it (an output node,
-    so ComfyUI puts it in the history even when the node was cached by an earlier prompt)."""
+    encodes: not used, it keeps the caption chain in the executed graph, and the node shows it (in the history of
+    a prompt that ran the node; ``tag``, also unused, gives each workflow's prompt its own cache entry). Not an
+    output node: a prompt whose model part is invalid must not run this part alone."""
 
     @classmethod
     def INPUT_TYPES(cls):
         return {
             "required": {"path": ("STRING", {"default": "", "tooltip": "safetensors file with 'cond'"})},
-            "optional": {"text": ("STRING", {"forceInput": True})},
+            "optional": {"text": ("STRING", {"forceInput": True}), "tag": ("STRING", {"default": ""})},
         }
 
     RETURN_TYPES = ("CONDITIONING",)
     FUNCTION = "load"
     CATEGORY = "testing"
-    OUTPUT_NODE = True
 
-    def load(self, path, text=None):
+    def load(self, path, text=None, tag=""):
         t = safetensors.torch.load_file(path)
         extra = {"pooled_output": None}
         if "attention_mask" in t:

@@ -448,3 +448,12 @@ test("on a CPU the panel names what runs there, not cuBLAS", async () => {
   }
   assert.match(summarizeModel(byLabel(sample(), "conditional")).headline, /fused INT8|cuBLAS|bf16/);
 });
+
+test("a model's streaming and device notes, streaming first", async () => {
+  const { modelNotes } = await import("../../web/lib/gemm_status.mjs");
+  const notes = modelNotes({ notes: { device: "on cuda:1", streaming: "low-VRAM streaming: 2 GiB", zz: "", other: "x" } });
+  assert.deepEqual(notes.map((n) => n.kind), ["streaming", "device", "other"]);
+  assert.equal(notes[0].text, "low-VRAM streaming: 2 GiB");
+  assert.deepEqual(modelNotes({}), []);
+  assert.deepEqual(modelNotes(null), []);
+});

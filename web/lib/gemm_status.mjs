@@ -200,6 +200,16 @@ export function warningText(model) {
   return null;
 }
 
+/** The model's other notes (low-VRAM streaming, its device) as [{kind, text}], streaming first. */
+export function modelNotes(model) {
+  const notes = model?.notes && typeof model.notes === "object" ? model.notes : {};
+  const order = ["streaming", "device"];
+  return Object.entries(notes)
+    .filter(([, text]) => typeof text === "string" && text)
+    .sort(([a], [b]) => (order.indexOf(a) + 1 || 99) - (order.indexOf(b) + 1 || 99) || a.localeCompare(b))
+    .map(([kind, text]) => ({ kind, text }));
+}
+
 /** Layers grouped by (path, reason), slowest path first, biggest group first (needs the layer table). */
 export function reasonGroups(model) {
   const layers = Array.isArray(model?.layers) ? model.layers : [];

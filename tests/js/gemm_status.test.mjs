@@ -412,43 +412,6 @@ test("events carry the prompt they came from", () => {
   assert.equal(applyEvent(s, { event: "load", models: ["x"], node_id: "8", report: r }).currentPrompt, "p7");
 });
 
-test("on a CPU the panel names what runs there, not cuBLAS", async () => {
-  const { useLabels } = await import("../../web/lib/gemm_status.mjs");
-  const report = sample();
-  report.path_labels = {
-    device: "cpu",
-    labels: {
-      "triton-int8": "fused Triton INT8 (CUDA GPUs only)",
-      "cublas-int8": "CPU INT8 matmul (torch._int_mm)",
-      "dequant-bf16": "CPU dequantized float32 matmul",
-      bf16: "float (protected)",
-    },
-  };
-  for (const m of report.models) {
-    for (const l of m.layers ?? []) if (l.path === "triton-int8") l.path = "dequant-bf16";
-    if (m.counts) {
-      m.counts["dequant-bf16"] = (m.counts["dequant-bf16"] ?? 0) + (m.counts["triton-int8"] ?? 0);
-      m.counts["triton-int8"] = 0;
-    }
-  }
-  try {
-    const summary = summarizeReport(report);
-    const text = summary.models.map((m) => m.headline).join("\n");
-    assert.match(text, /CPU dequantized float32 matmul/);
-    assert.doesNotMatch(text, /cuBLAS|phantom/);
-    assert.ok(summary.models.every((m) => m.severity !== "warning"), "the CPU's fast path is no warning");
-    assert.match(summary.models[0].warning, /fused INT8 kernel needs a CUDA GPU/);
-    const banner = statusBanner(report);
-    assert.match(banner.text, /On the CPU/);
-    const badge = badgeFor(report);
-    assert.doesNotMatch(badge.text, /cuBLAS|⚠/);
-    assert.match(badge.text, /^CPU /);
-  } finally {
-    useLabels(null); // the CUDA words for the other tests
-  }
-  assert.match(summarizeModel(byLabel(sample(), "conditional")).headline, /fused INT8|cuBLAS|bf16/);
-});
-
 test("a model's streaming and device notes, streaming first", async () => {
   const { modelNotes } = await import("../../web/lib/gemm_status.mjs");
   const notes = modelNotes({ notes: { device: "on cuda:1", streaming: "low-VRAM streaming: 2 GiB", zz: "", other: "x" } });

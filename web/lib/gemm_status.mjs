@@ -47,27 +47,12 @@ export const SEVERITY_COLORS = {
 const ROLE_ORDER = { conditional: 0, unconditional: 1, other: 2 };
 const BADGE_MAX = 48; // keep badges short on the title bar
 
-// What each path id runs on the device of the report read last (its `path_labels`, kernels/registry.py
-// PATH_LABELS): on a CPU, cublas-int8 is torch._int_mm and dequant-bf16 the dequantized float matmul, the fast one
-// where torch._int_mm measured slower. null: the CUDA words above (a report of an earlier pack version).
-let deviceLabels = null;
-
-/** Read the path words of `report`; every report-level function below calls it first. */
-export function useLabels(report) {
-  const pl = report?.path_labels;
-  deviceLabels = pl && typeof pl === "object" && pl.labels && typeof pl.labels === "object" ? pl : null;
-}
-
-function onCpu() {
-  return deviceLabels?.device === "cpu";
-}
-
 export function pathLabel(path) {
-  return (onCpu() ? deviceLabels.labels[path] : null) ?? PATH_INFO[path]?.label ?? String(path);
+  return PATH_INFO[path]?.label ?? String(path);
 }
 
 export function pathShort(path) {
-  return (onCpu() ? deviceLabels.labels[path] : null) ?? PATH_INFO[path]?.short ?? String(path);
+  return PATH_INFO[path]?.short ?? String(path);
 }
 
 export function worstSeverity(list) {
@@ -112,7 +97,6 @@ export function modelSeverity(model) {
   const c = countsOf(model);
   if (model?.bypass) return "warning";
   if (total(c) === 0) return "idle";
-  if (onCpu()) return "notice"; // no fused INT8 kernel without a CUDA GPU: the measured-faster CPU matmul runs
   if (c["dequant-bf16"] > 0) return "warning";
   if (c["cublas-int8"] > 0) return "notice";
   if (c["triton-int8"] === 0) return "notice";
@@ -148,8 +132,7 @@ export function summarizeModel(model) {
   const parts = [];
   for (const p of PATHS) {
     if (counts[p] === 0) continue;
-    if (onCpu()) parts.push(parts.length === 0 ? `${counts[p]}/${all} linears on ${pathLabel(p)}` : `${counts[p]} on ${pathLabel(p)}`);
-    else parts.push(parts.length === 0 ? FIRST_PART_TEXT[p](counts[p], all) : PART_TEXT[p](counts[p]));
+    parts.push(parts.length === 0 ? FIRST_PART_TEXT[p](counts[p], all) : PART_TEXT[p](counts[p]));
   }
   const notRun = Math.max(0, Number(model?.layers_total ?? all) - Number(model?.layers_run ?? all));
   // "not run in the last pass", not "not run yet": the image-only unconditional pass never runs llm_cond_proj
@@ -174,12 +157,6 @@ export function summarizeModel(model) {
 export function warningText(model) {
   if (model?.bypass) return `ComfyUI routed around the pack's INT8 op: ${model.bypass}.`;
   const c = countsOf(model);
-  if (onCpu() && total(c) > 0) {
-    return (
-      "On the CPU: the fused INT8 kernel needs a CUDA GPU. The quantized linears run the CPU matmul the pack " +
-      "measured faster here (IDEOGRAM4_INT8_GEMM_PATH forces another)."
-    );
-  }
   const n = c["dequant-bf16"];
   if (n > 0) {
     const reasons = reasonGroups(model).filter((g) => g.path === "dequant-bf16" && g.reason);
@@ -235,7 +212,6 @@ export function sortModels(models) {
 
 /** Per-model summaries plus the overall severity. */
 export function summarizeReport(report) {
-  useLabels(report);
   const models = sortModels(report?.models).map(summarizeModel);
   return { models, severity: models.length ? worstSeverity(models.map((m) => m.severity)) : "idle" };
 }
@@ -245,14 +221,12 @@ export function statusBanner(report, error = null) {
   if (error) return { severity: "error", text: String(error), notes: [] };
   const problem = checkReport(report);
   if (problem) return { severity: "error", text: `Cannot show the GEMM status: ${problem}.`, notes: [] };
-  useLabels(report);
   const st = report.status ?? {};
   const notes = Array.isArray(st.notes) ? st.notes.map(String) : [];
   if (st.code === "no_models_yet") return { severity: "idle", text: String(st.message), notes };
   const models = summarizeReport(report).severity;
-  const text = onCpu() && models === "notice"
-    ? "On the CPU: the measured-faster CPU matmul runs (the fused INT8 kernel needs a CUDA GPU)."
-    : models === "warning"
+  const text =
+    models === "warning"
       ? "Some linears fall back to dequant-bf16 (phantom INT8): see the red model below."
       : models === "notice"
         ? "INT8 runs, but not all of it on the fused kernel."
@@ -328,7 +302,6 @@ export function perModelCounts(models, path) {
  */
 export function badgeFor(report, labels = null) {
   if (checkReport(report)) return null;
-  useLabels(report);
   let models = report.models;
   if (Array.isArray(labels) && labels.length) {
     const wanted = new Set(labels.map(String));
@@ -465,7 +438,6 @@ export function applyEvent(state, detail) {
  */
 export function nodeBadge(report, node, currentPrompt = null) {
   if (checkReport(report) || !node) return null;
-  useLabels(report);
   const entry = report.nodes?.[String(node.id)];
   if (!entry) return null;
   if (entry.node_type && node.type && entry.node_type !== node.type) return null;

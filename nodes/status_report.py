@@ -381,11 +381,16 @@ def _cpu_paths() -> str:
     )
 
 
-def _labels() -> tuple[str, dict]:
+def _labels() -> tuple[str, dict, str]:
+    """(device, what each path runs there, the path the pack prefers there: the CPU's measured choice)."""
     device = "cuda" if environment_report()["cuda_available"] else "cpu"
     answer = cpu_gemm.decided()
     dtype = str(answer.float_dtype).replace("torch.", "") if answer is not None else "float32"
-    return device, path_labels(device, dtype)
+    if device == "cuda":
+        preferred = PATH_TRITON
+    else:
+        preferred = PATH_DEQUANT if answer is not None and not answer.int_mm_fast else PATH_CUBLAS
+    return device, path_labels(device, dtype), preferred
 
 
 def _status(env: dict, models: list[dict], timing_problem: str | None) -> dict:
@@ -507,7 +512,7 @@ def status_report(
         for label in labels
     ]
     env = _environment()
-    labels_device, labels_of = _labels()
+    labels_device, labels_of, preferred = _labels()
     return {
         "schema_version": SCHEMA_VERSION,
         "pack_version": _pack["version"],
@@ -515,7 +520,7 @@ def status_report(
         "status": _status(env, models, _timing_state["env_problem"]),
         "environment": env,
         "paths": list(PATHS),
-        "path_labels": {"device": labels_device, "labels": labels_of},
+        "path_labels": {"device": labels_device, "labels": labels_of, "preferred": preferred},
         "models": models,
         "timing": _timing(registry),
         "last_prompt_id": _last_prompt_id(registry.layers()),

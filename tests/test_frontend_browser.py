@@ -117,11 +117,11 @@ def test_panel_badges_and_box_editor_on_the_newest_frontend(shots):
             {"weights": WEIGHTS, "cond": str(server.base / COND), "steps": 2, "size": 256},
         )
     auto, forced = runs["auto"], runs["forced"]
-    _check_run(auto, "on cuBLAS INT8 (not fused)", "notice", "cuBLAS INT8")
-    _check_run(forced, "dequantized to bf16 (phantom INT8)", "warning", "dequant-bf16")
+    _check_run(auto, "on CPU INT8 matmul (torch._int_mm)", "notice", "CPU INT8")
+    _check_run(forced, "on CPU dequantized float32 matmul", "warning", "CPU float")
     for node in ("Ideogram4Int8Loader", "Ideogram4Int8Sampler"):
         assert auto["badges"][node][-1]["bg"] == "#8a5a00", auto["badges"]
-        assert forced["badges"][node][-1]["text"].startswith("⚠ dequant-bf16 "), forced["badges"]
+        assert forced["badges"][node][-1]["text"].startswith("⚠ CPU float "), forced["badges"]
 
 
 NODES2_SCRIPT = ROOT / "tests" / "browser" / "nodes2_check.mjs"

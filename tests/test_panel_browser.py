@@ -53,10 +53,10 @@ def _check_run(view: dict, quant_label: str, severity: str, short: str) -> None:
     assert [m["label"] for m in view["models"]] == ["conditional", "unconditional"]
     for m in view["models"]:
         assert m["headline"].lstrip("⚠ ").startswith(f"{m['label']}: {len(w8a8)}/{total} linears {quant_label}"), m
-        assert f"· {floats} bf16-protected" in m["headline"], m
+        assert f"· {floats} on float (protected)" in m["headline"], m  # the CPU's words (path_labels)
         assert m["severity"] == severity, m
         # the per-layer table is in the DOM (open or not): one row per linear, each on the path that ran
-        assert m["rows"] == total and sorted(set(m["paths"])) == sorted({"bf16", short}), m
+        assert m["rows"] == total and sorted(set(m["paths"])) == sorted({"float", short}), m
     assert [e[0] for e in view["events"][-2:]] == ["load", "run"]
     for node in OURS:  # the frontend's node-source badge first, then ours: the same numbers as each model's headline
         badge = view["badges"][node][-1]
@@ -81,8 +81,8 @@ def test_panel_after_a_run_and_after_forcing_the_fallback(tmp_path, shots):
         loader_id, sampler_id = forced["events"][0][1], forced["events"][1][1]
         assert loader_id != sampler_id and forced["events"][2][1] == loader_id and forced["events"][3][1] == sampler_id
 
-        # (a) the automatic path on this CPU server: cuBLAS INT8, a notice (amber), with the reason
-        _check_run(auto, "on cuBLAS INT8 (not fused)", "notice", "cuBLAS INT8")
+        # (a) the automatic path on this CPU server (the tests pin torch._int_mm): named as the CPU runs it, a notice
+        _check_run(auto, "on CPU INT8 matmul (torch._int_mm)", "notice", "CPU INT8")
         assert auto["banner"]["severity"] == "notice" and "No CUDA GPU" in auto["banner"]["text"]
         for m in auto["models"]:
             assert "CUDA GPU" in m["warning"], m
@@ -92,12 +92,12 @@ def test_panel_after_a_run_and_after_forcing_the_fallback(tmp_path, shots):
 
         # (b) gemm_path = dequant-bf16 on the loader: every model and badge turns to the warning style, and
         #     nothing of the first run is left (headlines, table rows, badges)
-        _check_run(forced, "dequantized to bf16 (phantom INT8)", "warning", "dequant-bf16")
+        _check_run(forced, "on CPU dequantized float32 matmul", "warning", "CPU float")
         assert forced["banner"]["severity"] == "warning" and "dequant-bf16" in forced["banner"]["text"]
         for m in forced["models"]:
             assert m["headline"].startswith("⚠ ") and "forced by path argument" in m["warning"], m
             assert "cuBLAS" not in m["headline"] + m["warning"] and "cuBLAS INT8" not in m["paths"], m
         for node in OURS:
             badge = forced["badges"][node][-1]
-            assert badge["text"].startswith("⚠ dequant-bf16 ") and badge["bg"] == "#b3261e", forced["badges"]
+            assert badge["text"].startswith("⚠ CPU float ") and badge["bg"] == "#b3261e", forced["badges"]
         assert "last event: run" in forced["foot"]

@@ -420,3 +420,41 @@ test("a model's streaming and device notes, streaming first", async () => {
   assert.deepEqual(modelNotes({}), []);
   assert.deepEqual(modelNotes(null), []);
 });
+
+test("on a CPU the panel names the CPU matmul that ran; only a forced slower one is a warning", async () => {
+  const { useLabels } = await import("../../web/lib/gemm_status.mjs");
+  const cpu = (preferred) => {
+    const report = sample();
+    report.path_labels = {
+      device: "cpu",
+      preferred,
+      labels: {
+        "triton-int8": "fused Triton INT8 (CUDA GPUs only)",
+        "cublas-int8": "CPU INT8 matmul (torch._int_mm)",
+        "dequant-bf16": "CPU dequantized float32 matmul",
+        bf16: "float (protected)",
+      },
+    };
+    for (const m of report.models) {
+      for (const l of m.layers ?? []) if (l.path === "triton-int8" || l.path === "cublas-int8") l.path = "dequant-bf16";
+      const c = m.counts;
+      c["dequant-bf16"] += c["triton-int8"] + c["cublas-int8"];
+      c["triton-int8"] = c["cublas-int8"] = 0;
+    }
+    return report;
+  };
+  try {
+    const measured = summarizeReport(cpu("dequant-bf16")); // the CPU's own choice: a notice, CPU words
+    const text = measured.models.map((m) => `${m.headline} ${m.warning}`).join("\n");
+    assert.match(text, /CPU dequantized float32 matmul/);
+    assert.doesNotMatch(text, /cuBLAS|phantom/);
+    assert.ok(measured.models.every((m) => m.severity === "notice"), measured.models);
+    assert.match(badgeFor(cpu("dequant-bf16")).text, /^CPU float /);
+    const forced = summarizeReport(cpu("cublas-int8")); // slower than the CPU's choice: a warning
+    assert.ok(forced.models.every((m) => m.severity === "warning"), forced.models);
+    assert.match(forced.models[0].warning, /slower here than the CPU INT8 matmul/);
+    assert.match(badgeFor(cpu("cublas-int8")).text, /^⚠ CPU float /);
+  } finally {
+    useLabels(null); // the CUDA words for the other tests
+  }
+});

@@ -47,12 +47,27 @@ export const SEVERITY_COLORS = {
 const ROLE_ORDER = { conditional: 0, unconditional: 1, other: 2 };
 const BADGE_MAX = 48; // keep badges short on the title bar
 
+// On a CPU the words come from the report (`path_labels`: what each path id runs on the models' device); short
+// forms here, for badges. `deviceLabels`: those of the report read last (every report-level function below reads
+// it first); null: the CUDA words above.
+const CPU_SHORT = { "triton-int8": "fused INT8", "cublas-int8": "CPU INT8", "dequant-bf16": "CPU float", bf16: "float" };
+let deviceLabels = null;
+
+export function useLabels(report) {
+  const pl = report?.path_labels;
+  deviceLabels = pl && typeof pl === "object" && pl.labels && typeof pl.labels === "object" ? pl : null;
+}
+
+function onCpu() {
+  return deviceLabels?.device === "cpu";
+}
+
 export function pathLabel(path) {
-  return PATH_INFO[path]?.label ?? String(path);
+  return (onCpu() ? deviceLabels.labels[path] : null) ?? PATH_INFO[path]?.label ?? String(path);
 }
 
 export function pathShort(path) {
-  return PATH_INFO[path]?.short ?? String(path);
+  return (onCpu() ? CPU_SHORT[path] : null) ?? PATH_INFO[path]?.short ?? String(path);
 }
 
 export function worstSeverity(list) {
@@ -97,6 +112,10 @@ export function modelSeverity(model) {
   const c = countsOf(model);
   if (model?.bypass) return "warning";
   if (total(c) === 0) return "idle";
+  if (onCpu()) {
+    // no fused kernel without a CUDA GPU: the CPU's measured choice is a notice, the slower matmul (forced) a warning
+    return c["dequant-bf16"] > 0 && deviceLabels.preferred !== "dequant-bf16" ? "warning" : "notice";
+  }
   if (c["dequant-bf16"] > 0) return "warning";
   if (c["cublas-int8"] > 0) return "notice";
   if (c["triton-int8"] === 0) return "notice";
@@ -132,7 +151,8 @@ export function summarizeModel(model) {
   const parts = [];
   for (const p of PATHS) {
     if (counts[p] === 0) continue;
-    parts.push(parts.length === 0 ? FIRST_PART_TEXT[p](counts[p], all) : PART_TEXT[p](counts[p]));
+    if (onCpu()) parts.push(parts.length === 0 ? `${counts[p]}/${all} linears on ${pathLabel(p)}` : `${counts[p]} on ${pathLabel(p)}`);
+    else parts.push(parts.length === 0 ? FIRST_PART_TEXT[p](counts[p], all) : PART_TEXT[p](counts[p]));
   }
   const notRun = Math.max(0, Number(model?.layers_total ?? all) - Number(model?.layers_run ?? all));
   // "not run in the last pass", not "not run yet": the image-only unconditional pass never runs llm_cond_proj
@@ -157,6 +177,15 @@ export function summarizeModel(model) {
 export function warningText(model) {
   if (model?.bypass) return `ComfyUI routed around the pack's INT8 op: ${model.bypass}.`;
   const c = countsOf(model);
+  if (onCpu() && total(c) > 0) {
+    const slow = c["dequant-bf16"] > 0 && deviceLabels.preferred !== "dequant-bf16" ? "dequant-bf16" : null;
+    const reasons = reasonGroups(model).filter((g) => g.path !== "bf16" && g.reason && (!slow || g.path === slow));
+    const why = reasons.length ? ` Why: ${reasons.slice(0, 3).map((g) => g.reason).join("; ")}.` : "";
+    if (slow) {
+      return `${c[slow]} linear${c[slow] === 1 ? "" : "s"} on the ${pathLabel(slow)}, slower here than the ${pathLabel(deviceLabels.preferred)}.${why}`;
+    }
+    return `On the CPU: the fused INT8 kernel needs a CUDA GPU; the quantized linears run the CPU matmul the pack measured faster.${why}`;
+  }
   const n = c["dequant-bf16"];
   if (n > 0) {
     const reasons = reasonGroups(model).filter((g) => g.path === "dequant-bf16" && g.reason);
@@ -212,6 +241,7 @@ export function sortModels(models) {
 
 /** Per-model summaries plus the overall severity. */
 export function summarizeReport(report) {
+  useLabels(report);
   const models = sortModels(report?.models).map(summarizeModel);
   return { models, severity: models.length ? worstSeverity(models.map((m) => m.severity)) : "idle" };
 }
@@ -221,6 +251,7 @@ export function statusBanner(report, error = null) {
   if (error) return { severity: "error", text: String(error), notes: [] };
   const problem = checkReport(report);
   if (problem) return { severity: "error", text: `Cannot show the GEMM status: ${problem}.`, notes: [] };
+  useLabels(report);
   const st = report.status ?? {};
   const notes = Array.isArray(st.notes) ? st.notes.map(String) : [];
   if (st.code === "no_models_yet") return { severity: "idle", text: String(st.message), notes };
@@ -302,6 +333,7 @@ export function perModelCounts(models, path) {
  */
 export function badgeFor(report, labels = null) {
   if (checkReport(report)) return null;
+  useLabels(report);
   let models = report.models;
   if (Array.isArray(labels) && labels.length) {
     const wanted = new Set(labels.map(String));
@@ -438,6 +470,7 @@ export function applyEvent(state, detail) {
  */
 export function nodeBadge(report, node, currentPrompt = null) {
   if (checkReport(report) || !node) return null;
+  useLabels(report);
   const entry = report.nodes?.[String(node.id)];
   if (!entry) return null;
   if (entry.node_type && node.type && entry.node_type !== node.type) return null;

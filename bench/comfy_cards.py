@@ -374,8 +374,7 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
         stream = getattr(m.model, "ideogram4_stream", None)
         if stream is not None:
             stream.streamer.reset_stats()
-    for i in range(torch.cuda.device_count()):
-        torch.cuda.reset_peak_memory_stats(i)
+    e2e._reset_peaks()
     peak[0] = 0
     latent, times = sample(a.steps)
     out.update(

@@ -198,18 +198,14 @@ def profile_step(step_fn) -> tuple[dict[str, float], dict]:
     """(GPU time per kind, per-kernel table: ``kernel_table.table``) of one step."""
     from torch.profiler import ProfilerActivity, profile
 
-    from .kernel_table import table
+    from .kernel_table import events, table
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         step_fn()
         torch.cuda.synchronize()
     split: dict[str, float] = {"gemm": 0.0, "act-quant": 0.0, "attention": 0.0, "other": 0.0}
-    for evt in prof.key_averages():  # the raw names: classify reads numbers in them (sm90_...)
-        t = getattr(evt, "device_time_total", None)
-        if t is None:
-            t = getattr(evt, "cuda_time_total", 0.0)
-        if t and getattr(evt, "device_type", None) is not None and "CUDA" in str(evt.device_type):
-            split[classify(evt.key)] += t / 1e3
+    for name, _, us in events(prof):  # the raw names: classify reads numbers in them (sm90_...)
+        split[classify(name)] += us / 1e3
     return split, table(prof)
 
 

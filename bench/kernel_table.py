@@ -33,24 +33,28 @@ def normalize(name: str) -> str:
     return name if len(name) <= 140 else name[:137] + "..."
 
 
-def _device_time_us(evt) -> float:
-    t = getattr(evt, "device_time_total", None)
-    return float(t if t is not None else getattr(evt, "cuda_time_total", 0.0))
+def events(prof, device: bool = True):
+    """``(raw name, launches, us)`` of a profiler run: device kernels and copies with their device time
+    (``device``), else every operator with its own CPU time; events without time left out."""
+    for evt in prof.key_averages():
+        if device != ("CUDA" in str(getattr(evt, "device_type", ""))):
+            continue
+        if device:
+            t = getattr(evt, "device_time_total", None)
+            us = float(t if t is not None else getattr(evt, "cuda_time_total", 0.0))
+        else:
+            us = float(evt.self_cpu_time_total)
+        if us > 0:
+            yield evt.key, evt.count, us
 
 
 def table(prof, steps: int = 1, device: bool = True) -> dict[str, dict[str, float]]:
     """``{normalized kernel name: {"count": launches per step, "ms": time per step}}`` of a profiler run over
-    ``steps`` steps: device kernels and copies (``device``), else every operator with its own CPU time."""
+    ``steps`` steps (``events``)."""
     out: dict[str, dict[str, float]] = {}
-    for evt in prof.key_averages():
-        on_device = "CUDA" in str(getattr(evt, "device_type", ""))
-        if device != on_device:
-            continue
-        us = _device_time_us(evt) if device else float(evt.self_cpu_time_total)
-        if us <= 0:
-            continue
-        row = out.setdefault(normalize(evt.key), {"count": 0.0, "ms": 0.0})
-        row["count"] += evt.count / steps
+    for name, count, us in events(prof, device):
+        row = out.setdefault(normalize(name), {"count": 0.0, "ms": 0.0})
+        row["count"] += count / steps
         row["ms"] += us / 1e3 / steps
     return {k: {"count": round(v["count"], 2), "ms": round(v["ms"], 4)} for k, v in out.items()}
 

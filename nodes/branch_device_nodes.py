@@ -74,9 +74,9 @@ def place(model, choice: str):
     """(MODEL, note): ``model`` unchanged when it stays on its card, else a clone loaded on the chosen one."""
     where = placement.place_branch(choice, str(model.load_device), cuda_devices())
     label = site_label(model.model.diffusion_model)
+    if label:
+        kernels.REGISTRY.set_model_note(label, NOTE_KIND, where.note)
     if where.device is None:
-        if label:
-            kernels.REGISTRY.set_model_note(label, NOTE_KIND, where.note)
         return model, where.note
     device = torch.device(where.device)
     placed = model.clone()
@@ -88,8 +88,6 @@ def place(model, choice: str):
     if old is not None:
         old.remove()
     dm.ideogram4_branch_hook = dm.register_forward_pre_hook(_InputOnItsCard(device), with_kwargs=True)
-    if label:
-        kernels.REGISTRY.set_model_note(label, NOTE_KIND, where.note)
     return placed, where.note
 
 

@@ -26,7 +26,7 @@ from .. import kernels
 from ..ideogram4 import sampling_args as sa
 from ..ideogram4.schedule import DEFAULT_PRESET, PRESETS
 from .native_model import model_labels, node_id_of, publish, require_ideogram4, text_features
-from .streaming_patcher import load_together
+from .streaming_patcher import load_together, one_pass_per_branch
 
 CATEGORY = "Ideogram 4 INT8/sampling"
 NODE_NAME = "Ideogram 4 Sampler"
@@ -201,18 +201,19 @@ def sample(
     guider.set_conds(_on_device(positive, model.load_device), UNCOND_IMAGE_ONLY)
     sampler = comfy.samplers.sampler_object("euler")
     callback = latent_preview.prepare_callback(model, plan.steps, {})
-    load_together([model, model_negative], latent.shape)  # both branches share the card (low-VRAM streaming)
     kernels.REGISTRY.begin_run()
     try:
-        samples = guider.sample(
-            noise,
-            latent,
-            sampler,
-            plan.sigmas,
-            callback=callback,
-            disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED,
-            seed=seed,
-        )
+        with one_pass_per_branch([model, model_negative]):  # each MODEL runs its own pass: no doubled batch
+            load_together([model, model_negative], latent.shape)  # both branches share the card (low-VRAM streaming)
+            samples = guider.sample(
+                noise,
+                latent,
+                sampler,
+                plan.sigmas,
+                callback=callback,
+                disable_pbar=not comfy.utils.PROGRESS_BAR_ENABLED,
+                seed=seed,
+            )
     finally:
         kernels.REGISTRY.end_run()
         publish("run", model_labels(model, model_negative) or None, node_id, "Ideogram4Int8Sampler")

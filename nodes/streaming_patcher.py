@@ -25,6 +25,7 @@ kernels on the slot as a resident layer on its weight, so the latent is the resi
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import weakref
@@ -43,6 +44,7 @@ log = logging.getLogger("comfyui_ideogram4_int8")
 
 ENV_STREAM = "IDEOGRAM4_INT8_STREAM"  # "0": ComfyUI's own partial load instead of block streaming
 ENV_SLOTS = "IDEOGRAM4_INT8_STREAM_SLOTS"  # device slots per model (default 2)
+ENV_PASS_ESTIMATE = "IDEOGRAM4_INT8_PASS_ESTIMATE"  # "comfyui": keep ComfyUI's doubled-batch estimate (comparisons)
 NOTE_KIND = "streaming"
 PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors allocated between the loads
 _ON_DEVICE: weakref.WeakSet = weakref.WeakSet()  # patchers whose model has weights on a device
@@ -435,6 +437,35 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         return out
 
 
+def _pack_models(models) -> list:
+    """The pack's MODELs among ``models``, each once, in order."""
+    return [m for m in dict.fromkeys(models) if isinstance(m, Ideogram4ModelPatcher)]
+
+
+@contextlib.contextmanager
+def one_pass_per_branch(models):
+    """While the pack's sampler runs, ComfyUI's memory estimate for a pack MODEL is that of the pass it runs.
+
+    ComfyUI's ``sampler_helpers.estimate_memory`` asks a model for a doubled batch, because a single-model CFG runs
+    the conditional and unconditional rows in one batch. The pack's sampler runs each branch MODEL on its own pass
+    alone (batch = the latent's), so half of each request was never used; on a card that must stream, that half
+    (0.93 GiB at 1024², 3.7 GiB at 2048², from ComfyUI's factor) is weights that crossed the bus every pass instead.
+    The per-sample factor (``memory_usage_factor``) is halved for the run and restored after, so every request
+    ComfyUI makes during it (``load_together``'s too) equals ComfyUI's own one-batch estimate. ``ENV_PASS_ESTIMATE``
+    = "comfyui" keeps the doubled request (comparisons)."""
+    bases = list(dict.fromkeys(m.model for m in _pack_models(models)))
+    if os.environ.get(ENV_PASS_ESTIMATE, "").strip().lower() == "comfyui":
+        bases = []
+    saved = [(b, b.memory_usage_factor) for b in bases]
+    for b, factor in saved:
+        b.memory_usage_factor = factor / 2
+    try:
+        yield
+    finally:
+        for b, factor in saved:
+            b.memory_usage_factor = factor
+
+
 def load_together(models, noise_shape) -> bool:
     """Load the pack's MODELs of one run in one ``load_models_gpu`` call, before sampling.
 
@@ -444,10 +475,11 @@ def load_together(models, noise_shape) -> bool:
     share, and the per-pass requests find nothing left to load (``loaded_size``).
 
     The memory left free is what those per-pass requests will insist on (``sampler_helpers.estimate_memory``: the
-    model's estimate for a doubled batch, plus ComfyUI's reserve): leaving less made the first per-pass request shrink
-    one branch, and the streaming MODELs keep their plan when offered more later, so up to ~1.4 GiB of an 8 GB card
-    stayed idle (H200, emulated 8 GB: 3.5 GiB of weights on the card, 4.2 GiB torch peak). Returns whether it loaded."""
-    pack = [m for m in dict.fromkeys(models) if isinstance(m, Ideogram4ModelPatcher)]
+    model's estimate for a doubled batch, one pass's under ``one_pass_per_branch``, plus ComfyUI's reserve): leaving
+    less made the first per-pass request shrink one branch, and the streaming MODELs keep their plan when offered more
+    later, so up to ~1.4 GiB of an 8 GB card stayed idle (H200, emulated 8 GB: 3.5 GiB of weights on the card,
+    4.2 GiB torch peak). Returns whether it loaded."""
+    pack = _pack_models(models)
     if len(pack) < 2 or not streaming_enabled() or torch.device(pack[0].load_device).type != "cuda":
         return False
     per_pass = max(m.model.memory_required([noise_shape[0] * 2] + list(noise_shape[1:])) for m in pack)
@@ -512,6 +544,7 @@ __all__ = [
     "stream_report",
     "streaming_summary",
     "load_together",
+    "one_pass_per_branch",
     "streaming_enabled",
     "ENV_STREAM",
 ]

@@ -1617,21 +1617,45 @@ def check_streaming():
     calls = []
     real_load, real_device = comfy.model_management.load_models_gpu, cond.load_device
     comfy.model_management.load_models_gpu = lambda models, **kw: calls.append((list(models), kw))
+    # ... and, inside the pack's sampler (one_pass_per_branch), each branch's request is ComfyUI's estimate for the
+    # one pass it runs (one batch), not for a doubled batch; the factor comes back after, also after a failure
     noise_shape = (1, *x.shape[1:])
+    factor = cond.model.memory_usage_factor
+    doubled, one_batch = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
+    inside = {}
     try:
         cond.load_device = torch.device("cuda")
         loaded = streaming_patcher.load_together([cond, uncond, cond], noise_shape)
+        with streaming_patcher.one_pass_per_branch([cond, uncond, cond]):
+            streaming_patcher.load_together([cond, uncond], noise_shape)
+            inside["estimate"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
+            inside["uncond_factor"] = uncond.model.memory_usage_factor
+        os.environ[streaming_patcher.ENV_PASS_ESTIMATE] = "comfyui"
+        with streaming_patcher.one_pass_per_branch([cond, uncond]):
+            inside["comfyui_env"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
+        del os.environ[streaming_patcher.ENV_PASS_ESTIMATE]
+        try:
+            with streaming_patcher.one_pass_per_branch([cond, uncond]):
+                raise RuntimeError("sampling failed")
+        except RuntimeError:
+            pass
     finally:
         comfy.model_management.load_models_gpu, cond.load_device = real_load, real_device
-    per_pass, _ = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
+        os.environ.pop(streaming_patcher.ENV_PASS_ESTIMATE, None)
     res["load_together"] = {
         "loaded": loaded,
         "calls": len(calls),
         "models": [m is want for m, want in zip(calls[0][0], (cond, uncond), strict=True)] if calls else None,
         "memory_required": calls[0][1].get("memory_required") if calls else None,
         "minimum_memory_required": calls[0][1].get("minimum_memory_required") if calls else None,
-        "per_pass_estimate": per_pass,
+        "per_pass_estimate": doubled,
+        "one_batch_estimate": one_batch,
         "margin": streaming_patcher.PER_PASS_MARGIN,
+        "inside_memory_required": calls[1][1].get("memory_required") if len(calls) > 1 else None,
+        "inside_estimate": list(inside.get("estimate", ())),
+        "inside_factor_ratio": inside.get("uncond_factor", 0) / factor,
+        "comfyui_env_estimate": list(inside.get("comfyui_env", ())),
+        "factor_restored": cond.model.memory_usage_factor == factor and uncond.model.memory_usage_factor == factor,
     }
     try:
         cond.stream_plan(1)

@@ -236,9 +236,15 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert r["max_abs_uncond_streamed"] == 0.0 and r["max_abs_uncond_text_streamed"] == 0.0
     assert r["uncond_host_layer_back"]
     lt = r["load_together"]
-    assert lt["loaded"] and lt["calls"] == 1 and lt["models"] == [True, True]
+    assert lt["loaded"] and lt["calls"] == 2 and lt["models"] == [True, True]
     assert lt["per_pass_estimate"] > 0
     assert lt["memory_required"] == lt["minimum_memory_required"] == lt["per_pass_estimate"] + lt["margin"]
+    # inside the pack's sampler: one batch per branch pass (half the doubled request), restored after
+    assert lt["one_batch_estimate"] * 2 == pytest.approx(lt["per_pass_estimate"])
+    assert lt["inside_memory_required"] == pytest.approx(lt["one_batch_estimate"] + lt["margin"])
+    assert lt["inside_estimate"][0] == pytest.approx(lt["one_batch_estimate"]) and lt["inside_factor_ratio"] == 0.5
+    assert lt["comfyui_env_estimate"][0] == pytest.approx(lt["per_pass_estimate"])
+    assert lt["factor_restored"]
     assert "at least" in r["insufficient"] and "GiB" in r["insufficient"]
 
 

@@ -295,6 +295,12 @@ class BlockStreamer:
     def reset_stats(self) -> None:
         self.stats.forwards, self.stats.copy_ms, self.stats.wait_ms, self.stats.mispredicted = 0, 0.0, 0.0, 0
 
+    def release(self) -> None:
+        """The streamer is done (a new plan makes a new one): its slots leave the card now."""
+        self.drain()
+        self.buffers, self.views, self.freed = [], [], []
+        self._timings, self._pending = [], []
+
     def drain(self) -> None:
         """Wait for every queued copy and forget the prediction (before the buffers go away)."""
         if self.cuda and self.copy_stream is not None:

@@ -102,6 +102,7 @@ class _ModelStream:
         self.plan = plan
         self.label = site_label(patcher.model.diffusion_model)
         self.hooks = []
+        self.device_params: dict[int, list] = {}  # id(slot views) -> the Parameters bound from them
         blocks = _blocks(patcher.model)
         units = [self._unit(i, blocks[i]) for i in plan.streamed]
         self.streamer = streaming.BlockStreamer(units, device, plan.slots, plan.slot_bytes)
@@ -112,7 +113,10 @@ class _ModelStream:
     def _unit(self, index: int, block) -> streaming.StreamUnit:
         modules = [m for _, m in _streamable(block)]
         hosts = [m.weight for m in modules]
-        cache: dict[int, list] = {}
+        # the closures hold the cache and the device, not this object: a cycle through them kept every replaced
+        # plan's slots on the card until a garbage collection (H100, emulated 12 GB: 5 GiB held, ComfyUI asking
+        # for more each time and the branches shrinking pass after pass)
+        cache, device = self.device_params, self.device
 
         def device_params(views):
             key = id(views)
@@ -120,7 +124,7 @@ class _ModelStream:
                 out = []
                 for host, view in zip(hosts, views, strict=True):
                     if isinstance(host, QuantizedTensor):
-                        t = QuantizedTensor(view, host._layout_cls, host._params.to_device(self.device))
+                        t = QuantizedTensor(view, host._layout_cls, host._params.to_device(device))
                     else:
                         t = view
                     out.append(torch.nn.Parameter(t, requires_grad=False))
@@ -162,7 +166,8 @@ class _ModelStream:
             kernels.REGISTRY.set_model_note(self.label, NOTE_KIND, self.note())
 
     def stop(self) -> None:
-        self.streamer.drain()
+        self.streamer.release()
+        self.device_params.clear()
         for h in self.hooks:
             h.remove()
         self.hooks.clear()
@@ -307,8 +312,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
     def _apply(self, device, plan: streaming.ResidencyPlan) -> None:
         """Make ``plan`` true: streamed blocks' weights on the host (LoRA merged), everything else on ``device``."""
         device = torch.device(device)
-        old = self.stream
-        if old is not None and old.plan == plan and old.device == device:
+        if self.stream is not None and self.stream.plan == plan and self.stream.device == device:
             return
         with self.use_ejected():
             self._stop_stream()

@@ -1550,9 +1550,21 @@ def check_streaming():
     res["mispredicted"] = stream.streamer.stats.mispredicted
     res["note"] = kernels.REGISTRY.model_notes("conditional").get(streaming_patcher.NOTE_KIND)
     res["report"] = streaming_patcher.stream_report(cond)
-    # ComfyUI asks for memory back: more blocks stream, the output stays
+    # ComfyUI asks for memory back: more blocks stream, the output stays; the replaced plan's slots are gone at once
+    # (not at the next garbage collection: ComfyUI reads free memory right after and asks again if it is not there)
+    import gc
+    import weakref
+
+    old_slots = [weakref.ref(b) for b in stream.streamer.buffers]
+    del stream
     target = _streaming_budget(cond, 4)
-    freed = cond.partially_unload(cpu, memory_to_free=cond.model.model_loaded_weight_memory - target)
+    gc.disable()
+    try:
+        freed = cond.partially_unload(cpu, memory_to_free=cond.model.model_loaded_weight_memory - target)
+        res["old_slots_alive"] = sum(r() is not None for r in old_slots)
+    finally:
+        gc.enable()
+    res["old_slots"] = len(old_slots)
     res["freed_positive"] = freed > 0
     res["streamed_after_unload"] = len(cond.model.ideogram4_stream.plan.streamed)
     with torch.no_grad():

@@ -222,6 +222,7 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert r["unbound_after_forward"] and r["mispredicted"] == 0
     assert r["note"].startswith("low-VRAM streaming:") and "3 streamed" in r["note"]
     assert r["report"]["streamed_blocks"] == 3 and r["report"]["forwards"] == 3
+    assert r["old_slots"] > 0 and r["old_slots_alive"] == 0
     assert r["freed_positive"] and r["streamed_after_unload"] == 4 and r["max_abs_after_unload"] == 0.0
     assert r["stream_after_unpatch"]
     assert r["lora_streamed"] and r["lora_changed_output"] > 1e-3

@@ -24,6 +24,7 @@ same size, and a floor: max(resident step, bytes streamed per step / pinned band
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import statistics
 import subprocess
@@ -88,6 +89,9 @@ def _spawn_write(a, layout: str) -> dict:
     entry = _spawn(a, None, 0, {}, write=layout)
     if "files" not in entry:
         raise RuntimeError(f"writing the {layout} files failed: {entry.get('error')}")
+    # the kernel writes the ~20 GB back to disk after the writer exits; measured runs during that writeback were slow
+    # (H100: the first runs after each layout's files 263-337 ms where the same runs gave 207-273 later)
+    os.sync()
     return {b: pathlib.Path(p) for b, p in entry["files"].items()}
 
 

@@ -138,6 +138,43 @@ def plan_branches(
     return [cond, u]
 
 
+# -- host memory -----------------------------------------------------------------------------------
+
+# Bytes a loaded branch holds in host memory per linear parameter: 10.30 GB for the 9.28 B linear parameters of a
+# full-size W8A8 branch (int8 weights, 17 protected bf16 w2, bf16 norms and embeddings; H100, 2026-11-22,
+# bench/results/load-memory-w8a8-H100-2026-11-22.json); a quantized-on-load bf16/fp8 branch holds less.
+HOST_BYTES_PER_LINEAR_PARAMETER = 1.11
+HOST_HEADROOM = 1 << 30  # bytes left for ComfyUI, the text encoder's and VAE's host copies, Python
+
+
+def host_bytes_needed(sources: Iterable[BranchSource]) -> int:
+    """Host memory the loaded branches hold together (each built in host memory before ComfyUI moves or streams it
+    to the card, and kept there while it streams)."""
+    from .checkpoint import check_architecture
+
+    total = 0
+    for src in sources:
+        config = check_architecture(src.path, src.branch)
+        total += int(config.linear_parameter_count() * HOST_BYTES_PER_LINEAR_PARAMETER)
+    return total
+
+
+def check_host_memory(needed: int, available: int) -> None:
+    """A clear error before loading when the branches cannot fit the system memory (not the OS's out-of-memory kill
+    halfway through). ``available``: free RAM plus free swap."""
+    if needed + HOST_HEADROOM <= available:
+        return
+    gb = 1e9
+    raise CheckpointError(
+        "not enough free system memory (RAM) to load both branches: their weights live in host memory while "
+        "ComfyUI moves them to the card or streams them from there",
+        expected=f"at least {(needed + HOST_HEADROOM) / gb:.1f} GB free",
+        found=f"{available / gb:.1f} GB free (RAM + swap)",
+        fix="close other programs or unload models ComfyUI keeps in memory, then queue again; a machine with 32 GB "
+        "of RAM holds the full Ideogram 4 at INT8",
+    )
+
+
 # -- summary ---------------------------------------------------------------------------------------
 
 

@@ -844,6 +844,13 @@ def check_bad_inputs():
         ),
     )
     expect("forced_triton_on_cpu", lambda: load("i4_w8a8.safetensors", path=kernels.PATH_TRITON))
+    free_host = loader_nodes._free_host_memory
+    loader_nodes._free_host_memory = lambda: 5 * 10**8  # 0.5 GB free: refused before reading anything
+    try:
+        expect("too_little_ram", lambda: load("i4_w8a8.safetensors"))
+    finally:
+        loader_nodes._free_host_memory = free_host
+    errors["free_host_positive"] = free_host() > 0
     cond, uncond, _ = load("i4_w8a8.safetensors")
     other_cfg = comfy.supported_models.SD15({"disable_unet_model_creation": True, "in_channels": 4})
     other = comfy.model_patcher.ModelPatcher(

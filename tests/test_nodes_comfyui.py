@@ -298,6 +298,10 @@ def test_bad_inputs_give_errors_that_say_what_to_do(run_check):
     assert "hf_repo_id" in r["hf_empty"]
     assert "HF_HUB_OFFLINE is set" in r["hf_offline_missing"] and "someone/ideogram-4-int8" in r["hf_offline_missing"]
     assert "triton-int8" in r["forced_triton_on_cpu"] and "auto" in r["forced_triton_on_cpu"]
+    ram = r["too_little_ram"]
+    assert ram.startswith("ValueError: Ideogram 4 INT8 Loader: not enough free system memory"), ram
+    assert "0.5 GB free (RAM + swap)" in ram and "at least 1.1 GB free" in ram and "close other programs" in ram
+    assert r["free_host_positive"]
     for key in ("patch_non_ideogram", "sampler_non_ideogram", "sampler_non_ideogram_negative"):
         assert "not an Ideogram 4 diffusion model" in r[key] and "Ideogram 4 INT8 Loader" in r[key], key
     assert "'model_negative'" in r["sampler_non_ideogram_negative"]

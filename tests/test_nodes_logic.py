@@ -16,7 +16,7 @@ import pathlib
 
 import pytest
 import torch
-from comfyui_ideogram4_int8.ideogram4 import PRESETS, sigmas
+from comfyui_ideogram4_int8.ideogram4 import PRESETS, load_plan, sigmas
 from comfyui_ideogram4_int8.ideogram4 import sampling_args as sa
 from comfyui_ideogram4_int8.ideogram4.checkpoint import read_branch
 from comfyui_ideogram4_int8.ideogram4.comfy_form import SMOOTH_KEY, linear_infos, to_comfy_state_dict
@@ -283,6 +283,22 @@ def test_plan_branches_per_layout(files):
     c, u = plan_branches(files["fp8"], files["fp8_u"], base=files["base_c"])
     assert c.base == files["base_c"] and u.base is None  # a single-branch base is the conditional one
     assert "fp8.safetensors [ComfyUI fp8_scaled" in c.describe() and "+ base base_c.safetensors" in c.describe()
+
+
+def test_host_memory_for_both_branches_is_checked_before_loading(files):
+    """The loader refuses before reading when the branches cannot fit the system memory, naming the minimum."""
+    sources = plan_branches(files["two"])
+    needed = load_plan.host_bytes_needed(sources)
+    per_branch = int(TINY.linear_parameter_count() * load_plan.HOST_BYTES_PER_LINEAR_PARAMETER)
+    assert needed == 2 * per_branch > 0
+    minimum = needed + load_plan.HOST_HEADROOM
+    load_plan.check_host_memory(needed, minimum)  # just enough: no error
+    with pytest.raises(CheckpointError) as err:
+        load_plan.check_host_memory(needed, minimum - 1)
+    text = str(err.value)
+    assert "not enough free system memory" in text and "system memory" in text
+    assert f"at least {minimum / 1e9:.1f} GB free" in text and f"{(minimum - 1) / 1e9:.1f} GB free" in text
+    assert "close other programs" in text
 
 
 def test_plan_branches_errors_name_the_input(files, tmp_path):

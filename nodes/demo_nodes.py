@@ -18,8 +18,8 @@ from comfy_api.v0_0_2 import io, ui
 from .. import kernels
 from ..ideogram4 import demo_model
 from ..ideogram4.load_plan import branch_report, format_summary
-from .loader_nodes import GEMM_CHOICES
 from .native_model import COMPUTE_DTYPES, build_native_model, node_id_of, publish, resolve_compute_dtype
+from .widgets import COMPUTE_DTYPE, COMPUTE_DTYPE_TOOLTIP, GEMM_CHOICES, GEMM_PATH, GEMM_PATH_TOOLTIP
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -78,20 +78,8 @@ class Ideogram4Int8DemoLoader(io.ComfyNode):
             "'Ideogram 4 INT8 Demo Text' and 'Ideogram 4 INT8 Demo Decode'.",
             search_aliases=["ideogram4 demo", "demo model", "random weights"],
             inputs=[
-                io.Combo.Input(
-                    "compute_dtype",
-                    options=list(COMPUTE_DTYPES),
-                    default="auto",
-                    tooltip="Activation / float-layer dtype. auto: bf16 on a GPU that supports it, else fp32.",
-                ),
-                io.Combo.Input(
-                    "gemm_path",
-                    options=list(GEMM_CHOICES),
-                    default="auto",
-                    advanced=True,
-                    tooltip="auto: the fused Triton INT8 GEMM where it runs (CUDA sm_80+), else cublas-int8, else "
-                    "dequant-bf16. Force one to compare.",
-                ),
+                io.Combo.Input("compute_dtype", **COMPUTE_DTYPE, tooltip=COMPUTE_DTYPE_TOOLTIP),
+                io.Combo.Input("gemm_path", **GEMM_PATH, tooltip=GEMM_PATH_TOOLTIP + "."),
             ],
             outputs=[
                 io.Model.Output(display_name="conditional"),

@@ -27,8 +27,9 @@ from ..ideogram4.load_plan import (
     plan_branches,
 )
 from . import ffn_fusion
-from .native_model import COMPUTE_DTYPES, build_native_model, node_id_of, publish, resolve_compute_dtype
+from .native_model import build_native_model, node_id_of, publish, resolve_compute_dtype
 from .streaming_patcher import streaming_summary
+from .widgets import COMPUTE_DTYPE, COMPUTE_DTYPE_TOOLTIP, GEMM_PATH, GEMM_PATH_TOOLTIP
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -37,7 +38,6 @@ FOLDER = "diffusion_models"
 HF_CHOICE = "(Hugging Face repo below)"
 SAME_FILE = "(second branch of the weights file)"
 NO_BASE = "none"
-GEMM_CHOICES = ("auto", kernels.PATH_TRITON, kernels.PATH_CUBLAS, kernels.PATH_DEQUANT)
 DEFAULT_HF_FILE = "ideogram4-int8-w8a8.safetensors"
 NODE_NAME = "Ideogram 4 INT8 Loader"
 FULL_PARAMETERS = Ideogram4Config.full().linear_parameter_count()
@@ -183,19 +183,13 @@ class Ideogram4Int8Loader(io.ComfyNode):
                 ),
                 io.Combo.Input(
                     "compute_dtype",
-                    options=list(COMPUTE_DTYPES),
-                    default="auto",
-                    tooltip="Activation / float-layer dtype. auto: bf16 on a GPU that supports it, else "
-                    "fp32. fp32 is for exact comparisons (slower).",
+                    **COMPUTE_DTYPE,
+                    tooltip=COMPUTE_DTYPE_TOOLTIP + " fp32 is for exact comparisons (slower).",
                 ),
                 io.Combo.Input(
                     "gemm_path",
-                    options=list(GEMM_CHOICES),
-                    default="auto",
-                    advanced=True,
-                    tooltip="auto: the fused Triton INT8 GEMM where it runs (CUDA sm_80+), else "
-                    "cublas-int8, else dequant-bf16. Force one to compare; the panel shows which "
-                    "path each layer ran and why.",
+                    **GEMM_PATH,
+                    tooltip=GEMM_PATH_TOOLTIP + "; the panel shows which path each layer ran and why.",
                 ),
             ],
             outputs=[

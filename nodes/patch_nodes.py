@@ -25,12 +25,12 @@ from . import ffn_fusion
 from .attention_override import install as install_attention
 from .int8_ops import int8_linears
 from .native_model import build_native_model, config_of, node_id_of, publish, require_ideogram4
+from .widgets import GEMM_PATH, GEMM_PATH_TOOLTIP
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
 CATEGORY = "Ideogram 4 INT8/model"
 NODE_NAME = "Ideogram 4 INT8 Patch"
-GEMM_CHOICES = ("auto", kernels.PATH_TRITON, kernels.PATH_CUBLAS, kernels.PATH_DEQUANT)
 LABELS = ("conditional", "unconditional")
 
 
@@ -134,14 +134,7 @@ class Ideogram4Int8Patch(io.ComfyNode):
                     tooltip="Which branch this is: names the layers in the GEMM-path panel "
                     "(conditional/…, unconditional/…). Use a different label for each branch.",
                 ),
-                io.Combo.Input(
-                    "gemm_path",
-                    options=list(GEMM_CHOICES),
-                    default="auto",
-                    advanced=True,
-                    tooltip="auto: the fused Triton INT8 GEMM where it runs (CUDA sm_80+), else "
-                    "cublas-int8, else dequant-bf16. Force one to compare.",
-                ),
+                io.Combo.Input("gemm_path", **GEMM_PATH, tooltip=GEMM_PATH_TOOLTIP + "."),
             ],
             outputs=[io.Model.Output(display_name="model"), io.String.Output(display_name="report")],
         )

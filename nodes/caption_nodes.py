@@ -18,6 +18,8 @@ CATEGORY = "Ideogram 4 INT8/captions"
 Style = io.Custom("IDEOGRAM4_STYLE")
 Elements = io.Custom("IDEOGRAM4_ELEMENTS")
 ON_INVALID = ("error", "warn")
+TEXT_BOX = {"multiline": True, "default": ""}
+CANVAS_SIDE = {"default": 1024, "min": 64, "max": 16384, "step": 16}
 
 
 def _chain_input(
@@ -233,15 +235,13 @@ class TextElement(_Element, io.ComfyNode):
             own_inputs=[
                 io.String.Input(
                     "text",
-                    multiline=True,
-                    default="",
+                    **TEXT_BOX,
                     tooltip="The exact characters to render, kept verbatim (case, accents, spacing). "
                     "Press Enter for a line break inside one block of text.",
                 ),
                 io.String.Input(
                     "desc",
-                    multiline=True,
-                    default="",
+                    **TEXT_BOX,
                     tooltip="What the lettering looks like: font, color, material, where it sits.",
                 ),
             ],
@@ -266,8 +266,7 @@ class ObjectElement(_Element, io.ComfyNode):
             own_inputs=[
                 io.String.Input(
                     "desc",
-                    multiline=True,
-                    default="",
+                    **TEXT_BOX,
                     tooltip="What the element is and looks like, starting with what it is. Ground, sky "
                     "and weather belong in the caption's background instead.",
                 ),
@@ -297,20 +296,10 @@ class LayoutBoxes(io.ComfyNode):
             inputs=[
                 io.Int.Input(
                     "width",
-                    default=1024,
-                    min=64,
-                    max=16384,
-                    step=16,
+                    **CANVAS_SIDE,
                     tooltip="Target image width in pixels: sets the canvas shape (wire it to the latent).",
                 ),
-                io.Int.Input(
-                    "height",
-                    default=1024,
-                    min=64,
-                    max=16384,
-                    step=16,
-                    tooltip="Target image height in pixels: sets the canvas shape.",
-                ),
+                io.Int.Input("height", **CANVAS_SIDE, tooltip="Target image height in pixels: sets the canvas shape."),
                 io.BoundingBoxes.Input(
                     "boxes",
                     tooltip="Drag on empty canvas to draw a box; drag a box to move it, "
@@ -380,15 +369,13 @@ class CaptionBuilder(io.ComfyNode):
             inputs=[
                 io.String.Input(
                     "high_level_description",
-                    multiline=True,
-                    default="",
+                    **TEXT_BOX,
                     tooltip="One or two sentences about the whole image, starting with the subject. "
                     "Optional but strongly recommended; omitted when empty.",
                 ),
                 io.String.Input(
                     "background",
-                    multiline=True,
-                    default="",
+                    **TEXT_BOX,
                     tooltip="The setting behind the elements: ground, sky, walls, weather, distant crowds "
                     "(required). Use 'transparent background' for a cut-out.",
                 ),
@@ -443,8 +430,7 @@ class CaptionValidate(io.ComfyNode):
             inputs=[
                 io.String.Input(
                     "caption",
-                    multiline=True,
-                    default="",
+                    **TEXT_BOX,
                     tooltip="The caption JSON (typed, pasted, or from an LLM node). Surrounding prose "
                     "and code fences are tolerated in repair mode.",
                 ),

@@ -31,6 +31,14 @@ from .streaming_patcher import load_together, one_pass_per_branch
 CATEGORY = "Ideogram 4 INT8/sampling"
 NODE_NAME = "Ideogram 4 Sampler"
 UNCOND_IMAGE_ONLY = [[None, {}]]  # no cross_attn -> the model's image-only (unconditional) sequence
+SIZE = {"default": sa.DEFAULT_SIZE, "min": sa.MIN_SIZE, "max": sa.MAX_SIZE, "step": sa.SIZE_MULTIPLE}
+
+
+def _size_tooltip(side: str) -> str:
+    return (
+        f"Image {side} in pixels: a multiple of {sa.SIZE_MULTIPLE}, {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at "
+        f"most {sa.MAX_ASPECT:g}:1."
+    )
 
 
 class PerStepGuidanceGuider(Guider_DualModel):
@@ -268,25 +276,8 @@ class Ideogram4Int8Sampler(io.ComfyNode):
                     "(18x7 then 2x3, mu 0, std 1.75), Turbo 12 (11x7 then 1x3, mu 0.5, std "
                     "1.75). 'custom' uses the inputs below.",
                 ),
-                io.Int.Input(
-                    "width",
-                    default=sa.DEFAULT_SIZE,
-                    min=sa.MIN_SIZE,
-                    max=sa.MAX_SIZE,
-                    step=sa.SIZE_MULTIPLE,
-                    tooltip=f"Image width in pixels: a multiple of {sa.SIZE_MULTIPLE}"
-                    f", {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at most {sa.MAX_ASPECT:g}:1.",
-                ),
-                io.Int.Input(
-                    "height",
-                    default=sa.DEFAULT_SIZE,
-                    min=sa.MIN_SIZE,
-                    max=sa.MAX_SIZE,
-                    step=sa.SIZE_MULTIPLE,
-                    tooltip=f"Image height in pixels: a multiple of "
-                    f"{sa.SIZE_MULTIPLE}, {sa.MIN_SIZE}..{sa.MAX_SIZE}, aspect ratio at most "
-                    f"{sa.MAX_ASPECT:g}:1.",
-                ),
+                io.Int.Input("width", **SIZE, tooltip=_size_tooltip("width")),
+                io.Int.Input("height", **SIZE, tooltip=_size_tooltip("height")),
                 io.Int.Input(
                     "batch_size",
                     default=1,

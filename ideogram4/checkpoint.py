@@ -225,18 +225,34 @@ def _linear_shapes(src: Source) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def _base_mismatch(exc: TensorMismatchError) -> BaseMismatchError:
+    """A tensor of the base checkpoint does not fit: the same problem, told as the base's."""
+    return BaseMismatchError(
+        exc.problem,
+        file=exc.file,
+        key=exc.key,
+        expected=exc.expected,
+        found=exc.found,
+        fix="pass the matching official checkpoint as base",
+    )
+
+
+def _other_architecture(main: Source, base: Source, field: str, expected, found) -> BaseMismatchError:
+    return BaseMismatchError(
+        "the base checkpoint belongs to a different architecture",
+        file=base.label,
+        key=field,
+        expected=f"{field} = {expected} (as in {main.label})",
+        found=f"{field} = {found}",
+        fix="pass the official Ideogram 4 checkpoint of the same branch as base",
+    )
+
+
 def _check_base_matches(main: Source, base: Source, config: Ideogram4Config) -> None:
     """A base from another architecture (other depth / width) is refused before anything loads."""
     depth = {int(k.split(".")[1]) for k in base.entries if k.startswith("layers.") and k.split(".")[1].isdigit()}
     if depth and max(depth) + 1 != config.num_layers:
-        raise BaseMismatchError(
-            "the base checkpoint belongs to a different architecture",
-            file=base.label,
-            key="num_layers",
-            expected=f"num_layers = {config.num_layers} (as in {main.label})",
-            found=f"num_layers = {max(depth) + 1}",
-            fix="pass the official Ideogram 4 checkpoint of the same branch as base",
-        )
+        raise _other_architecture(main, base, "num_layers", config.num_layers, max(depth) + 1)
     try:
         base_cfg = infer_config(_linear_shapes(base), config)
     except ValueError:
@@ -244,14 +260,7 @@ def _check_base_matches(main: Source, base: Source, config: Ideogram4Config) -> 
     for field in ("num_layers", "num_heads", "head_dim", "intermediate_size", "adaln_dim"):
         a, b = getattr(config, field), getattr(base_cfg, field)
         if a != b:
-            raise BaseMismatchError(
-                "the base checkpoint belongs to a different architecture",
-                file=base.label,
-                key=field,
-                expected=f"{field} = {a} (as in {main.label})",
-                found=f"{field} = {b}",
-                fix="pass the official Ideogram 4 checkpoint of the same branch as base",
-            )
+            raise _other_architecture(main, base, field, a, b)
 
 
 def _has_int8(src: Source) -> bool:
@@ -282,14 +291,7 @@ def _plan(main: Source, base: Source | None, config, quantize, strict) -> _Plan:
             try:
                 plan = classify(base, spec)
             except TensorMismatchError as exc:
-                raise BaseMismatchError(
-                    exc.problem,
-                    file=exc.file,
-                    key=exc.key,
-                    expected=exc.expected,
-                    found=exc.found,
-                    fix="pass the matching official checkpoint as base",
-                ) from None
+                raise _base_mismatch(exc) from None
             if plan is not None:
                 from_base.append(spec.name + ".weight")
         if plan is None:
@@ -322,14 +324,7 @@ def _plan(main: Source, base: Source | None, config, quantize, strict) -> _Plan:
             _check_other(src, key, shape)
         except TensorMismatchError as exc:
             if src is base:
-                raise BaseMismatchError(
-                    exc.problem,
-                    file=exc.file,
-                    key=exc.key,
-                    expected=exc.expected,
-                    found=exc.found,
-                    fix="pass the matching official checkpoint as base",
-                ) from None
+                raise _base_mismatch(exc) from None
             raise
         others.append((key, src))
     if missing:
@@ -365,14 +360,7 @@ def _base_bias(base: Source, spec):
     try:
         return classify_bias(base, spec)
     except TensorMismatchError as exc:
-        raise BaseMismatchError(
-            exc.problem,
-            file=exc.file,
-            key=exc.key,
-            expected=exc.expected,
-            found=exc.found,
-            fix="pass the matching official checkpoint as base",
-        ) from None
+        raise _base_mismatch(exc) from None
 
 
 def _check_other(src: Source, key: str, shape: tuple) -> None:

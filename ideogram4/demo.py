@@ -239,26 +239,21 @@ def run_demo(args) -> int:
             fidelity[f"{branch} forward: dequant-bf16 vs bf16"] = _cos(dq[branch](x0, sigma0, context=ctx).float(), r)
 
         # 4. sample through the W8A8 path, then the float reference with the same noise
+        def run(pair):
+            return sample(
+                pair["conditional"],
+                pair["unconditional"],
+                context,
+                width=DEMO_SIZE,
+                height=DEMO_SIZE,
+                preset=preset,
+                noise=noise,
+            )
+
         t0 = time.perf_counter()
-        lat_w8 = sample(
-            w8["conditional"],
-            w8["unconditional"],
-            context,
-            width=DEMO_SIZE,
-            height=DEMO_SIZE,
-            preset=preset,
-            noise=noise,
-        )
+        lat_w8 = run(w8)
         t_w8 = time.perf_counter() - t0
-        lat_ref = sample(
-            ref["conditional"],
-            ref["unconditional"],
-            context,
-            width=DEMO_SIZE,
-            height=DEMO_SIZE,
-            preset=preset,
-            noise=noise,
-        )
+        lat_ref = run(ref)
     fidelity["sampled latent: W8A8 vs bf16 (cosine)"] = _cos(lat_w8, lat_ref)
     rel_latent = _rel(lat_w8, lat_ref)
 

@@ -6,6 +6,8 @@ and ``WEB_DIRECTORY``; the nodes module, which needs ComfyUI, is imported only w
 calls the entry point.
 """
 
+from .ideogram4.lazy import lazy_getattr
+
 __version__ = "0.1.0"
 
 # Every .js under this folder is loaded by the ComfyUI frontend.
@@ -41,13 +43,7 @@ _ERRORS = {
 }
 
 
-def __getattr__(name):
-    module = _ERRORS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module, __name__), name)
+__getattr__ = lazy_getattr(__name__, _ERRORS)
 
 
 __all__ = ["WEB_DIRECTORY", "comfy_entrypoint", "__version__", *_ERRORS]

@@ -1,7 +1,7 @@
 """ComfyUI-free model side of Ideogram 4: checkpoint formats, W8A8 linear module, reference DiT,
 schedule and presets, caption schema/builder. Never imports ``comfy``."""
 
-import importlib
+from .lazy import lazy_getattr
 
 # Public names, imported on first use so `import ...ideogram4` stays cheap (no torch until needed).
 _LAZY = {
@@ -26,13 +26,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 __all__ = sorted(_LAZY)

@@ -18,6 +18,7 @@ into a ComfyUI base directory, so the workflows load and run unchanged:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -36,16 +37,7 @@ COND = "cond.safetensors"
 def example_config():
     from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
 
-    return Ideogram4Config(
-        in_channels=128,
-        num_layers=2,
-        num_heads=2,
-        head_dim=32,
-        intermediate_size=128,
-        adaln_dim=32,
-        llm_features_dim=64,
-        mrope_section=(6, 5, 5),
-    )
+    return dataclasses.replace(Ideogram4Config.tiny(), in_channels=128, llm_features_dim=64)  # real latent width
 
 
 def native_sizes() -> dict:

@@ -243,14 +243,17 @@ class ComfyUIServer:
 
 
 @contextlib.contextmanager
-def started(server: ComfyUIServer):
-    """``server`` started, every custom node folder in it imported (asserted, with the log's tail); stopped on exit."""
+def started(server: ComfyUIServer, remove_base: bool = False):
+    """``server`` started, every custom node folder in it imported (asserted, with the log's tail); stopped on exit,
+    and (``remove_base``) its temporary base directory removed even with ``COMFYUI_KEEP_BASE``."""
     server.start()
     try:
         assert server.import_failures() == [], server.log_tail()
         yield server
     finally:
         server.stop()
+        if remove_base:
+            shutil.rmtree(server.base, ignore_errors=True)
 
 
 _SHARED: ComfyUIServer | None = None

@@ -3,6 +3,21 @@
 
 from __future__ import annotations
 
+# the model's size arguments, each read from the Ideogram4Config field of the same name or of the name given here
+SIZE_ARGS = (
+    "in_channels",
+    "num_layers",
+    "num_attention_heads",
+    "attention_head_dim",
+    "intermediate_size",
+    "adaln_dim",
+    "llm_features_dim",
+    "rope_theta",
+    "mrope_section",
+    "norm_eps",
+)
+OUR_NAMES = {"num_attention_heads": "num_heads", "attention_head_dim": "head_dim"}
+
 
 def stock_dit(cfg, operations=None, **kw):
     """``comfy.ldm.ideogram4.model.Ideogram4Transformer2DModel`` with the sizes of ``cfg`` (an ``Ideogram4Config``),
@@ -13,16 +28,7 @@ def stock_dit(cfg, operations=None, **kw):
     from comfy.ldm.ideogram4.model import Ideogram4Transformer2DModel
 
     return Ideogram4Transformer2DModel(
-        in_channels=cfg.in_channels,
-        num_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        attention_head_dim=cfg.head_dim,
-        intermediate_size=cfg.intermediate_size,
-        adaln_dim=cfg.adaln_dim,
-        llm_features_dim=cfg.llm_features_dim,
-        rope_theta=cfg.rope_theta,
-        mrope_section=cfg.mrope_section,
-        norm_eps=cfg.norm_eps,
+        **{arg: getattr(cfg, OUR_NAMES.get(arg, arg)) for arg in SIZE_ARGS},
         dtype=torch.float32,
         operations=comfy.ops.disable_weight_init if operations is None else operations,
         **kw,

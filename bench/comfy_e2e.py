@@ -60,13 +60,20 @@ LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
 
-def _parse(argv):
+def comfy_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of ``python -m comfyui_ideogram4_int8.bench.<module>`` (``doc``: its description), with the
+    ``--comfyui`` option every ComfyUI benchmark takes."""
     p = argparse.ArgumentParser(
-        prog="python -m comfyui_ideogram4_int8.bench.comfy_e2e",
-        description=__doc__,
+        prog=f"python -m comfyui_ideogram4_int8.bench.{module}",
+        description=doc,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--comfyui", default=os.environ.get("COMFYUI_DIR"), help="ComfyUI tree (default $COMFYUI_DIR)")
+    return p
+
+
+def _parse(argv):
+    p = comfy_parser("comfy_e2e", __doc__)
     p.add_argument("--workdir", required=True, help="where the synthetic files go (~40 GB free for bf16)")
     p.add_argument("--peers", default=",".join(PEERS), help=f"comma list of {list(PEERS)}")
     p.add_argument("--layers", type=int, default=None, help="fewer blocks (smoke runs only)")

@@ -19,25 +19,18 @@ card has that much memory (``--reserve-vram``), to see whether it still loads bo
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import pathlib
 import sys
 import time
 
 import torch
 
-GIB = 1024**3
+from .comfy_e2e import GIB, comfy_parser
 
 
 def _parse(argv):
-    p = argparse.ArgumentParser(
-        prog="python -m comfyui_ideogram4_int8.bench.comfy_memory",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--comfyui", default=os.environ.get("COMFYUI_DIR"), help="ComfyUI tree (default $COMFYUI_DIR)")
+    p = comfy_parser("comfy_memory", __doc__)
     p.add_argument("--reference", action="store_true", help="measure with the reference DiT, not ComfyUI")
     p.add_argument("--file", default=None, help="two-branch W8A8 file to read (written first if missing)")
     p.add_argument("--config", default="full", choices=("full", "demo", "tiny"), help="architecture (full)")

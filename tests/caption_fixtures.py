@@ -6,6 +6,14 @@ import json
 import pathlib
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "ideogram4" / "captions" / "fixtures"
+CAPTION_NODE_IDS = [
+    "Ideogram4Int8StyleDescription",
+    "Ideogram4Int8TextElement",
+    "Ideogram4Int8ObjectElement",
+    "Ideogram4Int8LayoutBoxes",
+    "Ideogram4Int8CaptionBuilder",
+    "Ideogram4Int8CaptionValidate",
+]
 
 
 def load(name: str) -> dict:
@@ -18,3 +26,14 @@ def examples() -> list[dict]:
 
 def broken() -> list[dict]:
     return load("broken.json")["cases"]
+
+
+def drawn_box(x, y, width, height, kind="obj", desc="", text="", palette=()) -> dict:
+    """One box as the frontend's bounding-box widget stores it (pixels; ``metadata`` from the pack's editor)."""
+    return {
+        "x": x,
+        "y": y,
+        "width": width,
+        "height": height,
+        "metadata": {"type": kind, "text": text, "desc": desc, "palette": list(palette)},
+    }

@@ -35,6 +35,7 @@ import comfy.supported_models  # noqa: E402
 import comfy.utils  # noqa: E402
 import folder_paths  # noqa: E402
 from comfy.quant_ops import QuantizedTensor  # noqa: E402
+from comfy_stock import stock_dit  # noqa: E402
 from comfyui_ideogram4_int8 import kernels  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4 import make_noise, read_branch, sample, smooth_fold, synthetic  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config  # noqa: E402
@@ -222,24 +223,10 @@ def check_parity():
         res[f"dequant/whole/{case}"] = rel(ours[case], want[case])
     res["paths_dequant"] = kernels.REGISTRY.counts("conditional")
     # (3) float weights through the pack's build path vs ComfyUI's stock ops vs the reference DiT's float path
-    from comfy.ldm.ideogram4.model import Ideogram4Transformer2DModel
     from comfyui_ideogram4_int8.nodes.native_model import build_native_model
 
     floats = _dequantized_state(read_branch(files["w8a8"], "conditional", dtype=torch.float32))
-    stock = Ideogram4Transformer2DModel(
-        in_channels=CFG.in_channels,
-        num_layers=CFG.num_layers,
-        num_attention_heads=CFG.num_heads,
-        attention_head_dim=CFG.head_dim,
-        intermediate_size=CFG.intermediate_size,
-        adaln_dim=CFG.adaln_dim,
-        llm_features_dim=CFG.llm_features_dim,
-        rope_theta=CFG.rope_theta,
-        mrope_section=CFG.mrope_section,
-        norm_eps=CFG.norm_eps,
-        dtype=torch.float32,
-        operations=comfy.ops.disable_weight_init,
-    )
+    stock = stock_dit(CFG)
     stock.load_state_dict(floats, strict=True)
     ours_float, _ = build_native_model(dict(floats), CFG, label="float", compute_dtype=torch.float32)
     ref_float = Ideogram4DiT(CFG, state_dict=dict(floats), dtype=torch.float32)
@@ -941,24 +928,7 @@ def write_shared_smooth(name="i4_w8a8_shared.safetensors"):
 
 
 def _stock_keys():
-    from comfy.ldm.ideogram4.model import Ideogram4Transformer2DModel
-
-    stock = Ideogram4Transformer2DModel(
-        in_channels=CFG.in_channels,
-        num_layers=CFG.num_layers,
-        num_attention_heads=CFG.num_heads,
-        attention_head_dim=CFG.head_dim,
-        intermediate_size=CFG.intermediate_size,
-        adaln_dim=CFG.adaln_dim,
-        llm_features_dim=CFG.llm_features_dim,
-        rope_theta=CFG.rope_theta,
-        mrope_section=CFG.mrope_section,
-        norm_eps=CFG.norm_eps,
-        dtype=torch.float32,
-        operations=comfy.ops.disable_weight_init,
-        device="meta",
-    )
-    return set(stock.state_dict())
+    return set(stock_dit(CFG, device="meta").state_dict())
 
 
 QUANT_EXTRAS = (".weight_scale", ".comfy_quant", ".input_smooth", ".input_folded")  # the pack's extra tensors

@@ -22,7 +22,7 @@ from comfy.cli_args import args  # noqa: E402
 
 args.cpu = True
 import comfy.ops  # noqa: E402
-from comfy.ldm.ideogram4.model import Ideogram4Transformer2DModel  # noqa: E402
+from comfy_stock import stock_dit  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.checkpoint import read_branch  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT  # noqa: E402
@@ -38,20 +38,7 @@ ROPE256 = Ideogram4Config(
 )
 for cfg_name, cfg in (("tiny", Ideogram4Config.tiny()), ("demo", Ideogram4Config.demo()), ("rope256", ROPE256)):
     weights = RandomWeights(cfg, seed).materialize()
-    native = Ideogram4Transformer2DModel(
-        in_channels=cfg.in_channels,
-        num_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads,
-        attention_head_dim=cfg.head_dim,
-        intermediate_size=cfg.intermediate_size,
-        adaln_dim=cfg.adaln_dim,
-        llm_features_dim=cfg.llm_features_dim,
-        rope_theta=cfg.rope_theta,
-        mrope_section=cfg.mrope_section,
-        norm_eps=cfg.norm_eps,
-        dtype=torch.float32,
-        operations=comfy.ops.disable_weight_init,
-    )
+    native = stock_dit(cfg)
     native.load_state_dict(weights, strict=True)
     ours = Ideogram4DiT(cfg, state_dict=weights, dtype=torch.float32)
     assert sorted(native.state_dict()) == sorted(ours.state_dict()), "state-dict keys differ"
@@ -95,19 +82,7 @@ for mode, group in (("convrot", 256), ("plain", None)):
         quantized=True,
         float_dtype=torch.float32,
     )
-    native = Ideogram4Transformer2DModel(
-        in_channels=16,
-        num_layers=2,
-        num_attention_heads=1,
-        attention_head_dim=256,
-        intermediate_size=512,
-        adaln_dim=256,
-        llm_features_dim=256,
-        rope_theta=INT8.rope_theta,
-        mrope_section=INT8.mrope_section,
-        dtype=torch.float32,
-        operations=comfy.ops.mixed_precision_ops(quant_config={}, compute_dtype=torch.float32),
-    )
+    native = stock_dit(INT8, comfy.ops.mixed_precision_ops(quant_config={}, compute_dtype=torch.float32))
     native.load_state_dict(load_file(path), strict=True)
     assert type(native.layers[0].attention.qkv.weight).__name__ == "QuantizedTensor"
     ours = Ideogram4DiT.from_state_dict(read_branch(path, "conditional", dtype=torch.float32), w8a8_linears())

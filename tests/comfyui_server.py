@@ -21,6 +21,7 @@ Only loopback is used; the port is a free one picked at start.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import pathlib
@@ -37,6 +38,8 @@ import uuid
 
 PACK_ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACK_NAME = "comfyui_ideogram4_int8"
+TEST_PACK = PACK_ROOT / "tests" / "comfy_test_pack"  # test-only nodes (text features from a file, ...)
+WITH_TEST_PACK = {PACK_NAME: PACK_ROOT, "ideogram4_test_pack": TEST_PACK}  # ``packs`` for this pack + the test pack
 
 
 def comfyui_dir() -> pathlib.Path | None:
@@ -237,6 +240,20 @@ class ComfyUIServer:
 
     def run_prompt(self, prompt: dict, timeout: float = 120) -> dict:
         return self.wait_for_history(self.queue_prompt(prompt), timeout)
+
+
+@contextlib.contextmanager
+def started(server: ComfyUIServer, remove_base: bool = False):
+    """``server`` started, every custom node folder in it imported (asserted, with the log's tail); stopped on exit,
+    and (``remove_base``) its temporary base directory removed even with ``COMFYUI_KEEP_BASE``."""
+    server.start()
+    try:
+        assert server.import_failures() == [], server.log_tail()
+        yield server
+    finally:
+        server.stop()
+        if remove_base:
+            shutil.rmtree(server.base, ignore_errors=True)
 
 
 _SHARED: ComfyUIServer | None = None

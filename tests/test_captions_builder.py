@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from caption_fixtures import examples, load
+from caption_fixtures import drawn_box, examples, load
 from comfyui_ideogram4_int8.ideogram4 import serialize_caption, validate_caption
 from comfyui_ideogram4_int8.ideogram4.captions.builder import (
     ElementList,
@@ -92,20 +92,8 @@ def test_palette_parsing_fixes_clear_cases_and_keeps_the_rest_for_validation():
 
 def test_frontend_boxes_become_elements_in_order():
     boxes = [
-        {
-            "x": 0,
-            "y": 0,
-            "width": 1024,
-            "height": 576,
-            "metadata": {"type": "obj", "text": "", "desc": "wall", "palette": ["#aabbcc"]},
-        },
-        {
-            "x": 256,
-            "y": 144,
-            "width": 512,
-            "height": 288,
-            "metadata": {"type": "text", "text": "OPEN\n", "desc": "neon", "palette": []},
-        },
+        drawn_box(0, 0, 1024, 576, desc="wall", palette=["#aabbcc"]),
+        drawn_box(256, 144, 512, 288, kind="text", desc="neon", text="OPEN\n"),
         {"x": 10, "y": 10, "width": 5, "height": 5},
     ]
     out = elements_from_boxes(boxes, 1024, 576, source="node 7")

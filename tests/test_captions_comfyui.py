@@ -6,17 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from caption_fixtures import CAPTION_NODE_IDS, drawn_box
 
 pytestmark = pytest.mark.comfyui
-
-NODE_IDS = [
-    "Ideogram4Int8StyleDescription",
-    "Ideogram4Int8TextElement",
-    "Ideogram4Int8ObjectElement",
-    "Ideogram4Int8LayoutBoxes",
-    "Ideogram4Int8CaptionBuilder",
-    "Ideogram4Int8CaptionValidate",
-]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +26,7 @@ def _inputs(info):
 
 def test_object_info_lists_the_caption_nodes_with_their_inputs(srv):
     everything = srv.object_info()
-    for node_id in NODE_IDS:
+    for node_id in CAPTION_NODE_IDS:
         info = everything[node_id]
         assert info["category"] == "Ideogram 4 INT8/captions"
         assert info["display_name"].startswith("Ideogram 4")
@@ -56,23 +48,9 @@ def test_object_info_lists_the_caption_nodes_with_their_inputs(srv):
 
 
 def _graph(on_invalid="error", native_desc="a plain white wall"):
-    boxes = [
-        {
-            "x": 0,
-            "y": 0,
-            "width": 1024,
-            "height": 576,
-            "metadata": {"type": "obj", "text": "", "desc": native_desc, "palette": []},
-        }
-    ]
+    boxes = [drawn_box(0, 0, 1024, 576, desc=native_desc)]
     drawn = [
-        {
-            "x": 256,
-            "y": 144,
-            "width": 512,
-            "height": 288,
-            "metadata": {"type": "text", "text": "CAFÉ\nOUVERT", "desc": "gold serif letters", "palette": ["#d4af37"]},
-        }
+        drawn_box(256, 144, 512, 288, kind="text", desc="gold serif letters", text="CAFÉ\nOUVERT", palette=["#d4af37"])
     ]
     return {
         "1": {

@@ -14,39 +14,24 @@ import re
 
 import pytest
 from workflow_checks import (
+    ALL_UI,
     API_DIR,
     EXAMPLES,
     NATIVE_FIXTURE,
+    OUR_WORKFLOWS,
     check_ui,
     layout_problems,
+    load_api,
     load_specs,
+    load_ui,
     model_files_of,
     named_widget_values,
     ui_to_api,
 )
+from workflow_models import FP8, FP8_UNCOND, TEXT_ENCODER, VAE, W8A8
 
 SPECS = load_specs()
 SAME_FILE = "(second branch of the weights file)"
-W8A8 = "ideogram4-int8-w8a8.safetensors"
-FP8 = "ideogram4_fp8_scaled.safetensors"
-FP8_UNCOND = "ideogram4_unconditional_fp8_scaled.safetensors"
-TEXT_ENCODER = "qwen3vl_8b_fp8_scaled.safetensors"
-VAE = "flux2-vae.safetensors"
-OURS = (
-    "ideogram4_int8_text_to_image",
-    "ideogram4_int8_fp8_patch",
-    "ideogram4_int8_native_guider",
-    "ideogram4_int8_two_gpus",
-)
-ALL_UI = sorted(p.stem for p in EXAMPLES.glob("*.json"))
-
-
-def _ui(name: str) -> dict:
-    return json.loads((EXAMPLES / f"{name}.json").read_text(encoding="utf-8"))
-
-
-def _api(name: str) -> dict:
-    return json.loads((API_DIR / f"{name}_api.json").read_text(encoding="utf-8"))
 
 
 class Graph:
@@ -91,9 +76,9 @@ class Graph:
 
 
 def test_template_folder_holds_ui_files_with_api_twins_and_card_pictures():
-    assert set(OURS) <= set(ALL_UI)
+    assert set(OUR_WORKFLOWS) <= set(ALL_UI)
     for name in ALL_UI:
-        ui = _ui(name)
+        ui = load_ui(name)
         # the template browser lists every *.json here and loads it as a graph: UI format only
         assert {"nodes", "links"} <= set(ui), f"{name}.json is not a UI-format workflow"
         assert (API_DIR / f"{name}_api.json").is_file(), f"{name} has no API twin in example_workflows/api/"
@@ -113,25 +98,25 @@ def test_the_native_list_is_pinned_to_comfyui_0_33():
 
 @pytest.mark.parametrize("name", ALL_UI)
 def test_nodes_widgets_and_links_fit_the_definitions(name):
-    assert check_ui(_ui(name), SPECS) == []
+    assert check_ui(load_ui(name), SPECS) == []
 
 
 @pytest.mark.parametrize("name", ALL_UI)
 def test_api_twin_is_what_the_frontend_queues_for_the_ui_file(name):
-    assert _api(name) == ui_to_api(_ui(name), SPECS)
+    assert load_api(name) == ui_to_api(load_ui(name), SPECS)
 
 
 @pytest.mark.parametrize("name", ALL_UI)
 def test_layout_opens_readable_without_overlaps(name):
-    assert layout_problems(_ui(name)) == []
+    assert layout_problems(load_ui(name)) == []
 
 
 def test_the_layout_check_catches_overlaps_and_a_sprawling_graph():
-    ui = copy.deepcopy(_ui("ideogram4_int8_text_to_image"))
+    ui = copy.deepcopy(load_ui("ideogram4_int8_text_to_image"))
     graph = Graph(ui)
     graph.one("VAEDecode")["pos"] = list(graph.one("VAELoader")["pos"])
     assert any("VAEDecode" in p and "overlaps" in p for p in layout_problems(ui))
-    ui = copy.deepcopy(_ui("ideogram4_int8_text_to_image"))
+    ui = copy.deepcopy(load_ui("ideogram4_int8_text_to_image"))
     graph = Graph(ui)
     graph.one("SaveImage")["pos"] = [graph.one("CLIPLoader")["pos"][0], 2000]  # below the Caption group's edge
     caption = next(g for g in ui["groups"] if g["title"] == "Caption")
@@ -139,12 +124,12 @@ def test_the_layout_check_catches_overlaps_and_a_sprawling_graph():
     problems = layout_problems(ui)
     assert any("SaveImage" in p and "reaches into group Caption" in p for p in problems), problems
     assert any("readable zoom" in p for p in problems), problems
-    assert layout_problems(_ui("ideogram4_int8_text_to_image")) == []
+    assert layout_problems(load_ui("ideogram4_int8_text_to_image")) == []
 
 
 @pytest.mark.parametrize("name", ALL_UI)
 def test_every_workflow_has_a_note_that_says_what_to_do(name):
-    g = Graph(_ui(name))
+    g = Graph(load_ui(name))
     text = _note_text(g)
     assert text.startswith("## Ideogram 4"), text[:80]
     for vague in ("is not known", "not known", "unknown"):
@@ -170,7 +155,7 @@ def _ordered(spec):
 
 
 def _mutated(change) -> list[str]:
-    ui = copy.deepcopy(_ui("ideogram4_int8_native_guider"))
+    ui = copy.deepcopy(load_ui("ideogram4_int8_native_guider"))
     change(Graph(ui))
     return check_ui(ui, SPECS)
 
@@ -204,11 +189,11 @@ def test_the_checks_report_bad_workflows(change, expect):
 
 
 def test_a_changed_ui_file_no_longer_matches_its_api_twin():
-    ui = copy.deepcopy(_ui("ideogram4_int8_fp8_patch"))
+    ui = copy.deepcopy(load_ui("ideogram4_int8_fp8_patch"))
     graph = Graph(ui)
     sampler = graph.one("Ideogram4Int8Sampler")
     sampler["widgets_values"][list(graph.values(sampler)).index("preset")] = "Turbo 12"
-    assert ui_to_api(ui, SPECS) != _api("ideogram4_int8_fp8_patch")
+    assert ui_to_api(ui, SPECS) != load_api("ideogram4_int8_fp8_patch")
 
 
 # -- what the issue asks of each workflow ----------------------------------------------------------------------
@@ -281,13 +266,20 @@ def _sampler(g: Graph) -> dict:
     return sampler
 
 
-def test_text_to_image_w8a8():
-    g = Graph(_ui("ideogram4_int8_text_to_image"))
+def _w8a8_text_to_image(name: str) -> tuple[Graph, dict, dict, dict]:
+    """A text -> image workflow on the W8A8 file (both branches from it, GEMM path auto): the graph, its text encode
+    node, its loader and its sampler."""
+    g = Graph(load_ui(name))
     encode = _caption_chain(g)
     loader = g.one("Ideogram4Int8Loader")
     v = g.values(loader)
     assert (v["weights"], v["unconditional_weights"], v["gemm_path"]) == (W8A8, SAME_FILE, "auto")
     sampler = _sampler(g)
+    return g, encode, loader, sampler
+
+
+def test_text_to_image_w8a8():
+    g, encode, loader, sampler = _w8a8_text_to_image("ideogram4_int8_text_to_image")
     g.feeds(sampler, "model", "Ideogram4Int8Loader", 0)
     g.feeds(sampler, "model_negative", "Ideogram4Int8Loader", 1)
     assert g.feeds(sampler, "positive", "CLIPTextEncode") is encode
@@ -300,12 +292,7 @@ def test_text_to_image_w8a8():
 def test_two_gpus_puts_the_unconditional_model_through_the_branch_device_node():
     """text -> image with Ideogram 4 Branch Device ("second GPU") between loader.unconditional and
     sampler.model_negative; everything else as in the text -> image workflow."""
-    g = Graph(_ui("ideogram4_int8_two_gpus"))
-    encode = _caption_chain(g)
-    loader = g.one("Ideogram4Int8Loader")
-    v = g.values(loader)
-    assert (v["weights"], v["unconditional_weights"], v["gemm_path"]) == (W8A8, SAME_FILE, "auto")
-    sampler = _sampler(g)
+    g, encode, loader, sampler = _w8a8_text_to_image("ideogram4_int8_two_gpus")
     assert g.feeds(sampler, "model", "Ideogram4Int8Loader", 0) is loader
     branch = g.feeds(sampler, "model_negative", "Ideogram4Int8BranchDevice", 0)
     assert g.feeds(branch, "model_negative", "Ideogram4Int8Loader", 1) is loader
@@ -314,14 +301,14 @@ def test_two_gpus_puts_the_unconditional_model_through_the_branch_device_node():
     _decode_and_save(g, "Ideogram4Int8Sampler")
     assert g.values(g.one("SaveImage"))["filename_prefix"] == "ideogram4_int8/two_gpus"
     # the same graph as text -> image apart from the node put in
-    t2i = Graph(_ui("ideogram4_int8_text_to_image"))
+    t2i = Graph(load_ui("ideogram4_int8_text_to_image"))
     assert sorted(n["type"] for n in g.ui["nodes"]) == sorted(
         [n["type"] for n in t2i.ui["nodes"]] + ["Ideogram4Int8BranchDevice"]
     )
     for node_type in ("Ideogram4Int8Loader", "Ideogram4Int8Sampler", "CLIPLoader", "VAELoader"):
         assert g.values(g.one(node_type)) == t2i.values(t2i.one(node_type)), node_type
     # the API twin: sampler.model_negative <- BranchDevice.model_negative <- loader.unconditional
-    api = _api("ideogram4_int8_two_gpus")
+    api = load_api("ideogram4_int8_two_gpus")
     ids = {n["class_type"]: k for k, n in api.items()}
     assert api[ids["Ideogram4Int8Sampler"]]["inputs"]["model_negative"] == [ids["Ideogram4Int8BranchDevice"], 0]
     assert api[ids["Ideogram4Int8BranchDevice"]]["inputs"]["model_negative"] == [ids["Ideogram4Int8Loader"], 1]
@@ -342,7 +329,7 @@ def test_two_gpus_puts_the_unconditional_model_through_the_branch_device_node():
 
 
 def test_fp8_files_through_the_patch_node():
-    g = Graph(_ui("ideogram4_int8_fp8_patch"))
+    g = Graph(load_ui("ideogram4_int8_fp8_patch"))
     encode = _caption_chain(g)
     sampler = _sampler(g)
     for input_name, label, file in (("model", "conditional", FP8), ("model_negative", "unconditional", FP8_UNCOND)):
@@ -359,7 +346,7 @@ def test_fp8_files_through_the_patch_node():
 def test_native_guider_graph_reproduces_the_default_20_schedule():
     from comfyui_ideogram4_int8.ideogram4 import PRESETS, sigmas
 
-    g = Graph(_ui("ideogram4_int8_native_guider"))
+    g = Graph(load_ui("ideogram4_int8_native_guider"))
     encode = _caption_chain(g)
     guider = g.one("DualModelGuider")
     override = g.feeds(guider, "model", "CFGOverride")
@@ -405,7 +392,7 @@ def test_the_notes_cfg_override_settings_give_each_presets_schedule():
     (and an off-by-one start would not)."""
     from comfyui_ideogram4_int8.ideogram4 import PRESETS
 
-    text = _note_text(Graph(_ui("ideogram4_int8_native_guider")))
+    text = _note_text(Graph(load_ui("ideogram4_int8_native_guider")))
     default = re.search(r"start (0\.\d+)\): guidance 3 on the last 2 of 20 steps", text)
     others = dict(re.findall(r"(Quality 48|Turbo 12): steps \d+, .*?start (0\.\d+)", text))
     assert default and set(others) == {"Quality 48", "Turbo 12"}, text
@@ -421,7 +408,7 @@ def test_the_notes_cfg_override_settings_give_each_presets_schedule():
 def test_demo_workflow_needs_no_model_file_and_marks_its_image_as_random_weights():
     from comfyui_ideogram4_int8.ideogram4 import demo_model
 
-    g = Graph(_ui("ideogram4_int8_demo"))
+    g = Graph(load_ui("ideogram4_int8_demo"))
     assert model_files_of(g.ui) == {}, "the demo declares files to download"
     assert {n["type"] for n in g.ui["nodes"]} == {
         "MarkdownNote",

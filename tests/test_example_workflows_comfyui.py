@@ -35,11 +35,13 @@ import torch
 from browser_checks import shots_dir
 from comfyui_server import PACK_NAME, ComfyUIServer, history_errors
 from workflow_checks import (
-    API_DIR,
-    EXAMPLES,
+    ALL_UI,
     NATIVE_FIXTURE,
+    OUR_WORKFLOWS,
     PACK_FIXTURE,
     live_snapshot,
+    load_api,
+    load_ui,
     model_files_of,
     pack_node_types,
 )
@@ -48,23 +50,8 @@ from workflow_models import COND, example_server
 pytestmark = pytest.mark.comfyui
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-OURS = (
-    "ideogram4_int8_text_to_image",
-    "ideogram4_int8_fp8_patch",
-    "ideogram4_int8_native_guider",
-    "ideogram4_int8_two_gpus",
-)
-ALL_UI = sorted(p.stem for p in EXAMPLES.glob("*.json"))
 CHECK_SCRIPT = ROOT / "tests" / "browser" / "example_workflow_check.mjs"
 SEED = int.from_bytes(os.urandom(3), "little")
-
-
-def _api(name: str) -> dict:
-    return json.loads((API_DIR / f"{name}_api.json").read_text(encoding="utf-8"))
-
-
-def _ui(name: str) -> dict:
-    return json.loads((EXAMPLES / f"{name}.json").read_text(encoding="utf-8"))
 
 
 def _start(with_models: bool) -> ComfyUIServer:
@@ -95,7 +82,7 @@ def test_templates_browser_lists_the_ui_files_and_serves_them(srv):
     assert sorted(listed[PACK_NAME]) == ALL_UI  # API twins (in api/) are not templates
     for name in ALL_UI:
         body, _ = _get(srv, f"/api/workflow_templates/{PACK_NAME}/{name}.json")
-        assert json.loads(body) == _ui(name)
+        assert json.loads(body) == load_ui(name)
         picture, kind = _get(srv, f"/api/workflow_templates/{PACK_NAME}/{name}.jpg")
         assert kind == "image/jpeg" and picture[:3] == b"\xff\xd8\xff"
 
@@ -112,18 +99,18 @@ def test_pack_definition_snapshot_equals_this_comfyui(srv):
     assert live == pinned, "the pack's nodes changed: regenerate with `python tests/workflow_checks.py pin <url>`"
 
 
-@pytest.mark.parametrize("name", OURS)
+@pytest.mark.parametrize("name", OUR_WORKFLOWS)
 def test_shipped_api_workflow_passes_comfyui_validation(srv, name):
     # queued unchanged: every node validates (node_errors empty); it then runs until CLIPLoader meets the empty
     # text-encoder placeholder
-    queued = srv.post_json("/prompt", {"prompt": _api(name), "client_id": "validation"})
+    queued = srv.post_json("/prompt", {"prompt": load_api(name), "client_id": "validation"})
     assert queued["node_errors"] == {}, queued["node_errors"]
     entry = srv.wait_for_history(queued["prompt_id"], timeout=600)
     assert entry["status"]["status_str"] == "error"
     failed = [
         (d.get("node_type"), d.get("node_id")) for kind, d in entry["status"]["messages"] if kind == "execution_error"
     ]
-    clip = next(k for k, n in _api(name).items() if n["class_type"] == "CLIPLoader")
+    clip = next(k for k, n in load_api(name).items() if n["class_type"] == "CLIPLoader")
     assert failed == [("CLIPLoader", clip)], history_errors(entry)
 
 
@@ -147,8 +134,8 @@ BROKEN = {
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_a_broken_model_part_fails_the_prompt_naming_node_and_field(srv, case):
     node_type, field, value = BROKEN[case]
-    name = next(n for n in OURS if any(x["class_type"] == node_type for x in _api(n).values()))
-    prompt = runnable_copy(_api(name), str(srv.base / COND))  # runnable apart from the broken value
+    name = next(n for n in OUR_WORKFLOWS if any(x["class_type"] == node_type for x in load_api(n).values()))
+    prompt = runnable_copy(load_api(name), str(srv.base / COND))  # runnable apart from the broken value
     node_id = next(k for k, n in prompt.items() if n["class_type"] == node_type)
     assert field in prompt[node_id]["inputs"], (node_type, field)
     prompt[node_id]["inputs"][field] = value
@@ -196,7 +183,7 @@ def runnable_copy(api: dict, cond_path: str, tag: str = "") -> dict:
 
 @functools.cache
 def _run(srv, name: str) -> dict:
-    entry = srv.run_prompt(runnable_copy(_api(name), str(srv.base / COND), tag=name), timeout=900)
+    entry = srv.run_prompt(runnable_copy(load_api(name), str(srv.base / COND), tag=name), timeout=900)
     tracebacks = [
         "".join(d.get("traceback", [])) for kind, d in entry["status"]["messages"] if kind == "execution_error"
     ]
@@ -208,7 +195,7 @@ def _saved_image(srv, name: str) -> torch.Tensor:
     import numpy as np
     from PIL import Image
 
-    api = _api(name)
+    api = load_api(name)
     save = next(k for k, n in api.items() if n["class_type"] == "SaveImage")
     images = _run(srv, name)["outputs"][save]["images"]
     assert len(images) == 1
@@ -220,7 +207,7 @@ def _saved_image(srv, name: str) -> torch.Tensor:
         return torch.from_numpy(np.asarray(img).copy())
 
 
-@pytest.mark.parametrize("name", OURS)
+@pytest.mark.parametrize("name", OUR_WORKFLOWS)
 def test_workflow_runs_through_comfyui_down_to_an_image(srv, name):
     from comfyui_ideogram4_int8.ideogram4 import validate_caption
 
@@ -228,7 +215,7 @@ def test_workflow_runs_through_comfyui_down_to_an_image(srv, name):
     assert tuple(image.shape) == (1024, 1024, 3)  # the shipped size, decoded by the Flux2-layout VAE (x16)
     assert image.float().std() > 5  # not a constant picture
     # the caption chain ran too (it feeds the text encoder, whose stand-in shows what it was given): valid caption
-    encoder = next(k for k, n in _api(name).items() if n["class_type"] == "CLIPTextEncode")
+    encoder = next(k for k, n in load_api(name).items() if n["class_type"] == "CLIPTextEncode")
     caption = _run(srv, name)["outputs"][encoder]["text"][0]
     assert validate_caption(caption) == [], caption
     assert "FRESH BREAD" in json.loads(caption)["compositional_deconstruction"]["elements"][-1]["text"]
@@ -248,7 +235,7 @@ def test_two_gpus_workflow_on_a_cpu_leaves_the_model_in_place_says_so_and_gives_
     """On this --cpu server the Branch Device node ("second GPU") has no second card: it passes the unconditional
     MODEL on unchanged, says so on the node, and the run gives text -> image's picture."""
     name = "ideogram4_int8_two_gpus"
-    api = _api(name)
+    api = load_api(name)
     branch = next(k for k, n in api.items() if n["class_type"] == "Ideogram4Int8BranchDevice")
     (note,) = _run(srv, name)["outputs"][branch]["text"]
     assert "does nothing" in note and "second GPU" in note, note
@@ -267,8 +254,8 @@ def test_demo_workflow_runs_as_shipped_with_no_model_file_and_the_panel_shows_it
     from comfyui_ideogram4_int8.ideogram4 import demo_model
     from PIL import Image
 
-    api = _api(DEMO)
-    assert model_files_of(_ui(DEMO)) == {}
+    api = load_api(DEMO)
+    assert model_files_of(load_ui(DEMO)) == {}
     server = _start(with_models=False)
     try:
         assert not any((server.base / "models").rglob("*.safetensors"))
@@ -328,7 +315,7 @@ def test_each_workflow_opens_from_the_templates_browser_cleanly(srv, shots):
     for name in ALL_UI:
         r = results[name]
         assert r["listed"], f"{name} is not in the Templates browser"
-        assert r["nodes"] == len(_ui(name)["nodes"]) and r["links"] == len(_ui(name)["links"]), r
+        assert r["nodes"] == len(load_ui(name)["nodes"]) and r["links"] == len(load_ui(name)["links"]), r
         for key in ("missingTypes", "widgetProblems", "errorNodes", "overlays", "consoleProblems"):
             assert r[key] == [], (name, key, r[key])
         # it opens where LiteGraph draws node text (not the 34-42 % of issue 22), every node's title bar on the
@@ -342,12 +329,12 @@ def test_each_workflow_opens_from_the_templates_browser_cleanly(srv, shots):
 def test_without_the_model_files_the_frontend_lists_exactly_what_to_download(shots):
     server = _start(with_models=False)
     try:
-        results = _open_in_browser(server, shots / "no-models", OURS)
+        results = _open_in_browser(server, shots / "no-models", OUR_WORKFLOWS)
     finally:
         server.stop()
-    for name in OURS:
+    for name in OUR_WORKFLOWS:
         r = results[name]
-        files = model_files_of(_ui(name))
+        files = model_files_of(load_ui(name))
         count = sum(len(v) for v in files.values())
         assert r["missingTypes"] == [] and r["consoleProblems"] == [], r
         assert f"{count} errors found" in r["overlays"], r["overlays"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import pathlib
@@ -11,7 +12,6 @@ import pytest
 import torch
 from comfyui_ideogram4_int8.ideogram4 import errors as E
 from comfyui_ideogram4_int8.ideogram4.checkpoint import read_branch
-from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
 from comfyui_ideogram4_int8.ideogram4.formats import encode_comfy_quant
 from comfyui_ideogram4_int8.ideogram4.formats.source import Source
 from comfyui_ideogram4_int8.ideogram4.safetensors_io import Header, save_tensors
@@ -19,6 +19,15 @@ from comfyui_ideogram4_int8.ideogram4.synthetic import is_nonlinear_or_top, writ
 from ideogram4_checks import TINY, assert_names, raw, tiny_weights
 
 QKV = "layers.0.attention.qkv"
+CHECKPOINT_ERRORS = (  # the reader's error types, each a subclass of E.CheckpointError
+    E.NotSafetensorsError,
+    E.MissingBranchError,
+    E.MissingKeysError,
+    E.TensorMismatchError,
+    E.BaseMismatchError,
+    E.UnsupportedFormatError,
+    E.HubError,
+)
 
 
 @pytest.fixture
@@ -34,15 +43,7 @@ def tampered(path, out, change):
 
 
 def test_errors_are_value_errors():
-    for cls in (
-        E.NotSafetensorsError,
-        E.MissingBranchError,
-        E.MissingKeysError,
-        E.TensorMismatchError,
-        E.BaseMismatchError,
-        E.UnsupportedFormatError,
-        E.HubError,
-    ):
+    for cls in CHECKPOINT_ERRORS:
         assert issubclass(cls, E.CheckpointError) and issubclass(cls, ValueError)
 
 
@@ -153,18 +154,7 @@ def test_error_types_read_as_the_pack_name_not_a_module_path():
     from comfyui_ideogram4_int8.ideogram4.captions.problems import CaptionError
     from comfyui_ideogram4_int8.ideogram4.sampling_args import SamplingArgumentError
 
-    classes = [
-        E.CheckpointError,
-        E.NotSafetensorsError,
-        E.MissingBranchError,
-        E.MissingKeysError,
-        E.TensorMismatchError,
-        E.BaseMismatchError,
-        E.UnsupportedFormatError,
-        E.HubError,
-        SamplingArgumentError,
-        CaptionError,
-    ]
+    classes = [E.CheckpointError, *CHECKPOINT_ERRORS, SamplingArgumentError, CaptionError]
     for cls in classes:
         assert f"{cls.__module__}.{cls.__qualname__}" == f"comfyui_ideogram4_int8.{cls.__name__}"
         assert getattr(pack, cls.__name__) is cls  # importable under the name shown
@@ -268,16 +258,7 @@ def test_unsupported_comfy_quant_format(tmp_path, gen):
 def test_base_that_does_not_match(tmp_path, gen):
     weights = tiny_weights(gen)
     path = write_w8a8(tmp_path / "w.safetensors", weights, TINY, include_others=False)
-    other = Ideogram4Config(
-        in_channels=16,
-        num_layers=3,
-        num_heads=2,
-        head_dim=32,
-        intermediate_size=128,
-        adaln_dim=32,
-        llm_features_dim=128,
-        mrope_section=(6, 5, 5),
-    )
+    other = dataclasses.replace(TINY, num_layers=3)  # the tiny config one block deeper
     deeper = write_float(tmp_path / "deeper.safetensors", tiny_weights(gen, other)["conditional"], other)
     with pytest.raises(E.BaseMismatchError) as ei:
         read_branch(path, "conditional", base=deeper)

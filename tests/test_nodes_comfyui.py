@@ -496,15 +496,12 @@ SEED = int.from_bytes(os.urandom(3), "little")
 def _setup_files(base: pathlib.Path) -> None:
     from comfyui_ideogram4_int8.ideogram4 import synthetic
     from safetensors.torch import save_file
+    from workflow_models import two_branch_weights
 
     models = base / "models" / "diffusion_models"
     models.mkdir(parents=True)
     cfg = _cfg()
-    w = {
-        "conditional": synthetic.RandomWeights(cfg, SEED).materialize(),
-        "unconditional": synthetic.RandomWeights(cfg, SEED + 1).materialize(),
-    }
-    synthetic.write_w8a8(models / "i4_w8a8.safetensors", w, cfg)
+    synthetic.write_w8a8(models / "i4_w8a8.safetensors", two_branch_weights(cfg, SEED), cfg)
     save_file({"encoder.conv_in.weight": torch.randn(8, 3, 3, 3)}, str(models / "flux2_vae_like.safetensors"))
     g = torch.Generator().manual_seed(SEED)
     save_file({"cond": torch.randn(1, 6, cfg.llm_features_dim, generator=g)}, str(base / "cond.safetensors"))
@@ -513,16 +510,10 @@ def _setup_files(base: pathlib.Path) -> None:
 
 @pytest.fixture(scope="module")
 def srv():
-    from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer
+    from comfyui_server import WITH_TEST_PACK, ComfyUIServer, started
 
-    server = ComfyUIServer(
-        packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": ROOT / "tests" / "comfy_test_pack"}, setup=_setup_files
-    ).start()
-    try:
-        assert server.import_failures() == [], server.log_tail()
+    with started(ComfyUIServer(packs=WITH_TEST_PACK, setup=_setup_files)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _inputs(info):

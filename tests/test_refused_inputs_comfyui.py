@@ -18,6 +18,7 @@ would contain it), and the pack's error types read ``comfyui_ideogram4_int8.<Nam
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -27,6 +28,7 @@ import uuid
 
 import pytest
 import torch
+from caption_fixtures import drawn_box
 
 pytestmark = pytest.mark.comfyui
 
@@ -39,15 +41,12 @@ def _setup(base: pathlib.Path) -> None:
     from comfyui_ideogram4_int8.ideogram4 import synthetic
     from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
     from safetensors.torch import save_file
+    from workflow_models import two_branch_weights
 
     models = base / "models" / "diffusion_models"
     models.mkdir(parents=True)
     cfg = Ideogram4Config.demo()
-    weights = {
-        "conditional": synthetic.RandomWeights(cfg, SEED).materialize(),
-        "unconditional": synthetic.RandomWeights(cfg, SEED + 1).materialize(),
-    }
-    good = synthetic.write_w8a8(models / "i4_w8a8.safetensors", weights, cfg)
+    good = synthetic.write_w8a8(models / "i4_w8a8.safetensors", two_branch_weights(cfg, SEED), cfg)
     data = pathlib.Path(good).read_bytes()
     (models / "damaged.safetensors").write_bytes(os.urandom(4096))
     (models / "cut_short.safetensors").write_bytes(data[: len(data) // 2])
@@ -67,16 +66,10 @@ def _setup(base: pathlib.Path) -> None:
 
 @pytest.fixture(scope="module")
 def srv():
-    from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer
+    from comfyui_server import WITH_TEST_PACK, ComfyUIServer, started
 
-    server = ComfyUIServer(
-        packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": ROOT / "tests" / "comfy_test_pack"}, setup=_setup
-    ).start()
-    try:
-        assert server.import_failures() == [], server.log_tail()
+    with started(ComfyUIServer(packs=WITH_TEST_PACK, setup=_setup)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def _post(srv, graph: dict) -> tuple[int, dict]:
@@ -339,14 +332,7 @@ def _boxes_graph(*boxes, width=1024, height=576) -> dict:
     return _caption_graph(layout)
 
 
-def _box(x, y, w, h, kind="obj", desc="a parked red bicycle", text=""):
-    return {
-        "x": x,
-        "y": y,
-        "width": w,
-        "height": h,
-        "metadata": {"type": kind, "text": text, "desc": desc, "palette": []},
-    }
+_box = functools.partial(drawn_box, desc="a parked red bicycle")
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import pathlib
-import shutil
 import socket
 import struct
 import time
@@ -36,7 +35,6 @@ from comfyui_ideogram4_int8.nodes import status_report as status
 pytestmark = pytest.mark.comfyui
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TEST_PACK = ROOT / "tests" / "comfy_test_pack"
 WEIGHTS = "ideogram4-tiny-w8a8.safetensors"
 COND = "ideogram4_test_cond.safetensors"
 TEXT_TOKENS = 5
@@ -87,21 +85,11 @@ def expected_layers():
 def panel_server(env: dict[str, str] | None = None, args: tuple[str, ...] = ()):
     """A real ComfyUI with the pack, the test pack and the synthetic files (``args``: more of ComfyUI's command-line
     options); stopped on exit."""
-    from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer
+    from comfyui_server import WITH_TEST_PACK, ComfyUIServer, started
 
-    server = ComfyUIServer(
-        packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": TEST_PACK},
-        setup=setup_files,
-        env={**CLEAN_ENV, **(env or {})},
-        args=args,
-    )
-    server.start()
-    try:
-        assert server.import_failures() == [], server.log_tail()
+    server = ComfyUIServer(packs=WITH_TEST_PACK, setup=setup_files, env={**CLEAN_ENV, **(env or {})}, args=args)
+    with started(server, remove_base=True):
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(server.base, ignore_errors=True)  # the harness's temporary base directory
 
 
 def prompt(server, gemm_path: str = "auto", seed: int = 7) -> dict:

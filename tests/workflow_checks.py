@@ -30,6 +30,13 @@ NATIVE_FIXTURE = FIXTURES / "comfyui_0_33_native_nodes.json"
 PACK_FIXTURE = FIXTURES / "pack_nodes_object_info.json"
 EXAMPLES = ROOT / "example_workflows"
 API_DIR = EXAMPLES / "api"
+OUR_WORKFLOWS = (  # the example workflows built around this pack's nodes (each with an API twin)
+    "ideogram4_int8_text_to_image",
+    "ideogram4_int8_fp8_patch",
+    "ideogram4_int8_native_guider",
+    "ideogram4_int8_two_gpus",
+)
+ALL_UI = sorted(p.stem for p in EXAMPLES.glob("*.json"))  # every UI-format example workflow
 
 MODEL_FOLDERS = ("diffusion_models", "text_encoders", "vae")
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "BOUNDING_BOXES"}
@@ -51,6 +58,16 @@ KEEP_OPTIONS = (
 
 
 # -- definitions ----------------------------------------------------------------------------------------------------
+
+
+def load_ui(name: str) -> dict:
+    """The UI-format example workflow ``example_workflows/<name>.json``."""
+    return json.loads((EXAMPLES / f"{name}.json").read_text(encoding="utf-8"))
+
+
+def load_api(name: str) -> dict:
+    """The API twin ``example_workflows/api/<name>_api.json``."""
+    return json.loads((API_DIR / f"{name}_api.json").read_text(encoding="utf-8"))
 
 
 def _combo_options(spec) -> list | None:

@@ -18,6 +18,7 @@ into a ComfyUI base directory, so the workflows load and run unchanged:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 
@@ -36,16 +37,7 @@ COND = "cond.safetensors"
 def example_config():
     from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
 
-    return Ideogram4Config(
-        in_channels=128,
-        num_layers=2,
-        num_heads=2,
-        head_dim=32,
-        intermediate_size=128,
-        adaln_dim=32,
-        llm_features_dim=64,
-        mrope_section=(6, 5, 5),
-    )
+    return dataclasses.replace(Ideogram4Config.tiny(), in_channels=128, llm_features_dim=64)  # real latent width
 
 
 def native_sizes() -> dict:
@@ -65,6 +57,17 @@ def native_sizes_env() -> dict[str, str]:
     return {"IDEOGRAM4_TEST_NATIVE_SIZES": json.dumps(native_sizes())}
 
 
+def two_branch_weights(cfg, seed: int) -> dict[str, dict]:
+    """Random float weights of ``cfg`` (an ``Ideogram4Config``) for both branches: conditional from ``seed``,
+    unconditional from ``seed + 1``."""
+    from comfyui_ideogram4_int8.ideogram4 import synthetic
+
+    return {
+        "conditional": synthetic.RandomWeights(cfg, seed).materialize(),
+        "unconditional": synthetic.RandomWeights(cfg, seed + 1).materialize(),
+    }
+
+
 def write_example_models(
     base: str | pathlib.Path, seed: int, text_tokens: int = 12, text_encoder_placeholder: bool = False
 ) -> dict[str, pathlib.Path]:
@@ -76,10 +79,7 @@ def write_example_models(
     for d in (dits, vaes, tes):
         d.mkdir(parents=True, exist_ok=True)
     cfg = example_config()
-    weights = {
-        "conditional": synthetic.RandomWeights(cfg, seed).materialize(),
-        "unconditional": synthetic.RandomWeights(cfg, seed + 1).materialize(),
-    }
+    weights = two_branch_weights(cfg, seed)
     out = {
         "w8a8": synthetic.write_w8a8(dits / W8A8, weights, cfg),
         "fp8": synthetic.write_comfy_fp8(dits / FP8, weights["conditional"], cfg),
@@ -100,15 +100,14 @@ def example_server(with_models: bool, seed: int, args: tuple[str, ...] = ()):
     pack and (``with_models``) every file the example workflows name: the server of
     ``tests/test_example_workflows_comfyui.py`` and of ``tests/browser/regenerate_workflows.py``. ``args``: extra
     ComfyUI arguments (``("--front-end-root", <static folder>)`` for another frontend)."""
-    from comfyui_server import PACK_NAME, PACK_ROOT, ComfyUIServer
+    from comfyui_server import WITH_TEST_PACK, ComfyUIServer
 
     def setup(base):
         if with_models:
             write_example_models(base, seed, text_encoder_placeholder=True)
 
-    test_pack = pathlib.Path(__file__).resolve().parent / "comfy_test_pack"
     return ComfyUIServer(
-        packs={PACK_NAME: PACK_ROOT, "ideogram4_test_pack": test_pack},
+        packs=WITH_TEST_PACK,
         setup=setup,
         env=native_sizes_env(),
         args=tuple(args),

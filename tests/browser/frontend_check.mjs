@@ -11,13 +11,8 @@
 //      node's `boxes` widget value back (what the Python side receives);
 //   4. shoots <out-prefix>-editor.png and <out-prefix>-panel.png.
 // Prints one JSON line with what it saw, for the calling test to check.
-import { createRequire } from "node:module";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-
-const require = createRequire(import.meta.url);
-const { chromium } = require("playwright-core");
+import { rmSync } from "node:fs";
+import { collectErrors, launchChromium, openComfy } from "./comfy_page.mjs";
 
 const [base, out] = process.argv.slice(2);
 if (!base || !out) {
@@ -25,16 +20,7 @@ if (!base || !out) {
   process.exit(2);
 }
 
-const profile = mkdtempSync(join(tmpdir(), "ig4i8-fe-"));
-const browser = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1500, height: 950 },
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-  ],
-});
+const { browser, profile } = await launchChromium("ig4i8-fe-");
 const result = { consoleErrors: [], shots: [] };
 
 async function shot(page, name) {
@@ -45,18 +31,8 @@ async function shot(page, name) {
 
 try {
   const page = browser.pages()[0] ?? (await browser.newPage());
-  page.on("console", (msg) => {
-    if (msg.type() === "error") result.consoleErrors.push(msg.text());
-  });
-  page.on("pageerror", (err) => result.consoleErrors.push(String(err)));
-  await page.goto(base, { waitUntil: "domcontentloaded" });
-  await page.waitForFunction(() => window.comfyAPI?.app?.app?.graph && window.LiteGraph, null, { timeout: 120000 });
-  await page.waitForFunction(() => window.comfyAPI.app.app.graph.nodes?.length > 0, null, { timeout: 60000 }).catch(() => {});
-  await page.waitForTimeout(1500);
-  for (let i = 0; i < 3 && (await page.locator('[data-testid="dialog-overlay"]').count()); i++) {
-    await page.keyboard.press("Escape");
-    await page.waitForTimeout(500);
-  }
+  collectErrors(page, result.consoleErrors);
+  await openComfy(page, base, () => window.comfyAPI?.app?.app?.graph && window.LiteGraph);
   result.frontendVersion = await page.evaluate(() => window.__COMFYUI_FRONTEND_VERSION__ ?? null);
   result.vueNodes = await page.evaluate(() => {
     try {

@@ -16,13 +16,8 @@
 //   cuBLAS, dequant and timing rows) to look at states a CPU machine cannot produce; those screenshots show
 //   rendering only, not a path that ran.
 // Prints a JSON line with what the page showed, for the calling test to check.
-import { createRequire } from "node:module";
-import { mkdtempSync, readFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-
-const require = createRequire(import.meta.url);
-const { chromium } = require("playwright-core");
+import { readFileSync } from "node:fs";
+import { collectErrors, launchChromium, openComfy } from "./comfy_page.mjs";
 
 const [base, out, phase, optionsJson] = process.argv.slice(2);
 if (!base || !out || !["idle", "runs", "fixture"].includes(phase)) {
@@ -35,16 +30,7 @@ if (phase === "runs" && (!options.weights || !options.cond)) {
   process.exit(2);
 }
 
-// playwright wants the profile folder as an argument rather than --user-data-dir: a new empty one
-const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), "ig4i8-chr-")), {
-  executablePath: process.env.CHROMIUM ?? "/usr/bin/chromium",
-  headless: true,
-  viewport: { width: 1500, height: 950 },
-  args: [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync",
-  ],
-});
+const { browser } = await launchChromium("ig4i8-chr-");
 const result = { phase, consoleErrors: [], shots: [] };
 
 // What the panel and the badges show right now.
@@ -107,26 +93,14 @@ async function queueAndWait(page, runs) {
 
 try {
   const page = browser.pages()[0] ?? (await browser.newPage());
-  page.on("console", (msg) => {
-    if (msg.type() === "error") result.consoleErrors.push(msg.text());
-  });
-  page.on("pageerror", (err) => result.consoleErrors.push(String(err)));
+  collectErrors(page, result.consoleErrors);
   if (phase === "fixture") {
     const fixture = readFileSync(new URL("../fixtures/gemm_status_sample.json", import.meta.url), "utf8");
     await page.route("**/ideogram4_int8/status**", (route) =>
       route.fulfill({ status: 200, contentType: "application/json", body: fixture }),
     );
   }
-  await page.goto(base, { waitUntil: "domcontentloaded" });
-  await page.waitForFunction(() => window.comfyAPI?.app?.app?.graph && window.LGraphBadge, null, { timeout: 120000 });
-  // wait for the default workflow, so clearing the graph below is not undone by it loading late
-  await page.waitForFunction(() => window.comfyAPI.app.app.graph.nodes?.length > 0, null, { timeout: 60000 }).catch(() => {});
-  await page.waitForTimeout(1500);
-  // a fresh profile opens the templates / welcome dialog: close whatever is open
-  for (let i = 0; i < 3 && (await page.locator('[data-testid="dialog-overlay"]').count()); i++) {
-    await page.keyboard.press("Escape");
-    await page.waitForTimeout(500);
-  }
+  await openComfy(page, base, () => window.comfyAPI?.app?.app?.graph && window.LGraphBadge);
   // start from an empty graph: the default workflow needs checkpoints this test machine lacks
   await page.evaluate(() => {
     const app = window.comfyAPI.app.app;

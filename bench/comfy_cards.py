@@ -76,6 +76,7 @@ def parent(a) -> dict:
     ratios(result)
     compare_latents(result, a.latents)
     print_table(result)
+    print_passes(result)
     if a.out:
         pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
     return result
@@ -202,6 +203,18 @@ def print_table(result: dict) -> None:
             f"{e.get('copy_ms_per_step', 0):>7.1f}{hidden:>5}{e['peak_gib']:>7.2f}  "
             f"{e.get('dynamic_vram', '-')[:40]}"
         )
+
+
+def print_passes(result: dict) -> None:
+    """Per run and branch: the median host and GPU time of one pass (``_PassTimer``)."""
+    for name, e in result["runs"].items():
+        parts = [
+            f"{label} host {t['host_ms_median']} / GPU {t['gpu_ms_median']} ms"
+            for label, t in (e.get("pass_ms") or {}).items()
+            if t
+        ]
+        if parts:
+            print(f"{name:<34} per pass: " + "; ".join(parts))
 
 
 # -- child -------------------------------------------------------------------------------------------------------------
@@ -334,6 +347,43 @@ def _server_cleanup() -> None:
         comfy_aimdo.model_vbar.vbars_reset_watermark_limits()
 
 
+class _PassTimer:
+    """``DIFFUSION_MODEL`` wrapper: per pass, the host time of the forward call (kernel launches and Python; a wait
+    inside it counts too) and the GPU time between events on the pass's own device. Host time close to GPU time
+    means the pass is bound by its launches (two passes on two cards then take turns on one interpreter)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.rows: list = []
+
+    def __call__(self, executor, *args, **kwargs):
+        x = args[0] if args else None
+        if not self.on or not isinstance(x, torch.Tensor) or x.device.type != "cuda":
+            return executor(*args, **kwargs)
+        stream = torch.cuda.current_stream(x.device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        t0 = time.perf_counter()
+        out = executor(*args, **kwargs)
+        host_ms = (time.perf_counter() - t0) * 1e3
+        end.record(stream)
+        self.rows.append((host_ms, start, end))
+        return out
+
+    def summary(self) -> dict:
+        for i in range(torch.cuda.device_count()):
+            torch.cuda.synchronize(i)
+        if not self.rows:
+            return {}
+        host = [h for h, _, _ in self.rows]
+        gpu = [s.elapsed_time(e) for _, s, e in self.rows]
+        return {
+            "passes": len(self.rows),
+            "host_ms_median": round(statistics.median(host), 1),
+            "gpu_ms_median": round(statistics.median(gpu), 1),
+        }
+
+
 def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     import latent_preview
 
@@ -377,6 +427,12 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
         times = [(b - a_) * 1e3 for a_, b in zip([start, *marks[:-1]], marks, strict=True)]
         return latent, times
 
+    import comfy.patcher_extension
+
+    timers = {}
+    for label, m in zip(("conditional", "unconditional"), models, strict=False):
+        timers[label] = _PassTimer()
+        m.add_wrapper_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, "bench_pass_timer", timers[label])
     kernels.REGISTRY.clear()
     sample(2)  # warm-up: autotuning, first loads, the streaming plan
     _server_cleanup()
@@ -386,7 +442,12 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
             stream.streamer.reset_stats()
     e2e._reset_peaks()
     peak[0] = 0
+    for t in timers.values():
+        t.on = True
     latent, times = sample(a.steps)
+    for t in timers.values():
+        t.on = False
+    out["pass_ms"] = {label: t.summary() for label, t in timers.items()}
     out.update(
         step_ms_min=round(min(times), 1),
         step_ms_median=round(statistics.median(times), 1),

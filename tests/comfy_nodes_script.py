@@ -267,33 +267,29 @@ def check_sampler():
     ctx = torch.randn(1, 7, CFG.llm_features_dim, generator=G)
     s = int(torch.randint(0, 2**31, (1,), generator=G))
     noise = make_noise(s, 256, 256, 1)
+
+    def node_and_sample(c, u):
+        """The node's latent, and ``sample``'s on the same two diffusion models and noise."""
+        got = _latent_node(c, u, ctx, s)
+        with torch.no_grad():
+            want = sample(
+                c.model.diffusion_model,
+                u.model.diffusion_model,
+                ctx,
+                width=256,
+                height=256,
+                preset="Turbo 12",
+                noise=noise,
+            )
+        return got, want
+
     # float weights: the loop itself, no activation quantization in between
     fc, fu = _float_models(files["w8a8"])
-    got = _latent_node(fc, fu, ctx, s)
-    with torch.no_grad():
-        want = sample(
-            fc.model.diffusion_model,
-            fu.model.diffusion_model,
-            ctx,
-            width=256,
-            height=256,
-            preset="Turbo 12",
-            noise=noise,
-        )
-    res["float/vs_sample"] = rel(got, want)
+    res["float/vs_sample"] = rel(*node_and_sample(fc, fu))
     # W8A8 (the fused-path stand-in on CPU): the same comparison, plus our reference DiT
     cond, uncond, _ = load("i4_w8a8.safetensors")
-    got = _latent_node(cond, uncond, ctx, s)
+    got, want = node_and_sample(cond, uncond)
     with torch.no_grad():
-        want = sample(
-            cond.model.diffusion_model,
-            uncond.model.diffusion_model,
-            ctx,
-            width=256,
-            height=256,
-            preset="Turbo 12",
-            noise=noise,
-        )
         ref = sample(
             reference(files["w8a8"], "conditional"),
             reference(files["w8a8"], "unconditional"),

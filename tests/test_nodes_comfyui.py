@@ -21,6 +21,7 @@ import urllib.request
 
 import pytest
 import torch
+from workflow_models import loader_node
 
 pytestmark = pytest.mark.comfyui
 
@@ -540,20 +541,6 @@ def test_object_info_lists_every_node_with_tooltips(srv):
     assert (width["step"], width["min"], width["max"]) == (16, 256, 2048)
 
 
-def _loader(dtype="fp32"):
-    return {
-        "class_type": "Ideogram4Int8Loader",
-        "inputs": {
-            "weights": "i4_w8a8.safetensors",
-            "unconditional_weights": "(second branch of the weights file)",
-            "base": "none",
-            "unconditional_base": "none",
-            "compute_dtype": dtype,
-            "gemm_path": "auto",
-        },
-    }
-
-
 def _cond(srv, name="cond.safetensors"):
     return {"class_type": "Ideogram4TestConditioning", "inputs": {"path": str(srv.base / name)}}
 
@@ -592,7 +579,7 @@ def _ok(entry):
 
 
 def test_loader_builds_both_models_through_prompt(srv):
-    entry = srv.run_prompt({"1": _loader(), "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}}})
+    entry = srv.run_prompt({"1": loader_node(), "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}}})
     _ok(entry)
     summary = entry["outputs"]["2"]["text"][0]
     assert summary.startswith("conditional: i4_w8a8.safetensors")
@@ -631,7 +618,7 @@ def _reference_latent(srv, seed, preset, width=256, height=256, **custom):
 def test_native_dual_model_guider_graph_runs_with_our_models(srv):
     seed = SEED % 10000
     graph = {
-        "1": _loader(),
+        "1": loader_node(),
         "2": _cond(srv),
         "3": {
             "class_type": "DualModelGuider",  # negative left unconnected: the image-only unconditional pass
@@ -671,7 +658,7 @@ def test_native_dual_model_guider_graph_runs_with_our_models(srv):
 def test_sampler_node_latent_matches_the_reference_sampler(srv):
     seed = (SEED + 17) % 100000
     graph = {
-        "1": _loader(),
+        "1": loader_node(),
         "2": _cond(srv),
         "8": _our_sampler(seed),
         "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "turbo"}},
@@ -697,7 +684,7 @@ def _interrupt(srv):
 def test_interrupt_mid_run_then_the_models_still_work(srv):
     seed = (SEED + 29) % 100000
     short = {
-        "1": _loader(),
+        "1": loader_node(),
         "2": _cond(srv),
         "8": _our_sampler(seed, preset="custom", steps=3),
         "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "short"}},
@@ -705,7 +692,7 @@ def test_interrupt_mid_run_then_the_models_still_work(srv):
     first = srv.run_prompt(short, timeout=300)
     _ok(first)
     long = {
-        "1": _loader(),
+        "1": loader_node(),
         "2": _cond(srv),
         "8": _our_sampler(seed + 1, preset="custom", steps=200, width=1024, height=1024),
         "9": {"class_type": "SaveLatent", "inputs": {"samples": ["8", 0], "filename_prefix": "long"}},
@@ -743,13 +730,13 @@ def _error_text(srv, graph):
 
 
 def test_bad_inputs_fail_with_clear_errors_and_the_server_stays_up(srv):
-    wrong_file = dict(_loader(), inputs=dict(_loader()["inputs"], weights="flux2_vae_like.safetensors"))
+    wrong_file = dict(loader_node(), inputs=dict(loader_node()["inputs"], weights="flux2_vae_like.safetensors"))
     text = _error_text(srv, {"1": wrong_file, "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}}})
     assert "holds no Ideogram 4 DiT linears" in text and "flux2_vae_like.safetensors" in text
     text = _error_text(
         srv,
         {
-            "1": _loader(),
+            "1": loader_node(),
             "2": _cond(srv, "cond_clip_l.safetensors"),
             "8": _our_sampler(1),
             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}},
@@ -759,7 +746,7 @@ def test_bad_inputs_fail_with_clear_errors_and_the_server_stays_up(srv):
     text = _error_text(
         srv,
         {
-            "1": _loader(),
+            "1": loader_node(),
             "2": _cond(srv),
             "8": _our_sampler(1, width=1000),
             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}},
@@ -769,7 +756,7 @@ def test_bad_inputs_fail_with_clear_errors_and_the_server_stays_up(srv):
     text = _error_text(
         srv,
         {
-            "1": _loader(),
+            "1": loader_node(),
             "2": _cond(srv),
             "8": _our_sampler(1, width=2048, height=256),
             "9": {"class_type": "PreviewAny", "inputs": {"source": ["8", 0]}},
@@ -793,7 +780,7 @@ def test_bad_inputs_fail_with_clear_errors_and_the_server_stays_up(srv):
     text = _error_text(
         srv,
         {
-            "1": _loader(),
+            "1": loader_node(),
             "2": _cond(srv),
             "3": {"class_type": "Ideogram4TestOtherModel", "inputs": {}},
             "8": bad_negative,
@@ -803,7 +790,7 @@ def test_bad_inputs_fail_with_clear_errors_and_the_server_stays_up(srv):
     assert "'model_negative'" in text and "not an Ideogram 4 diffusion model" in text
     assert srv.proc.poll() is None
     assert srv.get_json("/system_stats")["system"]
-    _ok(srv.run_prompt({"1": _loader(), "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}}}))
+    _ok(srv.run_prompt({"1": loader_node(), "2": {"class_type": "PreviewAny", "inputs": {"source": ["1", 2]}}}))
 
 
 def test_example_workflow_validates_up_to_the_missing_model_files(srv):

@@ -29,6 +29,7 @@ import uuid
 import pytest
 import torch
 from caption_fixtures import drawn_box
+from workflow_models import loader_node
 
 pytestmark = pytest.mark.comfyui
 
@@ -140,17 +141,7 @@ def _sampler_graph(srv, **inputs) -> dict:
         **inputs,
     }
     return {
-        "1": {
-            "class_type": "Ideogram4Int8Loader",
-            "inputs": {
-                "weights": "i4_w8a8.safetensors",
-                "unconditional_weights": "(second branch of the weights file)",
-                "base": "none",
-                "unconditional_base": "none",
-                "compute_dtype": "fp32",
-                "gemm_path": "auto",
-            },
-        },
+        "1": loader_node(),
         "2": {"class_type": "Ideogram4TestConditioning", "inputs": {"path": str(srv.base / "cond.safetensors")}},
         SAMPLER: {"class_type": "Ideogram4Int8Sampler", "inputs": sampler},
         "9": {"class_type": "PreviewAny", "inputs": {"source": [SAMPLER, 0]}},

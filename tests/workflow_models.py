@@ -34,6 +34,21 @@ VAE = "flux2-vae.safetensors"
 COND = "cond.safetensors"
 
 
+def loader_node(dtype: str = "fp32") -> dict:
+    """The API-format Ideogram 4 INT8 Loader of the test servers: the two-branch W8A8 file, no base."""
+    return {
+        "class_type": "Ideogram4Int8Loader",
+        "inputs": {
+            "weights": "i4_w8a8.safetensors",
+            "unconditional_weights": "(second branch of the weights file)",
+            "base": "none",
+            "unconditional_base": "none",
+            "compute_dtype": dtype,
+            "gemm_path": "auto",
+        },
+    }
+
+
 def example_config():
     from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
 

@@ -202,8 +202,7 @@ def test_w8a8_dit_matches_float_dit_with_outliers(gen, tmp_path, smooth):
         assert cosine(a, r) >= 0.99, f"seed {gen.initial_seed()} {branch}: {cosine(a, r)}"
         # the same quantized operands through the phantom path: equal up to float rounding and the activation-rounding
         # flips it causes downstream, so far closer than W8A8 is to float: over 400 draws (seeds 0-199, no smoothing)
-        # the ratio was 0.013x or less in 97%, with a tail of flips to 0.136x (0.144x once in a full run); a wrong
-        # scale or operand gives ~1x
+        # the ratio was 0.013x or less in 97%, with a tail of flips to 0.136x (0.144x once in a full run)
         assert rel_err(a, d) < 0.3 * rel_err(a, r), f"seed {gen.initial_seed()} {branch}"
         paths = {rec.layer: rec.path for rec in kernels.REGISTRY.layers(branch)}
         assert paths["layers.0.attention.qkv"] == kernels.PATH_CUBLAS  # CPU: labelled fallback

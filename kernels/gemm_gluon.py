@@ -15,7 +15,7 @@ has gate columns in its left half and the matching up columns in its right half;
 
     out = out_dtype(g * sigmoid(g) * u),   sigmoid(g) = 1 / (1 + exp(-g))
 
-exactly the float32 ops of gemm_triton._swiglu_tile (twin: F.silu(g) * u in float32).
+exactly the float32 ops of gemm_triton_kernels._swiglu_tile (twin: F.silu(g) * u in float32).
 
 PAIR (the SwiGLU gate/up pair from two weights, ``launch_gemm(..., up=(w3, s3))``): ``w`` is the gate w1 [F, K]
 and w3 [F, K] the up weight, each with its own scale vector, out [M, F]; no interleaved copy exists (ComfyUI

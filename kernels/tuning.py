@@ -38,6 +38,7 @@ _TABLE_FIELDS = ("arch", "gpu", "triton", "N", "K", "m_bucket", "epilogue", "con
 _KERNEL_SOURCES = (
     "configs.py",
     "gemm_triton.py",
+    "gemm_triton_kernels.py",
     "gemm_gluon.py",
     "gemm_gluon_kernel.py",
     "gemm_gluon_device.py",

@@ -9,7 +9,7 @@ Same contract as ``gemm_triton`` (twin: ``reference.int8_matmul_ref``)::
     out[m, n] = out_dtype((float32(acc) * s_tok[m]) * s_ch[n] + bias[n])   (or acc itself: RAW_INT32)
 
 SWIGLU (no bias, not RAW_INT32, N % BLOCK_N == 0): ``w`` [N, K] holds gate and up rows
-interleaved in chunks of BLOCK_N // 2 (dispatch.interleave_gate_up), so output tile (pid_m, pid_n)
+interleaved in chunks of BLOCK_N // 2 (gate_up.interleave_gate_up), so output tile (pid_m, pid_n)
 has gate columns in its left half and the matching up columns in its right half; with y as above
 (float32), out [M, N // 2] gets, at columns pid_n * BLOCK_N // 2 + [0, BLOCK_N // 2)::
 

@@ -101,8 +101,8 @@ def info_report() -> dict:
 
     from . import __version__
     from .kernels import backends, environment_report, select_path, triton_unavailable_reason
-    from .kernels.dispatch import dequant_dtype
     from .kernels.launch import status as launch_status
+    from .kernels.path_choice import dequant_dtype
     from .kernels.registry import path_labels
 
     report = {"version": __version__, **environment_report()}

@@ -8,24 +8,23 @@ Public names (stable, see DESIGN.md §6): ``quantize_per_token``, ``int8_matmul`
 from . import ops
 from .backends import DEMOTIONS
 from .dispatch import (
-    ENV_PATH,
-    GemmPathUnavailable,
-    KernelInputError,
-    deinterleave_gate_up,
     float_linear,
     int8_matmul,
     int8_matmul_int32,
-    interleave_gate_up,
     qk_norm_rope,
     quantize_per_token,
-    select_path,
-    swiglu_chunk_for,
-    swiglu_w8a8_linear,
-    swiglu_w8a8_pair,
-    triton_unavailable_reason,
     w8a8_linear,
 )
 from .env import environment_report
+from .gate_up import (
+    deinterleave_gate_up,
+    interleave_gate_up,
+    swiglu_chunk_for,
+    swiglu_w8a8_linear,
+    swiglu_w8a8_pair,
+)
+from .operands import KernelInputError
+from .path_choice import ENV_PATH, GemmPathUnavailable, select_path, triton_unavailable_reason
 from .reference import (
     dequant_linear_ref,
     epilogue_ref,

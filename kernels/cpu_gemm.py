@@ -8,7 +8,7 @@ and cached next to the GPU autotune cache (``IDEOGRAM4_INT8_CACHE_DIR``), keyed 
 thread, the candidates taking turns: on a busy machine several threads wait on each other and times of 90 ms were
 seen for a 1.4 ms matmul (the ratio between the kernels, which is what decides, is a property of one core).
 
-This module only measures; the path decision stays in ``dispatch._auto``, which asks ``choice().why_not_int_mm()``.
+This module only measures; the path decision stays in ``path_choice._auto``, which asks ``choice().why_not_int_mm()``.
 The dequantized path computes in ``choice().float_dtype`` on the CPU (float32, or bf16 where bf16 measured faster).
 ``IDEOGRAM4_INT8_GEMM_PATH=cublas-int8`` still forces torch._int_mm (the path-forcing switch);
 ``IDEOGRAM4_INT8_CPU_GEMM`` = ``int8`` | ``float`` states the answer instead of measuring (the test suite pins

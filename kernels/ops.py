@@ -1,7 +1,7 @@
 """The pack's W8A8 entry points as registered torch custom ops, for ``torch.compile`` and CUDA graphs.
 
-Under ``torch.compile`` dynamo traces Python. The dispatch functions (``dispatch.py``) pick a GEMM path, record
-it in the registry, time it, count launches, pick tile configs and demote failing backends: Python bookkeeping
+Under ``torch.compile`` dynamo traces Python. The entry points (``dispatch.py``, ``gate_up.py``) pick a GEMM path,
+record it in the registry, time it, count launches, pick tile configs and demote failing backends: Python bookkeeping
 on mutable state that dynamo cannot put in a graph (graph breaks) or guards on (a recompile per layer or step).
 So each entry point is also a custom op, ``torch.ops.ideogram4_int8.<name>``, whose real implementation is the
 eager function itself: opaque to dynamo, it runs all that bookkeeping at run time, exactly as in eager mode.
@@ -36,7 +36,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import dispatch
+from . import dispatch, gate_up, operands
 from .registry import REGISTRY
 from .sites import SITES
 
@@ -68,7 +68,7 @@ def swiglu_w8a8_pair_impl(
 ):
     """``site`` alone: the pair recorded as one call site; with ``up_site``: (gate site, up site)."""
     sites = (site, up_site) if up_site is not None else site
-    h = dispatch.swiglu_w8a8_pair(
+    h = gate_up.swiglu_w8a8_pair(
         x, w1, s1, w3, s3, smooth=smooth, path=path, site=sites, out_dtype=out_dtype, convrot_group=convrot_group
     )
     if convrot_group is not None:
@@ -187,7 +187,7 @@ def _define() -> None:
         out_dtype: Optional[torch.dtype],
     ) -> Tensor:
         _count(site)
-        return dispatch.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)
+        return gate_up.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)
 
     @swiglu_w8a8_linear_op.register_fake
     def _(x, w13, s13, chunk, smooth, path, site, out_dtype):
@@ -201,7 +201,7 @@ def _define() -> None:
     @qk_norm_rope_op.register_fake
     def _(x, weight, cos, sin, eps):
         if x.dim() != 4:
-            raise dispatch.KernelInputError(f"qk_norm_rope: x must be [B, N, H, D]; got {tuple(x.shape)}")
+            raise operands.KernelInputError(f"qk_norm_rope: x must be [B, N, H, D]; got {tuple(x.shape)}")
         return x.new_empty(x.shape)
 
     ops = getattr(torch.ops, NAMESPACE)
@@ -218,7 +218,7 @@ def _define() -> None:
 def _fake_check(x, k: int, where: str) -> None:
     """What the tracer can check from shapes alone (the real implementation validates everything else)."""
     if x.dim() < 1 or x.shape[-1] != k:
-        raise dispatch.KernelInputError(
+        raise operands.KernelInputError(
             f"{where}: x is {tuple(x.shape)} but the weight has K={k}; x's last dim must be K"
         )
 
@@ -252,7 +252,7 @@ def float_linear(x, weight, bias=None, site=None, reason="unquantized layer"):
 def swiglu_w8a8_pair(
     x, w1, s1, w3, s3, smooth=None, path=None, site=None, up_site=None, out_dtype=None, convrot_group=None
 ):
-    """``dispatch.swiglu_w8a8_pair`` with ``site`` (and ``up_site``: the two projections' own sites): the op while
+    """``gate_up.swiglu_w8a8_pair`` with ``site`` (and ``up_site``: the two projections' own sites): the op while
     dynamo traces."""
     if _is_compiling() and _OPS:
         return _OPS["swiglu_w8a8_pair"](x, w1, s1, w3, s3, smooth, path, site, up_site, out_dtype, convrot_group)
@@ -260,10 +260,10 @@ def swiglu_w8a8_pair(
 
 
 def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, out_dtype=None):
-    """``dispatch.swiglu_w8a8_linear`` (interleaved gate/up weight): the op while dynamo traces."""
+    """``gate_up.swiglu_w8a8_linear`` (interleaved gate/up weight): the op while dynamo traces."""
     if _is_compiling() and _OPS:
         return _OPS["swiglu_w8a8_linear"](x, w13, s13, chunk, smooth, path, site, out_dtype)
-    return dispatch.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)
+    return gate_up.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)
 
 
 def qk_norm_rope(x, weight, cos, sin, eps):

@@ -35,7 +35,15 @@ ENV_CACHE_DIR = "IDEOGRAM4_INT8_CACHE_DIR"
 TABLE_PATH = pathlib.Path(__file__).with_name("tuning_table.json")
 _TABLE_FIELDS = ("arch", "gpu", "triton", "N", "K", "m_bucket", "epilogue", "config", "measured")
 # the sources whose change makes earlier autotuning stale (the cache tag hashes them)
-_KERNEL_SOURCES = ("configs.py", "gemm_triton.py", "gemm_gluon.py")
+_KERNEL_SOURCES = (
+    "configs.py",
+    "gemm_triton.py",
+    "gemm_triton_kernels.py",
+    "gemm_gluon.py",
+    "gemm_gluon_kernel.py",
+    "gemm_gluon_device.py",
+    "gluon_api.py",
+)
 
 
 EPILOGUE_PAIR = "swiglu-pair"  # SwiGLU gate/up from two weights w1, w3 (no interleaved copy; any tile width)

@@ -30,8 +30,8 @@ import time
 from collections.abc import Mapping
 
 from ..kernels import cpu_gemm
-from ..kernels.dispatch import ENV_PATH
 from ..kernels.env import environment_report, interpreter_mode
+from ..kernels.path_choice import ENV_PATH
 from ..kernels.registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY, path_labels
 from ..kernels.tuning import EPILOGUE_PAIR, PICKER
 

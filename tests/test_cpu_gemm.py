@@ -10,7 +10,7 @@ import pytest
 import torch
 from comfyui_ideogram4_int8 import kernels as K
 from comfyui_ideogram4_int8.ideogram4 import demo
-from comfyui_ideogram4_int8.kernels import cpu_gemm, dispatch
+from comfyui_ideogram4_int8.kernels import cpu_gemm, path_choice
 from comfyui_ideogram4_int8.kernels.registry import PATH_LABELS, path_labels
 from comfyui_ideogram4_int8.kernels.tuning import ENV_CACHE_DIR
 from kernel_checks import rel_err
@@ -22,7 +22,7 @@ FAST_INT_MM = {"int8": 0.6, "float32": 1.43, "bfloat16": 13.7}  # a CPU with VNN
 
 def _forget():
     cpu_gemm.clear()
-    dispatch._select_path_cached.cache_clear()
+    path_choice._select_path_cached.cache_clear()
 
 
 @pytest.fixture
@@ -52,7 +52,7 @@ def test_a_slow_int_mm_gives_the_float_path_with_the_measurement_as_reason(measu
     assert path == K.PATH_DEQUANT and len(calls) == 1
     assert "torch._int_mm took 49.50 ms against 1.43 ms for the dequantized float32 matmul" in reason
     assert "IDEOGRAM4_INT8_GEMM_PATH=cublas-int8 forces it" in reason
-    assert dispatch.dequant_dtype(torch.zeros(1, dtype=torch.bfloat16)) == torch.float32
+    assert path_choice.dequant_dtype(torch.zeros(1, dtype=torch.bfloat16)) == torch.float32
     K.select_path(CPU, 512, 256)
     assert len(calls) == 1  # measured once per process, not per shape
 
@@ -66,9 +66,9 @@ def test_a_fast_int_mm_keeps_cublas_int8(measured):
 def test_bf16_is_the_float_dtype_only_where_it_measured_faster(measured):
     measured({"int8": 40.0, "float32": 2.0, "bfloat16": 1.0})  # a CPU with bf16 units
     assert cpu_gemm.choice().float_dtype == torch.bfloat16
-    assert dispatch.dequant_dtype(torch.zeros(1, dtype=torch.bfloat16)) == torch.bfloat16
-    assert dispatch.dequant_dtype(torch.zeros(1, dtype=torch.float16)) == torch.float32  # never fp16 -> bf16
-    assert dispatch.dequant_dtype(torch.zeros(1)) == torch.float32
+    assert path_choice.dequant_dtype(torch.zeros(1, dtype=torch.bfloat16)) == torch.bfloat16
+    assert path_choice.dequant_dtype(torch.zeros(1, dtype=torch.float16)) == torch.float32  # never fp16 -> bf16
+    assert path_choice.dequant_dtype(torch.zeros(1)) == torch.float32
 
 
 def test_the_answer_is_cached_on_disk_per_torch_and_cpu(measured, tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import subprocess
 import panel_model
 import pytest
 from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY
-from comfyui_ideogram4_int8.kernels.dispatch import ENV_PATH
+from comfyui_ideogram4_int8.kernels.path_choice import ENV_PATH
 from comfyui_ideogram4_int8.nodes import status_report as status
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

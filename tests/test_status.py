@@ -21,7 +21,7 @@ import panel_model
 import pytest
 import torch
 from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY
-from comfyui_ideogram4_int8.kernels.dispatch import ENV_PATH
+from comfyui_ideogram4_int8.kernels.path_choice import ENV_PATH
 from comfyui_ideogram4_int8.kernels.tuning import PICKER
 from comfyui_ideogram4_int8.nodes import status_report as status
 

@@ -1,0 +1,112 @@
+"""Which GEMM path a W8A8 call takes (``select_path``), and the float dtype of the dequantized path.
+
+Paths, fastest first:
+  triton-int8   fused Triton GEMM (int8 tensor cores, dequant + bias in the epilogue)  CUDA sm_80+
+  cublas-int8   torch._int_mm (cuBLASLt on CUDA) + epilogue                            CUDA, CPU with fast int8
+  dequant-bf16  the 'phantom INT8' path: dequantize, float matmul                      anywhere
+On a CPU, cublas-int8 runs only where torch._int_mm measured faster than the dequantized float matmul
+(``cpu_gemm``: without VNNI/AMX it is ~40x slower); there the dequantized matmul runs in float32 (or bf16 where that
+measured faster: ``dequant_dtype``). The path is picked per call from the device, dtype and shape; it can be forced
+with the ``path`` argument (strict: raises GemmPathUnavailable if impossible) or the IDEOGRAM4_INT8_GEMM_PATH
+environment variable (lenient: falls back, and the reason says so). The entry points that run the chosen path and
+record it are in dispatch.py and gate_up.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from . import cpu_gemm
+from .backends import cublas_unavailable, triton_unavailable
+from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_RANK, PATH_TRITON, PATHS
+
+ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
+
+
+_QUANT_PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)
+
+
+class GemmPathUnavailable(ValueError):
+    """A path was forced through the ``path`` argument but cannot run here."""
+
+
+def triton_unavailable_reason(device: torch.device) -> str | None:
+    """None when the fused Triton kernel can run on ``device``; else why not (for the panel)."""
+    return triton_unavailable(device)
+
+
+def _unavailable(path: str, device: torch.device, n: int, k: int) -> str | None:
+    if path == PATH_TRITON:
+        return triton_unavailable_reason(device)
+    if path == PATH_CUBLAS:
+        return cublas_unavailable(device, n, k)
+    return None
+
+
+def select_path(device: torch.device, n: int, k: int, path: str | None = None) -> tuple[str, str]:
+    """(path, reason). ``reason`` says why a faster path was not taken ('' when fastest ran)."""
+    # asked on every GEMM call: cached per inputs, including the environment switches it reads
+    env = (
+        os.environ.get(ENV_PATH, "").strip(),
+        os.environ.get("TRITON_INTERPRET", ""),
+        os.environ.get(cpu_gemm.ENV_CPU_GEMM, ""),
+    )
+    return _select_path_cached(device, n, k, path, env)
+
+
+@functools.lru_cache(maxsize=4096)
+def _select_path_cached(device, n, k, path, _env) -> tuple[str, str]:
+    if path is not None:
+        if path not in _QUANT_PATHS:
+            raise GemmPathUnavailable(f"path={path!r}: expected one of {_QUANT_PATHS}")
+        why = _unavailable(path, device, n, k)
+        if why:
+            raise GemmPathUnavailable(f"path={path!r} cannot run here: {why}")
+        return path, _forced_reason(path, "path argument")
+    env = os.environ.get(ENV_PATH, "").strip()
+    if env:
+        if env not in _QUANT_PATHS:
+            return _auto(device, n, k, note=f"{ENV_PATH}={env!r} is not one of {_QUANT_PATHS}; ignored")
+        why = _unavailable(env, device, n, k)
+        if why is None:
+            return env, _forced_reason(env, f"{ENV_PATH}={env}")
+        return _auto(device, n, k, note=f"{ENV_PATH}={env} requested, but {why}")
+    return _auto(device, n, k)
+
+
+def _forced_reason(path: str, how: str) -> str:
+    return "" if path == PATH_TRITON else f"forced by {how}"
+
+
+def _auto(device: torch.device, n: int, k: int, note: str = "") -> tuple[str, str]:
+    reasons = [note] if note else []
+    for candidate in _QUANT_PATHS:
+        if candidate == PATH_TRITON and device.type == "cpu":
+            # The CPU interpreter is a test vehicle, never an automatic choice.
+            reasons.append("CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)")
+            continue
+        why = _unavailable(candidate, device, n, k)
+        if why is None and candidate == PATH_CUBLAS and device.type == "cpu":
+            # no tensor cores: torch._int_mm is the fast CPU path only where it measured so (cpu_gemm)
+            why = cpu_gemm.choice().why_not_int_mm()
+        if why is None:
+            return candidate, "; ".join(reasons)
+        reasons.append(why)
+    raise AssertionError("dequant-bf16 is always available")  # pragma: no cover
+
+
+def dequant_dtype(x: torch.Tensor) -> torch.dtype:
+    """The float dtype of the dequantized matmul: x's on a GPU; on a CPU float32 (a CPU without bf16 units runs a
+    bf16 matmul ~10x slower), or bf16 for bf16 inputs where bf16 measured faster (cpu_gemm)."""
+    if x.device.type != "cpu" or x.dtype == torch.float32:
+        return x.dtype
+    fast = cpu_gemm.choice().float_dtype
+    return torch.bfloat16 if x.dtype == torch.bfloat16 and fast == torch.bfloat16 else torch.float32
+
+
+def slower_than(path: str) -> list[str]:
+    """Paths faster than ``path`` (for 'why not faster' explanations)."""
+    return [p for p in PATHS if PATH_RANK[p] < PATH_RANK[path]]

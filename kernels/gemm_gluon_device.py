@@ -14,7 +14,7 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
 
     @gluon.jit
     def _tile_coords(tile_id, num_pid_in_group, num_pid_m, GROUP_M: gl.constexpr):
-        # grouped order, identical to gemm_triton._tile_coords
+        # grouped order, identical to gemm_triton_kernels._tile_coords
         group_id = tile_id // num_pid_in_group
         first_pid_m = group_id * GROUP_M
         group_size_m = gl.minimum(num_pid_m - first_pid_m, GROUP_M)
@@ -139,7 +139,7 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
                     ru = rg + BLOCK_N // 2
                     su = gl.load(sb_ptr + ru, mask=ru < N, other=0.0)
                     col = off_n // 2 + i * EPI_N
-                # _dequant_tile, then _swiglu_tile of gemm_triton, op for op in float32
+                # _dequant_tile, then _swiglu_tile of gemm_triton_kernels, op for op in float32
                 g = parts[i].to(gl.float32) * sa
                 g = g * gl.expand_dims(sg, 0)
                 u = parts[HALF + i].to(gl.float32) * sa

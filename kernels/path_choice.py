@@ -21,7 +21,7 @@ import torch
 
 from . import cpu_gemm
 from .backends import cublas_unavailable, triton_unavailable
-from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_RANK, PATH_TRITON, PATHS
+from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON
 
 ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
 
@@ -105,8 +105,3 @@ def dequant_dtype(x: torch.Tensor) -> torch.dtype:
         return x.dtype
     fast = cpu_gemm.choice().float_dtype
     return torch.bfloat16 if x.dtype == torch.bfloat16 and fast == torch.bfloat16 else torch.float32
-
-
-def slower_than(path: str) -> list[str]:
-    """Paths faster than ``path`` (for 'why not faster' explanations)."""
-    return [p for p in PATHS if PATH_RANK[p] < PATH_RANK[path]]

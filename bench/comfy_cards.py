@@ -215,6 +215,8 @@ def print_passes(result: dict) -> None:
         ]
         if parts:
             print(f"{name:<34} per pass: " + "; ".join(parts))
+        for label, note in (e.get("graph_notes") or {}).items():
+            print(f"{name:<34} {label}: {note[:110]}")
 
 
 # -- child -------------------------------------------------------------------------------------------------------------
@@ -389,7 +391,7 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
 
     from .. import kernels
     from ..ideogram4 import sampling_args
-    from ..nodes import sampler_nodes, streaming_patcher
+    from ..nodes import cuda_graphs, sampler_nodes, streaming_patcher
     from . import comfy_e2e as e2e
 
     config = e2e.config_for(a)
@@ -479,6 +481,7 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     out["paths"] = {m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()}
     notes = {m: kernels.REGISTRY.model_notes(m) for m in kernels.REGISTRY.models()}
     out["panel_notes"] = {m: n.get(streaming_patcher.NOTE_KIND) for m, n in notes.items() if n}
+    out["graph_notes"] = {m: n.get(cuda_graphs.NOTE_KIND) for m, n in notes.items() if n.get(cuda_graphs.NOTE_KIND)}
     if a.latents:
         pathlib.Path(a.latents).mkdir(parents=True, exist_ok=True)
         torch.save(latent.float().cpu(), pathlib.Path(a.latents) / f"{peer}@{_cap_name(json.loads(a.child)['cap'])}.pt")

@@ -25,6 +25,7 @@ from comfy_extras.nodes_custom_sampler import Guider_DualModel
 from .. import kernels
 from ..ideogram4 import sampling_args as sa
 from ..ideogram4.schedule import DEFAULT_PRESET, PRESETS
+from .cuda_graphs import pass_graphs
 from .native_model import model_labels, node_id_of, publish, require_ideogram4, text_features
 from .streaming_patcher import load_together, one_pass_per_branch
 
@@ -211,7 +212,8 @@ def sample(
     callback = latent_preview.prepare_callback(model, plan.steps, {})
     kernels.REGISTRY.begin_run()
     try:
-        with one_pass_per_branch([model, model_negative]):  # each MODEL runs its own pass: no doubled batch
+        with one_pass_per_branch([model, model_negative]), pass_graphs([model, model_negative]):
+            # each MODEL runs its own pass (no doubled batch), replayed as a CUDA graph where it can
             load_together([model, model_negative], latent.shape)  # both branches share the card (low-VRAM streaming)
             samples = guider.sample(
                 noise,

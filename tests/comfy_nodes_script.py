@@ -1758,6 +1758,76 @@ def _branch_device_gpu(cond, uncond, ctx, s):
     }
 
 
+def check_cuda_graphs():
+    """The sampler's CUDA graphs (nodes/cuda_graphs.py). Anywhere: the wrapper goes on the pack's MODELs for the run
+    only (never on a native MODEL) and comes off after it, also when the run fails; a pass on a CPU runs as it
+    always does, with no note; the reasons a pass stays eager. With COMFY_GPU=1: the latent with graphs equals the
+    eager one (IDEOGRAM4_INT8_CUDA_GRAPHS=0) bit for bit, passes were replayed, the bypass check saw no bypass, the
+    fused path ran."""
+    import comfy.patcher_extension
+    from comfyui_ideogram4_int8.nodes import cuda_graphs, op_coverage
+
+    dm_kind = comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL
+    write_all()
+    cond, uncond, _ = load("i4_w8a8.safetensors")
+    ctx = torch.randn(1, 7, CFG.llm_features_dim, generator=G)
+    s = int(torch.randint(0, 2**31, (1,), generator=G))
+    native = native_unet(os.path.join(MODELS, "i4_bf16.safetensors"))  # ComfyUI's own MODEL: never wrapped
+    seen = {}
+
+    def keys(m):
+        return sorted(m.wrappers.get(dm_kind, {}))
+
+    with cuda_graphs.pass_graphs([cond, uncond, cond, native]) as wrappers:
+        seen["during"] = {"cond": keys(cond), "uncond": keys(uncond), "native": keys(native)}
+        seen["labels"] = [w.label for w in wrappers]
+    seen["after"] = {"cond": keys(cond), "uncond": keys(uncond)}
+    try:
+        with cuda_graphs.pass_graphs([cond, uncond]):
+            raise RuntimeError("a failed run")
+    except RuntimeError:
+        pass
+    seen["after_failure"] = {"cond": keys(cond), "uncond": keys(uncond)}
+    # why a pass stays eager (the checks the wrapper makes before each pass)
+    reasons = {}
+    with _env(cuda_graphs.ENV_GRAPHS, "0"):
+        reasons["env"] = cuda_graphs._off_reason(cond, {})
+    reasons["patches"] = cuda_graphs._off_reason(cond, {"patches_replace": {"dit": {("double_block", 0): len}}})
+    reasons["empty_patches"] = cuda_graphs._off_reason(cond, {"patches": {}, "patches_replace": {}})
+    compile_to = {"wrappers": {comfy.patcher_extension.WrappersMP.APPLY_MODEL: {cuda_graphs.COMPILE_KEY: [len]}}}
+    reasons["compile"] = cuda_graphs._off_reason(cond, compile_to)
+    kernels.REGISTRY.enable_timing(True)
+    try:
+        reasons["timing"] = cuda_graphs._off_reason(cond, {})
+    finally:
+        kernels.REGISTRY.enable_timing(False)
+    seen["reasons"] = reasons
+    kernels.REGISTRY.clear()
+    eager = _latent_node(cond, uncond, ctx, s)
+    seen["cpu_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
+    if GPU:
+        kernels.REGISTRY.clear()
+        with _env(cuda_graphs.ENV_GRAPHS, "0"):
+            off = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
+        seen["off_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
+        kernels.REGISTRY.clear()
+        replayed_before = op_coverage.coverage(cond.model.diffusion_model).replayed
+        on = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
+        notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
+        seen["gpu"] = {
+            "device": str(on.device),
+            "equal": bool(torch.equal(on, off)),
+            "max_abs": (on.double() - off.double()).abs().max().item(),
+            "notes": {k: v.get(cuda_graphs.NOTE_KIND) for k, v in notes.items()},
+            "bypass": {k: v.get(op_coverage.NOTE_KIND) for k, v in notes.items()},
+            "replayed": op_coverage.coverage(cond.model.diffusion_model).replayed - replayed_before,
+            "paths": {k: sorted({r.path for r in kernels.REGISTRY.layers(k)}) for k in notes},
+            "wrappers_after": keys(cond),
+        }
+    seen["cpu_finite"] = bool(torch.isfinite(eager).all())
+    return seen
+
+
 CHECKS = {
     "parity": check_parity,
     "sampler": check_sampler,
@@ -1774,6 +1844,7 @@ CHECKS = {
     "compile": check_compile,
     "streaming": check_streaming,
     "branch_device": check_branch_device,
+    "cuda_graphs": check_cuda_graphs,
 }
 
 try:

@@ -266,6 +266,21 @@ def test_branch_device_node_and_concurrent_passes(run_check):
     assert r["wrapper"] == {"devices": ["cpu", "cpu", "cpu"], "out": [2.0, 2.0]}
 
 
+def test_cuda_graph_wrapper_goes_on_the_packs_models_for_one_run(run_check):
+    r = run_check("cuda_graphs")
+    key = "ideogram4_int8_cuda_graphs"
+    # on the pack's MODELs (each once) for the run, never on ComfyUI's own MODEL; off after, also after a failure
+    assert r["during"] == {"cond": [key], "uncond": [key], "native": []}
+    assert r["labels"] == ["conditional", "unconditional"]
+    assert r["after"] == {"cond": [], "uncond": []} and r["after_failure"] == {"cond": [], "uncond": []}
+    reasons = r["reasons"]
+    assert reasons["env"] == "IDEOGRAM4_INT8_CUDA_GRAPHS=0"
+    assert "patches_replace" in reasons["patches"] and reasons["empty_patches"] is None
+    assert "torch.compile" in reasons["compile"] and "timing" in reasons["timing"]
+    # a CPU run: no graphs and nothing to say about them
+    assert r["cpu_note"] is None and r["cpu_finite"]
+
+
 def test_patch_node_converts_native_models(run_check):
     r = run_check("patch")
     seed = r["__seed__"]

@@ -1,0 +1,156 @@
+"""CUDA graphs for the pack's MODELs inside the pack's sampler: each branch's pass captured once, then replayed.
+
+What it buys: the host work of a pass (Python, ~1700 launches: ~70 ms at 1024² on an H200 against ~100 ms of GPU
+time) shrinks to the input copies and one replay. On one card that closes the launch gaps; with one branch per card
+(``branch_device_nodes.py``) the two passes stop taking turns on one interpreter, which is what lets them overlap.
+
+How, on ComfyUI's interfaces: for one run of the sampler, ``pass_graphs`` adds a ``DIFFUSION_MODEL`` wrapper
+(ComfyUI's wrapper mechanism, the one TorchCompileModel's helpers use) to each of the pack's MODELs and takes it off
+after; the graphs (``ideogram4.graph_replay``) live for that run only, so nothing outlives a run that ComfyUI's
+model management does not see (weights may move between runs; a graph holds their addresses). Within the run the
+weights' addresses are part of each graph's key: weights that moved get a new capture.
+
+When a pass stays eager, and the panel says why (model note ``cuda_graphs``): the switch
+``IDEOGRAM4_INT8_CUDA_GRAPHS=0``; low-VRAM streaming (blocks are copied in per pass by Python hooks); weights not
+all on the card; another node's block patches (``patches`` / ``patches_replace``: their Python would run only at
+capture); torch.compile (TorchCompileModel's wrapper); the panel's per-GEMM timing (events per call); an input that
+is not a tensor or a plain value; a capture that failed. Natives (MODELs without the pack's linears) are never
+touched: they run as ComfyUI runs them.
+
+The registry records the calls of the eager and captured passes only (no Python runs in a replay); the note says
+how many passes were replayed, and the bypass check (``op_coverage``) skips replays (the captured pass, which ran the
+same ops, was checked).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+
+import comfy.patcher_extension
+import torch
+
+from .. import kernels
+from ..ideogram4.graph_replay import PassGraphs
+from . import op_coverage
+from .native_model import model_labels
+
+ENV_GRAPHS = "IDEOGRAM4_INT8_CUDA_GRAPHS"
+NOTE_KIND = "cuda_graphs"
+WRAPPER_KEY = "ideogram4_int8_cuda_graphs"
+BLOCK_PATCHES = ("patches", "patches_replace")
+COMPILE_KEY = "torch.compile"  # the key of ComfyUI's TorchCompileModel wrapper (comfy_api.torch_helpers)
+
+
+def switched_off() -> bool:
+    return os.environ.get(ENV_GRAPHS, "").strip().lower() in ("0", "off", "false", "no")
+
+
+def _off_reason(patcher, transformer_options: dict) -> str | None:
+    """Why this pass must stay eager (see the module docstring), or None."""
+    if switched_off():
+        return f"{ENV_GRAPHS}={os.environ.get(ENV_GRAPHS)}"
+    if kernels.REGISTRY.timing_enabled:
+        return "the panel's per-GEMM timing is on (it records events around each GEMM call)"
+    stream = getattr(patcher.model, "ideogram4_stream", None)
+    if stream is not None and stream.plan.streamed:
+        return f"low-VRAM streaming ({len(stream.plan.streamed)} blocks copied in by Python hooks each pass)"
+    for kind in BLOCK_PATCHES:
+        if any(transformer_options.get(kind, {}).values()):
+            return f"another node patches the blocks (transformer_options '{kind}')"
+    wrappers = transformer_options.get("wrappers", {})
+    if COMPILE_KEY in wrappers.get(comfy.patcher_extension.WrappersMP.APPLY_MODEL, {}):
+        return "torch.compile is on (TorchCompileModel)"
+    return None
+
+
+def _fingerprint(diffusion_model: torch.nn.Module) -> tuple | None:
+    """The addresses of every weight and buffer (a graph reads them there), or None when one is not on a GPU."""
+    ptrs = []
+    for t in itertools.chain(diffusion_model.parameters(), diffusion_model.buffers()):
+        if t.device.type != "cuda":
+            return None
+        ptrs.append(t.data_ptr())
+    return tuple(ptrs)
+
+
+class _GraphWrapper:
+    """The ``DIFFUSION_MODEL`` wrapper of one MODEL for one run."""
+
+    def __init__(self, patcher, pools: dict, label: str) -> None:
+        self.patcher, self.graphs, self.label = patcher, PassGraphs(pools=pools), label
+        self.modes: dict[str, int] = {"eager": 0, "captured": 0, "replayed": 0}
+        self.off: str | None = None
+
+    def __call__(self, executor, x, timesteps, context=None, attention_mask=None, transformer_options={}, **kwargs):  # noqa: B006 - ComfyUI's signature
+        on_gpu = isinstance(x, torch.Tensor) and x.device.type == "cuda"
+        if torch.compiler.is_compiling() or not on_gpu:  # a CPU pass: graphs do not apply, nothing to say
+            return executor(x, timesteps, context, attention_mask, transformer_options, **kwargs)
+        why = _off_reason(self.patcher, transformer_options)
+        dm = executor.class_obj
+        fingerprint = None if why else _fingerprint(dm)
+        if why is None and fingerprint is None:
+            why = "weights not all on the card"
+        if why is not None:
+            self.off = why
+            self.modes["eager"] += 1
+            return executor(x, timesteps, context, attention_mask, transformer_options, **kwargs)
+
+        def one_pass(x, timesteps, context, attention_mask, **kw):
+            return executor(x, timesteps, context, attention_mask, transformer_options, **kw)
+
+        try:
+            out, mode = self.graphs.run(one_pass, (x, timesteps, context, attention_mask), kwargs, fingerprint)
+        except TypeError as exc:  # an input without a signature (signature() raised before anything ran)
+            self.off = str(exc)
+            self.modes["eager"] += 1
+            return executor(x, timesteps, context, attention_mask, transformer_options, **kwargs)
+        self.modes[mode] += 1
+        if mode == "replayed":
+            op_coverage.replayed(dm)
+        return out
+
+    def note(self) -> str:
+        m, failures = self.modes, self.graphs.stats.failures
+        if m["replayed"]:
+            text = (
+                f"CUDA graphs: {m['replayed']} of {sum(m.values())} passes replayed "
+                f"({m['captured']} captured after {m['eager']} eager); the layer records are from the eager and "
+                "captured passes (a replay runs the same kernels without Python)"
+            )
+        elif failures:
+            text = f"CUDA graphs: capture failed ({failures[0]}): every pass ran eagerly"
+        elif self.off:
+            text = f"CUDA graphs off: {self.off}"
+        else:
+            return ""
+        if self.off and m["replayed"]:
+            text += f"; some passes eager: {self.off}"
+        return text
+
+
+@contextlib.contextmanager
+def pass_graphs(models):
+    """For one sampling run: the pack's MODELs among ``models`` replay each pass as a CUDA graph where they can
+    (module docstring). The graphs and their memory go at the end of the run; the panel's note stays."""
+    pools: dict = {}  # the branches' passes on one card run one after the other: one pool per card
+    installed: list[tuple[object, _GraphWrapper]] = []
+    for model in models:
+        labels = model_labels(model)
+        if not labels or any(model is m for m, _ in installed):
+            continue
+        wrapper = _GraphWrapper(model, pools, labels[0])
+        model.add_wrapper_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, wrapper)
+        installed.append((model, wrapper))
+    try:
+        yield [w for _, w in installed]
+    finally:
+        for model, wrapper in installed:
+            model.remove_wrappers_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY)
+            kernels.REGISTRY.set_model_note(wrapper.label, NOTE_KIND, wrapper.note() or None)
+            wrapper.graphs.close()
+        pools.clear()
+
+
+__all__ = ["pass_graphs", "ENV_GRAPHS", "NOTE_KIND", "switched_off"]

@@ -1,0 +1,106 @@
+"""CUDA graphs of a pass (cuda): ``PassGraphs`` replays equal eager calls on fresh inputs, weights that moved get a
+new capture, a pass that cannot be captured stays eager with its reason; through ComfyUI (COMFYUI_DIR), the sampler's
+latent with graphs equals the eager one bit for bit, passes were replayed and the fused path ran."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+import torch
+from comfyui_ideogram4_int8 import kernels
+from comfyui_ideogram4_int8.ideogram4.graph_replay import PassGraphs
+from comfyui_ideogram4_int8.ideogram4.w8a8_module import w8a8_forward
+
+pytestmark = pytest.mark.cuda
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+K, N = 4608, 13824  # attention.qkv's shape
+
+
+def _operands(g, m=333):
+    w = torch.randn(N, K, generator=g, device="cuda")
+    w[:, 11] *= 40  # an outlier input channel
+    s = w.abs().amax(1) / 127
+    q = (w / s[:, None]).round().clamp(-127, 127).to(torch.int8)
+    x = torch.randn(m, K, generator=g, device="cuda").bfloat16()
+    x[:, 5] *= 25
+    return q, s, x
+
+
+def test_replays_equal_eager_calls_on_fresh_inputs_and_moved_weights_recapture():
+    seed = int.from_bytes(os.urandom(3), "little")
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, s, x0 = _operands(g)
+    weights = {"q": q}
+
+    def fn(x, scale):
+        return w8a8_forward(x, weights["q"], s, site="graphs/qkv") * scale
+
+    graphs = PassGraphs()
+    kernels.REGISTRY.clear()
+    modes = []
+    for step in range(5):
+        x = torch.randn_like(x0) * (step + 1)
+        scale = torch.full((1,), 0.5 + step, device="cuda")
+        want = fn(x, scale)
+        got, mode = graphs.run(fn, (x, scale), {}, fingerprint=(weights["q"].data_ptr(),))
+        modes.append(mode)
+        assert torch.equal(got, want), f"seed {seed} step {step} ({mode})"
+        got.fill_(float("nan"))  # the caller owns the result: poisoning it must not reach the next replay
+    assert modes == ["eager", "captured", "replayed", "replayed", "replayed"]
+    assert kernels.REGISTRY.path_of("graphs/qkv") == "triton-int8"
+    # the weights moved (a re-load): a new capture, still equal
+    weights["q"] = weights["q"].clone()
+    x = torch.randn_like(x0)
+    one = torch.ones(1, device="cuda")
+    for expected in ("eager", "captured", "replayed"):
+        got, mode = graphs.run(fn, (x, one), {}, fingerprint=(weights["q"].data_ptr(),))
+        assert mode == expected and torch.equal(got, fn(x, one)), (seed, mode)
+    assert graphs.stats.captures == 2 and not graphs.stats.failures
+    graphs.close()
+
+
+def test_a_pass_that_cannot_be_captured_stays_eager_with_its_reason():
+    graphs = PassGraphs()
+
+    def syncs(x):
+        return x * float(x.sum().item())  # a host sync: not capturable
+
+    x = torch.randn(64, device="cuda")
+    modes = [graphs.run(syncs, (x,), {})[1] for _ in range(3)]
+    assert modes == ["eager", "eager", "eager"]
+    assert len(graphs.stats.failures) == 1 and graphs.stats.captures == 0
+    got, _ = graphs.run(syncs, (x,), {})
+    assert torch.equal(got, syncs(x))  # the device is still usable after the failed capture
+
+
+def test_sampler_with_cuda_graphs_equals_eager_through_comfyui(tmp_path):
+    if not os.environ.get("COMFYUI_DIR"):
+        pytest.skip("needs a ComfyUI 0.33 checkout: set COMFYUI_DIR")
+    comfy_dir = pathlib.Path(os.environ["COMFYUI_DIR"])
+    python = os.environ.get("COMFYUI_PYTHON") or str(comfy_dir / ".venv" / "bin" / "python")
+    (tmp_path / "pack").mkdir()
+    (tmp_path / "pack" / "comfyui_ideogram4_int8").symlink_to(ROOT)
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IDEOGRAM4_INT8_CUDA_GRAPHS")}
+    env["COMFY_GPU"] = "1"
+    seed = int.from_bytes(os.urandom(3), "little")
+    script = str(ROOT / "tests" / "comfy_nodes_script.py")
+    args = [python, script, str(comfy_dir), str(tmp_path / "pack"), str(tmp_path), "cuda_graphs", str(seed)]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"seed {seed}: no result\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    res = json.loads(lines[-1][len("RESULT ") :])
+    assert "__error__" not in res, res["__error__"]
+    gpu = res["gpu"]
+    assert gpu["device"] == "cpu"  # the sampler hands the latent back on ComfyUI's intermediate device
+    assert gpu["equal"], (seed, gpu["max_abs"])
+    assert res["off_note"] == "CUDA graphs off: IDEOGRAM4_INT8_CUDA_GRAPHS=0"
+    for label, note in gpu["notes"].items():
+        # Turbo 12: 12 passes per branch, the first eager, the second captured, ten replayed
+        assert note.startswith("CUDA graphs: 10 of 12 passes replayed (1 captured after 1 eager)"), (label, note)
+    assert gpu["replayed"] == 10 and gpu["bypass"] == {"conditional": None, "unconditional": None}
+    assert all("triton-int8" in paths for paths in gpu["paths"].values()), gpu["paths"]
+    assert gpu["wrappers_after"] == []

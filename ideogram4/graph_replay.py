@@ -153,11 +153,12 @@ class PassGraphs:
         main = torch.cuda.current_stream(device)
         side = torch.cuda.Stream(device)
         try:
-            # Not torch.cuda.graph(): its empty_cache() reaches every card, also the one whose thread may be
-            # capturing. One capture at a time in the process; thread_local: the other card's thread may launch
-            # or allocate meanwhile.
+            # One capture at a time in the process (torch.cuda.graph() is not used: nothing would stop the other
+            # card's thread from capturing while this one empties the caches); thread_local: that thread may launch
+            # or allocate meanwhile. The cache is emptied so the graph's pool can take what the eager passes held.
             with _CAPTURE_LOCK:
                 torch.cuda.synchronize(device)
+                torch.cuda.empty_cache()
                 side.wait_stream(main)
                 with torch.cuda.stream(side):
                     graph.capture_begin(pool=self._pool(device), capture_error_mode="thread_local")

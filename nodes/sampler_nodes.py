@@ -23,6 +23,7 @@ from comfy_api.v0_0_2 import io
 from comfy_extras.nodes_custom_sampler import Guider_DualModel
 
 from .. import kernels
+from ..ideogram4 import placement
 from ..ideogram4 import sampling_args as sa
 from ..ideogram4.schedule import DEFAULT_PRESET, PRESETS
 from .cuda_graphs import pass_graphs
@@ -104,14 +105,18 @@ class PerStepGuidanceGuider(Guider_DualModel):
             uncond = comfy.samplers.calc_cond_batch(uncond_inner, [uncond_conds], x, timestep, uncond_options)[0]
         else:
             side = pool.devices[0]
-            pool.submit(side, comfy.samplers.calc_cond_batch, uncond_inner, [uncond_conds], x, timestep, uncond_options)
+            # The pass's inputs cross to the side card from this thread, before the conditional pass is queued: a
+            # copy between cards runs on the source card's stream, so from the worker it would wait behind the whole
+            # conditional pass (measured on two H200s: the two passes then ran one after the other).
+            hop = placement.to_device((x, timestep, uncond_options), torch.device(side))
+            pool.submit(side, comfy.samplers.calc_cond_batch, uncond_inner, [uncond_conds], *hop)
             try:
                 cond = comfy.samplers.calc_cond_batch(self.inner_model, [positive], x, timestep, model_options)[0]
             finally:
                 result, error = pool.get_result(side)  # collected even when this pass failed: one result per submit
             if error is not None:
                 raise error
-            uncond = result[0]
+            uncond = result[0].to(x.device, non_blocking=True)  # queued after the side pass on its card's stream
         return comfy.samplers.cfg_function(
             self.inner_model,
             cond,

@@ -55,10 +55,10 @@ PEERS = {  # name: (layout, how it loads)
     "ours-w8a8": ("w8a8", "loader"),
     "ours-w8a8-lora": ("w8a8", "loader-lora"),
     "ours-w8a8-two-gpus": ("w8a8", "loader-two-gpus"),  # the unconditional MODEL on cuda:1 (Branch Device node)
-    "ours-w8a8-eager": ("w8a8", "loader"),  # the pack's sampler without CUDA graphs (nodes/cuda_graphs.py)
-    "ours-w8a8-two-gpus-eager": ("w8a8", "loader-two-gpus"),
+    "ours-w8a8-graphs": ("w8a8", "loader"),  # one card with CUDA graphs (by default only two cards use them)
+    "ours-w8a8-two-gpus-eager": ("w8a8", "loader-two-gpus"),  # two cards without them
 }
-GRAPHS_OFF = ("ours-w8a8-eager", "ours-w8a8-two-gpus-eager")  # run with IDEOGRAM4_INT8_CUDA_GRAPHS=0
+GRAPHS_SETTING = {"ours-w8a8-graphs": "1", "ours-w8a8-two-gpus-eager": "0"}  # IDEOGRAM4_INT8_CUDA_GRAPHS per peer
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
@@ -215,8 +215,8 @@ def _load(peer: str, files: dict, config):
 
     layout, how = PEERS[peer]
     notes = {}
-    if peer in GRAPHS_OFF:  # read by the sampler at each pass: set for this peer, cleared for the next
-        os.environ["IDEOGRAM4_INT8_CUDA_GRAPHS"] = "0"
+    if peer in GRAPHS_SETTING:  # read by the sampler at each run: set for this peer, cleared for the next
+        os.environ["IDEOGRAM4_INT8_CUDA_GRAPHS"] = GRAPHS_SETTING[peer]
     else:
         os.environ.pop("IDEOGRAM4_INT8_CUDA_GRAPHS", None)
     if how.startswith("native"):

@@ -1,8 +1,11 @@
 """CUDA graphs for the pack's MODELs inside the pack's sampler: each branch's pass captured once, then replayed.
 
-What it buys: the host work of a pass (Python, ~1700 launches: ~70 ms at 1024² on an H200 against ~100 ms of GPU
-time) shrinks to the input copies and one replay. On one card that closes the launch gaps; with one branch per card
-(``branch_device_nodes.py``) the two passes stop taking turns on one interpreter, which is what lets them overlap.
+What it buys: the host work of a pass (Python, ~1700 launches: ~70-90 ms at 1024² on an H200 against ~100 ms of GPU
+time) shrinks to the input copies and one replay (~4 ms). With one branch per card (``branch_device_nodes.py``) the
+two passes then stop taking turns on one interpreter, which is what lets them overlap: measured on two H200s, 108 ms
+per step against 277 eager and 203 on one card. On one card a pass is GPU-bound already (~1 ms per step saved) and
+the capture costs a step's worth once per run, so by default (``IDEOGRAM4_INT8_CUDA_GRAPHS`` unset) graphs run only
+when the branches are on two cards; ``=1`` turns them on for one card too, ``=0`` off everywhere.
 
 How, on ComfyUI's interfaces: for one run of the sampler, ``pass_graphs`` adds a ``DIFFUSION_MODEL`` wrapper
 (ComfyUI's wrapper mechanism, the one TorchCompileModel's helpers use) to each of the pack's MODELs and takes it off
@@ -10,8 +13,8 @@ after; the graphs (``ideogram4.graph_replay``) live for that run only, so nothin
 model management does not see (weights may move between runs; a graph holds their addresses). Within the run the
 weights' addresses are part of each graph's key: weights that moved get a new capture.
 
-When a pass stays eager, and the panel says why (model note ``cuda_graphs``): the switch
-``IDEOGRAM4_INT8_CUDA_GRAPHS=0``; low-VRAM streaming (blocks are copied in per pass by Python hooks); weights not
+When a pass stays eager, and the panel says why (model note ``cuda_graphs``): the setting (one card, or ``=0``);
+low-VRAM streaming (blocks are copied in per pass by Python hooks); weights not
 all on the card; another node's block patches (``patches`` / ``patches_replace``: their Python would run only at
 capture); torch.compile (TorchCompileModel's wrapper); the panel's per-GEMM timing (events per call); an input that
 is not a tensor or a plain value; a capture that failed. Natives (MODELs without the pack's linears) are never
@@ -43,14 +46,33 @@ BLOCK_PATCHES = ("patches", "patches_replace")
 COMPILE_KEY = "torch.compile"  # the key of ComfyUI's TorchCompileModel wrapper (comfy_api.torch_helpers)
 
 
-def switched_off() -> bool:
-    return os.environ.get(ENV_GRAPHS, "").strip().lower() in ("0", "off", "false", "no")
+def setting() -> str:
+    """``IDEOGRAM4_INT8_CUDA_GRAPHS``: "on" (1/on/true/yes), "off" (0/off/false/no), else "auto" (two cards only)."""
+    value = os.environ.get(ENV_GRAPHS, "").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return "off"
+    if value in ("1", "on", "true", "yes"):
+        return "on"
+    return "auto"
+
+
+def run_reason(models) -> str | None:
+    """Why no pass of this run may use graphs, from the setting and the cards: None when they may. Auto uses them
+    only when the branches run on two cards: on one card the capture (the pass's Python with the GPU idle, ~0.15-0.25
+    s per run at 1024² on an H200) costs more than a 20-step run saves there (~1 ms per step measured)."""
+    mode = setting()
+    if mode == "off":
+        return f"{ENV_GRAPHS}={os.environ.get(ENV_GRAPHS)}"
+    if mode == "on":
+        return None
+    cards = {str(getattr(m, "load_device", "")) for m in models}
+    if len(cards) < 2:
+        return f"both passes on one card (capturing costs more than it saves there; {ENV_GRAPHS}=1 turns them on)"
+    return None
 
 
 def _off_reason(patcher, transformer_options: dict) -> str | None:
     """Why this pass must stay eager (see the module docstring), or None."""
-    if switched_off():
-        return f"{ENV_GRAPHS}={os.environ.get(ENV_GRAPHS)}"
     if kernels.REGISTRY.timing_enabled:
         return "the panel's per-GEMM timing is on (it records events around each GEMM call)"
     stream = getattr(patcher.model, "ideogram4_stream", None)
@@ -78,16 +100,17 @@ def _fingerprint(diffusion_model: torch.nn.Module) -> tuple | None:
 class _GraphWrapper:
     """The ``DIFFUSION_MODEL`` wrapper of one MODEL for one run."""
 
-    def __init__(self, patcher, pools: dict, label: str) -> None:
+    def __init__(self, patcher, pools: dict, label: str, run_off: str | None = None) -> None:
         self.patcher, self.graphs, self.label = patcher, PassGraphs(pools=pools), label
         self.modes: dict[str, int] = {"eager": 0, "captured": 0, "replayed": 0}
+        self.run_off = run_off  # why no pass of this run uses graphs (run_reason), or None
         self.off: str | None = None
 
     def __call__(self, executor, x, timesteps, context=None, attention_mask=None, transformer_options={}, **kwargs):  # noqa: B006 - ComfyUI's signature
         on_gpu = isinstance(x, torch.Tensor) and x.device.type == "cuda"
         if torch.compiler.is_compiling() or not on_gpu:  # a CPU pass: graphs do not apply, nothing to say
             return executor(x, timesteps, context, attention_mask, transformer_options, **kwargs)
-        why = _off_reason(self.patcher, transformer_options)
+        why = self.run_off or _off_reason(self.patcher, transformer_options)
         dm = executor.class_obj
         fingerprint = None if why else _fingerprint(dm)
         if why is None and fingerprint is None:
@@ -136,11 +159,12 @@ def pass_graphs(models):
     (module docstring). The graphs and their memory go at the end of the run; the panel's note stays."""
     pools: dict = {}  # the branches' passes on one card run one after the other: one pool per card
     installed: list[tuple[object, _GraphWrapper]] = []
+    run_off = run_reason(models)
     for model in models:
         labels = model_labels(model)
         if not labels or any(model is m for m, _ in installed):
             continue
-        wrapper = _GraphWrapper(model, pools, labels[0])
+        wrapper = _GraphWrapper(model, pools, labels[0], run_off)
         model.add_wrapper_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, wrapper)
         installed.append((model, wrapper))
     try:
@@ -153,4 +177,4 @@ def pass_graphs(models):
         pools.clear()
 
 
-__all__ = ["pass_graphs", "ENV_GRAPHS", "NOTE_KIND", "switched_off"]
+__all__ = ["pass_graphs", "ENV_GRAPHS", "NOTE_KIND", "setting", "run_reason"]

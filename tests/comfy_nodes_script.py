@@ -1762,8 +1762,8 @@ def check_cuda_graphs():
     """The sampler's CUDA graphs (nodes/cuda_graphs.py). Anywhere: the wrapper goes on the pack's MODELs for the run
     only (never on a native MODEL) and comes off after it, also when the run fails; a pass on a CPU runs as it
     always does, with no note; the reasons a pass stays eager. With COMFY_GPU=1: the latent with graphs equals the
-    eager one (IDEOGRAM4_INT8_CUDA_GRAPHS=0) bit for bit, passes were replayed, the bypass check saw no bypass, the
-    fused path ran."""
+    eager one (IDEOGRAM4_INT8_CUDA_GRAPHS=0) bit for bit on one card where they are asked for (=1), passes were
+    replayed, the bypass check saw no bypass, the fused path ran; by default (one card) the passes stay eager."""
     import comfy.patcher_extension
     from comfyui_ideogram4_int8.nodes import cuda_graphs, op_coverage
 
@@ -1788,10 +1788,19 @@ def check_cuda_graphs():
     except RuntimeError:
         pass
     seen["after_failure"] = {"cond": keys(cond), "uncond": keys(uncond)}
-    # why a pass stays eager (the checks the wrapper makes before each pass)
+    # why a run or a pass stays eager: the setting and the cards (run_reason), then the checks before each pass
+    import types
+
+    two_cards = [types.SimpleNamespace(load_device="cuda:0"), types.SimpleNamespace(load_device="cuda:1")]
     reasons = {}
     with _env(cuda_graphs.ENV_GRAPHS, "0"):
-        reasons["env"] = cuda_graphs._off_reason(cond, {})
+        reasons["env_off"] = cuda_graphs.run_reason(two_cards)
+    with _env(cuda_graphs.ENV_GRAPHS, "1"):
+        reasons["env_on_one_card"] = cuda_graphs.run_reason([cond, uncond])
+    with _env(cuda_graphs.ENV_GRAPHS, "auto"):
+        reasons["auto_one_card"] = cuda_graphs.run_reason([cond, uncond])
+        reasons["auto_two_cards"] = cuda_graphs.run_reason(two_cards)
+    reasons["pass_plain"] = cuda_graphs._off_reason(cond, {})
     reasons["patches"] = cuda_graphs._off_reason(cond, {"patches_replace": {"dit": {("double_block", 0): len}}})
     reasons["empty_patches"] = cuda_graphs._off_reason(cond, {"patches": {}, "patches_replace": {}})
     compile_to = {"wrappers": {comfy.patcher_extension.WrappersMP.APPLY_MODEL: {cuda_graphs.COMPILE_KEY: [len]}}}
@@ -1810,9 +1819,14 @@ def check_cuda_graphs():
         with _env(cuda_graphs.ENV_GRAPHS, "0"):
             off = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         seen["off_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
+        with _env(cuda_graphs.ENV_GRAPHS, "auto"):
+            auto = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
+        seen["auto_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
+        seen["auto_equal"] = bool(torch.equal(auto, off))
         kernels.REGISTRY.clear()
         replayed_before = op_coverage.coverage(cond.model.diffusion_model).replayed
-        on = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
+        with _env(cuda_graphs.ENV_GRAPHS, "1"):  # one card: graphs only when asked for
+            on = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
         seen["gpu"] = {
             "device": str(on.device),

@@ -274,7 +274,13 @@ def test_cuda_graph_wrapper_goes_on_the_packs_models_for_one_run(run_check):
     assert r["labels"] == ["conditional", "unconditional"]
     assert r["after"] == {"cond": [], "uncond": []} and r["after_failure"] == {"cond": [], "uncond": []}
     reasons = r["reasons"]
-    assert reasons["env"] == "IDEOGRAM4_INT8_CUDA_GRAPHS=0"
+    # the run: off when switched off, on one card only when asked for, by default on two cards
+    assert reasons["env_off"] == "IDEOGRAM4_INT8_CUDA_GRAPHS=0"
+    assert reasons["env_on_one_card"] is None and reasons["auto_two_cards"] is None
+    one_card = reasons["auto_one_card"]
+    assert one_card.startswith("both passes on one card") and "=1 turns them on" in one_card
+    # a pass: another node's block patches, torch.compile, the panel's timing
+    assert reasons["pass_plain"] is None
     assert "patches_replace" in reasons["patches"] and reasons["empty_patches"] is None
     assert "torch.compile" in reasons["compile"] and "timing" in reasons["timing"]
     # a CPU run: no graphs and nothing to say about them

@@ -5,19 +5,16 @@ ran; by default one card stays eager."""
 
 from __future__ import annotations
 
-import json
 import os
-import pathlib
-import subprocess
 
 import pytest
 import torch
+from comfy_gpu_run import run_nodes_check_on_gpu
 from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.ideogram4.graph_replay import PassGraphs
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import w8a8_forward
 
 pytestmark = pytest.mark.cuda
-ROOT = pathlib.Path(__file__).resolve().parents[1]
 K, N = 4608, 13824  # attention.qkv's shape
 
 
@@ -79,22 +76,8 @@ def test_a_pass_that_cannot_be_captured_stays_eager_with_its_reason():
 
 
 def test_sampler_with_cuda_graphs_equals_eager_through_comfyui(tmp_path):
-    if not os.environ.get("COMFYUI_DIR"):
-        pytest.skip("needs a ComfyUI 0.33 checkout: set COMFYUI_DIR")
-    comfy_dir = pathlib.Path(os.environ["COMFYUI_DIR"])
-    python = os.environ.get("COMFYUI_PYTHON") or str(comfy_dir / ".venv" / "bin" / "python")
-    (tmp_path / "pack").mkdir()
-    (tmp_path / "pack" / "comfyui_ideogram4_int8").symlink_to(ROOT)
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "IDEOGRAM4_INT8_CUDA_GRAPHS")}
-    env["COMFY_GPU"] = "1"
-    seed = int.from_bytes(os.urandom(3), "little")
-    script = str(ROOT / "tests" / "comfy_nodes_script.py")
-    args = [python, script, str(comfy_dir), str(tmp_path / "pack"), str(tmp_path), "cuda_graphs", str(seed)]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=tmp_path, env=env)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, f"seed {seed}: no result\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-    res = json.loads(lines[-1][len("RESULT ") :])
-    assert "__error__" not in res, res["__error__"]
+    res = run_nodes_check_on_gpu(tmp_path, "cuda_graphs", drop_env=("IDEOGRAM4_INT8_CUDA_GRAPHS",))
+    seed = res["__seed__"]
     gpu = res["gpu"]
     assert gpu["device"] == "cpu"  # the sampler hands the latent back on ComfyUI's intermediate device
     assert gpu["equal"], (seed, gpu["max_abs"])

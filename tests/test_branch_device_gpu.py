@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from comfy_gpu_run import run_nodes_check_on_gpu
+from comfy_check_run import run_nodes_check_on_gpu
 
 pytestmark = pytest.mark.cuda  # not `comfyui`: the CI's ComfyUI stage has no GPU and must skip nothing
 

@@ -9,7 +9,7 @@ import os
 
 import pytest
 import torch
-from comfy_gpu_run import run_nodes_check_on_gpu
+from comfy_check_run import run_nodes_check_on_gpu
 from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.ideogram4.graph_replay import PassGraphs
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import w8a8_forward

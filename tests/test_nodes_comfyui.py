@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import subprocess
 import time
 import urllib.request
 
 import pytest
 import torch
+from comfy_check_run import link_pack, run_nodes_check
 from workflow_models import loader_node
 
 pytestmark = pytest.mark.comfyui
@@ -39,37 +39,10 @@ INT8_WHOLE_MODEL = 5e-2
 
 @pytest.fixture(scope="module")
 def run_check(tmp_path_factory):
-    comfy_dir = pathlib.Path(os.environ["COMFYUI_DIR"])
-    python = os.environ.get("COMFYUI_PYTHON") or str(comfy_dir / ".venv" / "bin" / "python")
-    pack_parent = tmp_path_factory.mktemp("pack")
-    (pack_parent / "comfyui_ideogram4_int8").symlink_to(ROOT)
+    pack_parent = link_pack(tmp_path_factory.mktemp("pack"))
 
     def run(check: str) -> dict:
-        work = tmp_path_factory.mktemp(check)
-        seed = int.from_bytes(os.urandom(3), "little")
-        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # set by conftest for this process
-        out = subprocess.run(
-            [
-                python,
-                str(ROOT / "tests" / "comfy_nodes_script.py"),
-                str(comfy_dir),
-                str(pack_parent),
-                str(work),
-                check,
-                str(seed),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=900,
-            cwd=work,
-            env=env,
-        )
-        lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-        assert lines, f"seed {seed}: no result\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-        res = json.loads(lines[-1][len("RESULT ") :])
-        assert "__error__" not in res, f"seed {seed}:\n{res['__error__']}\n{out.stderr[-2000:]}"
-        res["__seed__"] = seed
-        return res
+        return run_nodes_check(check, pack_parent, tmp_path_factory.mktemp(check))
 
     return run
 

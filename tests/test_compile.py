@@ -79,7 +79,7 @@ def test_dynamo_traces_a_w8a8_dit_in_one_graph(tmp_path, gen, branch, fused):
     n_linears = len(model.linear_modules()) + (TINY.num_layers if fused else 0)  # w1|w3 fused: one module per block
     n_linears -= 0 if branch == "conditional" else 1  # the image-only pass never runs llm_cond_proj
     assert sum(per_op.values()) == n_linears, per_op
-    assert per_op[f"{ops.NAMESPACE}::swiglu_w8a8_linear"] == (TINY.num_layers if fused else 0)
+    assert per_op[f"{ops.NAMESPACE}::swiglu_w8a8_pair"] == (TINY.num_layers if fused else 0)
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
@@ -138,9 +138,7 @@ def test_compiled_graph_runs_the_packs_ops_and_the_registry_stays_honest(tmp_pat
         compiled(x, sigma * 0.5, context=ctx)
     assert len(graphs) == 1
     targets = {_name(n) for n in graphs[0].graph.nodes if n.op == "call_function"}
-    assert targets & OUR_OPS == {
-        f"{ops.NAMESPACE}::{op}" for op in ("w8a8_linear", "float_linear", "swiglu_w8a8_linear")
-    }
+    assert targets & OUR_OPS == {f"{ops.NAMESPACE}::{op}" for op in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair")}
     assert not any("_int_mm" in t or "round" in t for t in targets), sorted(targets)
     recs = {r.site: r for r in kernels.REGISTRY.layers(label)}
     assert set(recs) == _sites(model) == set(eager)

@@ -415,10 +415,10 @@ def tune_shape(M, N, K, quick, gen):
     smem = getattr(props, "shared_memory_per_block_optin", None)
     for cfg in C.config_space(arch, M, smem, runnable_kernels(torch.device("cuda"))):
         try:
-            ms = _bench(lambda cfg=cfg: launch_config(cfg, q, w, s, ws, None, out, False, False), quick)
+            ms = _bench(lambda cfg=cfg: launch_config(cfg, q, w, s, ws, None, out, False), quick)
             if expect is not None:
                 acc = torch.empty(M, N, device="cuda", dtype=torch.int32)
-                launch_config(cfg, q, w, None, None, None, acc, True, False)
+                launch_config(cfg, q, w, None, None, None, acc, True)
                 if not torch.equal(acc.cpu(), expect):
                     print(f"  {cfg.key()}: WRONG RESULT, skipped", file=sys.stderr)
                     continue

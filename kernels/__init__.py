@@ -16,13 +16,7 @@ from .dispatch import (
     w8a8_linear,
 )
 from .env import environment_report
-from .gate_up import (
-    deinterleave_gate_up,
-    interleave_gate_up,
-    swiglu_chunk_for,
-    swiglu_w8a8_linear,
-    swiglu_w8a8_pair,
-)
+from .gate_up import swiglu_w8a8_pair
 from .operands import KernelInputError
 from .path_choice import ENV_PATH, GemmPathUnavailable, select_path, triton_unavailable_reason
 from .reference import (
@@ -42,11 +36,7 @@ __all__ = [
     "int8_matmul",
     "int8_matmul_int32",
     "w8a8_linear",
-    "swiglu_w8a8_linear",
     "swiglu_w8a8_pair",
-    "interleave_gate_up",
-    "deinterleave_gate_up",
-    "swiglu_chunk_for",
     "float_linear",
     "qk_norm_rope",
     "qk_norm_rope_ref",

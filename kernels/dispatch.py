@@ -86,12 +86,11 @@ def _quantize_rows(x2: torch.Tensor, smooth, group: int | None):
     return reference.quantize_rotated_ref(x2, group)
 
 
-def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, swiglu_chunk=None, timed=None):
+def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, timed=None):
     """The fused path (fused.run_fused) into ``out`` or a new buffer: (out, config, source)."""
     m, n = q.shape[0], w.shape[0]
-    n_out = n // 2 if swiglu_chunk else n
-    out = _out_buffer(out, m, n_out, torch.int32 if raw_int32 else out_dtype, q.device, "int8_matmul")
-    out, cfg, source = run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, swiglu_chunk, timed)
+    out = _out_buffer(out, m, n, torch.int32 if raw_int32 else out_dtype, q.device, "int8_matmul")
+    out, cfg, source = run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, timed=timed)
     if cfg is not None:
         REGISTRY.count_launch("gemm_triton")
     return out, cfg, source

@@ -113,7 +113,7 @@ def test_gluon_switch_and_device_reasons(monkeypatch):
 
 
 @needs_interpreter
-@pytest.mark.parametrize("entry", ["w8a8_linear", "swiglu_w8a8_linear", "swiglu_w8a8_pair"])
+@pytest.mark.parametrize("entry", ["w8a8_linear", "swiglu_w8a8_pair"])
 def test_portable_failure_demotes_the_shape_to_cublas_exactly(fresh_backends, gen, monkeypatch, entry):
     calls = []
 
@@ -129,12 +129,6 @@ def test_portable_failure_demotes_the_shape_to_cublas_exactly(fresh_backends, ge
 
         def run(path, site):
             return K.w8a8_linear(x, w, ws, bias, path=path, site=site)
-    elif entry == "swiglu_w8a8_linear":
-        chunk = K.swiglu_chunk_for(32)
-        w13, s13 = K.interleave_gate_up(*weight(32, k, gen), *weight(32, k, gen), chunk)
-
-        def run(path, site):
-            return K.swiglu_w8a8_linear(x, w13, s13, chunk, path=path, site=site)
     else:
         (w1, s1), (w3, s3) = weight(32, k, gen), weight(32, k, gen)
 

@@ -21,10 +21,7 @@ from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
 
 BRANCHES = ("conditional", "unconditional")
-OUR_OPS = {
-    f"{ops.NAMESPACE}::{name}"
-    for name in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "swiglu_w8a8_linear", "qk_norm_rope")
-}
+OUR_OPS = {f"{ops.NAMESPACE}::{name}" for name in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "qk_norm_rope")}
 
 
 @pytest.fixture(autouse=True)
@@ -182,8 +179,6 @@ def _op_cases(gen, dtype):
     w3, s3 = _quantized(gen, f, k)
     smooth = torch.rand(k, generator=gen) + 0.5
     bias = torch.randn(n, generator=gen)
-    chunk = kernels.swiglu_chunk_for(f)
-    w13, s13 = kernels.interleave_gate_up(w1, s1, w3, s3, chunk)
     cases = []
     for path in (kernels.PATH_TRITON, kernels.PATH_CUBLAS, kernels.PATH_DEQUANT, None):
         cases += [
@@ -191,7 +186,8 @@ def _op_cases(gen, dtype):
             ("w8a8_linear", (x, w, ws, None, None, path, None, torch.float32, 16)),  # ConvRot, another out dtype
             ("swiglu_w8a8_pair", (x, w1, s1, w3, s3, smooth, path, "opcheck/w1", "opcheck/w3", None, None)),
             ("swiglu_w8a8_pair", (x, w1, s1, w3, s3, None, path, "opcheck/w1|w3", None, torch.float32, 16)),
-            ("swiglu_w8a8_linear", (x, w13, s13, chunk, smooth, path, "opcheck/w13", None)),
+            # one site for both, as the reference DiT's FusedGateUp calls it
+            ("swiglu_w8a8_pair", (x, w1, s1, w3, s3, smooth, path, "opcheck/w13", None, None, None)),
         ]
     cases.append(("float_linear", (x, torch.randn(n, k, generator=gen), bias, "opcheck/float", "protected")))
     qkv = torch.randn(2, 5, 3, 2, 32, generator=gen).to(dtype)  # q/k as strided views of a qkv output
@@ -230,14 +226,10 @@ def test_ops_equal_the_eager_functions(gen):
         direct = {
             "w8a8_linear": ops.w8a8_linear_impl,
             "swiglu_w8a8_pair": ops.swiglu_w8a8_pair_impl,
-            "swiglu_w8a8_linear": kernels.swiglu_w8a8_linear,
             "float_linear": kernels.float_linear,
             "qk_norm_rope": kernels.qk_norm_rope,
         }[name]
-        if name == "swiglu_w8a8_linear":
-            x, w13, s13, chunk, smooth, path, site, out_dtype = args
-            want = direct(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)
-        elif name == "float_linear":
+        if name == "float_linear":
             x, w, b, site, reason = args
             want = direct(x, w, b, site=site, reason=reason)
         else:

@@ -399,9 +399,9 @@ def tune_shape(M, N, K, quick, gen):
     """Time every config of this GPU's space; return the sorted (ms, config) list."""
     from comfyui_ideogram4_int8 import kernels as Kn
     from comfyui_ideogram4_int8.kernels import configs as C
+    from comfyui_ideogram4_int8.kernels.backends import runnable_kernels
     from comfyui_ideogram4_int8.kernels.env import arch_name
     from comfyui_ideogram4_int8.kernels.fused import launch_config
-    from comfyui_ideogram4_int8.kernels.tuning import runnable_kernels
 
     q = torch.randint(-127, 128, (M, K), device="cuda", dtype=torch.int8, generator=gen)
     w = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8, generator=gen)

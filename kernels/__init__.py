@@ -18,7 +18,7 @@ from .dispatch import (
 from .env import environment_report
 from .gate_up import swiglu_w8a8_pair
 from .operands import KernelInputError
-from .path_choice import ENV_PATH, GemmPathUnavailable, select_path, triton_unavailable_reason
+from .path_choice import ENV_PATH, GemmPathUnavailable, select_path
 from .reference import (
     dequant_linear_ref,
     epilogue_ref,
@@ -41,7 +41,6 @@ __all__ = [
     "qk_norm_rope",
     "qk_norm_rope_ref",
     "select_path",
-    "triton_unavailable_reason",
     "environment_report",
     "DEMOTIONS",
     "ops",

@@ -13,8 +13,9 @@ import contextlib
 
 import torch
 
-from .backends import DEMOTIONS, gluon_unavailable
+from .backends import DEMOTIONS, unavailable
 from .configs import GemmConfig, m_bucket, portable_twin
+from .operands import gluon_operand_problem
 from .registry import REGISTRY
 from .tuning import EPILOGUE_LINEAR, EPILOGUE_PAIR, PICKER
 
@@ -27,16 +28,27 @@ def launch_config(cfg: GemmConfig, q, w, q_scale, w_scale, bias, out, raw_int32,
     """Run exactly ``cfg`` on its backend (raises where it cannot: autotuning skips such configs).
 
     ``up = (w3, s3)``: the SwiGLU gate/up pair from two weights (``w`` / ``w_scale`` the gate's, out [M, F])."""
+    why = _gluon_problem(cfg, q, w, out, bias, up) if cfg.is_gluon else None
+    if why:
+        raise RuntimeError(why)
+    return _launch(cfg, q, w, q_scale, w_scale, bias, out, raw_int32, up)
+
+
+def _launch(cfg: GemmConfig, q, w, q_scale, w_scale, bias, out, raw_int32, up) -> torch.Tensor:
+    """``cfg`` on its backend, the Gluon one already checked (``_gluon_problem``)."""
     if cfg.is_gluon:
         from . import gemm_gluon
 
-        why = gluon_unavailable(q.device) or gemm_gluon.address_problem(cfg, q, w, out, up[0] if up else None)
-        if why:
-            raise RuntimeError(why)
         return gemm_gluon.launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, up=up)
     from . import gemm_triton
 
     return gemm_triton.launch_gemm(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, up=up)
+
+
+def _gluon_problem(cfg: GemmConfig, q, w, out, bias, up) -> str | None:
+    """Why the Gluon kernel cannot run this pick here, else None: the backend's answer for this device
+    (``backends.unavailable``), then the operands' (``operands.gluon_operand_problem``)."""
+    return unavailable("gluon", q.device) or gluon_operand_problem(cfg, q, w, out, bias, up)
 
 
 def run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, *, timed=None, up=None):
@@ -64,7 +76,7 @@ def run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, *, timed=None, up=No
         if why is None:
             try:
                 with timing:
-                    launch_config(cfg, q, w, q_scale, w_scale, bias, out, raw_int32, up=up)
+                    _launch(cfg, q, w, q_scale, w_scale, bias, out, raw_int32, up)
                 return out, cfg, source
             except Exception as exc:  # noqa: BLE001 - compile/launch failure: demote this shape once
                 why = DEMOTIONS.demote("gluon", shape, exc, f"Gluon kernel {cfg.key()}")
@@ -75,19 +87,7 @@ def run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, *, timed=None, up=No
         raise FusedUnavailable(why)
     try:
         with timing:
-            launch_config(cfg, q, w, q_scale, w_scale, bias, out, raw_int32, up=up)
+            _launch(cfg, q, w, q_scale, w_scale, bias, out, raw_int32, up)
     except Exception as exc:  # noqa: BLE001
         raise FusedUnavailable(DEMOTIONS.demote("triton", shape, exc, f"Triton kernel {cfg.key()}")) from exc
     return out, cfg, source
-
-
-def _gluon_problem(cfg, q, w, out, bias, up=None) -> str | None:
-    """Why this Gluon pick cannot run these operands here (device, Triton, TMA, a biased SwiGLU), else None."""
-    why = gluon_unavailable(q.device)
-    if why is None and up is not None and bias is not None:
-        why = "the Gluon SwiGLU epilogue takes no bias"
-    if why is None:
-        from . import gemm_gluon
-
-        why = gemm_gluon.address_problem(cfg, q, w, out, up[0] if up else None)
-    return why

@@ -1,7 +1,8 @@
 """W8A8 GEMM for Hopper (sm_90a) written in Gluon: explicit TMA / mbarrier / async wgmma. This module is its
-host side (launch planning: ``split_plan``, ``address_problem``, ``build_launch``; ``launch_gemm``) and the
-design notes of its device code: the kernel is in gemm_gluon_kernel.py, its device helpers in
-gemm_gluon_device.py, the Gluon API names in gluon_api.py.
+host side (launch planning: ``build_launch``; ``launch_gemm``) and the design notes of its device code: the
+kernel is in gemm_gluon_kernel.py, its device helpers in gemm_gluon_device.py, the Gluon API names in
+gluon_api.py. Whether this device and Triton run it is ``backends.unavailable("gluon", device)``; whether TMA can
+address a call's operands is ``operands.gluon_operand_problem``; the split-K plan is ``configs.split_plan``.
 
 Same contract as ``gemm_triton`` (twin: ``reference.int8_matmul_ref``)::
 
@@ -58,7 +59,7 @@ import functools
 
 import torch
 
-from .configs import GLUON_CONSUMER_REGS, GLUON_LOADER_REGS, GemmConfig, gluon_epi_bufs, gluon_instr_n
+from .configs import GLUON_CONSUMER_REGS, GLUON_LOADER_REGS, GemmConfig, gluon_epi_bufs, gluon_instr_n, split_plan
 from .configs import gluon_rows_per_consumer as _rows
 from .env import sm_count
 from .gluon_api import IMPORT_ERROR
@@ -80,29 +81,6 @@ if IMPORT_ERROR is None:
         torch.float32: gl.float32,
         torch.int32: gl.int32,
     }
-
-
-def split_plan(cfg: GemmConfig, K: int) -> tuple[int, int]:
-    """(k steps per split KPS, effective split count S) for ``cfg.split_k``: KPS = cdiv(k_tiles,
-    split_k), S = cdiv(k_tiles, KPS), so every split has >= 1 k step and only the last may be
-    shorter. S == 1: the unsplit kernel (no workspace)."""
-    k_tiles = -(-K // cfg.block_k)
-    if cfg.split_k <= 1 or k_tiles <= 1:
-        return k_tiles, 1
-    kps = -(-k_tiles // cfg.split_k)
-    return kps, -(-k_tiles // kps)
-
-
-def address_problem(cfg: GemmConfig, q, w, out, w3=None) -> str | None:
-    """None when TMA can address this launch's operands (``w3``: the up weight of a gate/up pair), else why not
-    (the caller then demotes)."""
-    from .gemm_triton import tma_problem
-
-    if q.shape[1] % 16:
-        return f"K = {q.shape[1]} is not a multiple of 16 (TMA row alignment of the int8 operands)"
-    if split_plan(cfg, q.shape[1])[1] > 1 and w.shape[0] % 4:
-        return f"N = {w.shape[0]} is not a multiple of 4 (TMA rows of the int32 split-K workspace)"
-    return tma_problem(q, w, out) if w3 is None else tma_problem(q, w, w3, out)
 
 
 @functools.lru_cache(maxsize=256)
@@ -219,7 +197,7 @@ _PLANS: dict = {}
 def launch_gemm(q, w, cfg: GemmConfig, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, *, up=None):
     """out = W8A8 GEMM of q [M, K] and w [N, K] (module docstring) with the Gluon config ``cfg``; returns
     ``out``. ``up = (w3, s3)``: the SwiGLU gate/up pair from two weights (``build_launch``). The caller has
-    checked ``address_problem`` and that this device and Triton can run Gluon. A launch plan is kept per
+    checked ``backends.unavailable("gluon", device)`` and ``operands.gluon_operand_problem``. A launch plan is kept per
     shape, strides and dtypes: a repeat call only builds the descriptors."""
     M, K = q.shape
     N = w.shape[0]

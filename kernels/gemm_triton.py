@@ -24,6 +24,7 @@ from .gemm_triton_kernels import (
     _w8a8_gemm_persistent_kernel,
 )
 from .launch import launch
+from .operands import tma_problem
 
 # The compiled kernel of the last launch (tests read its PTX to check wgmma vs mma.sync).
 LAST_LAUNCH: dict = {}
@@ -34,15 +35,6 @@ def _k_split(K: int, cfg) -> tuple[int, bool]:
     k_per_split = triton.cdiv(triton.cdiv(K, cfg.split_k), cfg.block_k) * cfg.block_k
     even_k = K % k_per_split == 0 and k_per_split % cfg.block_k == 0
     return k_per_split, even_k
-
-
-def tma_problem(*tensors) -> str | None:
-    """None when TMA descriptors can address every 2-D operand (16-byte aligned bases and row
-    strides, unit inner stride), else why not. Asked on every launch: a plain loop."""
-    for t in tensors:
-        if t.dim() != 2 or t.stride(1) != 1 or t.data_ptr() & 15 or (t.stride(0) * t.element_size()) & 15:
-            return f"TMA cannot address a {t.dtype} operand of shape {tuple(t.shape)}, strides {t.stride()}"
-    return None
 
 
 def build_launches(

@@ -20,30 +20,29 @@ import os
 import torch
 
 from . import cpu_gemm
-from .backends import cublas_unavailable, triton_unavailable
+from .backends import unavailable
+from .operands import cublas_shape_problem
 from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON
 
 ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
 
 
 _QUANT_PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)
+# the backend that answers whether a path can run on a device (backends.unavailable): the fused path's first
+# rung is the portable Triton kernel (a Gluon pick falls back to it inside the path, fused.py)
+BACKEND_OF_PATH = {PATH_TRITON: "triton", PATH_CUBLAS: "cublas", PATH_DEQUANT: "reference"}
 
 
 class GemmPathUnavailable(ValueError):
     """A path was forced through the ``path`` argument but cannot run here."""
 
 
-def triton_unavailable_reason(device: torch.device) -> str | None:
-    """None when the fused Triton kernel can run on ``device``; else why not (for the panel)."""
-    return triton_unavailable(device)
-
-
 def _unavailable(path: str, device: torch.device, n: int, k: int) -> str | None:
-    if path == PATH_TRITON:
-        return triton_unavailable_reason(device)
-    if path == PATH_CUBLAS:
-        return cublas_unavailable(device, n, k)
-    return None
+    """Why ``path`` cannot run an [n, k] weight on ``device``: its backend's answer, then cuBLASLt's alignment."""
+    why = unavailable(BACKEND_OF_PATH[path], device)
+    if why is None and path == PATH_CUBLAS:
+        why = cublas_shape_problem(device, n, k)
+    return why
 
 
 def select_path(device: torch.device, n: int, k: int, path: str | None = None) -> tuple[str, str]:

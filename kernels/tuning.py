@@ -24,8 +24,8 @@ import threading
 
 import torch
 
-from .backends import gluon_unavailable
-from .configs import KERNELS, GemmConfig, config_space, heuristic_config, m_bucket
+from .backends import runnable_kernels
+from .configs import GemmConfig, config_space, heuristic_config, m_bucket
 from .env import arch_name, capability, gpu_name, triton_line, triton_version
 
 log = logging.getLogger(__name__)
@@ -106,15 +106,6 @@ def cache_tag() -> str:
     for name in _KERNEL_SOURCES:
         digest.update((pathlib.Path(__file__).parent / name).read_bytes())
     return f"triton {triton_version()}; kernels {digest.hexdigest()[:16]}"
-
-
-def runnable_kernels(device: torch.device) -> tuple[str, ...]:
-    """The kernels this device and Triton can run (autotuning only times these)."""
-    kernels = [k for k in KERNELS if not k.startswith("gluon") or gluon_unavailable(device) is None]
-    cc = capability(device) if device.type == "cuda" else None
-    if cc is None or cc < (9, 0):  # TMA descriptors: Hopper and newer
-        kernels.remove("triton-tma")
-    return tuple(kernels)
 
 
 class ConfigPicker:

@@ -187,8 +187,9 @@ def gemm_launches(cfg, epilogue: str, cc: int):
         sb, out = sb[: N // 2], torch.empty(M, N // 2, dtype=out.dtype)
     if cfg.is_gluon:
         from comfyui_ideogram4_int8.kernels import gemm_gluon as G
+        from comfyui_ideogram4_int8.kernels.configs import split_plan
 
-        kps, splits = G.split_plan(cfg, K)
+        kps, splits = split_plan(cfg, K)
         ws = torch.empty(splits, M, N, dtype=torch.int32) if splits > 1 else None
         return [
             G.build_launch(

@@ -15,7 +15,7 @@ from comfyui_ideogram4_int8.kernels import configs as C
 from kernel_checks import activations, weight
 
 needs_interpreter = pytest.mark.skipif(
-    K.triton_unavailable_reason(torch.device("cpu")) is not None, reason="needs triton + TRITON_INTERPRET=1"
+    backends.unavailable("triton", torch.device("cpu")) is not None, reason="needs triton + TRITON_INTERPRET=1"
 )
 
 
@@ -107,9 +107,9 @@ def test_launcher_relaunches_a_cached_compiled_kernel_and_falls_back_when_it_bre
 
 def test_gluon_switch_and_device_reasons(monkeypatch):
     monkeypatch.setenv(backends.ENV_GLUON, "0")
-    assert backends.ENV_GLUON in backends.gluon_unavailable(torch.device("cuda"))
+    assert backends.ENV_GLUON in backends.unavailable("gluon", torch.device("cuda"))
     monkeypatch.delenv(backends.ENV_GLUON)
-    assert "CUDA" in backends.gluon_unavailable(torch.device("cpu"))
+    assert "CUDA" in backends.unavailable("gluon", torch.device("cpu"))
 
 
 @needs_interpreter

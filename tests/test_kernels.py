@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from comfyui_ideogram4_int8 import kernels as K
+from comfyui_ideogram4_int8.kernels import backends
 from comfyui_ideogram4_int8.kernels import configs as C
 from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
 from kernel_checks import (
@@ -24,7 +25,7 @@ from kernel_checks import (
 )
 
 pytestmark = pytest.mark.skipif(
-    K.triton_unavailable_reason(torch.device("cpu")) is not None,
+    backends.unavailable("triton", torch.device("cpu")) is not None,
     reason="Triton interpreter not available (needs triton + TRITON_INTERPRET=1)",
 )
 

@@ -142,7 +142,7 @@ def test_every_config_of_this_gpu_bit_exact(gen):
     expect = torch._int_mm(q, w.t())
     seen = set()
     for mm in (16, 300):
-        for cfg in C.config_space(arch, mm, smem, tuning.runnable_kernels(torch.device("cuda"))):
+        for cfg in C.config_space(arch, mm, smem, backends.runnable_kernels(torch.device("cuda"))):
             if cfg in seen:
                 continue
             seen.add(cfg)
@@ -197,7 +197,7 @@ def test_split_k_workspace_bit_exact_every_split(gen):
 
 
 def _needs_gluon():
-    why = backends.gluon_unavailable(torch.device("cuda"))
+    why = backends.unavailable("gluon", torch.device("cuda"))
     if why:
         pytest.skip(why)
 
@@ -404,7 +404,7 @@ def test_gate_up_pair_full_shape_bit_exact_on_every_kernel(m, gen):
     x, w1, s1, w3, s3 = _pair(m, gen)
     q, s = K.quantize_per_token(x)
     ref = None
-    gluon_ok = backends.gluon_unavailable(torch.device("cuda")) is None
+    gluon_ok = backends.unavailable("gluon", torch.device("cuda")) is None
     ran = []
     want = torch.full((m, 12288), float("nan"), dtype=torch.bfloat16, device="cuda")
     launch_config(PAIR_GPU_REF, q, w1, s, s1, None, want, False, up=(w3, s3))
@@ -451,7 +451,7 @@ def test_swiglu_w8a8_pair_full_shape_automatic_path(m, gen):
     assert rec.path == "triton-int8" and rec.reason == "" and "one GEMM" in rec.fusion, rec
     assert recs["layers.0.feed_forward.w3"].config == rec.config
     shipped = m in (M_COND, M_UNCOND) and triton_line() == "3.6" and torch.cuda.get_device_capability() == (9, 0)
-    if shipped and backends.gluon_unavailable(torch.device("cuda")) is None:
+    if shipped and backends.unavailable("gluon", torch.device("cuda")) is None:
         assert rec.config.startswith("gluon-ws/128x256x128") and rec.config_source.startswith("shipped table")
         assert "kernel" in gemm_gluon.LAST_LAUNCH
     q, s = K.quantize_per_token(x)

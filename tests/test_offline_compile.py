@@ -114,17 +114,22 @@ def test_gluon_launch_shape_and_register_cap():
     assert kwargs["PINGPONG"] is True and list(args[3].block_shape) == [128, 64]
 
 
-def test_gluon_address_problems_name_the_operand():
-    G = _gluon()
+def test_gluon_operand_problems_name_the_operand():
+    """The Gluon kernel's operand check (pure Python: no Gluon needed); the device question is not asked there."""
+    from comfyui_ideogram4_int8.kernels.operands import gluon_operand_problem
+
     q, w, sa, sb, out = _operands(K=1000)
-    assert "multiple of 16" in G.address_problem(WS, q, w, out)
+    assert "multiple of 16" in gluon_operand_problem(WS, q, w, out)
     q, w, sa, sb, out = _operands(K=1040)
-    assert "TMA cannot address" in G.address_problem(WS, q[:, 8:1032], w[:, 8:1032], out)  # base 8 bytes off
+    assert "TMA cannot address" in gluon_operand_problem(WS, q[:, 8:1032], w[:, 8:1032], out)  # base 8 bytes off
     q, w, sa, sb, out = _operands()
-    assert G.address_problem(WS, q, w, out) is None
+    assert gluon_operand_problem(WS, q, w, out) is None
+    w3 = torch.zeros(512, 1040, dtype=torch.int8)[:, 8:1032]  # the up weight of a pair, 8 bytes off
+    assert "TMA cannot address" in gluon_operand_problem(WS, q, w, out, up=(w3, sb))
+    assert "no bias" in gluon_operand_problem(WS, q, w, out, bias=sb, up=(w.clone(), sb))
     q, w, sa, sb, out = _operands(N=514, K=53248)
     split = C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=5)
-    assert "multiple of 4" in G.address_problem(split, q, w, out)
+    assert "multiple of 4" in gluon_operand_problem(split, q, w, out)
 
 
 def test_gluon_gate_up_pair_epilogue_launch_rules():
@@ -219,9 +224,9 @@ def test_portable_gate_up_pair_launch_rules():
 def test_gluon_split_k_plan_and_workspace():
     G = _gluon()
     cfg = C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=11)
-    assert G.split_plan(cfg, 53248) == (38, 11)  # 416 k steps: 10 x 38 + 36
-    assert G.split_plan(cfg, 4608) == (4, 9)  # 36 k steps: never an empty split
-    assert G.split_plan(cfg, 128) == (1, 1)
+    assert C.split_plan(cfg, 53248) == (38, 11)  # 416 k steps: 10 x 38 + 36
+    assert C.split_plan(cfg, 4608) == (4, 9)  # 36 k steps: never an empty split
+    assert C.split_plan(cfg, 128) == (1, 1)
     M, N, K = 333, 512, 53248  # M not a multiple of the tile
     q, w, sa, sb, out = _operands(M, N, K)
     with pytest.raises(ValueError):  # split-K needs the workspace

@@ -27,8 +27,8 @@ from .operands import (
     _out_buffer,
     _vector,
 )
-from .path_choice import GemmPathUnavailable, _unavailable, dequant_dtype, select_path
-from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, REGISTRY
+from .path_choice import GemmPathUnavailable, dequant_dtype, select_after_fused_failure, select_path
+from .registry import PATH_DEQUANT, PATH_TRITON, REGISTRY
 
 # REGISTRY.launches key counting activation quantizations that divide by a SmoothQuant vector (any path): a
 # model whose smoothing is folded at load (ideogram4.smooth_fold) runs none for its folded layers
@@ -202,7 +202,7 @@ def w8a8_linear(
         with _timed_unless_fused(chosen, x.device):
             y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype, group)
     except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
-        chosen, reason = _after_fused_failure(x.device, n, k, exc)
+        chosen, reason = select_after_fused_failure(x.device, n, k, exc)
         bias_v = _vector(bias, n, "w8a8_linear: bias", x.device)
         with REGISTRY.timed(chosen, x.device):
             y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype, group)
@@ -224,12 +224,6 @@ def _timed_unless_fused(chosen: str, device: torch.device):
     """GEMM timing around a whole linear, except on the fused path: that one times its activation quantization
     and its launch itself (``_launch_fused``), so a shape's one-time autotuning is never counted."""
     return contextlib.nullcontext() if chosen == PATH_TRITON else REGISTRY.timed(chosen, device)
-
-
-def _after_fused_failure(device: torch.device, n: int, k: int, exc: FusedUnavailable) -> tuple[str, str]:
-    """(path, reason) after the fused kernel failed for a shape: cuBLAS int8 where it runs, else dequant-bf16."""
-    chosen = PATH_CUBLAS if _unavailable(PATH_CUBLAS, device, n, k) is None else PATH_DEQUANT
-    return chosen, f"the fused Triton kernel failed for this shape: {exc}"
 
 
 def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype, group=None):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .dispatch import _after_fused_failure, _cublas_linear, _quantize_rows, _w8a8_compute
+from .dispatch import _cublas_linear, _quantize_rows, _w8a8_compute
 from .fused import FusedUnavailable, run_fused
 from .operands import _FLOAT_DTYPES, KernelInputError, _check_group, _check_int8_2d, _check_k, _out_buffer, _vector
-from .path_choice import select_path
+from .path_choice import select_after_fused_failure, select_path
 from .registry import PATH_DEQUANT, PATH_TRITON, REGISTRY
 
 FUSION_ONE_GEMM = "gate/up pair: one GEMM with the SwiGLU epilogue, w1 and w3 read in place"
@@ -74,7 +74,7 @@ def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_d
                 REGISTRY.count_launch("gemm_triton")
                 REGISTRY.count_launch("gate_up_pair")
         except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
-            chosen, reason = _after_fused_failure(x.device, f, k, exc)
+            chosen, reason = select_after_fused_failure(x.device, f, k, exc)
     if h is None:
         with REGISTRY.timed(chosen, x.device):
             h = _pair_unfused(x2, q, s, w1, s1, w3, s3, smooth, chosen, out_dtype, group)

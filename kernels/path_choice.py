@@ -8,8 +8,9 @@ On a CPU, cublas-int8 runs only where torch._int_mm measured faster than the deq
 (``cpu_gemm``: without VNNI/AMX it is ~40x slower); there the dequantized matmul runs in float32 (or bf16 where that
 measured faster: ``dequant_dtype``). The path is picked per call from the device, dtype and shape; it can be forced
 with the ``path`` argument (strict: raises GemmPathUnavailable if impossible) or the IDEOGRAM4_INT8_GEMM_PATH
-environment variable (lenient: falls back, and the reason says so). The entry points that run the chosen path and
-record it are in dispatch.py and gate_up.py.
+environment variable (lenient: falls back, and the reason says so). A fused kernel that fails for a shape falls
+back by the same rules (``select_after_fused_failure``). The entry points that run the chosen path and record it
+are in dispatch.py and gate_up.py.
 """
 
 from __future__ import annotations
@@ -80,9 +81,16 @@ def _forced_reason(path: str, how: str) -> str:
     return "" if path == PATH_TRITON else f"forced by {how}"
 
 
-def _auto(device: torch.device, n: int, k: int, note: str = "") -> tuple[str, str]:
+def select_after_fused_failure(device: torch.device, n: int, k: int, exc: BaseException) -> tuple[str, str]:
+    """(path, reason) for a call whose fused kernel failed for this shape (``fused.FusedUnavailable``): the automatic
+    choice among the slower paths, by the rules ``select_path`` uses, the reason leading with the failure."""
+    return _auto(device, n, k, note=f"the fused Triton kernel failed for this shape: {exc}", first=1)
+
+
+def _auto(device: torch.device, n: int, k: int, note: str = "", first: int = 0) -> tuple[str, str]:
+    """The fastest path from ``_QUANT_PATHS[first:]`` that can run here, and why the faster ones did not."""
     reasons = [note] if note else []
-    for candidate in _QUANT_PATHS:
+    for candidate in _QUANT_PATHS[first:]:
         if candidate == PATH_TRITON and device.type == "cpu":
             # The CPU interpreter is a test vehicle, never an automatic choice.
             reasons.append("CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)")

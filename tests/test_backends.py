@@ -148,6 +148,29 @@ def test_portable_failure_demotes_the_shape_to_cublas_exactly(fresh_backends, ge
 
 
 @needs_interpreter
+def test_the_fallback_after_a_fused_failure_is_the_path_choice(fresh_backends, gen, monkeypatch):
+    """The path after a failing fused kernel comes from the path choice's rules, not a fixed next rung: on a CPU
+    where the float matmul measured faster than torch._int_mm, the automatic choice (dequant-bf16) runs, not
+    cublas-int8, and the reason leads with the failure, then why cublas-int8 did not run."""
+    from comfyui_ideogram4_int8.kernels import cpu_gemm, path_choice
+
+    monkeypatch.setenv(cpu_gemm.ENV_CPU_GEMM, "float")
+    monkeypatch.setattr(gemm_triton, "launch_gemm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    x = activations(9, 96, gen)
+    w, ws = weight(40, 96, gen)
+    auto = K.select_path(x.device, 40, 96)
+    assert auto[0] == "dequant-bf16"
+    y = K.w8a8_linear(x, w, ws, path="triton-int8", site="fallback/x")
+    rec = next(r for r in K.REGISTRY.layers("fallback") if r.layer == "x")
+    assert rec.path == auto[0] and rec.reason.startswith("the fused Triton kernel failed for this shape: ")
+    assert "boom" in rec.reason and cpu_gemm.ENV_CPU_GEMM in rec.reason
+    assert torch.equal(y, K.w8a8_linear(x, w, ws, path="dequant-bf16", site="fallback/ref"))
+    monkeypatch.setenv(cpu_gemm.ENV_CPU_GEMM, "int8")  # where torch._int_mm is the fast CPU path: cublas-int8
+    path, reason = path_choice.select_after_fused_failure(x.device, 40, 96, RuntimeError("boom"))
+    assert (path, reason) == ("cublas-int8", "the fused Triton kernel failed for this shape: boom")
+
+
+@needs_interpreter
 def test_int8_matmul_is_strict_about_a_failing_kernel(fresh_backends, gen, monkeypatch):
     monkeypatch.setattr(gemm_triton, "launch_gemm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     q, w = torch.randint(-127, 128, (5, 64), dtype=torch.int8, generator=gen), torch.ones(16, 64, dtype=torch.int8)

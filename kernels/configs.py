@@ -253,7 +253,6 @@ CONFIG_SPACES: dict[str, list[GemmConfig]] = {
 }
 # Shared memory per block (opt-in) when the device cannot be asked: conservative.
 SMEM_LIMIT = {"sm80": 163 * 1024, "sm86": 99 * 1024, "sm89": 99 * 1024, "sm90": 227 * 1024, "sm100": 227 * 1024}
-MEASURED_ARCHS = ("sm90",)
 
 
 def m_bucket(M: int) -> int:

@@ -375,9 +375,11 @@ def test_every_shipped_pick_lies_in_its_search_space_and_says_where_it_was_measu
     assert entries
     for e in entries:
         cfg = C.GemmConfig.from_dict(e["config"])
+        # a known arch (CONFIG_SPACES' keys are the ones the picker and the offline compile serve), a config its
+        # autotuning could have chosen
         assert cfg in C.CONFIG_SPACES[e["arch"]], (e["gpu"], e["N"], e["K"], cfg.key())
         assert cfg.problem(2, swiglu=e["epilogue"] != "linear") is None, cfg.key()
-        assert e["arch"] in C.MEASURED_ARCHS and e["measured"].strip() and "commit" in e["measured"]
+        assert e["measured"].strip() and "commit" in e["measured"]
         assert e["triton"].count(".") == 1 and e["epilogue"] in tuning.EPILOGUES
         assert e["m_bucket"] == C.m_bucket(e["m_bucket"])  # a real bucket
     keys = [(e["arch"], e["gpu"], e["triton"], e["N"], e["K"], e["m_bucket"], e["epilogue"]) for e in entries]

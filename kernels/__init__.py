@@ -1,7 +1,7 @@
 """W8A8 INT8 kernels: activation quantization, fused INT8 GEMM, path dispatch and registry.
 
 Depends on torch and triton only (triton is imported lazily, so the pack imports without it).
-Public names (stable, see DESIGN.md §6): ``quantize_per_token``, ``int8_matmul``,
+Public names (stable: tests and users rely on them): ``quantize_per_token``, ``int8_matmul``,
 ``int8_matmul_int32``, ``w8a8_linear``.
 """
 

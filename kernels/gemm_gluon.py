@@ -41,7 +41,7 @@ slices and applies scales + bias (or keeps the int32 sum). Producer and consumer
 ring positions (``_unit_slot``), so the mbarrier phases stay consistent across units of different
 lengths.
 
-Hopper facts the design leans on (checked with the offline compile, .ci/compile_kernels.py):
+Hopper facts the design leans on (checked with the offline compile, tests/offline_compile.py):
 * The weight [N, K] is K-contiguous: its smem tile [BLOCK_N, BLOCK_K] permuted to [BLOCK_K, BLOCK_N]
   is the K-major B operand int8 wgmma needs (no transposed copy).
 * Triton lowers int8 wgmma only up to n = 224, so BLOCK_N = 256 runs as m64n128k32 instructions.

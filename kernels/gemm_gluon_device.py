@@ -91,7 +91,7 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
 
     @gluon.jit
     def _sigmoid(x):
-        # the body of tl.sigmoid (triton/language/standard.py): same ops, same PTX
+        # the body of Triton's tl.sigmoid: same ops, same PTX
         return 1 / (1 + gl.exp(-x))
 
     @gluon.jit

@@ -84,13 +84,14 @@ def _forced_reason(path: str, how: str) -> str:
 def select_after_fused_failure(device: torch.device, n: int, k: int, exc: BaseException) -> tuple[str, str]:
     """(path, reason) for a call whose fused kernel failed for this shape (``fused.FusedUnavailable``): the automatic
     choice among the slower paths, by the rules ``select_path`` uses, the reason leading with the failure."""
-    return _auto(device, n, k, note=f"the fused Triton kernel failed for this shape: {exc}", first=1)
+    return _auto(device, n, k, note=f"the fused Triton kernel failed for this shape: {exc}", after=PATH_TRITON)
 
 
-def _auto(device: torch.device, n: int, k: int, note: str = "", first: int = 0) -> tuple[str, str]:
-    """The fastest path from ``_QUANT_PATHS[first:]`` that can run here, and why the faster ones did not."""
+def _auto(device: torch.device, n: int, k: int, note: str = "", after: str | None = None) -> tuple[str, str]:
+    """The fastest path (those slower than ``after`` only) that can run here, and why the faster ones did not."""
     reasons = [note] if note else []
-    for candidate in _QUANT_PATHS[first:]:
+    start = _QUANT_PATHS.index(after) + 1 if after else 0
+    for candidate in _QUANT_PATHS[start:]:
         if candidate == PATH_TRITON and device.type == "cpu":
             # The CPU interpreter is a test vehicle, never an automatic choice.
             reasons.append("CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)")

@@ -126,9 +126,9 @@ class GemmConfig:
 
 
 def split_plan(cfg: GemmConfig, K: int) -> tuple[int, int]:
-    """(k steps per split KPS, effective split count S) of the Gluon kernel for ``cfg.split_k``: KPS = cdiv(k_tiles,
-    split_k), S = cdiv(k_tiles, KPS), so every split has >= 1 k step and only the last may be
-    shorter. S == 1: the unsplit kernel (no workspace)."""
+    """(k steps per split KPS, effective split count S) of the Gluon kernel for ``cfg.split_k``:
+    KPS = cdiv(k_tiles, split_k), S = cdiv(k_tiles, KPS), so every split has >= 1 k step and only the last
+    may be shorter. S == 1: the unsplit kernel (no workspace)."""
     k_tiles = -(-K // cfg.block_k)
     if cfg.split_k <= 1 or k_tiles <= 1:
         return k_tiles, 1

@@ -197,8 +197,8 @@ _PLANS: dict = {}
 def launch_gemm(q, w, cfg: GemmConfig, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, *, up=None):
     """out = W8A8 GEMM of q [M, K] and w [N, K] (module docstring) with the Gluon config ``cfg``; returns
     ``out``. ``up = (w3, s3)``: the SwiGLU gate/up pair from two weights (``build_launch``). The caller has
-    checked ``backends.unavailable("gluon", device)`` and ``operands.gluon_operand_problem``. A launch plan is kept per
-    shape, strides and dtypes: a repeat call only builds the descriptors."""
+    checked ``backends.unavailable("gluon", device)`` and ``operands.gluon_operand_problem``. A launch plan is
+    kept per shape, strides and dtypes: a repeat call only builds the descriptors."""
     M, K = q.shape
     N = w.shape[0]
     kps, splits = split_plan(cfg, K)

@@ -100,7 +100,7 @@ def info_report() -> dict:
     import torch
 
     from . import __version__
-    from .kernels import backends, environment_report, select_path, triton_unavailable_reason
+    from .kernels import backends, environment_report, select_path
     from .kernels.launch import status as launch_status
     from .kernels.path_choice import dequant_dtype
     from .kernels.registry import path_labels
@@ -116,11 +116,11 @@ def info_report() -> dict:
         device=str(device),
         gemm_path=path,
         gemm_path_reason=why_not_faster or "the fastest path",
-        fused_kernel_unavailable=triton_unavailable_reason(device),
+        fused_kernel_unavailable=backends.unavailable("triton", device),
     )
     report.update(cached_launches=launch_status(), demoted=backends.DEMOTIONS.items())
     if path == "triton-int8":
-        gluon_why = backends.gluon_unavailable(device)
+        gluon_why = backends.unavailable("gluon", device)
         if gluon_why is None:
             report.update(
                 backend="gluon",

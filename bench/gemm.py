@@ -298,9 +298,6 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0, smooth=False):
                 amax = w_f.abs().amax(1, keepdim=True)
                 st[name_w + "_8"] = (w_f / (amax / 448.0)).to(torch.float8_e4m3fn)
                 st[name_w + "_8s"] = (amax / 448.0).float().reshape(1, F_)
-        chunk = Kn.swiglu_chunk_for(F_)
-        st["chunk"] = chunk
-        st["w13"], st["s13"] = Kn.interleave_gate_up(st["w1_q"], st["w1_s"], st["w3_q"], st["w3_s"], chunk)
         if smooth:  # the file's layout: w1 and w3 with their own vectors; the fold's two ways out
             from comfyui_ideogram4_int8.ideogram4.smooth_fold import requantize_columns
 
@@ -312,7 +309,7 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0, smooth=False):
             shared = torch.minimum(s1, s3)
             q1, c1 = requantize_columns(st["w1_qs"], st["w1_ss"], shared / s1)
             q3, c3 = requantize_columns(st["w3_qs"], st["w3_ss"], shared / s3)
-            st["w13_sh"], st["s13_sh"] = Kn.interleave_gate_up(q1, c1, q3, c3, chunk)
+            st["w1_sh"], st["s1_sh"], st["w3_sh"], st["s3_sh"] = q1, c1, q3, c3
             st["x_div_sh"] = (x.float() / shared).to(x.dtype)
         sets.append(st)
 
@@ -333,12 +330,9 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0, smooth=False):
         "bf16": lambda st: F.silu(F.linear(st["x"], st["w1_bf"])) * F.linear(st["x"], st["w3_bf"]),
         "cublas-int8": lambda st: unfused(st, "cublas-int8"),
         "triton-int8-unfused": lambda st: unfused(st, "triton-int8"),
-        "triton-int8": lambda st: Kn.swiglu_w8a8_linear(
-            st["x"], st["w13"], st["s13"], st["chunk"], path="triton-int8", site=f"bench/{name}"
-        ),
-        # the same GEMM reading gate and up from the two weights as they are (ComfyUI MODELs: no interleaved copy)
-        "triton-int8-pair": lambda st: Kn.swiglu_w8a8_pair(
-            st["x"], st["w1_q"], st["w1_s"], st["w3_q"], st["w3_s"], path="triton-int8", site=f"bench/{name}-pair"
+        # one GEMM reading gate and up tiles from the two weights as they are, the SwiGLU in its epilogue
+        "triton-int8": lambda st: Kn.swiglu_w8a8_pair(
+            st["x"], st["w1_q"], st["w1_s"], st["w3_q"], st["w3_s"], path="triton-int8", site=f"bench/{name}"
         ),
     }
     if _fp8_available():
@@ -357,8 +351,14 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0, smooth=False):
 
         peers["triton-int8-unfused-smooth"] = unfused_smooth
         peers["triton-int8-ratio"] = ratio
-        peers["triton-int8-folded"] = lambda st: Kn.swiglu_w8a8_linear(
-            st["x_div_sh"], st["w13_sh"], st["s13_sh"], st["chunk"], path="triton-int8", site=f"bench/{name}-folded"
+        peers["triton-int8-folded"] = lambda st: Kn.swiglu_w8a8_pair(
+            st["x_div_sh"],
+            st["w1_sh"],
+            st["s1_sh"],
+            st["w3_sh"],
+            st["s3_sh"],
+            path="triton-int8",
+            site=f"bench/{name}-folded",
         )
     if ck is not None:
         for st in sets:
@@ -384,15 +384,13 @@ def bench_swiglu(name, M, F_, K, quick, ck, gen, sustained=0.0, smooth=False):
         sets,
         flop,
         quick,
-        ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused", "triton-int8-pair"),
+        ("bf16", "ck-int8", "fp8-rowwise", "cublas-int8", "triton-int8-unfused"),
         sustained,
     )
     if smooth:
         _smooth_ratios(row)
     rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
     row["triton_config"], row["triton_config_source"] = rec.config, rec.config_source
-    rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == f"{name}-pair")
-    row["pair_config"], row["pair_config_source"] = rec.config, rec.config_source
     row["sm_clock_mhz_after"] = _sm_clock_mhz()
     return row
 
@@ -401,9 +399,9 @@ def tune_shape(M, N, K, quick, gen):
     """Time every config of this GPU's space; return the sorted (ms, config) list."""
     from comfyui_ideogram4_int8 import kernels as Kn
     from comfyui_ideogram4_int8.kernels import configs as C
+    from comfyui_ideogram4_int8.kernels.backends import runnable_kernels
     from comfyui_ideogram4_int8.kernels.env import arch_name
     from comfyui_ideogram4_int8.kernels.fused import launch_config
-    from comfyui_ideogram4_int8.kernels.tuning import runnable_kernels
 
     q = torch.randint(-127, 128, (M, K), device="cuda", dtype=torch.int8, generator=gen)
     w = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8, generator=gen)
@@ -417,10 +415,10 @@ def tune_shape(M, N, K, quick, gen):
     smem = getattr(props, "shared_memory_per_block_optin", None)
     for cfg in C.config_space(arch, M, smem, runnable_kernels(torch.device("cuda"))):
         try:
-            ms = _bench(lambda cfg=cfg: launch_config(cfg, q, w, s, ws, None, out, False, False), quick)
+            ms = _bench(lambda cfg=cfg: launch_config(cfg, q, w, s, ws, None, out, False), quick)
             if expect is not None:
                 acc = torch.empty(M, N, device="cuda", dtype=torch.int32)
-                launch_config(cfg, q, w, None, None, None, acc, True, False)
+                launch_config(cfg, q, w, None, None, None, acc, True)
                 if not torch.equal(acc.cpu(), expect):
                     print(f"  {cfg.key()}: WRONG RESULT, skipped", file=sys.stderr)
                     continue
@@ -579,7 +577,7 @@ def run_bench(args) -> int:
         for name in names:
             M, N, K = SHAPES[name]
             if name in SWIGLU_SHAPES or any((e["N"], e["K"], e["m_bucket"]) == (N, K, m_bucket(M)) for e in entries):
-                continue  # SwiGLU: tuned on first use (block_n pinned by the interleave chunk)
+                continue  # SwiGLU: tuned on first use, under its own epilogue key
             ranked = tune_shape(M, N, K, True, gen)  # ranking only: short repetitions
             if ranked:
                 entries.append(

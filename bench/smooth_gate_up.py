@@ -4,7 +4,7 @@
 
 One norm (ffn_norm1) feeds both FFN projections, so only one vector can be folded into it. The transformerlab file
 gives w1 and w3 their own (s1, s3). The ways out (``ideogram4.smooth_fold.GATE_UP_MODES``), each run through the
-pack's own code (``fold_smoothing``, ``W8A8Linear``, ``kernels.swiglu_w8a8_linear``) on the CPU:
+pack's own code (``fold_smoothing``, ``W8A8Linear``, ``kernels.swiglu_w8a8_pair``) on the CPU:
 
   stored     as the file is: each projection divides its input by its own vector at run time (no fold)
   ratio      s1 folded into ffn_norm1; w3 divides by s3 / s1 at run time (two quantizer passes)
@@ -161,11 +161,14 @@ def run_seed(seed: int, scenario: str, tokens: int, calib: int, device: str) -> 
             lin["w1"].input_divisor is None or torch.equal(lin["w1"].input_divisor, lin["w3"].input_divisor)
         )
         if same_input:
-            chunk = kernels.swiglu_chunk_for(cfg.intermediate_size)
-            w13, s13 = kernels.interleave_gate_up(
-                lin["w1"].weight, lin["w1"].weight_scale, lin["w3"].weight, lin["w3"].weight_scale, chunk
+            h_run = kernels.swiglu_w8a8_pair(
+                x,
+                lin["w1"].weight,
+                lin["w1"].weight_scale,
+                lin["w3"].weight,
+                lin["w3"].weight_scale,
+                smooth=lin["w1"].input_divisor,
             )
-            h_run = kernels.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=lin["w1"].input_divisor)
             run_how = "one fused SwiGLU GEMM (float32 epilogue), one quantizer pass"
         else:
             h_run = F.silu(lin["w1"](x)) * lin["w3"](x)

@@ -259,7 +259,7 @@ class Ideogram4DiT(nn.Module):
     def fuse_gate_up(self, on: bool = True) -> int:
         """Run each block's feed_forward.w1 / w3 as one fused W8A8 GEMM with the SwiGLU in its epilogue.
 
-        One-way: the interleaved weight replaces w1 and w3 (no second copy stays resident).
+        One-way: the fused module takes over w1's and w3's int8 weights and scales (no copy) and replaces them.
         Blocks whose w1 / w3 cannot share a GEMM keep them. Returns the number of fused blocks."""
         if not on:
             return 0

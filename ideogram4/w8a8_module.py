@@ -252,26 +252,30 @@ class FloatLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-class FusedGateUp(nn.Module):
+class FusedGateUp(_KeepFloat32):
     """feed_forward.w1 and .w3 (SwiGLU gate and up) as ONE W8A8 GEMM with silu(gate) * up in its
-    epilogue (``kernels.swiglu_w8a8_linear``): one activation quantization instead of two and no
+    epilogue (``kernels.swiglu_w8a8_pair``): one activation quantization instead of two and no
     gate / up intermediates in memory. Built from two W8A8Linear sharing the same input (same
-    smoothing vector, no ConvRot, no bias); their int8 rows are interleaved into one weight."""
+    smoothing vector, no ConvRot, no bias); it keeps their int8 weights and scales as they are (no copy)."""
+
+    _fp32_buffers = ("s1", "s3", "input_smooth")
 
     def __init__(self, w1: W8A8Linear, w3: W8A8Linear, site: str | None = None) -> None:
         super().__init__()
         if not can_fuse_gate_up(w1, w3):
             raise ValueError(f"FusedGateUp {site}: w1 / w3 cannot share one GEMM ({fuse_gate_up_blocker(w1, w3)})")
-        self.chunk = kernels.swiglu_chunk_for(w1.out_features)
-        w13, s13 = kernels.interleave_gate_up(w1.weight, w1.weight_scale, w3.weight, w3.weight_scale, self.chunk)
-        self.register_buffer("w13", w13)
-        self.register_buffer("s13", s13)
+        self.register_buffer("w1", w1.weight)
+        self.register_buffer("s1", w1.weight_scale)
+        self.register_buffer("w3", w3.weight)
+        self.register_buffer("s3", w3.weight_scale)
         self.register_buffer("input_smooth", w1.input_divisor)  # what both divide their input by (None: folded)
         self.in_features, self.out_features = w1.in_features, w1.out_features
         self.site, self.path = site, w1.path
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return kernel_ops.swiglu_w8a8_linear(x, self.w13, self.s13, self.chunk, self.input_smooth, self.path, self.site)
+        return kernel_ops.swiglu_w8a8_pair(
+            x, self.w1, self.s1, self.w3, self.s3, self.input_smooth, self.path, self.site
+        )
 
 
 def fuse_gate_up_blocker(w1, w3) -> str | None:
@@ -282,7 +286,7 @@ def fuse_gate_up_blocker(w1, w3) -> str | None:
         return "ConvRot weights"
     if w1.bias is not None or w3.bias is not None:
         return "biased projections"
-    if w1.weight.shape != w3.weight.shape or kernels.swiglu_chunk_for(w1.out_features) is None:
+    if w1.weight.shape != w3.weight.shape:
         return "shapes"
     s1, s3 = w1.input_divisor, w3.input_divisor  # what each divides its input by at run time
     if (s1 is None) != (s3 is None) or (s1 is not None and not torch.equal(s1, s3)):

@@ -1,7 +1,7 @@
 """W8A8 INT8 kernels: activation quantization, fused INT8 GEMM, path dispatch and registry.
 
 Depends on torch and triton only (triton is imported lazily, so the pack imports without it).
-Public names (stable, see DESIGN.md §6): ``quantize_per_token``, ``int8_matmul``,
+Public names (stable: tests and users rely on them): ``quantize_per_token``, ``int8_matmul``,
 ``int8_matmul_int32``, ``w8a8_linear``.
 """
 
@@ -16,15 +16,9 @@ from .dispatch import (
     w8a8_linear,
 )
 from .env import environment_report
-from .gate_up import (
-    deinterleave_gate_up,
-    interleave_gate_up,
-    swiglu_chunk_for,
-    swiglu_w8a8_linear,
-    swiglu_w8a8_pair,
-)
+from .gate_up import swiglu_w8a8_pair
 from .operands import KernelInputError
-from .path_choice import ENV_PATH, GemmPathUnavailable, select_path, triton_unavailable_reason
+from .path_choice import ENV_PATH, GemmPathUnavailable, select_path
 from .reference import (
     dequant_linear_ref,
     epilogue_ref,
@@ -42,16 +36,11 @@ __all__ = [
     "int8_matmul",
     "int8_matmul_int32",
     "w8a8_linear",
-    "swiglu_w8a8_linear",
     "swiglu_w8a8_pair",
-    "interleave_gate_up",
-    "deinterleave_gate_up",
-    "swiglu_chunk_for",
     "float_linear",
     "qk_norm_rope",
     "qk_norm_rope_ref",
     "select_path",
-    "triton_unavailable_reason",
     "environment_report",
     "DEMOTIONS",
     "ops",

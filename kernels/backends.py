@@ -8,12 +8,14 @@ Backends, fastest first (the ladder inside the ``triton-int8`` path, then the ne
 * ``cublas``: ``torch._int_mm`` + epilogue (the ``cublas-int8`` path);
 * ``reference``: the pure-torch twins (always).
 
-Each backend's availability comes from importing it, once, on first use (never at package import):
-a Triton that is missing, too old, or whose API changed under the pack's kernels makes that backend
-unavailable with the reason, never an exception in the user's run. A backend that imports but fails to
-compile or launch for a shape is *demoted* for that shape (``DEMOTIONS``): the call runs the next
-backend and every later call of that shape goes straight there; the registry carries the reason to the
-panel.
+Whether a backend can run on a device with this machine's torch and Triton is one question, ``unavailable``
+(``runnable_kernels`` asks it per tile kernel); every other module asks it here. Each backend's availability
+comes from importing it, once, on first use (never at package import): a Triton that is missing, too old, or
+whose API changed under the pack's kernels makes that backend unavailable with the reason, never an exception in
+the user's run. Whether a kernel takes one call's operands (TMA addressing, cuBLASLt alignment) is an operand
+question (operands.py). A backend that imports but fails to compile or launch for a shape is *demoted* for that
+shape (``DEMOTIONS``): the call runs the next backend and every later call of that shape goes straight there; the
+registry carries the reason to the panel.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import threading
 
 import torch
 
+from .configs import BACKEND_OF, KERNELS
 from .env import capability, interpreter_mode, triton_line, triton_version, version_tuple
 
 log = logging.getLogger(__name__)
@@ -78,8 +81,35 @@ def gluon_import_error() -> str | None:
     return gemm_gluon.IMPORT_ERROR
 
 
-def triton_unavailable(device: torch.device) -> str | None:
-    """None when the fused Triton kernels can run on ``device``; else why not (for the panel)."""
+BACKENDS = ("gluon", "triton", "cublas", "reference")  # fastest first
+
+
+def unavailable(backend: str, device: torch.device) -> str | None:
+    """None when ``backend`` (one of ``BACKENDS``) can run on ``device`` with this machine's torch and Triton;
+    else why not, in words for the panel. Asked on every GEMM call: the Gluon answer is cached per switch."""
+    if backend == "triton":
+        return _triton_unavailable(device)
+    if backend == "gluon":
+        return _gluon_unavailable(device, os.environ.get(ENV_GLUON, "1").strip(), interpreter_mode())
+    if backend == "cublas":
+        return _cublas_unavailable(device)
+    if backend == "reference":
+        return None
+    raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
+
+
+def runnable_kernels(device: torch.device) -> tuple[str, ...]:
+    """The tile kernels (``configs.KERNELS``) whose backend runs on ``device``; ``triton-tma`` needs TMA descriptors
+    (Hopper and newer). Autotuning times only these."""
+    cc = capability(device) if device.type == "cuda" else None
+    return tuple(
+        k
+        for k in KERNELS
+        if unavailable(BACKEND_OF[k], device) is None and (k != "triton-tma" or (cc is not None and cc >= (9, 0)))
+    )
+
+
+def _triton_unavailable(device: torch.device) -> str | None:
     why = triton_import_error()
     if why:
         return why
@@ -95,18 +125,13 @@ def triton_unavailable(device: torch.device) -> str | None:
     return f"{device.type} tensors: the fused kernel needs a CUDA GPU (sm_80+)"
 
 
-def gluon_unavailable(device: torch.device) -> str | None:
-    """None when the Hopper Gluon kernels can run on ``device``; else why not (asked on every GEMM call)."""
-    return _gluon_unavailable(device, os.environ.get(ENV_GLUON, "1").strip(), interpreter_mode())
-
-
 @functools.lru_cache(maxsize=64)
 def _gluon_unavailable(device: torch.device, switch: str, interpreting: bool) -> str | None:
     if switch == "0":
         return f"{ENV_GLUON}=0 is set"
     if device.type != "cuda" or interpreting:
         return "the Gluon kernels need a CUDA device (sm_90)"
-    why = triton_unavailable(device) or gluon_import_error()
+    why = _triton_unavailable(device) or gluon_import_error()
     if why:
         return why
     cc = capability(device)
@@ -115,11 +140,9 @@ def _gluon_unavailable(device: torch.device, switch: str, interpreting: bool) ->
     return None
 
 
-def cublas_unavailable(device: torch.device, n: int, k: int) -> str | None:
+def _cublas_unavailable(device: torch.device) -> str | None:
     if not hasattr(torch, "_int_mm"):
         return "this torch has no torch._int_mm"
-    if device.type == "cuda" and (k % 8 or n % 8):
-        return f"cuBLASLt int8 needs K and N multiples of 8 (got K={k}, N={n})"
     if device.type not in ("cuda", "cpu"):
         return f"torch._int_mm does not run on {device.type}"
     return None
@@ -170,8 +193,8 @@ def report() -> dict:
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     return {
         "triton": triton_version(),
-        "gluon": gluon_unavailable(device) or "available",
-        "triton_kernels": triton_unavailable(device) or "available",
-        "cublas_int8": cublas_unavailable(device, 8, 8) or "available",
+        "gluon": unavailable("gluon", device) or "available",
+        "triton_kernels": unavailable("triton", device) or "available",
+        "cublas_int8": unavailable("cublas", device) or "available",
         "demoted": DEMOTIONS.items(),
     }

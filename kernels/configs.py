@@ -104,7 +104,7 @@ class GemmConfig:
         if self.subtile and self.kernel != "triton-tma":
             return "subtile is a triton-tma option"
         if self.is_gluon:
-            return _gluon_problem(self, out_bytes, swiglu)
+            return _gluon_config_problem(self, out_bytes, swiglu)
         return None
 
     def uses_wgmma_on_hopper(self) -> bool:
@@ -123,6 +123,17 @@ class GemmConfig:
 
 
 # -- Gluon rules (pure Python: the host side of gemm_gluon.py and the offline compile check) ------
+
+
+def split_plan(cfg: GemmConfig, K: int) -> tuple[int, int]:
+    """(k steps per split KPS, effective split count S) of the Gluon kernel for ``cfg.split_k``:
+    KPS = cdiv(k_tiles, split_k), S = cdiv(k_tiles, KPS), so every split has >= 1 k step and only the last
+    may be shorter. S == 1: the unsplit kernel (no workspace)."""
+    k_tiles = -(-K // cfg.block_k)
+    if cfg.split_k <= 1 or k_tiles <= 1:
+        return k_tiles, 1
+    kps = -(-k_tiles // cfg.split_k)
+    return kps, -(-k_tiles // kps)
 
 
 def gluon_rows_per_consumer(cfg: GemmConfig) -> int:
@@ -148,7 +159,8 @@ def gluon_epi_bufs(cfg: GemmConfig, out_bytes: int = 2, swiglu: bool = False) ->
     return 1 if subtiles % 2 or two > GLUON_SMEM_LIMIT else 2
 
 
-def _gluon_problem(cfg: GemmConfig, out_bytes: int, swiglu: bool) -> str | None:
+def _gluon_config_problem(cfg: GemmConfig, out_bytes: int, swiglu: bool) -> str | None:
+    """Why a Gluon config cannot compile (wgmma shape, shared memory), else None: a rule of the config alone."""
     rows = gluon_rows_per_consumer(cfg)
     if rows % 64 or cfg.num_warps != 4:
         return "wgmma needs >= 64 rows per consumer warpgroup (multiple of 64); num_warps is the warpgroup's 4"
@@ -241,7 +253,6 @@ CONFIG_SPACES: dict[str, list[GemmConfig]] = {
 }
 # Shared memory per block (opt-in) when the device cannot be asked: conservative.
 SMEM_LIMIT = {"sm80": 163 * 1024, "sm86": 99 * 1024, "sm89": 99 * 1024, "sm90": 227 * 1024, "sm100": 227 * 1024}
-MEASURED_ARCHS = ("sm90",)
 
 
 def m_bucket(M: int) -> int:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from . import reference
-from .backends import DEMOTIONS, cublas_unavailable
+from .backends import DEMOTIONS, unavailable
 from .fused import FusedUnavailable, run_fused
 from .operands import (
     _FLOAT_DTYPES,
@@ -27,8 +27,8 @@ from .operands import (
     _out_buffer,
     _vector,
 )
-from .path_choice import GemmPathUnavailable, dequant_dtype, select_path, triton_unavailable_reason
-from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, REGISTRY
+from .path_choice import GemmPathUnavailable, dequant_dtype, select_after_fused_failure, select_path
+from .registry import PATH_DEQUANT, PATH_TRITON, REGISTRY
 
 # REGISTRY.launches key counting activation quantizations that divide by a SmoothQuant vector (any path): a
 # model whose smoothing is folded at load (ideogram4.smooth_fold) runs none for its folded layers
@@ -59,7 +59,7 @@ def quantize_per_token(x: torch.Tensor, smooth: torch.Tensor | None = None, conv
 def _quantize_rows(x2: torch.Tensor, smooth, group: int | None):
     """Per-token quantization of a validated [M, K] (unit column stride): the Triton kernel where it can run
     (the plain or the rotating one), else the twin."""
-    fused = triton_unavailable_reason(x2.device) is None
+    fused = unavailable("triton", x2.device) is None
     if smooth is not None:
         REGISTRY.count_launch(QUANT_DIVIDE)
     if group is None:
@@ -86,12 +86,11 @@ def _quantize_rows(x2: torch.Tensor, smooth, group: int | None):
     return reference.quantize_rotated_ref(x2, group)
 
 
-def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, swiglu_chunk=None, timed=None):
+def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, timed=None):
     """The fused path (fused.run_fused) into ``out`` or a new buffer: (out, config, source)."""
     m, n = q.shape[0], w.shape[0]
-    n_out = n // 2 if swiglu_chunk else n
-    out = _out_buffer(out, m, n_out, torch.int32 if raw_int32 else out_dtype, q.device, "int8_matmul")
-    out, cfg, source = run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, swiglu_chunk, timed)
+    out = _out_buffer(out, m, n, torch.int32 if raw_int32 else out_dtype, q.device, "int8_matmul")
+    out, cfg, source = run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, timed=timed)
     if cfg is not None:
         REGISTRY.count_launch("gemm_triton")
     return out, cfg, source
@@ -105,7 +104,7 @@ def _launch_fused_strict(*args, where: str, **kwargs):
 
 
 def _fused_guard(q: torch.Tensor, where: str) -> None:
-    why = triton_unavailable_reason(q.device)
+    why = unavailable("triton", q.device)
     if why:
         raise GemmPathUnavailable(
             f"{where}: the fused Triton kernel cannot run here: {why}. Use w8a8_linear for a labelled fallback"
@@ -153,7 +152,7 @@ _EPILOGUE_SHAPE = ("epilogue",)  # the demotion key of the cuBLAS path's Triton 
 def _cublas_linear(q, s, w, w_scale, bias, out_dtype):
     acc = _int_mm_padded(q, w)
     REGISTRY.count_launch("int_mm")
-    if acc.is_cuda and triton_unavailable_reason(acc.device) is None and not DEMOTIONS.get("triton", _EPILOGUE_SHAPE):
+    if acc.is_cuda and unavailable("triton", acc.device) is None and not DEMOTIONS.get("triton", _EPILOGUE_SHAPE):
         from .gemm_triton import apply_epilogue
 
         try:
@@ -203,7 +202,7 @@ def w8a8_linear(
         with _timed_unless_fused(chosen, x.device):
             y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype, group)
     except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
-        chosen, reason = _after_fused_failure(x.device, n, k, exc)
+        chosen, reason = select_after_fused_failure(x.device, n, k, exc)
         bias_v = _vector(bias, n, "w8a8_linear: bias", x.device)
         with REGISTRY.timed(chosen, x.device):
             y, cfg, source = _w8a8_compute(x2, w, w_scale, bias_v, smooth, chosen, out_dtype, group)
@@ -225,12 +224,6 @@ def _timed_unless_fused(chosen: str, device: torch.device):
     """GEMM timing around a whole linear, except on the fused path: that one times its activation quantization
     and its launch itself (``_launch_fused``), so a shape's one-time autotuning is never counted."""
     return contextlib.nullcontext() if chosen == PATH_TRITON else REGISTRY.timed(chosen, device)
-
-
-def _after_fused_failure(device: torch.device, n: int, k: int, exc: FusedUnavailable) -> tuple[str, str]:
-    """(path, reason) after the fused kernel failed for a shape: cuBLAS int8 where it runs, else dequant-bf16."""
-    chosen = PATH_CUBLAS if cublas_unavailable(device, n, k) is None else PATH_DEQUANT
-    return chosen, f"the fused Triton kernel failed for this shape: {exc}"
 
 
 def _w8a8_compute(x2, w, w_scale, bias, smooth, chosen, out_dtype, group=None):
@@ -283,7 +276,7 @@ def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: 
         x.stride(-1) == 1
         and half >= 16
         and half & (half - 1) == 0
-        and triton_unavailable_reason(x.device) is None
+        and unavailable("triton", x.device) is None
         and weight.device == x.device
     )
     if not fused_ok:

@@ -1,8 +1,8 @@
-"""The SwiGLU gate/up projection entry points (Ideogram 4's feed_forward.w1 / w3): h = silu(x W1^T) * (x W3^T).
+"""The SwiGLU gate/up projection entry point (Ideogram 4's feed_forward.w1 / w3): h = silu(x W1^T) * (x W3^T).
 
-``swiglu_w8a8_pair`` reads the two int8 weights as they are; ``swiglu_w8a8_linear`` takes them interleaved into one
-tensor (``interleave_gate_up``). On the fused path the SwiGLU runs in the GEMM epilogue; the other paths run
-dispatch.py's path runners and apply it in float32. Every call is recorded in ``registry.REGISTRY``.
+``swiglu_w8a8_pair`` reads the two int8 weights as they are. On the fused path the SwiGLU runs in the GEMM
+epilogue; the other paths run dispatch.py's path runners and apply it in float32. Every call is recorded in
+``registry.REGISTRY``.
 """
 
 from __future__ import annotations
@@ -10,89 +10,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .dispatch import (
-    _after_fused_failure,
-    _cublas_linear,
-    _launch_fused,
-    _quantize_rows,
-    _w8a8_compute,
-    quantize_per_token,
-)
+from .dispatch import _cublas_linear, _quantize_rows, _w8a8_compute
 from .fused import FusedUnavailable, run_fused
 from .operands import _FLOAT_DTYPES, KernelInputError, _check_group, _check_int8_2d, _check_k, _out_buffer, _vector
-from .path_choice import select_path
+from .path_choice import select_after_fused_failure, select_path
 from .registry import PATH_DEQUANT, PATH_TRITON, REGISTRY
-
-
-def swiglu_chunk_for(f: int) -> int | None:
-    """Interleave chunk for a gate/up pair of width f: the largest of 128/64/32/16 dividing f."""
-    return next((c for c in (128, 64, 32, 16) if f % c == 0), None)
-
-
-def interleave_gate_up(w1, s1, w3, s3, chunk: int):
-    """Stack gate (w1) and up (w3) int8 rows as [g0 | u0 | g1 | u1 | ...] in chunks of ``chunk``
-    rows, so one BLOCK_N = 2 x chunk output tile holds matching gate and up columns."""
-    f, k = w1.shape
-    if w3.shape != (f, k) or f % chunk:
-        raise KernelInputError(f"interleave_gate_up: w1 {tuple(w1.shape)} / w3 {tuple(w3.shape)} with chunk {chunk}")
-    w13 = torch.stack([w1.reshape(f // chunk, chunk, k), w3.reshape(f // chunk, chunk, k)], dim=1)
-    s13 = torch.stack([s1.reshape(f // chunk, chunk), s3.reshape(f // chunk, chunk)], dim=1)
-    return w13.reshape(2 * f, k).contiguous(), s13.reshape(2 * f).float().contiguous()
-
-
-def deinterleave_gate_up(y13: torch.Tensor, chunk: int):
-    """Inverse of the interleaving on the output's last dim: (gate, up)."""
-    lead, n2 = y13.shape[:-1], y13.shape[-1]
-    y = y13.reshape(*lead, n2 // (2 * chunk), 2, chunk)
-    return y[..., 0, :].reshape(*lead, n2 // 2), y[..., 1, :].reshape(*lead, n2 // 2)
-
-
-def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, out_dtype=None):
-    """h = silu(x W1^T) * (x W3^T) with W1|W3 interleaved (``interleave_gate_up``) as one W8A8 GEMM.
-
-    On the fused path the SwiGLU runs in the GEMM epilogue in float32 and h is written once;
-    other paths compute both projections and apply SwiGLU in float32 afterwards.
-    """
-    _check_int8_2d(w13, "swiglu_w8a8_linear: w13")
-    n2, k = w13.shape
-    if not chunk or n2 % (2 * chunk):
-        raise KernelInputError(f"swiglu_w8a8_linear: w13 has {n2} rows, not a multiple of 2 x chunk={chunk}")
-    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOAT_DTYPES or x.shape[-1] != k:
-        raise KernelInputError(f"swiglu_w8a8_linear: x must be float [..., {k}]; got {getattr(x, 'shape', x)}")
-    out_dtype = out_dtype or x.dtype
-    s13 = _vector(s13, n2, "swiglu_w8a8_linear: s13", x.device)
-    smooth = _vector(smooth, k, "swiglu_w8a8_linear: smooth", x.device)
-    chosen, reason = select_path(x.device, n2, k, path)
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, k)
-    cfg = source = h = None
-    if chosen == PATH_TRITON:
-        with REGISTRY.timed(PATH_TRITON, x.device):
-            q, s = quantize_per_token(x2, smooth)
-        try:
-            h, cfg, source = _launch_fused(
-                q, w13, s, s13, None, out_dtype, False, swiglu_chunk=chunk, timed=PATH_TRITON
-            )
-        except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
-            chosen, reason = _after_fused_failure(x.device, n2, k, exc)
-    if h is None:
-        with REGISTRY.timed(chosen, x.device):
-            y, _, _ = _w8a8_compute(x2, w13, s13, None, smooth, chosen, torch.float32)
-            g, u = deinterleave_gate_up(y, chunk)
-            h = (F.silu(g) * u).to(out_dtype)
-    REGISTRY.record(
-        site,
-        chosen,
-        reason,
-        x2.shape[0],
-        n2,
-        k,
-        dtype=x.dtype,
-        config=cfg.key() if cfg is not None else None,
-        config_source=source,
-    )
-    return h.reshape(*lead, n2 // 2)
-
 
 FUSION_ONE_GEMM = "gate/up pair: one GEMM with the SwiGLU epilogue, w1 and w3 read in place"
 
@@ -105,16 +27,15 @@ FUSION_DEQUANT = "gate/up pair: two dequantized float GEMMs, SwiGLU in float32"
 
 def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_dtype=None, convrot_group=None):
     """h = silu(x W1^T) * (x W3^T) for x [..., K] and two int8 weights w1 (gate), w3 (up) [F, K] with their
-    per-channel scales s1, s3 [F]: the gate/up pair without an interleaved copy of the weights.
+    per-channel scales s1, s3 [F].
 
     On the fused path one activation quantization and one GEMM that reads the gate and up tiles from the two
-    tensors, with the SwiGLU in its epilogue (float32, the same ops in the same order as
-    ``swiglu_w8a8_linear``'s: bit for bit its result for the interleaved weights). Other paths (and a fused
-    kernel that fails for the shape, labelled) quantize once, run both projections and apply the SwiGLU in
-    float32. ``path`` forces a path (strict), as for ``w8a8_linear``. ``site``: one call site (recorded as
-    the pair, N = 2F) or a tuple (gate site, up site), each recorded as its own [F, K] projection; every
-    record says how the pair ran (``fusion``). ``convrot_group``: both weights are ConvRot-rotated (int8_convrot
-    files): the activation is rotated inside its one quantization.
+    tensors, with the SwiGLU in its epilogue (float32). Other paths (and a fused kernel that fails for the
+    shape, labelled) quantize once, run both projections and apply the SwiGLU in float32. ``path`` forces a
+    path (strict), as for ``w8a8_linear``. ``site``: one call site (recorded as the pair, N = 2F) or a tuple
+    (gate site, up site), each recorded as its own [F, K] projection; every record says how the pair ran
+    (``fusion``). ``convrot_group``: both weights are ConvRot-rotated (int8_convrot files): the activation is
+    rotated inside its one quantization.
     """
     _check_int8_2d(w1, "swiglu_w8a8_pair: w1")
     _check_int8_2d(w3, "swiglu_w8a8_pair: w3")
@@ -153,7 +74,7 @@ def swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth=None, path=None, site=None, out_d
                 REGISTRY.count_launch("gemm_triton")
                 REGISTRY.count_launch("gate_up_pair")
         except FusedUnavailable as exc:  # the portable kernel failed for this shape: the next path, labelled
-            chosen, reason = _after_fused_failure(x.device, f, k, exc)
+            chosen, reason = select_after_fused_failure(x.device, f, k, exc)
     if h is None:
         with REGISTRY.timed(chosen, x.device):
             h = _pair_unfused(x2, q, s, w1, s1, w3, s3, smooth, chosen, out_dtype, group)

@@ -1,32 +1,28 @@
 """W8A8 GEMM for Hopper (sm_90a) written in Gluon: explicit TMA / mbarrier / async wgmma. This module is its
-host side (launch planning: ``split_plan``, ``address_problem``, ``build_launch``; ``launch_gemm``) and the
-design notes of its device code: the kernel is in gemm_gluon_kernel.py, its device helpers in
-gemm_gluon_device.py, the Gluon API names in gluon_api.py.
+host side (launch planning: ``build_launch``; ``launch_gemm``) and the design notes of its device code: the
+kernel is in gemm_gluon_kernel.py, its device helpers in gemm_gluon_device.py, the Gluon API names in
+gluon_api.py. Whether this device and Triton run it is ``backends.unavailable("gluon", device)``; whether TMA can
+address a call's operands is ``operands.gluon_operand_problem``; the split-K plan is ``configs.split_plan``.
 
 Same contract as ``gemm_triton`` (twin: ``reference.int8_matmul_ref``)::
 
     acc[m, n] = sum_k q[m, k] * w[n, k]                     (int8 x int8 -> int32)
     out[m, n] = out_dtype((float32(acc) * s_tok[m]) * s_ch[n] + bias[n])   (or acc itself: RAW_INT32)
 
-SWIGLU (no bias, not RAW_INT32, N % BLOCK_N == 0): ``w`` [N, K] holds gate and up rows
-interleaved in chunks of BLOCK_N // 2 (gate_up.interleave_gate_up), so output tile (pid_m, pid_n)
-has gate columns in its left half and the matching up columns in its right half; with y as above
-(float32), out [M, N // 2] gets, at columns pid_n * BLOCK_N // 2 + [0, BLOCK_N // 2)::
+PAIR (the SwiGLU gate/up pair, ``launch_gemm(..., up=(w3, s3))``; no bias, not RAW_INT32, not split): ``w`` is the
+gate weight w1 [F, K] and w3 [F, K] the up weight, each with its own scale vector, out [M, F] (ComfyUI MODELs keep
+w1 and w3 as two parameters: they are read as they are). Each stage holds one B tile [BLOCK_N, BLOCK_K], which the
+producer fills with two TMA boxes of BLOCK_N // 2 rows (rows f.. of w1 into the top half, the same rows of w3 into
+the bottom half: one mbarrier, one byte count), so the consumers' wgmma over the whole tile produces gate columns
+g on the left and the matching up columns u on the right. With g and u dequantized as y above (float32), out gets,
+at columns pid_n * BLOCK_N // 2 + [0, BLOCK_N // 2)::
 
     out = out_dtype(g * sigmoid(g) * u),   sigmoid(g) = 1 / (1 + exp(-g))
 
-exactly the float32 ops of gemm_triton_kernels._swiglu_tile (twin: F.silu(g) * u in float32).
-
-PAIR (the SwiGLU gate/up pair from two weights, ``launch_gemm(..., up=(w3, s3))``): ``w`` is the gate w1 [F, K]
-and w3 [F, K] the up weight, each with its own scale vector, out [M, F]; no interleaved copy exists (ComfyUI
-MODELs keep w1 and w3 as two parameters). The kernel keeps the interleaved epilogue's shared memory, ring and
-wgmma shape: each stage still holds one B tile [BLOCK_N, BLOCK_K], which the producer fills with two TMA boxes
-of BLOCK_N // 2 rows (rows f.. of w1 into the top half, the same rows of w3 into the bottom half: one mbarrier,
-the same byte count), so the consumers' wgmma over the whole tile produces gate columns on the left and up
-columns on the right exactly as with interleaved weights, and the epilogue reads the up scales from their own
-vector. A second B ring (or two accumulators) would need more shared memory or change the wgmma issue; two
-boxes into halves of the same tile change only the loader. N is F for the tile grid; F need not be a multiple
-of BLOCK_N // 2 (TMA zero-fills rows past F and clips the stores, scale loads are masked).
+exactly the float32 ops of gemm_triton_kernels._gate_up_epilogue (twin: F.silu(g) * u in float32). A second B
+ring (or two accumulators) would need more shared memory or change the wgmma issue; two boxes into halves of the
+same tile change only the loader. N is F for the tile grid; F need not be a multiple of BLOCK_N // 2 (TMA
+zero-fills rows past F and clips the stores, scale loads are masked).
 
 One warp-specialized persistent kernel, two schedules (``GemmConfig.kernel``):
 
@@ -36,7 +32,7 @@ One warp-specialized persistent kernel, two schedules (``GemmConfig.kernel``):
 * ``gluon-pingpong``: each consumer warpgroup owns whole tiles, alternating; one warpgroup's
   epilogue overlaps the other's main loop (the ring serializes their loads).
 
-Split-K (``split_k`` > 1, not with SwiGLU): the persistent loop walks tiles x S work units,
+Split-K (``split_k`` > 1, not with PAIR): the persistent loop walks tiles x S work units,
 split-major (unit = split * tiles + tile); a unit covers the k steps [s * KPS, min(k_tiles,
 (s + 1) * KPS)) with KPS = cdiv(k_tiles, split_k) and S = cdiv(k_tiles, KPS), so no split is empty.
 Each unit TMA-stores its exact int32 partial into ws [S, M, N] through a 3-D descriptor (box
@@ -45,7 +41,7 @@ slices and applies scales + bias (or keeps the int32 sum). Producer and consumer
 ring positions (``_unit_slot``), so the mbarrier phases stay consistent across units of different
 lengths.
 
-Hopper facts the design leans on (checked with the offline compile, .ci/compile_kernels.py):
+Hopper facts the design leans on (checked with the offline compile, tests/offline_compile.py):
 * The weight [N, K] is K-contiguous: its smem tile [BLOCK_N, BLOCK_K] permuted to [BLOCK_K, BLOCK_N]
   is the K-major B operand int8 wgmma needs (no transposed copy).
 * Triton lowers int8 wgmma only up to n = 224, so BLOCK_N = 256 runs as m64n128k32 instructions.
@@ -63,7 +59,7 @@ import functools
 
 import torch
 
-from .configs import GLUON_CONSUMER_REGS, GLUON_LOADER_REGS, GemmConfig, gluon_epi_bufs, gluon_instr_n
+from .configs import GLUON_CONSUMER_REGS, GLUON_LOADER_REGS, GemmConfig, gluon_epi_bufs, gluon_instr_n, split_plan
 from .configs import gluon_rows_per_consumer as _rows
 from .env import sm_count
 from .gluon_api import IMPORT_ERROR
@@ -87,62 +83,38 @@ if IMPORT_ERROR is None:
     }
 
 
-def split_plan(cfg: GemmConfig, K: int) -> tuple[int, int]:
-    """(k steps per split KPS, effective split count S) for ``cfg.split_k``: KPS = cdiv(k_tiles,
-    split_k), S = cdiv(k_tiles, KPS), so every split has >= 1 k step and only the last may be
-    shorter. S == 1: the unsplit kernel (no workspace)."""
-    k_tiles = -(-K // cfg.block_k)
-    if cfg.split_k <= 1 or k_tiles <= 1:
-        return k_tiles, 1
-    kps = -(-k_tiles // cfg.split_k)
-    return kps, -(-k_tiles // kps)
-
-
-def address_problem(cfg: GemmConfig, q, w, out, w3=None) -> str | None:
-    """None when TMA can address this launch's operands (``w3``: the up weight of a gate/up pair), else why not
-    (the caller then demotes)."""
-    from .gemm_triton import tma_problem
-
-    if q.shape[1] % 16:
-        return f"K = {q.shape[1]} is not a multiple of 16 (TMA row alignment of the int8 operands)"
-    if split_plan(cfg, q.shape[1])[1] > 1 and w.shape[0] % 4:
-        return f"N = {w.shape[0]} is not a multiple of 4 (TMA rows of the int32 split-K workspace)"
-    return tma_problem(q, w, out) if w3 is None else tma_problem(q, w, w3, out)
-
-
 @functools.lru_cache(maxsize=256)
 def _smem_layout(block: tuple, dtype):
     return gl.NVMMASharedLayout.get_default_for(list(block), dtype)
 
 
 def build_launch(
-    q, w, q_scale, w_scale, bias, out, cfg: GemmConfig, raw_int32=False, swiglu=False, ws=None, num_sms=None, up=None
+    q, w, q_scale, w_scale, bias, out, cfg: GemmConfig, raw_int32=False, *, ws=None, num_sms=None, up=None
 ):
     """(kernel, grid, args, kwargs) of one launch. Device-free: the offline compile check calls it with
-    CPU tensors. swiglu: ``w`` holds gate/up rows interleaved in chunks of BLOCK_N // 2; out is [M, N // 2];
-    or, with ``up = (w3, s3)``, ``w`` is the gate weight w1 [F, K] (scale ``w_scale``), w3 [F, K] the up
-    weight and out [M, F] (PAIR: each stage's B tile is loaded as two half boxes, one per weight).
-    Split-K (split_plan(cfg, K)[1] > 1): the kernel writes int32 partials into ``ws`` (contiguous int32
-    [S, M, N]) and ignores scales, bias and ``out``; the caller reduces. Misuse raises ValueError."""
-    plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms, up)
+    CPU tensors. ``up = (w3, s3)``: the SwiGLU gate/up pair, ``w`` the gate weight w1 [F, K] (scale
+    ``w_scale``), w3 [F, K] the up weight, out [M, F] (PAIR: each stage's B tile is loaded as two half boxes,
+    one per weight). Split-K (split_plan(cfg, K)[1] > 1): the kernel writes int32 partials into ``ws``
+    (contiguous int32 [S, M, N]) and ignores scales, bias and ``out``; the caller reduces. Misuse raises
+    ValueError."""
+    plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, ws, num_sms, up)
     return _launch_args(plan, q, w, q_scale, w_scale, bias, out, ws, up)
 
 
-def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms, up=None) -> tuple:
+def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, ws, num_sms, up=None) -> tuple:
     """Everything of a launch but its tensors, validated: (kernel, grid, kwargs, descriptor blocks, kps)."""
     M, K = q.shape
     N = w.shape[0]
     pair = up is not None
-    why = cfg.problem(out.element_size(), swiglu) if cfg.is_gluon else f"{cfg.key()} is not a Gluon config"
-    if why is None and pair and (not swiglu or tuple(up[0].shape) != (N, K) or up[0].dtype != torch.int8):
+    why = cfg.problem(out.element_size(), pair) if cfg.is_gluon else f"{cfg.key()} is not a Gluon config"
+    if why is None and pair and (tuple(up[0].shape) != (N, K) or up[0].dtype != torch.int8):
         why = f"a gate/up pair is a SwiGLU epilogue over two int8 weights of one shape [F, K] = [{N}, {K}]"
-    if why is None and swiglu and (raw_int32 or bias is not None or (not pair and N % cfg.block_n)):
-        why = f"the SwiGLU epilogue needs no raw_int32, no bias and N = {N} a multiple of BLOCK_N = {cfg.block_n}"
+    if why is None and pair and (raw_int32 or bias is not None):
+        why = "the SwiGLU epilogue of the gate/up pair takes no raw_int32 and no bias"
     if why is not None:
         raise ValueError(f"{cfg.key()}: {why}")
-    n_out = N // 2 if swiglu and not pair else N
-    if q.dtype != torch.int8 or w.dtype != torch.int8 or w.shape[1] != K or out.shape != (M, n_out):
-        raise ValueError(f"q [M, K] int8, w [N, K] int8, out [M, {'N // 2' if swiglu and not pair else 'N'}]")
+    if q.dtype != torch.int8 or w.dtype != torch.int8 or w.shape[1] != K or out.shape != (M, N):
+        raise ValueError("q [M, K] int8, w [N, K] int8, out [M, N]")
     if raw_int32 != (out.dtype == torch.int32) or out.dtype not in _GL_DTYPE:
         raise ValueError("raw_int32 needs an int32 out; otherwise out is bf16/fp16/fp32")
     kps, splits = split_plan(cfg, K)
@@ -170,11 +142,10 @@ def _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, num_sms
     kwargs = dict(
         HAS_BIAS=bias is not None and splits == 1,
         RAW_INT32=raw_int32,
-        SWIGLU=bool(swiglu),
         PAIR=pair,
         GROUP_M=cfg.group_m,
         NUM_STAGES=cfg.num_stages,
-        EPI_BUFS=gluon_epi_bufs(cfg, c_bytes, swiglu),
+        EPI_BUFS=gluon_epi_bufs(cfg, c_bytes, pair),
         INSTR_N=gluon_instr_n(bn),
         PINGPONG=cfg.kernel == "gluon-pingpong",
         SPLIT_K=splits,
@@ -223,13 +194,11 @@ def _launch_args(plan, q, w, q_scale, w_scale, bias, out, ws, up=None) -> tuple:
 _PLANS: dict = {}
 
 
-def launch_gemm(
-    q, w, cfg: GemmConfig, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False, up=None
-):
+def launch_gemm(q, w, cfg: GemmConfig, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, *, up=None):
     """out = W8A8 GEMM of q [M, K] and w [N, K] (module docstring) with the Gluon config ``cfg``; returns
     ``out``. ``up = (w3, s3)``: the SwiGLU gate/up pair from two weights (``build_launch``). The caller has
-    checked ``address_problem`` and that this device and Triton can run Gluon. A launch plan is kept per
-    shape, strides and dtypes: a repeat call only builds the descriptors."""
+    checked ``backends.unavailable("gluon", device)`` and ``operands.gluon_operand_problem``. A launch plan is
+    kept per shape, strides and dtypes: a repeat call only builds the descriptors."""
     M, K = q.shape
     N = w.shape[0]
     kps, splits = split_plan(cfg, K)
@@ -247,13 +216,12 @@ def launch_gemm(
         q_scale is None,
         w_scale is None,
         bias is None,
-        swiglu,
         up is not None and up[0].stride(0),
         q.device,
     )
     plan = _PLANS.get(key)
     if plan is None:
-        plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, swiglu, ws, None, up)
+        plan = _plan(q, w, q_scale, w_scale, bias, out, cfg, raw_int32, ws, None, up)
         if len(_PLANS) > 512:
             _PLANS.clear()
         _PLANS[key] = plan

@@ -91,7 +91,7 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
 
     @gluon.jit
     def _sigmoid(x):
-        # the body of tl.sigmoid (triton/language/standard.py): same ops, same PTX
+        # the body of Triton's tl.sigmoid: same ops, same PTX
         return 1 / (1 + gl.exp(-x))
 
     @gluon.jit
@@ -109,22 +109,21 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
         N,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
-        SWIGLU: gl.constexpr,
         PAIR: gl.constexpr,
         BUF0: gl.constexpr,
         NBUF: gl.constexpr,
     ):
         """acc [ROWS, BLOCK_N] -> out[off_m:, off_n:] in EPI_N-wide TMA stores through the staging
         buffers c_bufs[BUF0 : BUF0 + NBUF]. The last stores stay in flight (the caller waits
-        before the buffers are reused). SWIGLU: out[off_m:, off_n // 2:] gets BLOCK_N // 2
-        columns, silu(left half) * right half. PAIR (SWIGLU from two weights): off_n is the output
-        column (= the gate / up row of w1 / w3), N = F, gate scales at sb_ptr, up scales at sb2_ptr."""
+        before the buffers are reused). PAIR (the SwiGLU gate/up pair): out[off_m:, off_n:] gets
+        BLOCK_N // 2 columns, silu(left half) * right half; off_n is the output column (= the gate / up
+        row of w1 / w3), N = F, gate scales at sb_ptr, up scales at sb2_ptr."""
         ROWS: gl.constexpr = acc.shape[0]
         BLOCK_N: gl.constexpr = acc.shape[1]
         EPI_N: gl.constexpr = c_bufs.shape[2]
         SPLITS: gl.constexpr = BLOCK_N // EPI_N
         parts = _split_n(acc, SPLITS)
-        if SWIGLU:
+        if PAIR:
             HALF: gl.constexpr = SPLITS // 2  # subtiles per half: parts[i] gate, parts[HALF + i] up
             lay: gl.constexpr = parts[0].type.layout
             rm = off_m + gl.arange(0, ROWS, layout=gl.SliceLayout(1, lay))
@@ -132,14 +131,9 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
             for i in gl.static_range(HALF):
                 rg = off_n + i * EPI_N + gl.arange(0, EPI_N, layout=gl.SliceLayout(0, lay))
                 sg = gl.load(sb_ptr + rg, mask=rg < N, other=0.0)
-                if PAIR:  # up row f of w3 has its own scale vector
-                    su = gl.load(sb2_ptr + rg, mask=rg < N, other=0.0)
-                    col = off_n + i * EPI_N
-                else:  # interleaved: the up rows are the tile's right half
-                    ru = rg + BLOCK_N // 2
-                    su = gl.load(sb_ptr + ru, mask=ru < N, other=0.0)
-                    col = off_n // 2 + i * EPI_N
-                # _dequant_tile, then _swiglu_tile of gemm_triton_kernels, op for op in float32
+                su = gl.load(sb2_ptr + rg, mask=rg < N, other=0.0)  # up row f of w3 has its own scale vector
+                col = off_n + i * EPI_N
+                # gemm_triton_kernels._gate_up_epilogue, op for op in float32
                 g = parts[i].to(gl.float32) * sa
                 g = g * gl.expand_dims(sg, 0)
                 u = parts[HALF + i].to(gl.float32) * sa

@@ -31,8 +31,7 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
         PAIR: gl.constexpr,
     ):
         """TMA producer. PAIR: a stage's B tile [BLOCK_N, BLOCK_K] is filled by two boxes of BLOCK_N // 2
-        rows, the gate rows from w1 (b_desc) on top and the same rows of w3 (b2_desc) below: the tile the
-        interleaved layout would hold, without an interleaved copy of the weights."""
+        rows, the gate rows from w1 (b_desc) on top and the same rows of w3 (b2_desc) below."""
         BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
         BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
         BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]  # PAIR: the rows of one weight per tile
@@ -94,7 +93,6 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
         PINGPONG: gl.constexpr,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
-        SWIGLU: gl.constexpr,
         PAIR: gl.constexpr,
         GROUP_M: gl.constexpr,
         INSTR_N: gl.constexpr,
@@ -181,7 +179,6 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
                     N,
                     HAS_BIAS,
                     RAW_INT32,
-                    SWIGLU,
                     PAIR,
                     WG * EPI_BUFS,
                     EPI_BUFS,
@@ -211,7 +208,6 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
         PINGPONG: gl.constexpr,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
-        SWIGLU: gl.constexpr,
         PAIR: gl.constexpr,
         GROUP_M: gl.constexpr,
         INSTR_N: gl.constexpr,
@@ -237,7 +233,6 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
             PINGPONG,
             HAS_BIAS,
             RAW_INT32,
-            SWIGLU,
             PAIR,
             GROUP_M,
             INSTR_N,
@@ -264,7 +259,6 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
         PINGPONG: gl.constexpr,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
-        SWIGLU: gl.constexpr,
         PAIR: gl.constexpr,
         GROUP_M: gl.constexpr,
         INSTR_N: gl.constexpr,
@@ -290,7 +284,6 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
             PINGPONG,
             HAS_BIAS,
             RAW_INT32,
-            SWIGLU,
             PAIR,
             GROUP_M,
             INSTR_N,
@@ -313,7 +306,6 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
         KPS,
         HAS_BIAS: gl.constexpr,
         RAW_INT32: gl.constexpr,
-        SWIGLU: gl.constexpr,
         PAIR: gl.constexpr,
         GROUP_M: gl.constexpr,
         NUM_STAGES: gl.constexpr,
@@ -376,7 +368,6 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
                         PINGPONG,
                         HAS_BIAS,
                         RAW_INT32,
-                        SWIGLU,
                         PAIR,
                         GROUP_M,
                         INSTR_N,
@@ -404,7 +395,6 @@ if IMPORT_ERROR is None:  # Gluon code exists only where Gluon imports
                         PINGPONG,
                         HAS_BIAS,
                         RAW_INT32,
-                        SWIGLU,
                         PAIR,
                         GROUP_M,
                         INSTR_N,

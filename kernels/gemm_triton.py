@@ -24,6 +24,7 @@ from .gemm_triton_kernels import (
     _w8a8_gemm_persistent_kernel,
 )
 from .launch import launch
+from .operands import tma_problem
 
 # The compiled kernel of the last launch (tests read its PTX to check wgmma vs mma.sync).
 LAST_LAUNCH: dict = {}
@@ -36,17 +37,8 @@ def _k_split(K: int, cfg) -> tuple[int, bool]:
     return k_per_split, even_k
 
 
-def tma_problem(*tensors) -> str | None:
-    """None when TMA descriptors can address every 2-D operand (16-byte aligned bases and row
-    strides, unit inner stride), else why not. Asked on every launch: a plain loop."""
-    for t in tensors:
-        if t.dim() != 2 or t.stride(1) != 1 or t.data_ptr() & 15 or (t.stride(0) * t.element_size()) & 15:
-            return f"TMA cannot address a {t.dtype} operand of shape {tuple(t.shape)}, strides {t.stride()}"
-    return None
-
-
 def build_launches(
-    q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False, num_sms=None, up=None
+    q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, *, num_sms=None, up=None
 ) -> list[tuple]:
     """[(kernel, grid, args, kwargs)] of one portable GEMM (config kernel ``triton`` or ``triton-tma``), in
     launch order: the GEMM, then (split-K) the reduce. Device-free: the offline compile check builds the
@@ -54,23 +46,21 @@ def build_launches(
     pointer kernel with its tile. ``up = (w3, s3)``: the SwiGLU gate/up pair from two weights (``w`` is the
     gate w1 [F, K], ``w_scale`` its scale; ``out`` [M, F]); see ``gate_up_launch``. Misuse raises ValueError."""
     if up is not None:
-        return [gate_up_launch(q, w, w_scale, up[0], up[1], cfg, q_scale, bias, out, raw_int32, swiglu, num_sms)]
+        return [gate_up_launch(q, w, w_scale, up[0], up[1], cfg, q_scale, bias, out, raw_int32, num_sms)]
     M, K = q.shape
     N = w.shape[0]
-    why = cfg.problem(out.element_size(), swiglu) if cfg.kernel in ("triton", "triton-tma") else "not portable"
-    if why is None and swiglu and (raw_int32 or N % cfg.block_n):
-        why = "the SwiGLU epilogue needs a float output and N a multiple of BLOCK_N"
+    why = cfg.problem(out.element_size()) if cfg.kernel in ("triton", "triton-tma") else "not portable"
     if why:
         raise ValueError(f"{cfg.key()}: {why}")
     if cfg.kernel == "triton-tma" and tma_problem(q, w, out) is None:
-        return [_persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu, num_sms)]
+        return [_persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, num_sms)]
     k_per_split, even_k = _k_split(K, cfg)
     split_k = triton.cdiv(K, k_per_split)
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n), split_k)
     tiles = (cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m)
     opts = dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split_k == 1:
-        epilogue = 0 if raw_int32 else 3 if swiglu else 1
+        epilogue = 0 if raw_int32 else 1
         args = (
             q,
             w,
@@ -97,17 +87,15 @@ def build_launches(
     return [(_w8a8_gemm_kernel, grid, args, opts), reduce_launch(ws, q_scale, w_scale, bias, out, raw_int32)]
 
 
-def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, swiglu=False, up=None):
+def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, *, up=None):
     """Run the portable kernel with config ``cfg``; writes into and returns ``out``.
 
     raw_int32=True returns the int32 accumulator (``out`` must be int32); otherwise ``out`` gets
-    the dequantized, biased result in its own dtype. swiglu=True: ``w`` holds gate and up rows
-    interleaved in chunks of BLOCK_N // 2 and ``out`` [M, N // 2] gets silu(gate) * up; or, with
-    ``up = (w3, s3)``, ``w`` is the gate weight w1 [F, K] and w3 [F, K] the up weight (no interleaved
-    copy), ``out`` [M, F].
+    the dequantized, biased result in its own dtype. ``up = (w3, s3)``: the SwiGLU gate/up pair, ``w`` the
+    gate weight w1 [F, K] (scale ``w_scale``), w3 [F, K] the up weight, ``out`` [M, F] gets silu(gate) * up.
     """
     for i, (kernel, grid, args, kwargs) in enumerate(
-        build_launches(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu, up=up)
+        build_launches(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, up=up)
     ):
         compiled = launch(kernel, grid, args, kwargs)
         if i == 0:  # the GEMM (tests read its PTX), not the split-K reduce
@@ -156,13 +144,13 @@ def _num_sms(device) -> int:
     return sm_count(device)
 
 
-def _persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu, num_sms=None) -> tuple:
+def _persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, num_sms=None) -> tuple:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     M, K = q.shape
     N = w.shape[0]
-    subtile = bool(cfg.subtile) and not swiglu
-    c_block_n = cfg.block_n // 2 if (subtile or swiglu) else cfg.block_n
+    subtile = bool(cfg.subtile)
+    c_block_n = cfg.block_n // 2 if subtile else cfg.block_n
     a_desc = TensorDescriptor.from_tensor(q, [cfg.block_m, cfg.block_k])
     b_desc = TensorDescriptor.from_tensor(w, [cfg.block_n, cfg.block_k])
     c_desc = TensorDescriptor.from_tensor(out, [cfg.block_m, c_block_n])
@@ -180,7 +168,6 @@ def _persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu
         K,
         bias is not None,
         raw_int32,
-        swiglu,
         cfg.block_m,
         cfg.block_n,
         cfg.block_k,
@@ -191,18 +178,16 @@ def _persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, swiglu
     return _w8a8_gemm_persistent_kernel, (programs,), args, dict(num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
 
-def gate_up_launch(
-    q, w1, s1, w3, s3, cfg, q_scale, bias=None, out=None, raw_int32=False, swiglu=True, num_sms=None
-) -> tuple:
+def gate_up_launch(q, w1, s1, w3, s3, cfg, q_scale, bias=None, out=None, raw_int32=False, num_sms=None) -> tuple:
     """(kernel, grid, args, kwargs) of the SwiGLU gate/up pair read from two weights w1, w3 [F, K] (per-channel
-    scales s1, s3 [F]): out [M, F] = silu(g) * u. The config's tile is that of the interleaved SwiGLU epilogue
-    (BLOCK_N // 2 rows of each weight per tile: same shared memory, same MMA shape); F needs no alignment.
-    ``triton-tma`` runs the persistent TMA kernel where TMA can address every operand, else the pointer kernel
-    with its tile. Misuse raises ValueError."""
+    scales s1, s3 [F]): out [M, F] = silu(g) * u. A tile of width BLOCK_N reads BLOCK_N // 2 rows of each weight
+    (the shared memory and MMA shape of a linear tile of that width); F needs no alignment. ``triton-tma`` runs
+    the persistent TMA kernel where TMA can address every operand, else the pointer kernel with its tile. Misuse
+    raises ValueError."""
     M, K = q.shape
     F = w1.shape[0]
     why = cfg.problem(out.element_size(), swiglu=True) if cfg.kernel in ("triton", "triton-tma") else "not portable"
-    if why is None and (raw_int32 or not swiglu or bias is not None):
+    if why is None and (raw_int32 or bias is not None):
         why = "the gate/up pair is a SwiGLU epilogue: no raw int32, no bias"
     if why is None and (
         tuple(w3.shape) != (F, K) or tuple(out.shape) != (M, F) or q_scale is None or s1 is None or s3 is None

@@ -1,7 +1,7 @@
 """The portable Triton kernels of the W8A8 GEMM (host side: gemm_triton.py, which states the contract).
 
-``_w8a8_gemm_kernel`` (pointers; EPILOGUE raw int32 / dequant + bias / split-K partial / SwiGLU),
-``_w8a8_gemm_persistent_kernel`` (TMA descriptors, persistent), the gate/up pair from two weights
+``_w8a8_gemm_kernel`` (pointers; EPILOGUE raw int32 / dequant + bias / split-K partial),
+``_w8a8_gemm_persistent_kernel`` (TMA descriptors, persistent), the SwiGLU gate/up pair from two weights
 (``_gate_up_kernel``, ``_gate_up_persistent_kernel``), the split-K reduce (``_split_k_epilogue_kernel``) and
 the device helpers they share.
 
@@ -15,9 +15,9 @@ Design notes:
   tile into its own slice of a [SPLIT_K, M, N] workspace (plain stores: no zeroing, no atomics,
   which cost more than the split saved), then one small kernel sums the slices and applies the
   scales and bias. Integer addition is exact, so the result is bit-identical to SPLIT_K == 1.
-* SwiGLU gate/up: with w1 / w3 rows interleaved in one tensor (EPILOGUE 3, ``_swiglu_tile``), or read from the two
-  weights as they are (``_gate_up_kernel``, ``_gate_up_persistent_kernel``: two dots per k step into a gate and an
-  up accumulator, the same float32 epilogue ops in the same order, so the same result bit for bit).
+* SwiGLU gate/up (``_gate_up_kernel``, ``_gate_up_persistent_kernel``): the gate and up tiles are read from the two
+  weights w1 / w3 as they are, two dots per k step into a gate and an up accumulator, and ``_gate_up_epilogue``
+  writes silu(g) * u in float32 (every kernel and tile gives the same result bit for bit).
 """
 
 from __future__ import annotations
@@ -45,14 +45,6 @@ def _dequant_tile(acc, sa_ptr, sb_ptr, bias_ptr, rm, rn, M, N, HAS_BIAS: tl.cons
 
 
 @triton.jit
-def _swiglu_tile(y, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """y [BLOCK_M, BLOCK_N] holds gate columns then up columns (weights interleaved in chunks of
-    BLOCK_N // 2): returns silu(gate) * up, [BLOCK_M, BLOCK_N // 2], in float32."""
-    g, u = _column_halves(y, BLOCK_M, BLOCK_N)
-    return g * tl.sigmoid(g) * u
-
-
-@triton.jit
 def _w8a8_gemm_kernel(
     a_ptr,
     b_ptr,
@@ -68,7 +60,7 @@ def _w8a8_gemm_kernel(
     stride_cm,
     K_PER_SPLIT,
     HAS_BIAS: tl.constexpr,
-    EPILOGUE: tl.constexpr,  # 0: raw int32 store, 1: scaled store, 2: split-K partial store, 3: SwiGLU
+    EPILOGUE: tl.constexpr,  # 0: raw int32 store, 1: scaled store, 2: split-K partial store
     EVEN_K: tl.constexpr,  # K_PER_SPLIT % BLOCK_K == 0 and K % K_PER_SPLIT == 0: no K masks
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -120,20 +112,14 @@ def _w8a8_gemm_kernel(
         tl.store(c_ptrs + pid_k.to(tl.int64) * M * stride_cm, acc, mask=c_mask)
     else:
         y = _dequant_tile(acc, sa_ptr, sb_ptr, bias_ptr, rm, rn, M, N, HAS_BIAS)
-        if EPILOGUE == 3:
-            h = _swiglu_tile(y, BLOCK_M, BLOCK_N)
-            rh = pid_n * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
-            h_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rh[None, :]
-            tl.store(h_ptrs, h.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rh[None, :] < N // 2))
-        else:
-            tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=c_mask)
+        tl.store(c_ptrs, y.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
 @triton.jit
 def _gate_up_epilogue(acc_g, acc_u, sa_ptr, s1_ptr, s3_ptr, rm, rh, M, F):
-    """silu(g) * u of the two int32 accumulators, with g and u dequantized exactly as ``_dequant_tile``
-    does and combined exactly as ``_swiglu_tile`` does (same float32 ops, same order): bit for bit the
-    interleaved kernel's result for the same operands."""
+    """silu(g) * u of the two int32 accumulators in float32: g and u dequantized as ``_dequant_tile`` does
+    ((acc * s_tok[m]) * s_ch[f]), then g * sigmoid(g) * u (the Gluon pair's epilogue: the same ops in the same
+    order)."""
     sa = tl.load(sa_ptr + rm, mask=rm < M, other=0.0)
     g = acc_g.to(tl.float32) * sa[:, None]
     g = g * tl.load(s1_ptr + rh, mask=rh < F, other=0.0)[None, :]
@@ -165,9 +151,10 @@ def _gate_up_kernel(
     GROUP_M: tl.constexpr,
 ):
     """SwiGLU gate/up pair from two weights: out[m, f] = silu(g) * u, g = q . w1[f], u = q . w3[f] (each
-    dequantized with its own per-channel scale). Two dots per k step into two accumulators; the shared
-    memory and tile of one ``_w8a8_gemm_kernel`` SwiGLU tile of width BLOCK_N. F needs no alignment: rows
-    past F are wrapped onto valid ones (loads stay unmasked) and dropped by the store mask."""
+    dequantized with its own per-channel scale). Two dots per k step into two accumulators; a tile reads
+    BLOCK_N // 2 rows of each weight (the shared memory of a ``_w8a8_gemm_kernel`` tile of width BLOCK_N). F
+    needs no alignment: rows past F are wrapped onto valid ones (loads stay unmasked) and dropped by the store
+    mask."""
     HALF: tl.constexpr = BLOCK_N // 2
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -226,7 +213,6 @@ def _w8a8_gemm_persistent_kernel(
     K,
     HAS_BIAS: tl.constexpr,
     RAW_INT32: tl.constexpr,
-    SWIGLU: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -263,9 +249,7 @@ def _w8a8_gemm_persistent_kernel(
             rn = off_n + tl.arange(0, BLOCK_N)
             y = _dequant_tile(acc, sa_ptr, sb_ptr, bias_ptr, rm, rn, M, N, HAS_BIAS)
             out_ty = c_desc.dtype
-            if SWIGLU:
-                c_desc.store([off_m, off_n // 2], _swiglu_tile(y, BLOCK_M, BLOCK_N).to(out_ty))
-            elif SUBTILE:
+            if SUBTILE:
                 # two half-width stores: smaller epilogue staging buffer, more overlap
                 y0, y1 = _column_halves(y, BLOCK_M, BLOCK_N)
                 c_desc.store([off_m, off_n], y0.to(out_ty))

@@ -1,7 +1,9 @@
-"""Operand checks of the W8A8 entry points (dispatch.py, gate_up.py).
+"""Operand checks of the W8A8 entry points (dispatch.py, gate_up.py) and of the kernels' launches.
 
-Each check raises ``KernelInputError`` with a message that names the argument and the fix, or returns the
-operand in the form the kernels take (``_vector``: float32 [L]; ``_out_buffer``: the output buffer).
+Each entry-point check raises ``KernelInputError`` with a message that names the argument and the fix, or returns
+the operand in the form the kernels take (``_vector``: float32 [L]; ``_out_buffer``: the output buffer). The launch
+checks (``tma_problem``, ``gluon_operand_problem``, ``cublas_shape_problem``) return why a kernel cannot take a
+call's operands, or None; whether a backend runs on this device at all is ``backends.unavailable``'s question.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import reference
+from .configs import split_plan
 from .reference import INT32_SAFE_MAX_K
 
 
@@ -100,3 +103,35 @@ def _out_buffer(out, m, n, dtype, device, where):
             f"got {out.dtype} {tuple(out.shape)} on {out.device}"
         )
     return out
+
+
+# -- launch checks: can a kernel take these operands (the device question is backends.unavailable's) -----------
+
+
+def tma_problem(*tensors) -> str | None:
+    """None when TMA descriptors can address every 2-D operand (16-byte aligned bases and row
+    strides, unit inner stride), else why not. Asked on every launch: a plain loop."""
+    for t in tensors:
+        if t.dim() != 2 or t.stride(1) != 1 or t.data_ptr() & 15 or (t.stride(0) * t.element_size()) & 15:
+            return f"TMA cannot address a {t.dtype} operand of shape {tuple(t.shape)}, strides {t.stride()}"
+    return None
+
+
+def gluon_operand_problem(cfg, q, w, out, bias=None, up=None) -> str | None:
+    """None when the Gluon kernel with config ``cfg`` can take these operands (``up = (w3, s3)``: the gate/up pair),
+    else why not (the caller then runs the portable kernel): TMA must address them, and the SwiGLU epilogue takes
+    no bias."""
+    if up is not None and bias is not None:
+        return "the Gluon SwiGLU epilogue takes no bias"
+    if q.shape[1] % 16:
+        return f"K = {q.shape[1]} is not a multiple of 16 (TMA row alignment of the int8 operands)"
+    if split_plan(cfg, q.shape[1])[1] > 1 and w.shape[0] % 4:
+        return f"N = {w.shape[0]} is not a multiple of 4 (TMA rows of the int32 split-K workspace)"
+    return tma_problem(q, w, out) if up is None else tma_problem(q, w, up[0], out)
+
+
+def cublas_shape_problem(device: torch.device, n: int, k: int) -> str | None:
+    """None when cuBLASLt's int8 GEMM takes an [n, k] weight on ``device``, else why not."""
+    if device.type == "cuda" and (k % 8 or n % 8):
+        return f"cuBLASLt int8 needs K and N multiples of 8 (got K={k}, N={n})"
+    return None

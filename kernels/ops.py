@@ -8,7 +8,7 @@ eager function itself: opaque to dynamo, it runs all that bookkeeping at run tim
 Each op has a fake implementation giving the output's shape, dtype and device, which is all the tracer needs.
 
 Module forwards call the helpers below (``w8a8_linear``, ``float_linear``, ``swiglu_w8a8_pair``,
-``swiglu_w8a8_linear``, ``qk_norm_rope``): under ``torch.compiler.is_compiling()`` they emit the op, otherwise
+``qk_norm_rope``): under ``torch.compiler.is_compiling()`` they emit the op, otherwise
 they call the eager function directly (no dispatcher round trip: a step's host time matters). Their string and
 int arguments (path, ConvRot group) are constants of the traced graph, read from module attributes that do not
 change between steps; nothing reads the registry in traced code. A per-layer site would be a constant that differs
@@ -20,7 +20,6 @@ Ops (every output is a new contiguous tensor, never a view of an input):
   w8a8_linear(x, w, w_scale, bias?, smooth?, path?, site?, out_dtype?, convrot_group?)    [..., N]
   float_linear(x, weight, bias?, site?, reason)                                            [..., N]
   swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth?, path?, site?, up_site?, out_dtype?, convrot_group?)  [..., F]
-  swiglu_w8a8_linear(x, w13, s13, chunk, smooth?, path?, site?, out_dtype?)                [..., N2 / 2]
   qk_norm_rope(x, weight, cos, sin, eps)                                                   [B, N, H, D]
 
 Under CUDA-graph replay no Python runs: the registry and counters see the captured run only.
@@ -175,25 +174,6 @@ def _define() -> None:
         _fake_check(x, w1.shape[1], "swiglu_w8a8_pair")
         return x.new_empty((*x.shape[:-1], w1.shape[0]), dtype=out_dtype or x.dtype)
 
-    @torch.library.custom_op(f"{NAMESPACE}::swiglu_w8a8_linear", mutates_args=())
-    def swiglu_w8a8_linear_op(
-        x: Tensor,
-        w13: Tensor,
-        s13: Tensor,
-        chunk: int,
-        smooth: Optional[Tensor],
-        path: Optional[str],
-        site: Optional[str],
-        out_dtype: Optional[torch.dtype],
-    ) -> Tensor:
-        _count(site)
-        return gate_up.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)
-
-    @swiglu_w8a8_linear_op.register_fake
-    def _(x, w13, s13, chunk, smooth, path, site, out_dtype):
-        _fake_check(x, w13.shape[1], "swiglu_w8a8_linear")
-        return x.new_empty((*x.shape[:-1], w13.shape[0] // 2), dtype=out_dtype or x.dtype)
-
     @torch.library.custom_op(f"{NAMESPACE}::qk_norm_rope", mutates_args=())
     def qk_norm_rope_op(x: Tensor, weight: Tensor, cos: Tensor, sin: Tensor, eps: float) -> Tensor:
         return dispatch.qk_norm_rope(x, weight, cos, sin, eps)
@@ -209,7 +189,6 @@ def _define() -> None:
         "w8a8_linear",
         "float_linear",
         "swiglu_w8a8_pair",
-        "swiglu_w8a8_linear",
         "qk_norm_rope",
     ):
         _OPS[name] = getattr(ops, name).default
@@ -259,13 +238,6 @@ def swiglu_w8a8_pair(
     return swiglu_w8a8_pair_impl(x, w1, s1, w3, s3, smooth, path, site, up_site, out_dtype, convrot_group)
 
 
-def swiglu_w8a8_linear(x, w13, s13, chunk, smooth=None, path=None, site=None, out_dtype=None):
-    """``gate_up.swiglu_w8a8_linear`` (interleaved gate/up weight): the op while dynamo traces."""
-    if _is_compiling() and _OPS:
-        return _OPS["swiglu_w8a8_linear"](x, w13, s13, chunk, smooth, path, site, out_dtype)
-    return gate_up.swiglu_w8a8_linear(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)
-
-
 def qk_norm_rope(x, weight, cos, sin, eps):
     """``dispatch.qk_norm_rope`` (per-head RMSNorm + RoPE of q or k): the op while dynamo traces."""
     if _is_compiling() and _OPS:
@@ -282,7 +254,6 @@ __all__ = [
     "w8a8_linear",
     "float_linear",
     "swiglu_w8a8_pair",
-    "swiglu_w8a8_linear",
     "qk_norm_rope",
     "w8a8_linear_impl",
     "swiglu_w8a8_pair_impl",

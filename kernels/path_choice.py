@@ -8,8 +8,9 @@ On a CPU, cublas-int8 runs only where torch._int_mm measured faster than the deq
 (``cpu_gemm``: without VNNI/AMX it is ~40x slower); there the dequantized matmul runs in float32 (or bf16 where that
 measured faster: ``dequant_dtype``). The path is picked per call from the device, dtype and shape; it can be forced
 with the ``path`` argument (strict: raises GemmPathUnavailable if impossible) or the IDEOGRAM4_INT8_GEMM_PATH
-environment variable (lenient: falls back, and the reason says so). The entry points that run the chosen path and
-record it are in dispatch.py and gate_up.py.
+environment variable (lenient: falls back, and the reason says so). A fused kernel that fails for a shape falls
+back by the same rules (``select_after_fused_failure``). The entry points that run the chosen path and record it
+are in dispatch.py and gate_up.py.
 """
 
 from __future__ import annotations
@@ -20,30 +21,29 @@ import os
 import torch
 
 from . import cpu_gemm
-from .backends import cublas_unavailable, triton_unavailable
+from .backends import unavailable
+from .operands import cublas_shape_problem
 from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON
 
 ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
 
 
 _QUANT_PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)
+# the backend that answers whether a path can run on a device (backends.unavailable): the fused path's first
+# rung is the portable Triton kernel (a Gluon pick falls back to it inside the path, fused.py)
+BACKEND_OF_PATH = {PATH_TRITON: "triton", PATH_CUBLAS: "cublas", PATH_DEQUANT: "reference"}
 
 
 class GemmPathUnavailable(ValueError):
     """A path was forced through the ``path`` argument but cannot run here."""
 
 
-def triton_unavailable_reason(device: torch.device) -> str | None:
-    """None when the fused Triton kernel can run on ``device``; else why not (for the panel)."""
-    return triton_unavailable(device)
-
-
 def _unavailable(path: str, device: torch.device, n: int, k: int) -> str | None:
-    if path == PATH_TRITON:
-        return triton_unavailable_reason(device)
-    if path == PATH_CUBLAS:
-        return cublas_unavailable(device, n, k)
-    return None
+    """Why ``path`` cannot run an [n, k] weight on ``device``: its backend's answer, then cuBLASLt's alignment."""
+    why = unavailable(BACKEND_OF_PATH[path], device)
+    if why is None and path == PATH_CUBLAS:
+        why = cublas_shape_problem(device, n, k)
+    return why
 
 
 def select_path(device: torch.device, n: int, k: int, path: str | None = None) -> tuple[str, str]:
@@ -81,9 +81,17 @@ def _forced_reason(path: str, how: str) -> str:
     return "" if path == PATH_TRITON else f"forced by {how}"
 
 
-def _auto(device: torch.device, n: int, k: int, note: str = "") -> tuple[str, str]:
+def select_after_fused_failure(device: torch.device, n: int, k: int, exc: BaseException) -> tuple[str, str]:
+    """(path, reason) for a call whose fused kernel failed for this shape (``fused.FusedUnavailable``): the automatic
+    choice among the slower paths, by the rules ``select_path`` uses, the reason leading with the failure."""
+    return _auto(device, n, k, note=f"the fused Triton kernel failed for this shape: {exc}", after=PATH_TRITON)
+
+
+def _auto(device: torch.device, n: int, k: int, note: str = "", after: str | None = None) -> tuple[str, str]:
+    """The fastest path (those slower than ``after`` only) that can run here, and why the faster ones did not."""
     reasons = [note] if note else []
-    for candidate in _QUANT_PATHS:
+    start = _QUANT_PATHS.index(after) + 1 if after else 0
+    for candidate in _QUANT_PATHS[start:]:
         if candidate == PATH_TRITON and device.type == "cpu":
             # The CPU interpreter is a test vehicle, never an automatic choice.
             reasons.append("CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)")

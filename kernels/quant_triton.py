@@ -277,7 +277,7 @@ def quantize_rotated_rows_triton(x: torch.Tensor, group: int):
 
 
 def quant_launch_params(M: int, K: int) -> dict:
-    """Launch heuristic, from H100 sweeps (GPU time, CUDA-graph replay; bench/probe_quant.py):
+    """Launch heuristic, from H100 sweeps of the quantizer alone (GPU time, CUDA-graph replay):
     K = 4096 or 8192 + 2^j (Ideogram's 4608, 12288) in one pass from registers; other rows of up
     to 8 K elements two at a time in 1 K chunks read twice (the second pass hits L2),
     up to 16 K one row in 4 K chunks, long rows in 16 K chunks with 16 warps, two programs per SM."""
@@ -311,7 +311,7 @@ def quant_launch_params(M: int, K: int) -> dict:
         return dict(BLOCK_M=1, BLOCK_K=4096, ONE_PASS=False, num_warps=8, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)
     # Long rows (llm_cond_proj's 53248): two programs per SM walking the rows in 16 K chunks. With one
     # program per row all 512 rows (54 MB) are in flight at once and the second pass misses L2
-    # (probe-quant-H100/H200-2026-11-22-s3-final: 47.0 -> 35.1 us on H100, 41.7 -> 27.8 us on H200).
+    # (measured 2026-11-22: 47.0 -> 35.1 us on H100, 41.7 -> 27.8 us on H200).
     return dict(BLOCK_M=1, BLOCK_K=16384, ONE_PASS=False, num_warps=16, PROGRAMS_PER_SM=2, NUM_STAGES=1, TAIL_K=0)
 
 

@@ -26,10 +26,10 @@ PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT, PATH_BF16)
 # Fastest first: used to say which faster path was not taken.
 PATH_RANK = {p: i for i, p in enumerate(PATHS)}
 
-# What each path id (stable, DESIGN.md §3) runs, per device type: the ids stay, the words say what runs there. On a
-# CPU "cublas-int8" is torch._int_mm on the CPU's own int8 kernels (no cuBLAS), and "dequant-bf16" is the
-# dequantized float matmul, in float32 unless bf16 measured faster (cpu_gemm); where torch._int_mm is slow that is
-# the fast CPU path, not a phantom of a faster one.
+# What each path id (stable: the panel, the logs and the benchmarks key on it) runs, per device type: the ids stay,
+# the words say what runs there. On a CPU "cublas-int8" is torch._int_mm on the CPU's own int8 kernels (no cuBLAS),
+# and "dequant-bf16" is the dequantized float matmul, in float32 unless bf16 measured faster (cpu_gemm); where
+# torch._int_mm is slow that is the fast CPU path, not a phantom of a faster one.
 PATH_LABELS = {
     "cuda": {
         PATH_TRITON: "fused Triton INT8",

@@ -24,8 +24,8 @@ import threading
 
 import torch
 
-from .backends import gluon_unavailable
-from .configs import KERNELS, GemmConfig, config_space, heuristic_config, m_bucket
+from .backends import runnable_kernels
+from .configs import GemmConfig, config_space, heuristic_config, m_bucket
 from .env import arch_name, capability, gpu_name, triton_line, triton_version
 
 log = logging.getLogger(__name__)
@@ -46,13 +46,9 @@ _KERNEL_SOURCES = (
 )
 
 
-EPILOGUE_PAIR = "swiglu-pair"  # SwiGLU gate/up from two weights w1, w3 (no interleaved copy; any tile width)
-EPILOGUES = ("linear", "swiglu", EPILOGUE_PAIR)
-
-
-def epilogue_of(block_n: int | None) -> str:
-    """The table's epilogue field: SwiGLU calls pin BLOCK_N (2 x the gate/up interleave chunk)."""
-    return "linear" if block_n is None else "swiglu"
+EPILOGUE_LINEAR = "linear"  # dequant (+ bias), or the raw int32 accumulator
+EPILOGUE_PAIR = "swiglu-pair"  # SwiGLU of the gate/up pair w1, w3, keyed by the GEMM it computes (N = 2F)
+EPILOGUES = (EPILOGUE_LINEAR, EPILOGUE_PAIR)
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,32 +67,9 @@ def shipped_table() -> list[dict]:
     return entries
 
 
-def shipped_config(
-    arch: str,
-    gpu: str | None,
-    line: str,
-    M: int,
-    N: int,
-    K: int,
-    block_n: int | None = None,
-    epilogue: str | None = None,
-):
+def shipped_config(arch: str, gpu: str | None, line: str, M: int, N: int, K: int, epilogue: str = EPILOGUE_LINEAR):
     """(config, source) of the shipped pick for this call, or None. An exact GPU match first, then any GPU
-    of the same arch; only entries measured on this Triton line, with this epilogue (and tile width).
-
-    The gate/up pair (``EPILOGUE_PAIR``) without entries of its own takes the interleaved SwiGLU kernel's pick
-    for the same GEMM (N = 2F): the same tile, shared memory and MMA shape, each stage's weight tile loaded as
-    two half boxes; the source says so."""
-    epilogue = epilogue or epilogue_of(block_n)
-    found = _shipped(arch, gpu, line, M, N, K, block_n, epilogue)
-    if found is None and epilogue == EPILOGUE_PAIR:
-        found = _shipped(arch, gpu, line, M, N, K, None, "swiglu")
-        if found is not None:
-            found = (found[0], f"{found[1]}: measured for the interleaved SwiGLU kernel (same tile)")
-    return found
-
-
-def _shipped(arch, gpu, line, M, N, K, block_n, epilogue):
+    of the same arch; only entries measured on this Triton line, with this epilogue."""
     bucket = m_bucket(M)
     hits = [
         e
@@ -105,7 +78,6 @@ def _shipped(arch, gpu, line, M, N, K, block_n, epilogue):
         and e["triton"] == line
         and (e["N"], e["K"], e["m_bucket"]) == (N, K, bucket)
         and e["epilogue"] == epilogue
-        and (block_n is None or e["config"]["block_n"] == block_n)
     ]
     hits.sort(key=lambda e: e["gpu"] != gpu)
     if not hits:
@@ -136,20 +108,11 @@ def cache_tag() -> str:
     return f"triton {triton_version()}; kernels {digest.hexdigest()[:16]}"
 
 
-def runnable_kernels(device: torch.device) -> tuple[str, ...]:
-    """The kernels this device and Triton can run (autotuning only times these)."""
-    kernels = [k for k in KERNELS if not k.startswith("gluon") or gluon_unavailable(device) is None]
-    cc = capability(device) if device.type == "cuda" else None
-    if cc is None or cc < (9, 0):  # TMA descriptors: Hopper and newer
-        kernels.remove("triton-tma")
-    return tuple(kernels)
-
-
 class ConfigPicker:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._picks: dict[tuple, tuple[GemmConfig, str]] = {}
-        # (device, N, K, M, block_n) -> pick: asked on every GEMM call, so skip building the full key
+        # (device, N, K, M, epilogue) -> pick: asked on every GEMM call, so skip building the full key
         self._fast: dict[tuple, tuple[GemmConfig, str]] = {}
         self._disk: dict | None = None
 
@@ -159,35 +122,32 @@ class ConfigPicker:
         q: torch.Tensor,
         w: torch.Tensor,
         launch=None,
-        block_n: int | None = None,
-        epilogue: str | None = None,
+        epilogue: str = EPILOGUE_LINEAR,
         n: int | None = None,
     ) -> tuple[GemmConfig, str]:
         """Config and its source for q [M,K] x w [N,K]. ``launch(cfg)`` runs one trial (autotune).
 
-        ``block_n`` pins the tile width (the interleaved SwiGLU epilogue needs BLOCK_N == 2 x its chunk).
-        ``epilogue``: the key's epilogue (default from ``block_n``); ``n``: the key's N when it is not w's rows
-        (the gate/up pair computes N = 2F from two [F, K] weights)."""
+        ``epilogue``: the key's epilogue; ``n``: the key's N when it is not w's rows (the gate/up pair computes
+        N = 2F from two [F, K] weights)."""
         M, K = q.shape
         N = n or w.shape[0]
-        epilogue = epilogue or epilogue_of(block_n)
-        fast = (q.device, N, K, M, block_n, epilogue)
+        fast = (q.device, N, K, M, epilogue)
         hit = self._fast.get(fast)
         if hit is not None:
             return hit
         arch = arch_name(capability(q.device) if q.is_cuda else None)
         gpu, line = gpu_name(q.device), triton_line()
-        key = (arch, gpu, line, N, K, m_bucket(M), epilogue, block_n)
+        key = (arch, gpu, line, N, K, m_bucket(M), epilogue)
         with self._lock:
             found = self._picks.get(key)
         if found is None:
-            found = self._from_disk(key) or shipped_config(arch, gpu, line, M, N, K, block_n, epilogue)
+            found = self._from_disk(key) or shipped_config(arch, gpu, line, M, N, K, epilogue)
         if found is None and q.is_cuda and launch is not None and os.environ.get(ENV_AUTOTUNE, "1") != "0":
-            found = self._autotune(key, arch, M, N, K, q.device, launch, block_n, epilogue != "linear")
+            found = self._autotune(key, arch, M, N, K, q.device, launch, epilogue == EPILOGUE_PAIR)
         if found is None:
             cfg = heuristic_config(arch, M, N, K)
-            if epilogue != "linear":  # SwiGLU epilogues run unsplit
-                cfg = dataclasses.replace(cfg, block_n=block_n or cfg.block_n, split_k=1)
+            if epilogue == EPILOGUE_PAIR:  # the SwiGLU epilogue runs unsplit
+                cfg = dataclasses.replace(cfg, split_k=1)
             found = (cfg, "heuristic")
         with self._lock:
             self._picks[key] = found
@@ -211,7 +171,7 @@ class ConfigPicker:
                 "config": c.key(),
                 "source": src,
             }
-            for (a, g, t, n, k, mb, ep, _), (c, src) in items
+            for (a, g, t, n, k, mb, ep), (c, src) in items
         ]
 
     def clear(self) -> None:
@@ -237,18 +197,14 @@ class ConfigPicker:
         except (TypeError, ValueError):
             return None
 
-    def _autotune(
-        self, key, arch, M, N, K, device, launch, block_n=None, swiglu=False
-    ) -> tuple[GemmConfig, str] | None:
+    def _autotune(self, key, arch, M, N, K, device, launch, swiglu=False) -> tuple[GemmConfig, str] | None:
         from triton.testing import do_bench
 
         props = torch.cuda.get_device_properties(device)
         smem = getattr(props, "shared_memory_per_block_optin", None)
         candidates = config_space(arch, M, smem, runnable_kernels(device))
-        if swiglu:  # interleaved SwiGLU: the tile width is the weights' interleave; the gate/up pair: any
-            candidates = [
-                c for c in candidates if (block_n is None or c.block_n == block_n) and c.problem(2, swiglu=True) is None
-            ]
+        if swiglu:  # the configs the SwiGLU epilogue can run (unsplit, subtiles within one half)
+            candidates = [c for c in candidates if c.problem(2, swiglu=True) is None]
         log.warning(
             "Ideogram4 INT8: autotuning GEMM N=%d K=%d M~%d over %d configs (one-time; cached in %s)",
             N,
@@ -286,8 +242,8 @@ class ConfigPicker:
 
 
 def _disk_key(key) -> str:
-    arch, gpu, line, n, k, mb, epilogue, block_n = key
-    return f"{arch}|{gpu}|{n},{k},{mb}|{epilogue}" + (f"{block_n}" if block_n else "")
+    arch, gpu, line, n, k, mb, epilogue = key
+    return f"{arch}|{gpu}|{n},{k},{mb}|{epilogue}"
 
 
 PICKER = ConfigPicker()

@@ -10,13 +10,13 @@ qualifies for wgmma on Hopper, ``mma.sync ... s8`` otherwise) and, for TMA kerne
 memory within the arch's limit (163 KB sm_80, 99 KB sm_86/89, 227 KB sm_90); no spills in the cubin.
 
 Cases: every portable config of the arch's search space (kernels/configs.py) and every shipped pick
-(kernels/tuning_table.json), the raw-int32, split-K and SwiGLU epilogues (interleaved gate/up weights, and the
-gate/up pair read from two weights: ``swiglu-pair``), the quantizer and the q/k norm + RoPE kernel; for sm_90a
-the Gluon configs. ``--quick`` compiles one config per kernel family.
+(kernels/tuning_table.json), the raw-int32 and split-K epilogues and the SwiGLU gate/up pair read from two weights
+(``swiglu-pair``), the quantizer and the q/k norm + RoPE kernel; for sm_90a the Gluon configs. ``--quick``
+compiles one config per kernel family.
 Gluon on a Triton line the pack does not enable (backends.GLUON_TRITON_LINES) is compiled for
 information only: its failures are reported as INFO and do not fail the run.
 Exit status 1 if a case that must build fails. Used by tests/test_offline_compile.py and the CI
-compile matrix (.ci/compile_matrix.sh), one throwaway venv per Triton version.
+compile matrix (.ci/compile-matrix), one throwaway venv per Triton version.
 """
 
 from __future__ import annotations
@@ -126,11 +126,10 @@ def _arch(cc: int) -> str:
     return arch_name((cc // 10, cc % 10))
 
 
-def _gemm_operands(M, N, K, out_dtype=torch.bfloat16, swiglu=False):
+def _gemm_operands(M, N, K, out_dtype=torch.bfloat16):
     q = torch.empty(M, K, dtype=torch.int8)
     w = torch.empty(N, K, dtype=torch.int8)
-    out = torch.empty(M, N // 2 if swiglu else N, dtype=out_dtype)
-    return q, w, torch.empty(M), torch.empty(N), out
+    return q, w, torch.empty(M), torch.empty(N), torch.empty(M, N, dtype=out_dtype)
 
 
 def _shape_for(cfg):
@@ -172,7 +171,6 @@ def _configs(cc: int, quick: bool) -> list:
             continue
         out.append((first, "raw"))
         if first.problem(2, swiglu=True) is None:
-            out.append((first, "swiglu"))
             out.append((first, "swiglu-pair"))
     return out
 
@@ -180,29 +178,27 @@ def _configs(cc: int, quick: bool) -> list:
 def gemm_launches(cfg, epilogue: str, cc: int):
     """The launches of one GEMM case, built by the product's host code from CPU tensors."""
     M, N, K = _shape_for(cfg)
-    swiglu = epilogue in ("swiglu", "swiglu-pair")
-    q, w, sa, sb, out = _gemm_operands(M, N, K, torch.int32 if epilogue == "raw" else torch.bfloat16, swiglu)
+    q, w, sa, sb, out = _gemm_operands(M, N, K, torch.int32 if epilogue == "raw" else torch.bfloat16)
     bias = None if epilogue != "linear" else torch.empty(N)
     raw = epilogue == "raw"
     up = None
-    if epilogue == "swiglu-pair":  # gate w1 and up w3 [F, K] as two tensors, F = N / 2
+    if epilogue == "swiglu-pair":  # gate w1 and up w3 [F, K] as two tensors, F = N / 2, out [M, F]
         w, up = w[: N // 2], (torch.empty(N // 2, K, dtype=torch.int8), torch.empty(N // 2))
-        sb = sb[: N // 2]
+        sb, out = sb[: N // 2], torch.empty(M, N // 2, dtype=out.dtype)
     if cfg.is_gluon:
         from comfyui_ideogram4_int8.kernels import gemm_gluon as G
+        from comfyui_ideogram4_int8.kernels.configs import split_plan
 
-        kps, splits = G.split_plan(cfg, K)
+        kps, splits = split_plan(cfg, K)
         ws = torch.empty(splits, M, N, dtype=torch.int32) if splits > 1 else None
         return [
             G.build_launch(
-                q, w, None if raw else sa, None if raw else sb, bias, out, cfg, raw, swiglu, ws, num_sms=132, up=up
+                q, w, None if raw else sa, None if raw else sb, bias, out, cfg, raw, ws=ws, num_sms=132, up=up
             )
         ]
     from comfyui_ideogram4_int8.kernels import gemm_triton as T
 
-    return T.build_launches(
-        q, w, cfg, None if raw else sa, None if raw else sb, bias, out, raw, swiglu, num_sms=132, up=up
-    )
+    return T.build_launches(q, w, cfg, None if raw else sa, None if raw else sb, bias, out, raw, num_sms=132, up=up)
 
 
 def other_launches() -> list:

@@ -15,7 +15,7 @@ from comfyui_ideogram4_int8.kernels import configs as C
 from kernel_checks import activations, weight
 
 needs_interpreter = pytest.mark.skipif(
-    K.triton_unavailable_reason(torch.device("cpu")) is not None, reason="needs triton + TRITON_INTERPRET=1"
+    backends.unavailable("triton", torch.device("cpu")) is not None, reason="needs triton + TRITON_INTERPRET=1"
 )
 
 
@@ -107,13 +107,13 @@ def test_launcher_relaunches_a_cached_compiled_kernel_and_falls_back_when_it_bre
 
 def test_gluon_switch_and_device_reasons(monkeypatch):
     monkeypatch.setenv(backends.ENV_GLUON, "0")
-    assert backends.ENV_GLUON in backends.gluon_unavailable(torch.device("cuda"))
+    assert backends.ENV_GLUON in backends.unavailable("gluon", torch.device("cuda"))
     monkeypatch.delenv(backends.ENV_GLUON)
-    assert "CUDA" in backends.gluon_unavailable(torch.device("cpu"))
+    assert "CUDA" in backends.unavailable("gluon", torch.device("cpu"))
 
 
 @needs_interpreter
-@pytest.mark.parametrize("entry", ["w8a8_linear", "swiglu_w8a8_linear", "swiglu_w8a8_pair"])
+@pytest.mark.parametrize("entry", ["w8a8_linear", "swiglu_w8a8_pair"])
 def test_portable_failure_demotes_the_shape_to_cublas_exactly(fresh_backends, gen, monkeypatch, entry):
     calls = []
 
@@ -129,12 +129,6 @@ def test_portable_failure_demotes_the_shape_to_cublas_exactly(fresh_backends, ge
 
         def run(path, site):
             return K.w8a8_linear(x, w, ws, bias, path=path, site=site)
-    elif entry == "swiglu_w8a8_linear":
-        chunk = K.swiglu_chunk_for(32)
-        w13, s13 = K.interleave_gate_up(*weight(32, k, gen), *weight(32, k, gen), chunk)
-
-        def run(path, site):
-            return K.swiglu_w8a8_linear(x, w13, s13, chunk, path=path, site=site)
     else:
         (w1, s1), (w3, s3) = weight(32, k, gen), weight(32, k, gen)
 
@@ -151,6 +145,29 @@ def test_portable_failure_demotes_the_shape_to_cublas_exactly(fresh_backends, ge
     assert rec.path == "cublas-int8" and "fused Triton kernel failed" in rec.reason and "ptxas fatal" in rec.reason
     (demoted,) = backends.DEMOTIONS.items()
     assert demoted["backend"] == "triton" and "RuntimeError" in demoted["reason"]
+
+
+@needs_interpreter
+def test_the_fallback_after_a_fused_failure_is_the_path_choice(fresh_backends, gen, monkeypatch):
+    """The path after a failing fused kernel comes from the path choice's rules, not a fixed next rung: on a CPU
+    where the float matmul measured faster than torch._int_mm, the automatic choice (dequant-bf16) runs, not
+    cublas-int8, and the reason leads with the failure, then why cublas-int8 did not run."""
+    from comfyui_ideogram4_int8.kernels import cpu_gemm, path_choice
+
+    monkeypatch.setenv(cpu_gemm.ENV_CPU_GEMM, "float")
+    monkeypatch.setattr(gemm_triton, "launch_gemm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
+    x = activations(9, 96, gen)
+    w, ws = weight(40, 96, gen)
+    auto = K.select_path(x.device, 40, 96)
+    assert auto[0] == "dequant-bf16"
+    y = K.w8a8_linear(x, w, ws, path="triton-int8", site="fallback/x")
+    rec = next(r for r in K.REGISTRY.layers("fallback") if r.layer == "x")
+    assert rec.path == auto[0] and rec.reason.startswith("the fused Triton kernel failed for this shape: ")
+    assert "boom" in rec.reason and cpu_gemm.ENV_CPU_GEMM in rec.reason
+    assert torch.equal(y, K.w8a8_linear(x, w, ws, path="dequant-bf16", site="fallback/ref"))
+    monkeypatch.setenv(cpu_gemm.ENV_CPU_GEMM, "int8")  # where torch._int_mm is the fast CPU path: cublas-int8
+    path, reason = path_choice.select_after_fused_failure(x.device, 40, 96, RuntimeError("boom"))
+    assert (path, reason) == ("cublas-int8", "the fused Triton kernel failed for this shape: boom")
 
 
 @needs_interpreter

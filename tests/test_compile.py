@@ -21,10 +21,7 @@ from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
 
 BRANCHES = ("conditional", "unconditional")
-OUR_OPS = {
-    f"{ops.NAMESPACE}::{name}"
-    for name in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "swiglu_w8a8_linear", "qk_norm_rope")
-}
+OUR_OPS = {f"{ops.NAMESPACE}::{name}" for name in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "qk_norm_rope")}
 
 
 @pytest.fixture(autouse=True)
@@ -79,7 +76,7 @@ def test_dynamo_traces_a_w8a8_dit_in_one_graph(tmp_path, gen, branch, fused):
     n_linears = len(model.linear_modules()) + (TINY.num_layers if fused else 0)  # w1|w3 fused: one module per block
     n_linears -= 0 if branch == "conditional" else 1  # the image-only pass never runs llm_cond_proj
     assert sum(per_op.values()) == n_linears, per_op
-    assert per_op[f"{ops.NAMESPACE}::swiglu_w8a8_linear"] == (TINY.num_layers if fused else 0)
+    assert per_op[f"{ops.NAMESPACE}::swiglu_w8a8_pair"] == (TINY.num_layers if fused else 0)
 
 
 @pytest.mark.parametrize("backend", ["eager", "aot_eager"])
@@ -138,9 +135,7 @@ def test_compiled_graph_runs_the_packs_ops_and_the_registry_stays_honest(tmp_pat
         compiled(x, sigma * 0.5, context=ctx)
     assert len(graphs) == 1
     targets = {_name(n) for n in graphs[0].graph.nodes if n.op == "call_function"}
-    assert targets & OUR_OPS == {
-        f"{ops.NAMESPACE}::{op}" for op in ("w8a8_linear", "float_linear", "swiglu_w8a8_linear")
-    }
+    assert targets & OUR_OPS == {f"{ops.NAMESPACE}::{op}" for op in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair")}
     assert not any("_int_mm" in t or "round" in t for t in targets), sorted(targets)
     recs = {r.site: r for r in kernels.REGISTRY.layers(label)}
     assert set(recs) == _sites(model) == set(eager)
@@ -184,8 +179,6 @@ def _op_cases(gen, dtype):
     w3, s3 = _quantized(gen, f, k)
     smooth = torch.rand(k, generator=gen) + 0.5
     bias = torch.randn(n, generator=gen)
-    chunk = kernels.swiglu_chunk_for(f)
-    w13, s13 = kernels.interleave_gate_up(w1, s1, w3, s3, chunk)
     cases = []
     for path in (kernels.PATH_TRITON, kernels.PATH_CUBLAS, kernels.PATH_DEQUANT, None):
         cases += [
@@ -193,7 +186,8 @@ def _op_cases(gen, dtype):
             ("w8a8_linear", (x, w, ws, None, None, path, None, torch.float32, 16)),  # ConvRot, another out dtype
             ("swiglu_w8a8_pair", (x, w1, s1, w3, s3, smooth, path, "opcheck/w1", "opcheck/w3", None, None)),
             ("swiglu_w8a8_pair", (x, w1, s1, w3, s3, None, path, "opcheck/w1|w3", None, torch.float32, 16)),
-            ("swiglu_w8a8_linear", (x, w13, s13, chunk, smooth, path, "opcheck/w13", None)),
+            # one site for both, as the reference DiT's FusedGateUp calls it
+            ("swiglu_w8a8_pair", (x, w1, s1, w3, s3, smooth, path, "opcheck/w13", None, None, None)),
         ]
     cases.append(("float_linear", (x, torch.randn(n, k, generator=gen), bias, "opcheck/float", "protected")))
     qkv = torch.randn(2, 5, 3, 2, 32, generator=gen).to(dtype)  # q/k as strided views of a qkv output
@@ -232,14 +226,10 @@ def test_ops_equal_the_eager_functions(gen):
         direct = {
             "w8a8_linear": ops.w8a8_linear_impl,
             "swiglu_w8a8_pair": ops.swiglu_w8a8_pair_impl,
-            "swiglu_w8a8_linear": kernels.swiglu_w8a8_linear,
             "float_linear": kernels.float_linear,
             "qk_norm_rope": kernels.qk_norm_rope,
         }[name]
-        if name == "swiglu_w8a8_linear":
-            x, w13, s13, chunk, smooth, path, site, out_dtype = args
-            want = direct(x, w13, s13, chunk, smooth=smooth, path=path, site=site, out_dtype=out_dtype)
-        elif name == "float_linear":
+        if name == "float_linear":
             x, w, b, site, reason = args
             want = direct(x, w, b, site=site, reason=reason)
         else:

@@ -262,7 +262,7 @@ def test_fused_gate_up_matches_separate_projections(gen, tmp_path, path):
     split = Ideogram4DiT.from_state_dict(dict(sd), w8a8_linears(path=path), config=TINY, label="split")
     fused = Ideogram4DiT.from_state_dict(dict(sd), w8a8_linears(path=path), config=TINY, label="fused")
     assert fused.fuse_gate_up() == TINY.num_layers
-    assert fused.layers[0].feed_forward.w1 is None  # the interleaved weight replaced both
+    assert fused.layers[0].feed_forward.w1 is None  # the fused module took over both weights
     x, ctx, sigma = inputs(gen, batch=1, gh=3, gw=4, n_text=3)
     with torch.no_grad():
         r, a, b = ref(x, sigma, context=ctx), split(x, sigma, context=ctx), fused(x, sigma, context=ctx)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 from comfyui_ideogram4_int8 import kernels as K
+from comfyui_ideogram4_int8.kernels import backends
 from comfyui_ideogram4_int8.kernels import configs as C
 from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
 from kernel_checks import (
@@ -24,7 +25,7 @@ from kernel_checks import (
 )
 
 pytestmark = pytest.mark.skipif(
-    K.triton_unavailable_reason(torch.device("cpu")) is not None,
+    backends.unavailable("triton", torch.device("cpu")) is not None,
     reason="Triton interpreter not available (needs triton + TRITON_INTERPRET=1)",
 )
 
@@ -374,9 +375,11 @@ def test_every_shipped_pick_lies_in_its_search_space_and_says_where_it_was_measu
     assert entries
     for e in entries:
         cfg = C.GemmConfig.from_dict(e["config"])
+        # a known arch (CONFIG_SPACES' keys are the ones the picker and the offline compile serve), a config its
+        # autotuning could have chosen
         assert cfg in C.CONFIG_SPACES[e["arch"]], (e["gpu"], e["N"], e["K"], cfg.key())
         assert cfg.problem(2, swiglu=e["epilogue"] != "linear") is None, cfg.key()
-        assert e["arch"] in C.MEASURED_ARCHS and e["measured"].strip() and "commit" in e["measured"]
+        assert e["measured"].strip() and "commit" in e["measured"]
         assert e["triton"].count(".") == 1 and e["epilogue"] in tuning.EPILOGUES
         assert e["m_bucket"] == C.m_bucket(e["m_bucket"])  # a real bucket
     keys = [(e["arch"], e["gpu"], e["triton"], e["N"], e["K"], e["m_bucket"], e["epilogue"]) for e in entries]
@@ -393,9 +396,8 @@ def test_shipped_lookup_by_gpu_then_arch_and_never_across_triton_lines():
     assert cfg.is_gluon and f"{h100}, same arch" in source
     assert tuning.shipped_config("sm90", h100, "3.9", 4608, 13824, 4608) is None
     assert tuning.shipped_config("sm80", h100, "3.6", 4608, 13824, 4608) is None
-    cfg, _ = tuning.shipped_config("sm90", h100, "3.6", 4608, 24576, 4608, block_n=256)
+    cfg, _ = tuning.shipped_config("sm90", h100, "3.6", 4608, 24576, 4608, epilogue=tuning.EPILOGUE_PAIR)
     assert cfg.block_n == 256
-    assert tuning.shipped_config("sm90", h100, "3.6", 4608, 24576, 4608, block_n=128) is None  # wrong interleave
     assert tuning.shipped_config("sm90", h100, "3.6", 4608, 24576, 4608) is None  # a plain linear of that shape
 
 
@@ -431,7 +433,7 @@ def test_autotune_cache_is_keyed_by_triton_and_kernel_sources(tmp_path, monkeypa
 
     monkeypatch.setenv(tuning.ENV_CACHE_DIR, str(tmp_path))
     picker = tuning.ConfigPicker()
-    key = ("sm90", "GPU X", "3.6", 4608, 4608, 4096, "linear", None)
+    key = ("sm90", "GPU X", "3.6", 4608, 4608, 4096, "linear")
     cfg = C.CONFIG_SPACES["sm90"][0]
     picker._save(key, cfg)
     assert tuning.ConfigPicker()._from_disk(key) == (cfg, "autotuned earlier on this GPU")
@@ -442,7 +444,7 @@ def test_autotune_cache_is_keyed_by_triton_and_kernel_sources(tmp_path, monkeypa
     assert tuning.ConfigPicker()._from_disk(key) is None
 
 
-# -- fused gate/up + SwiGLU -------------------------------------------------------------------------
+# -- SwiGLU gate/up pair read from two weights -------------------------------------------------------------
 
 
 @pytest.mark.parametrize("persistent", [0, 1])
@@ -451,28 +453,22 @@ def test_swiglu_fused_vs_float64(persistent, gen):
     x = activations(m, k, gen, dtype=torch.bfloat16)
     w1, s1 = weight(f, k, gen)
     w3, s3 = weight(f, k, gen)
-    chunk = K.swiglu_chunk_for(f)
-    assert chunk == 32
-    w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, chunk)
     q, s = K.quantize_per_token_ref(x)
     g = reference_f64(q, s, w1, s1)
     u = reference_f64(q, s, w3, s3)
     ref = g * torch.sigmoid(g) * u
     out = torch.full((m, f), float("nan"), dtype=torch.bfloat16)
     kernel = "triton-tma" if persistent else "triton"
-    cfg = C.GemmConfig(kernel, 32, 2 * chunk, 32, group_m=2, num_warps=4, num_stages=2)
-    launch_gemm(q, w13, cfg, s, s13, None, out, swiglu=True)
+    cfg = C.GemmConfig(kernel, 32, 64, 32, group_m=2, num_warps=4, num_stages=2)
+    launch_gemm(q, w1, cfg, s, s1, None, out, up=(w3, s3))
     assert torch.isfinite(out).all()
     assert rel_err(out, ref) <= 1e-2 and cosine(out, ref) >= 0.9999
     # through the public entry point, fused and fallback paths agree with the reference
     for path in ("triton-int8", "cublas-int8", "dequant-bf16"):
-        h = K.swiglu_w8a8_linear(x.reshape(1, m, k), w13, s13, chunk, path=path, site=f"swiglu/{path}")
+        h = K.swiglu_w8a8_pair(x.reshape(1, m, k), w1, s1, w3, s3, path=path, site=f"swiglu/{path}")
         assert h.shape == (1, m, f)
         assert K.REGISTRY.path_of(f"swiglu/{path}") == path
         assert rel_err(h[0], ref) <= (1e-2 if path != "dequant-bf16" else 2e-2), path
-
-
-# -- SwiGLU gate/up pair read from two weights (no interleaved copy) -------------------------------------
 
 
 def _pair_operands(m, f, k, gen, smooth=False):
@@ -505,23 +501,23 @@ PAIR_CFGS = [
 ]
 
 
+# a tile unlike every PAIR_CFGS one (16 rows of each weight, 16-row M tiles): the pair's result must not depend on it
+PAIR_REF_CFG = C.GemmConfig("triton", 16, 32, 32, group_m=1, num_warps=4, num_stages=2)
+
+
 @pytest.mark.parametrize("cfg", PAIR_CFGS, ids=lambda c: c.key())
 @pytest.mark.parametrize("m,f,k", [(37, 96, 160), (1, 64, 64), (70, 128, 96)])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32])
-def test_gate_up_pair_bit_exact_against_the_interleaved_kernel(cfg, m, f, k, out_dtype, gen):
-    """Ideogram's FFN pair scaled down (and odd M): the kernel reading gate and up tiles from two weights gives
-    bit for bit what the interleaved SwiGLU kernel gives for the same tile (same accumulators, same float32
-    epilogue), every element written (NaN poison), and the float64 value of the same quantized operands."""
-    half = cfg.block_n // 2
-    if f % half:
-        pytest.skip("the interleaved kernel needs F % (BLOCK_N / 2) == 0")
+def test_gate_up_pair_bit_exact_on_every_kernel_and_tile(cfg, m, f, k, out_dtype, gen):
+    """Ideogram's FFN pair scaled down (and odd M): every kernel (pointer, persistent TMA) and tile gives bit for bit
+    the same result (the same exact int32 accumulators, the same float32 epilogue ops per element), every element
+    written (NaN poison), and the float64 value of the same quantized operands."""
     x, w1, s1, w3, s3, _ = _pair_operands(m, f, k, gen)
     q, s = K.quantize_per_token_ref(x)
-    w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, half)
     want = torch.full((m, f), float("nan"), dtype=out_dtype)
-    launch_gemm(q, w13, cfg, s, s13, None, want, swiglu=True)
+    launch_gemm(q, w1, PAIR_REF_CFG, s, s1, None, want, up=(w3, s3))
     got = torch.full((m, f), float("nan"), dtype=out_dtype)
-    launch_gemm(q, w1, cfg, s, s1, None, got, swiglu=True, up=(w3, s3))
+    launch_gemm(q, w1, cfg, s, s1, None, got, up=(w3, s3))
     assert not got.isnan().any(), cfg.key()
     assert torch.equal(got, want), f"{cfg.key()} seed {gen.initial_seed()}"
     ref = _pair_f64(q, s, w1, s1, w3, s3)
@@ -542,7 +538,7 @@ def test_gate_up_pair_odd_widths_against_float64(cfg, m, f, k, gen):
     x, w1, s1, w3, s3, _ = _pair_operands(m, f, k, gen)
     q, s = K.quantize_per_token_ref(x)
     got = torch.full((m, f), float("nan"))
-    launch_gemm(q, w1, cfg, s, s1, None, got, swiglu=True, up=(w3, s3))
+    launch_gemm(q, w1, cfg, s, s1, None, got, up=(w3, s3))
     assert not got.isnan().any()
     ref = _pair_f64(q, s, w1, s1, w3, s3)
     assert rel_err(got, ref) <= 1e-5 and cosine(got, ref) >= 0.99999, f"{cfg.key()} seed {gen.initial_seed()}"
@@ -555,7 +551,7 @@ def test_gate_up_pair_writes_nothing_outside_its_output(gen):
     q, s = K.quantize_per_token_ref(x)
     buf = torch.full((m, f + 48), float("nan"))
     cfg = C.GemmConfig("triton", 32, 64, 32, group_m=2, num_warps=4, num_stages=2)
-    launch_gemm(q, w1, cfg, s, s1, None, buf[:, :f], swiglu=True, up=(w3, s3))
+    launch_gemm(q, w1, cfg, s, s1, None, buf[:, :f], up=(w3, s3))
     assert not buf[:, :f].isnan().any() and buf[:, f:].isnan().all()
     assert rel_err(buf[:, :f], _pair_f64(q, s, w1, s1, w3, s3)) <= 1e-5
 
@@ -563,13 +559,14 @@ def test_gate_up_pair_writes_nothing_outside_its_output(gen):
 @pytest.mark.parametrize("smooth", [False, True])
 def test_swiglu_w8a8_pair_every_path(smooth, gen):
     """The public entry: one quantization (with the shared smoothing vector), the fused kernel on triton-int8 (bit
-    for bit swiglu_w8a8_linear on the interleaved weights), labelled fallbacks; every path near float64; the
-    registry records each projection's site with how the pair ran."""
+    for bit the pair kernel launched directly on the same quantized operands with the config it picked), labelled
+    fallbacks; every path near float64; the registry records each projection's site with how the pair ran."""
+    from comfyui_ideogram4_int8.kernels import tuning
+
     m, f, k = 23, 96, 160
     x, w1, s1, w3, s3, sm = _pair_operands(m, f, k, gen, smooth)
     q, s = K.quantize_per_token_ref(x.float(), sm)
     ref = _pair_f64(q, s, w1, s1, w3, s3)
-    w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, 32)
     before = (launches("gate_up_pair"), launches("gemm_triton"), launches("quant_triton"))
     h = K.swiglu_w8a8_pair(
         x.reshape(1, m, k),
@@ -585,8 +582,11 @@ def test_swiglu_w8a8_pair_every_path(smooth, gen):
         b + 1 for b in before
     ), "one quantization and one fused GEMM"
     assert h.shape == (1, m, f) and h.dtype == torch.bfloat16
-    inter = K.swiglu_w8a8_linear(x.reshape(1, m, k), w13, s13, 32, smooth=sm, path="triton-int8")
-    assert torch.equal(h, inter), f"seed {gen.initial_seed()}"
+    qt, st = K.quantize_per_token(x, sm)  # the quantizer the entry ran
+    cfg, _ = tuning.PICKER.pick(qt, w1, None, epilogue=tuning.EPILOGUE_PAIR, n=2 * f)
+    direct = torch.full((m, f), float("nan"), dtype=torch.bfloat16)
+    launch_gemm(qt, w1, cfg, st, s1, None, direct, up=(w3, s3))
+    assert torch.equal(h[0], direct), f"seed {gen.initial_seed()}"
     assert rel_err(h[0], ref) <= 1e-2 and cosine(h[0], ref) >= 0.9999
     recs = {r.layer: r for r in K.REGISTRY.layers("pair")}
     for name in ("layers.0.feed_forward.w1", "layers.0.feed_forward.w3"):
@@ -615,13 +615,12 @@ def test_swiglu_w8a8_pair_rejects_bad_operands(gen):
 
 
 def test_gate_up_pair_tuning_key_has_its_own_epilogue(monkeypatch):
-    """The pair's picks are keyed (N = 2F, epilogue 'swiglu-pair'); on the shipped GPU and Triton line, without
-    entries of its own, it takes the interleaved SwiGLU pick of the same GEMM and says so."""
+    """The pair's picks are keyed by the GEMM it computes (N = 2F, epilogue 'swiglu-pair'), the shipped ones too."""
     from comfyui_ideogram4_int8.kernels import tuning
 
     h100 = "NVIDIA H100 80GB HBM3"
     cfg, source = tuning.shipped_config("sm90", h100, "3.6", 4608, 24576, 4608, epilogue=tuning.EPILOGUE_PAIR)
-    assert cfg.kernel == "gluon-ws" and cfg.block_n == 256 and "interleaved SwiGLU kernel" in source
+    assert cfg.kernel == "gluon-ws" and cfg.block_n == 256 and source == f"shipped table ({h100}, Triton 3.6)"
     assert tuning.shipped_config("sm90", h100, "3.6", 4608, 12288, 4608, epilogue=tuning.EPILOGUE_PAIR) is None
     picker = tuning.ConfigPicker()
     q, w1 = torch.zeros(300, 64, dtype=torch.int8), torch.zeros(96, 64, dtype=torch.int8)
@@ -629,17 +628,7 @@ def test_gate_up_pair_tuning_key_has_its_own_epilogue(monkeypatch):
     assert source == "heuristic" and cfg.split_k == 1 and cfg.problem(2, swiglu=True) is None
     (entry,) = picker.picks()
     assert (entry["N"], entry["K"], entry["epilogue"]) == (192, 64, "swiglu-pair")
-    assert tuning._disk_key(("sm90", "G", "3.6", 192, 64, 512, "swiglu-pair", None)).endswith("|swiglu-pair")
-
-
-def test_interleave_roundtrip(gen):
-    w1, s1 = weight(64, 32, gen)
-    w3, s3 = weight(64, 32, gen)
-    w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, 16)
-    g, u = K.deinterleave_gate_up(w13.t(), 16)
-    assert torch.equal(g.t(), w1) and torch.equal(u.t(), w3)
-    gs, us = K.deinterleave_gate_up(s13, 16)
-    assert torch.equal(gs, s1.float()) and torch.equal(us, s3.float())
+    assert tuning._disk_key(("sm90", "G", "3.6", 192, 64, 512, "swiglu-pair")).endswith("|swiglu-pair")
 
 
 # -- fused q/k RMSNorm + RoPE ---------------------------------------------------------------------
@@ -691,7 +680,7 @@ class _Depth:
         return region()
 
 
-@pytest.mark.parametrize("entry", ["w8a8_linear", "swiglu_w8a8_linear", "swiglu_w8a8_pair"])
+@pytest.mark.parametrize("entry", ["w8a8_linear", "swiglu_w8a8_pair"])
 def test_timing_covers_the_launch_not_the_autotuning(entry, gen, monkeypatch):
     """A shape's first call may autotune (many trial launches): only the real launch counts as GEMM time."""
     from comfyui_ideogram4_int8.kernels import gemm_triton, tuning
@@ -709,8 +698,8 @@ def test_timing_covers_the_launch_not_the_autotuning(entry, gen, monkeypatch):
     trials = 2 + int(gen.initial_seed() % 3)
     real_pick = tuning.PICKER.pick
 
-    def autotuning_pick(q, w, launch=None, block_n=None, **key):  # what _autotune does on a GPU: time trials
-        cfg, _ = real_pick(q, w, None, block_n=block_n, **key)
+    def autotuning_pick(q, w, launch=None, **key):  # what _autotune does on a GPU: time trials
+        cfg, _ = real_pick(q, w, None, **key)
         for _ in range(trials):
             launch(cfg)
         return cfg, "autotuned (test)"
@@ -720,12 +709,6 @@ def test_timing_covers_the_launch_not_the_autotuning(entry, gen, monkeypatch):
     if entry == "w8a8_linear":
         w, ws = weight(48, 64, gen)
         K.w8a8_linear(x, w, ws, path="triton-int8", site="timingtest/a")
-    elif entry == "swiglu_w8a8_linear":
-        w1, s1 = weight(32, 64, gen)
-        w3, s3 = weight(32, 64, gen)
-        chunk = K.swiglu_chunk_for(32)
-        w13, s13 = K.interleave_gate_up(w1, s1, w3, s3, chunk)
-        K.swiglu_w8a8_linear(x, w13, s13, chunk, path="triton-int8", site="timingtest/b")
     else:
         K.swiglu_w8a8_pair(x, *weight(32, 64, gen), *weight(32, 64, gen), path="triton-int8", site="timingtest/p")
     assert launch_depths == [0] * trials + [1]  # trials untimed, the launch timed (once, not nested)

@@ -60,7 +60,7 @@ def test_one_config_per_kernel_family_compiles_for_sm80_and_sm90a(tmp_path):
     if backends.gluon_import_error() is None:
         assert {"gluon-ws", "gluon-pingpong"} <= kernels
         gluon = [r for r in ok if r["case"].startswith("gluon")]
-        assert any("[swiglu]" in r["case"] for r in gluon) and any("/sk" in r["case"] for r in gluon)
+        assert any("/sk" in r["case"] for r in gluon)
         assert {r["case"].split("/")[0] for r in gluon if r["case"].endswith("[swiglu-pair]")} == {
             "gluon-ws",
             "gluon-pingpong",
@@ -93,10 +93,10 @@ def _gluon():
     return gemm_gluon
 
 
-def _operands(M=300, N=512, K=1024, out_dtype=torch.bfloat16, swiglu=False):
+def _operands(M=300, N=512, K=1024, out_dtype=torch.bfloat16):
     q = torch.zeros(M, K, dtype=torch.int8)
     w = torch.zeros(N, K, dtype=torch.int8)
-    return q, w, torch.ones(M), torch.ones(N), torch.empty(M, N // 2 if swiglu else N, dtype=out_dtype)
+    return q, w, torch.ones(M), torch.ones(N), torch.empty(M, N, dtype=out_dtype)
 
 
 WS = C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4)
@@ -114,48 +114,66 @@ def test_gluon_launch_shape_and_register_cap():
     assert kwargs["PINGPONG"] is True and list(args[3].block_shape) == [128, 64]
 
 
-def test_gluon_address_problems_name_the_operand():
-    G = _gluon()
+def test_gluon_operand_problems_name_the_operand():
+    """The Gluon kernel's operand check (pure Python: no Gluon needed); the device question is not asked there."""
+    from comfyui_ideogram4_int8.kernels.operands import gluon_operand_problem
+
     q, w, sa, sb, out = _operands(K=1000)
-    assert "multiple of 16" in G.address_problem(WS, q, w, out)
+    assert "multiple of 16" in gluon_operand_problem(WS, q, w, out)
     q, w, sa, sb, out = _operands(K=1040)
-    assert "TMA cannot address" in G.address_problem(WS, q[:, 8:1032], w[:, 8:1032], out)  # base 8 bytes off
+    assert "TMA cannot address" in gluon_operand_problem(WS, q[:, 8:1032], w[:, 8:1032], out)  # base 8 bytes off
     q, w, sa, sb, out = _operands()
-    assert G.address_problem(WS, q, w, out) is None
+    assert gluon_operand_problem(WS, q, w, out) is None
+    w3 = torch.zeros(512, 1040, dtype=torch.int8)[:, 8:1032]  # the up weight of a pair, 8 bytes off
+    assert "TMA cannot address" in gluon_operand_problem(WS, q, w, out, up=(w3, sb))
+    assert "no bias" in gluon_operand_problem(WS, q, w, out, bias=sb, up=(w.clone(), sb))
     q, w, sa, sb, out = _operands(N=514, K=53248)
     split = C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=5)
-    assert "multiple of 4" in G.address_problem(split, q, w, out)
+    assert "multiple of 4" in gluon_operand_problem(split, q, w, out)
 
 
-def test_gluon_swiglu_launch_rules():
+def test_gluon_gate_up_pair_epilogue_launch_rules():
+    """The SwiGLU epilogue of the gate/up pair at F = 256 (out [300, 256], two 128-row halves per B tile)."""
     G = _gluon()
-    q, w, sa, sb, out = _operands(swiglu=True)
-    kernel, grid, args, kwargs = G.build_launch(q, w, sa, sb, None, out, WS, num_sms=132, swiglu=True)
-    assert kwargs["SWIGLU"] is True and kwargs["EPI_BUFS"] == 2  # 128 columns out: 2 subtiles of 64
+    q, w1, sa, s1, out = _operands(N=256)
+    w3, s3 = torch.zeros(256, 1024, dtype=torch.int8), torch.ones(256)
+    kernel, grid, args, kwargs = G.build_launch(q, w1, sa, s1, None, out, WS, num_sms=132, up=(w3, s3))
+    assert kwargs["PAIR"] is True and kwargs["EPI_BUFS"] == 2  # 128 columns out: 2 subtiles of 64
     assert list(args[3].shape) == [300, 256] and list(args[3].block_shape) == [64, 64]
     full = torch.empty(300, 512, dtype=torch.bfloat16)
     for bad in (
-        dict(out=full),  # out must be [M, N / 2]
-        dict(bias=torch.zeros(512)),  # no bias
-        dict(w=w[:384], out=out[:, :192]),  # N % BLOCK_N
+        dict(out=full),  # out must be [M, F]
+        dict(bias=torch.zeros(256)),  # no bias
         dict(cfg=C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=3, epi_n=256)),  # a subtile straddles halves
         dict(cfg=C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=5)),  # no split-K
     ):
-        a = dict(q=q, w=w, q_scale=sa, w_scale=sb, bias=None, out=out, cfg=WS) | bad
+        a = dict(q=q, w=w1, q_scale=sa, w_scale=s1, bias=None, out=out, cfg=WS) | bad
         with pytest.raises(ValueError):
-            G.build_launch(**a, num_sms=132, swiglu=True)
+            G.build_launch(**a, num_sms=132, up=(w3, s3))
+    # F no multiple of BLOCK_N // 2: TMA zero-fills and clips, so the pair takes it
+    G.build_launch(
+        q,
+        w1[:192],
+        sa,
+        s1[:192],
+        None,
+        torch.empty(300, 192, dtype=torch.bfloat16),
+        WS,
+        num_sms=132,
+        up=(w3[:192], s3[:192]),
+    )
     assert C.gluon_epi_bufs(C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=3, epi_n=128), 2, swiglu=True) == 1
 
 
 def test_gluon_gate_up_pair_launch_rules():
-    """The SwiGLU gate/up pair from two weights: two weight descriptors of half a B tile each (the kernel's B tile,
-    shared memory and wgmma shape stay the interleaved epilogue's), the up scales, out [M, F]; misuse refused."""
+    """The SwiGLU gate/up pair from two weights: two weight descriptors of half a B tile each (one B tile, shared
+    memory ring and wgmma shape as a linear of width BLOCK_N), the up scales, out [M, F]; misuse refused."""
     G = _gluon()
     M, F, K = 300, 320, 1024  # F is no multiple of the tile: TMA zero-fills and clips, scale loads are masked
     q, w1, sa, s1, out = _operands(M, F, K)
     w3, s3 = torch.zeros(F, K, dtype=torch.int8), torch.ones(F)
-    kernel, grid, args, kwargs = G.build_launch(q, w1, sa, s1, None, out, WS, num_sms=132, swiglu=True, up=(w3, s3))
-    assert kwargs["SWIGLU"] is True and kwargs["PAIR"] is True and kwargs["INSTR_N"] == 128
+    kernel, grid, args, kwargs = G.build_launch(q, w1, sa, s1, None, out, WS, num_sms=132, up=(w3, s3))
+    assert kwargs["PAIR"] is True and kwargs["INSTR_N"] == 128
     assert args[1].base is w1 and args[2].base is w3 and list(args[1].block_shape) == list(args[2].block_shape)
     assert list(args[1].block_shape) == [128, 128] and args[1].layout == args[2].layout
     assert args[5] is s1 and args[6] is s3 and list(args[3].shape) == [M, F] and list(args[3].block_shape) == [64, 64]
@@ -167,11 +185,10 @@ def test_gluon_gate_up_pair_launch_rules():
         dict(up=(w3[:, :512], s3)),  # another shape
         dict(up=(w3.float(), s3)),  # not int8
         dict(bias=torch.zeros(F)),  # no bias
-        dict(swiglu=False),  # a pair is a SwiGLU epilogue
         dict(out=torch.empty(M, F // 2, dtype=torch.bfloat16)),  # out [M, F]
         dict(cfg=C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=5)),  # no split-K
     ):
-        a = dict(q=q, w=w1, q_scale=sa, w_scale=s1, bias=None, out=out, cfg=WS, swiglu=True, up=(w3, s3)) | bad
+        a = dict(q=q, w=w1, q_scale=sa, w_scale=s1, bias=None, out=out, cfg=WS, up=(w3, s3)) | bad
         with pytest.raises(ValueError):
             G.build_launch(**a, num_sms=132)
 
@@ -185,14 +202,12 @@ def test_portable_gate_up_pair_launch_rules():
     q, w1, sa, s1, out = _operands(M, F, K)
     w3, s3 = torch.zeros(F, K, dtype=torch.int8), torch.ones(F)
     ptr = C.GemmConfig("triton", 64, 128, 64)
-    ((kernel, grid, args, _),) = T.build_launches(q, w1, ptr, sa, s1, None, out, swiglu=True, up=(w3, s3))
+    ((kernel, grid, args, _),) = T.build_launches(q, w1, ptr, sa, s1, None, out, up=(w3, s3))
     assert kernel is T._gate_up_kernel and grid == (5 * 5,)  # cdiv(300, 64) x cdiv(320, 64)
     tma = C.GemmConfig("triton-tma", 64, 128, 64)
-    ((kernel, grid, args, _),) = T.build_launches(q, w1, tma, sa, s1, None, out, swiglu=True, up=(w3, s3), num_sms=7)
+    ((kernel, grid, args, _),) = T.build_launches(q, w1, tma, sa, s1, None, out, up=(w3, s3), num_sms=7)
     assert kernel is T._gate_up_persistent_kernel and grid == (7,) and list(args[1].block_shape) == [64, 64]
-    ((kernel, _, _, _),) = T.build_launches(
-        q[:, 1:1001], w1[:, 1:1001], tma, sa, s1, None, out, swiglu=True, up=(w3[:, 1:1001], s3)
-    )
+    ((kernel, _, _, _),) = T.build_launches(q[:, 1:1001], w1[:, 1:1001], tma, sa, s1, None, out, up=(w3[:, 1:1001], s3))
     assert kernel is T._gate_up_kernel  # misaligned rows: the pointer kernel with the same tile
     for bad in (
         dict(up=(w3[:200], s3[:200])),
@@ -201,7 +216,7 @@ def test_portable_gate_up_pair_launch_rules():
         dict(cfg=C.GemmConfig("triton", 64, 128, 64, split_k=2)),
         dict(q_scale=None),
     ):
-        a = dict(q=q, w=w1, cfg=ptr, q_scale=sa, w_scale=s1, bias=None, out=out, swiglu=True, up=(w3, s3)) | bad
+        a = dict(q=q, w=w1, cfg=ptr, q_scale=sa, w_scale=s1, bias=None, out=out, up=(w3, s3)) | bad
         with pytest.raises(ValueError):
             T.build_launches(**a)
 
@@ -209,9 +224,9 @@ def test_portable_gate_up_pair_launch_rules():
 def test_gluon_split_k_plan_and_workspace():
     G = _gluon()
     cfg = C.GemmConfig("gluon-ws", 128, 256, 128, num_stages=4, split_k=11)
-    assert G.split_plan(cfg, 53248) == (38, 11)  # 416 k steps: 10 x 38 + 36
-    assert G.split_plan(cfg, 4608) == (4, 9)  # 36 k steps: never an empty split
-    assert G.split_plan(cfg, 128) == (1, 1)
+    assert C.split_plan(cfg, 53248) == (38, 11)  # 416 k steps: 10 x 38 + 36
+    assert C.split_plan(cfg, 4608) == (4, 9)  # 36 k steps: never an empty split
+    assert C.split_plan(cfg, 128) == (1, 1)
     M, N, K = 333, 512, 53248  # M not a multiple of the tile
     q, w, sa, sb, out = _operands(M, N, K)
     with pytest.raises(ValueError):  # split-K needs the workspace

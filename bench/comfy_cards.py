@@ -23,6 +23,7 @@ same size, and a floor: max(resident step, bytes streamed per step / pinned band
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
@@ -177,32 +178,32 @@ def ratios(result: dict) -> None:
 
 
 def print_table(result: dict) -> None:
+    from .comfy_e2e import print_runs, two_places
+
     info = result["info"]
-    print(
-        f"\n{info.get('gpu', '?')}, torch {info.get('torch', '?')}, triton {info.get('triton', '?')}, ComfyUI "
-        f"{info.get('comfyui', '?')}, {info['size']}, {info['steps']} steps, setup {info['setup']}, pinned H2D "
-        f"{info.get('pinned_gib_s', '?')} GiB/s"
-    )
-    print(
-        f"{'run':<34}{'min ms':>8}{'med ms':>8}{'x res':>7}{'x fp8':>7}{'x bf16':>7}{'x int8':>7}{'floor':>7}"
-        f"{'GiB/st':>7}{'copy':>7}{'hid':>5}{'peak':>7}  dynvram"
-    )
-    for name, e in result["runs"].items():
-        if "error" in e:
-            print(f"{name:<34} FAILED: {e['error'][-160:]}")
-            continue
 
-        def r(key, e=e):
-            return f"{e[key]:.2f}" if key in e else "-"
-
+    def row(e):
+        r = functools.partial(two_places, e)
         hidden = {True: "yes", False: "no", None: "-"}[e.get("copies_hidden")]
-        print(
-            f"{name:<34}{e['step_ms_min']:>8.1f}{e['step_ms_median']:>8.1f}{r('x_ours_resident'):>7}"
+        return (
+            f"{e['step_ms_min']:>8.1f}{e['step_ms_median']:>8.1f}{r('x_ours_resident'):>7}"
             f"{r('speedup_vs_native-fp8'):>7}{r('speedup_vs_native-bf16'):>7}{r('speedup_vs_native-int8-convrot'):>7}"
             f"{e.get('floor_ms', '-'):>7}{e.get('gib_streamed_per_step', 0):>7.2f}"
             f"{e.get('copy_ms_per_step', 0):>7.1f}{hidden:>5}{e['peak_gib']:>7.2f}  "
             f"{e.get('dynamic_vram', '-')[:40]}"
         )
+
+    print_runs(
+        f"{info.get('gpu', '?')}, torch {info.get('torch', '?')}, triton {info.get('triton', '?')}, ComfyUI "
+        f"{info.get('comfyui', '?')}, {info['size']}, {info['steps']} steps, setup {info['setup']}, pinned H2D "
+        f"{info.get('pinned_gib_s', '?')} GiB/s",
+        ("run", 34),
+        f"{'min ms':>8}{'med ms':>8}{'x res':>7}{'x fp8':>7}{'x bf16':>7}{'x int8':>7}{'floor':>7}"
+        f"{'GiB/st':>7}{'copy':>7}{'hid':>5}{'peak':>7}  dynvram",
+        result["runs"],
+        row,
+        failed=slice(-160, None),  # the end of a child's traceback says what failed
+    )
 
 
 def print_passes(result: dict) -> None:

@@ -560,27 +560,44 @@ def _ratios(result: dict) -> None:
 
 def print_table(result: dict) -> None:
     info = result["info"]
-    print(
-        f"\n{info['gpu']}, torch {info['torch']}, triton {info['triton']}, ComfyUI {info['comfyui']}, "
-        f"{info['layers']} blocks, {info['size']}, {info['steps']} steps"
-    )
-    print(
-        f"{'peer':<46}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'x fp8f':>8}{'x int8':>8}{'D20 s':>8}"
-        f"{'peak GiB':>10}{'cos':>9}"
-    )
-    for name, e in result["peers"].items():
-        if "error" in e:
-            print(f"{name:<46} FAILED: {e['error'][:100]}")
-            continue
 
-        def r(ref, e=e):
-            return f"{e[f'speedup_vs_{ref}']:.2f}x" if f"speedup_vs_{ref}" in e else "-"
+    def row(e):
+        def r(ref):
+            return two_places(e, f"speedup_vs_{ref}", "x")
 
         cos = f"{e['latent_cosine_vs_bf16']:.4f}" if "latent_cosine_vs_bf16" in e else "-"
-        print(
-            f"{name:<46}{e['step_ms']:>9.1f}{r('native-bf16'):>8}{r('native-fp8'):>7}{r('native-fp8-fast'):>8}"
+        return (
+            f"{e['step_ms']:>9.1f}{r('native-bf16'):>8}{r('native-fp8'):>7}{r('native-fp8-fast'):>8}"
             f"{r('native-int8-convrot'):>8}{e['sample_ms'] / 1e3:>8.2f}{e['peak_gib'] or 0:>10.2f}{cos:>9}"
         )
+
+    print_runs(
+        f"{info['gpu']}, torch {info['torch']}, triton {info['triton']}, ComfyUI {info['comfyui']}, "
+        f"{info['layers']} blocks, {info['size']}, {info['steps']} steps",
+        ("peer", 46),
+        f"{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'x fp8f':>8}{'x int8':>8}{'D20 s':>8}{'peak GiB':>10}{'cos':>9}",
+        result["peers"],
+        row,
+    )
+
+
+def two_places(e: dict, key: str, unit: str = "") -> str:
+    """``e[key]`` with two decimals (and ``unit``), or '-' where the run has no such value."""
+    return f"{e[key]:.2f}{unit}" if key in e else "-"
+
+
+def print_runs(title: str, name_column, columns: str, runs: dict, row, failed: slice = slice(None, 100)) -> None:
+    """A results table (this module's and comfy_cards'): ``title`` after a blank line; the header, ``name_column``
+    ((label, width)) then ``columns``; a line a run: its name, then ``row(entry)``, or FAILED and the ``failed``
+    part of its error where it did not run."""
+    label, width = name_column
+    print(f"\n{title}")
+    print(f"{label:<{width}}{columns}")
+    for name, e in runs.items():
+        if "error" in e:
+            print(f"{name:<{width}} FAILED: {e['error'][failed]}")
+        else:
+            print(f"{name:<{width}}{row(e)}")
 
 
 if __name__ == "__main__":

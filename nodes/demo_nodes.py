@@ -27,6 +27,7 @@ CATEGORY = "Ideogram 4 INT8/demo"
 LOADER_NAME = "Ideogram 4 INT8 Demo Model"
 TEXT_NAME = "Ideogram 4 INT8 Demo Text"
 DECODE_NAME = "Ideogram 4 INT8 Demo Decode"
+CFG = demo_model.config()  # the demo architecture: the branches' sizes, and the loader's and text node's descriptions
 
 
 def _choice(node: str, field: str, value, options) -> None:
@@ -37,13 +38,12 @@ def _choice(node: str, field: str, value, options) -> None:
 def build_branch(branch: str, compute_dtype: str, gemm_path: str | None):
     """(ModelPatcher, state, {linear: (GEMM path, reason)}, dtype) of one demo branch; the caller clears the state."""
     load_device = comfy.model_management.get_torch_device()
-    cfg = demo_model.config()
-    dtype = resolve_compute_dtype(compute_dtype, load_device, cfg.linear_parameter_count())
+    dtype = resolve_compute_dtype(compute_dtype, load_device, CFG.linear_parameter_count())
     state = demo_model.branch_state(branch, dtype)
     try:
         patcher, paths = build_native_model(
             state,
-            cfg,
+            CFG,
             label=demo_model.LABELS[branch],
             compute_dtype=dtype,
             gemm_path=gemm_path,
@@ -66,12 +66,11 @@ def rebuild_branch(branch, compute_dtype, gemm_path, disable_dynamic=False):
 class Ideogram4Int8DemoLoader(io.ComfyNode):
     @classmethod
     def define_schema(cls):
-        cfg = demo_model.config()
         return io.Schema(
             node_id="Ideogram4Int8DemoLoader",
             display_name=LOADER_NAME,
             category=CATEGORY,
-            description=f"The pack's embedded demo model (no download): a {cfg.num_layers}-block Ideogram-4-shaped "
+            description=f"The pack's embedded demo model (no download): a {CFG.num_layers}-block Ideogram-4-shaped "
             "model pair with seeded RANDOM weights, stored W8A8 like the real checkpoint and built as two native "
             "MODELs whose linears run the pack's INT8 GEMM (the GEMM paths panel lists them as conditional-demo / "
             "unconditional-demo). It draws colour noise, not pictures. Use it with 'Ideogram 4 Sampler', "
@@ -132,14 +131,13 @@ class Ideogram4Int8DemoLoader(io.ComfyNode):
 class Ideogram4Int8DemoText(io.ComfyNode):
     @classmethod
     def define_schema(cls):
-        cfg = demo_model.config()
         return io.Schema(
             node_id="Ideogram4Int8DemoText",
             display_name=TEXT_NAME,
             category=CATEGORY,
             description="NOT a text encoder: a stand-in for Qwen3-VL 8B that gives the demo model text features "
             f"without a download. Each word (up to {demo_model.MAX_TOKENS}) becomes a seeded random vector of "
-            f"{cfg.llm_features_dim} features, so different prompts give different conditionings and the same "
+            f"{CFG.llm_features_dim} features, so different prompts give different conditionings and the same "
             "prompt always the same one. Only for 'Ideogram 4 INT8 Demo Model'.",
             search_aliases=["ideogram4 demo text", "demo conditioning"],
             inputs=[

@@ -47,6 +47,12 @@ def _files() -> list[str]:
     return [f for f in folder_paths.get_filename_list(FOLDER) if f.lower().endswith(".safetensors")]
 
 
+def _word_then(word: str, files: list[str]) -> dict:
+    """The spec of a file input whose first choice, and default, is ``word``, not a file (SAME_FILE or NO_BASE, which
+    ``_optional`` reads as no file of its own)."""
+    return {"options": [word, *files], "default": word}
+
+
 def _full_path(name: str, input_name: str) -> str:
     path = folder_paths.get_full_path(FOLDER, name)
     if path is None:
@@ -145,16 +151,14 @@ class Ideogram4Int8Loader(io.ComfyNode):
                 ),
                 io.Combo.Input(
                     "unconditional_weights",
-                    options=[SAME_FILE, *files],
-                    default=SAME_FILE,
+                    **_word_then(SAME_FILE, files),
                     tooltip="The unconditional branch's own file (e.g. ideogram4_unconditional_fp8_scaled"
                     ".safetensors). Needed when 'weights' holds one branch; overrides the second "
                     "branch of a two-branch file.",
                 ),
                 io.Combo.Input(
                     "base",
-                    options=[NO_BASE, *files],
-                    default=NO_BASE,
+                    **_word_then(NO_BASE, files),
                     tooltip="Optional official checkpoint of the conditional branch (any format) that "
                     "supplies tensors the weights file lacks (norms, embeddings, unquantized "
                     "layers). A two-branch base serves both branches. Never overrides the "
@@ -162,8 +166,7 @@ class Ideogram4Int8Loader(io.ComfyNode):
                 ),
                 io.Combo.Input(
                     "unconditional_base",
-                    options=[NO_BASE, *files],
-                    default=NO_BASE,
+                    **_word_then(NO_BASE, files),
                     tooltip="Optional base checkpoint for the unconditional branch (see 'base').",
                 ),
                 io.String.Input(

@@ -235,11 +235,23 @@ def sample(
     return samples.to(comfy.model_management.intermediate_device())
 
 
+CUSTOM_ONLY = "custom preset only: "  # how the tooltip of each input in _custom() starts
+GUIDANCE = (0.0, 30.0, 0.1)  # min, max, step of both guidance inputs
+
+
+def _custom(default, lo, hi, step) -> dict:
+    """The spec of an input only the 'custom' preset reads (steps, guidance, polish_steps, polish_guidance, mu, std;
+    the web extension hides them under a named preset, CUSTOM_ONLY in web/lib/sampler_widgets.mjs): an advanced
+    widget. Its tooltip starts with CUSTOM_ONLY."""
+    return dict(default=default, min=lo, max=hi, step=step, advanced=True)
+
+
 class Ideogram4Int8Sampler(io.ComfyNode):
     @classmethod
     def define_schema(cls):
         presets = list(sa.PRESET_CHOICES)
         base = PRESETS[DEFAULT_PRESET]
+        g = base.guidance  # per step: the main steps' guidance, then the polish steps'
         return io.Schema(
             node_id="Ideogram4Int8Sampler",
             display_name=NODE_NAME,
@@ -295,59 +307,33 @@ class Ideogram4Int8Sampler(io.ComfyNode):
                     tooltip="Images per run (one noise tensor for the batch, as ComfyUI draws it).",
                 ),
                 io.Int.Input(
-                    "steps",
-                    default=base.steps,
-                    min=1,
-                    max=sa.MAX_STEPS,
-                    step=1,
-                    advanced=True,
-                    tooltip="custom preset only: number of Euler steps.",
+                    "steps", **_custom(base.steps, 1, sa.MAX_STEPS, 1), tooltip=CUSTOM_ONLY + "number of Euler steps."
                 ),
                 io.Float.Input(
                     "guidance",
-                    default=base.guidance[0],
-                    min=0.0,
-                    max=30.0,
-                    step=0.1,
-                    advanced=True,
-                    tooltip="custom preset only: guidance of the main steps (official: 7).",
+                    **_custom(g[0], *GUIDANCE),
+                    tooltip=CUSTOM_ONLY + "guidance of the main steps (official: 7).",
                 ),
                 io.Int.Input(
                     "polish_steps",
-                    default=base.guidance.count(base.guidance[-1]),
-                    min=0,
-                    max=sa.MAX_STEPS,
-                    step=1,
-                    advanced=True,
-                    tooltip="custom preset only: how many final steps use the polish guidance "
+                    **_custom(g.count(g[-1]), 0, sa.MAX_STEPS, 1),
+                    tooltip=CUSTOM_ONLY + "how many final steps use the polish guidance "
                     "(official: 3 / 2 / 1 for Quality / Default / Turbo).",
                 ),
                 io.Float.Input(
                     "polish_guidance",
-                    default=base.guidance[-1],
-                    min=0.0,
-                    max=30.0,
-                    step=0.1,
-                    advanced=True,
-                    tooltip="custom preset only: guidance of the polish steps (official: 3).",
+                    **_custom(g[-1], *GUIDANCE),
+                    tooltip=CUSTOM_ONLY + "guidance of the polish steps (official: 3).",
                 ),
                 io.Float.Input(
                     "mu",
-                    default=base.mu,
-                    min=-5.0,
-                    max=5.0,
-                    step=0.05,
-                    advanced=True,
-                    tooltip="custom preset only: logSNR shift of the logit-normal schedule.",
+                    **_custom(base.mu, -5.0, 5.0, 0.05),
+                    tooltip=CUSTOM_ONLY + "logSNR shift of the logit-normal schedule.",
                 ),
                 io.Float.Input(
                     "std",
-                    default=base.std,
-                    min=0.05,
-                    max=5.0,
-                    step=0.05,
-                    advanced=True,
-                    tooltip="custom preset only: spread of the logit-normal schedule.",
+                    **_custom(base.std, 0.05, 5.0, 0.05),
+                    tooltip=CUSTOM_ONLY + "spread of the logit-normal schedule.",
                 ),
             ],
             outputs=[io.Latent.Output(display_name="LATENT")],
@@ -365,29 +351,15 @@ class Ideogram4Int8Sampler(io.ComfyNode):
         width,
         height,
         batch_size=1,
-        steps=None,
-        guidance=None,
-        polish_steps=None,
-        polish_guidance=None,
-        mu=None,
-        std=None,
+        **custom,
     ) -> io.NodeOutput:
         """Before the run ComfyUI refuses a value past a widget's min / max, on that widget alone. What it cannot
         express (a multiple of 16, the aspect ratio of width and height, polish_steps <= steps) is refused here,
         when the node runs (after the nodes upstream), in one error. No validate_inputs: ComfyUI 0.33 drops its
-        min / max check for every input that function names and lists each failure under each of them."""
+        min / max check for every input that function names and lists each failure under each of them.
+        ``custom``: the custom-only inputs (``_custom``), which go to ``plan_sampling`` as they are."""
         try:  # the arguments first: a bad one is reported before anything else is looked at
-            plan = sa.plan_sampling(
-                preset,
-                width,
-                height,
-                steps=steps,
-                guidance=guidance,
-                polish_steps=polish_steps,
-                polish_guidance=polish_guidance,
-                mu=mu,
-                std=std,
-            )
+            plan = sa.plan_sampling(preset, width, height, **custom)
             sa.check_batch_size(batch_size)
         except sa.SamplingArgumentError as exc:
             raise sa.SamplingArgumentError(f"{NODE_NAME}: {exc}") from None

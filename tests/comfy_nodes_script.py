@@ -35,7 +35,7 @@ import comfy.supported_models  # noqa: E402
 import comfy.utils  # noqa: E402
 import folder_paths  # noqa: E402
 from comfy.quant_ops import QuantizedTensor  # noqa: E402
-from comfy_stock import stock_dit  # noqa: E402
+from comfy_stock import stock_dit, stock_sizes  # noqa: E402
 from comfyui_ideogram4_int8 import kernels  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4 import make_noise, read_branch, sample, smooth_fold, synthetic  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config  # noqa: E402
@@ -115,18 +115,11 @@ def forward_cases(fn, x, ctx, sigma, mask):
 @contextlib.contextmanager
 def demo_sizes():
     """ComfyUI's Ideogram4 model config with the demo architecture's sizes (detection reads only in_channels and
-    the block count from the weights; the rest is the class's unet_extra_config)."""
+    the block count from the weights; the rest is the class's unet_extra_config, here the stock DiT's sizes of
+    ``CFG`` as ``comfy_stock`` names them)."""
     cls = comfy.supported_models.Ideogram4
     saved = cls.unet_extra_config
-    cls.unet_extra_config = dict(
-        saved,
-        num_attention_heads=CFG.num_heads,
-        attention_head_dim=CFG.head_dim,
-        intermediate_size=CFG.intermediate_size,
-        adaln_dim=CFG.adaln_dim,
-        llm_features_dim=CFG.llm_features_dim,
-        mrope_section=list(CFG.mrope_section),
-    )
+    cls.unet_extra_config = dict(saved, **stock_sizes(CFG, leave_out=("in_channels", "num_layers")))
     try:
         yield
     finally:

@@ -19,6 +19,11 @@ SIZE_ARGS = (
 OUR_NAMES = {"num_attention_heads": "num_heads", "attention_head_dim": "head_dim"}
 
 
+def stock_sizes(cfg, leave_out=()) -> dict:
+    """The stock DiT's size arguments (ComfyUI's names) with the values of ``cfg``, but those in ``leave_out``."""
+    return {arg: getattr(cfg, OUR_NAMES.get(arg, arg)) for arg in SIZE_ARGS if arg not in leave_out}
+
+
 def stock_dit(cfg, operations=None, **kw):
     """``comfy.ldm.ideogram4.model.Ideogram4Transformer2DModel`` with the sizes of ``cfg`` (an ``Ideogram4Config``),
     fp32, built with ``operations`` (default ``comfy.ops.disable_weight_init``); ``kw``: more of its arguments
@@ -28,7 +33,7 @@ def stock_dit(cfg, operations=None, **kw):
     from comfy.ldm.ideogram4.model import Ideogram4Transformer2DModel
 
     return Ideogram4Transformer2DModel(
-        **{arg: getattr(cfg, OUR_NAMES.get(arg, arg)) for arg in SIZE_ARGS},
+        **stock_sizes(cfg),
         dtype=torch.float32,
         operations=comfy.ops.disable_weight_init if operations is None else operations,
         **kw,

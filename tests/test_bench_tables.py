@@ -65,3 +65,21 @@ def test_smooth_block_prints_unfolded_folded_and_the_folds_gain(capsys):
     assert f"{0.044 / 0.023:>8.2f}x" in o_line  # the quantizer with the divide vs without
     ffn_line = next(line for line in out.splitlines() if line.startswith("ffn_swiglu"))
     assert "0.600ms  1.50x bf16" in ffn_line and "0.550ms  1.64x bf16" in ffn_line
+
+
+def test_comfy_tables_print_each_run_or_the_part_of_its_error_asked_for(capsys):
+    e2e = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_e2e")
+    runs = {"ok": {"v": 1.5}, "bad": {"error": "0123456789"}}
+    e2e.print_runs("title", ("run", 6), "    v", runs, lambda e: e2e.two_places(e, "v", "x").rjust(5))
+    e2e.print_runs("again", ("run", 6), "", {"bad": runs["bad"]}, None, failed=slice(-3, None))
+    assert capsys.readouterr().out.splitlines() == [
+        "",
+        "title",
+        "run       v",
+        "ok    1.50x",
+        "bad    FAILED: 0123456789",
+        "",
+        "again",
+        "run   ",
+        "bad    FAILED: 789",
+    ]

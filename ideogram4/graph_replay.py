@@ -44,6 +44,10 @@ def signature(args: tuple, kwargs: dict, fingerprint=()) -> tuple:
     """What a graph is valid for: each tensor's shape, stride, dtype and device, every other value as it is."""
     leaves: list = []
     _leaves((args, kwargs), leaves)
+    return _signature_of(leaves, kwargs, fingerprint)
+
+
+def _signature_of(leaves: list, kwargs: dict, fingerprint) -> tuple:
     sig = []
     for v in leaves:
         if isinstance(v, torch.Tensor):
@@ -72,18 +76,19 @@ def _rebuild(obj, tensors: list):
     return obj
 
 
-def _tensors(obj) -> list[torch.Tensor]:
-    leaves: list = []
-    _leaves(obj, leaves)
-    return [v for v in leaves if isinstance(v, torch.Tensor)]
+def _check_output(out) -> None:
+    if isinstance(out, (list, tuple)):
+        for o in out:
+            _check_output(o)
+    elif not isinstance(out, torch.Tensor):
+        raise TypeError(f"a graph's output must be tensors, got {type(out).__name__}")
 
 
 def _copy_out(out):
+    """A copy of the graph's output (checked by ``_check_output`` at capture)."""
     if isinstance(out, torch.Tensor):
         return out.clone()
-    if isinstance(out, (list, tuple)):
-        return type(out)(_copy_out(o) for o in out)
-    raise TypeError(f"a graph's output must be tensors, got {type(out).__name__}")
+    return type(out)(_copy_out(o) for o in out)
 
 
 @dataclass
@@ -118,11 +123,13 @@ class PassGraphs:
     def run(self, fn: Callable, args: tuple, kwargs: dict, fingerprint=()) -> tuple[object, str]:
         """(``fn(*args, **kwargs)``, how it ran: "eager", "captured" or "replayed"). A replay runs the captured
         kernels on the new inputs: its result equals the eager one. No Python of ``fn`` runs in a replay."""
-        tensors = _tensors((args, kwargs))
+        leaves: list = []  # one walk of the inputs per pass: the tensors and the key come from it
+        _leaves((args, kwargs), leaves)
+        tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
         device = next((t.device for t in tensors if t.device.type == "cuda"), None)
         if device is None:
             return fn(*args, **kwargs), "eager"
-        key = signature(args, kwargs, fingerprint)
+        key = _signature_of(leaves, kwargs, fingerprint)
         with self._lock:
             entry = self._entries.setdefault(key, _Entry())
             entry.calls += 1
@@ -167,7 +174,7 @@ class PassGraphs:
                     finally:
                         graph.capture_end()
                 main.wait_stream(side)
-            _copy_out(out)  # checks the output's kind before it is kept
+            _check_output(out)  # before it is kept: a replay hands back a copy of it
         except Exception as exc:  # noqa: BLE001 - any capture failure leaves this signature eager, labelled
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             entry.failed = f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -91,6 +91,26 @@ def _copy_out(out):
     return type(out)(_copy_out(o) for o in out)
 
 
+def _release_generator(device) -> None:
+    """Take the device's default random generator out of capture mode after a capture that failed.
+
+    ``capture_begin`` puts the generator in capture mode and only a ``capture_end`` that succeeds takes it out: after
+    an invalidated capture (a host sync in the pass) every later random op on the device raised "Offset increment
+    outside graph capture encountered unexpectedly" (H100, torch 2.11: the next GPU tests' ``torch.rand``; in ComfyUI,
+    the next sampler's noise). A trivial capture that ends properly takes it out."""
+    scratch = torch.zeros(1, device=device)
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            scratch.add_(1)
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream(device).wait_stream(side)
+    del graph
+
+
 @dataclass
 class _Entry:
     calls: int = 0
@@ -181,6 +201,7 @@ class PassGraphs:
             self.stats.failures.append(entry.failed)
             del graph
             torch.cuda.synchronize(device)
+            _release_generator(device)
             self.stats.eager += 1
             return fn(*args, **kwargs), "eager"
         entry.graph, entry.inputs, entry.output = graph, statics, out

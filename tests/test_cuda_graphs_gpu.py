@@ -73,6 +73,8 @@ def test_a_pass_that_cannot_be_captured_stays_eager_with_its_reason():
     assert len(graphs.stats.failures) == 1 and graphs.stats.captures == 0
     got, _ = graphs.run(syncs, (x,), {})
     assert torch.equal(got, syncs(x))  # the device is still usable after the failed capture
+    # and its random generator left capture mode (a failed capture left it there: the next torch.rand raised)
+    torch.rand(8, device="cuda")
 
 
 def test_sampler_with_cuda_graphs_equals_eager_through_comfyui(tmp_path):

@@ -91,3 +91,4 @@ def test_sampler_with_cuda_graphs_equals_eager_through_comfyui(tmp_path):
     assert gpu["replayed"] == 10 and gpu["bypass"] == {"conditional": None, "unconditional": None}
     assert all("triton-int8" in paths for paths in gpu["paths"].values()), gpu["paths"]
     assert gpu["wrappers_after"] == []
+    assert gpu["rope_launches"] > 0  # q/k norm + RoPE through the pack's Triton kernel (nodes/qk_rope.py)

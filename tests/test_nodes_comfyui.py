@@ -367,6 +367,26 @@ def test_gate_up_pair_runs_as_one_fused_call_in_native_models(run_check):
     assert r["lowvram_cast_w1"] is True and r["lowvram_fused"] == 1 and r["lowvram_max_abs"] == 0.0
 
 
+def test_q_k_norm_and_rope_run_the_pack_kernel_in_native_models(run_check):
+    """Every block's attention runs q/k RMSNorm + RoPE through kernels.qk_norm_rope (nodes/qk_rope.py), equal to
+    ComfyUI's own forward to rounding (fp32) and close in bf16; the tables it reads are ComfyUI's rotation; the
+    env switch runs ComfyUI's exactly, and the model note says which ran."""
+    r = run_check("rope")
+    seed = r["__seed__"]
+    # tol: the attention's output after ``o`` (its int8 activation quantization magnifies a one-ulp difference of q
+    # or k); q_tol: q itself against float64, where the pack's kernel (one rounding) is at least as close as ComfyUI's
+    for dtype, tol, q_tol in (("fp32", 1e-5, 1e-6), ("bf16", 3e-2, 3e-3)):
+        assert r[f"{dtype}/swapped"] == [True] * 4, dtype
+        assert r[f"{dtype}/kernel_calls"] == 2 * 4, dtype  # q and k of each of the 4 blocks
+        assert r[f"{dtype}/note"] == r["fused_note"] and "pack's fused kernel" in r["fused_note"], dtype
+        assert r[f"{dtype}/matrix_is_rotation"] is True, dtype
+        assert r[f"{dtype}/vs_comfyui"] <= tol, (seed, dtype, r[f"{dtype}/vs_comfyui"])
+        assert r[f"{dtype}/q_err_ours"] <= min(q_tol, r[f"{dtype}/q_err_comfyui"] * 1.0001), (seed, dtype)
+        assert r[f"{dtype}/switch_equal"] is True, dtype
+        assert "IDEOGRAM4_INT8_ROPE=comfyui" in r[f"{dtype}/switch_note"], dtype
+        assert r[f"{dtype}/tables_of_a_batch"] is None, dtype
+
+
 def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):
     """A LoRA on w1 / w3 merged in full-load mode is requantized: the weights stay int8, the pair stays one fused
     call, equal to the merged modules' own forwards and close to the float reference of W + delta; in lowvram the

@@ -1,0 +1,124 @@
+"""ComfyUI's Ideogram 4 attention with the q / k RMSNorm + split-half RoPE through the pack's fused kernel.
+
+ComfyUI's ``Ideogram4Attention`` normalizes and rotates q and k with comfy-kitchen's ``rms_rope_split_half``, which
+reads the rotation as a [.., D/2, 2, 2] float32 matrix per token. Profiled on an H100 at 1024² (one step, both
+branches, ``bench/results/kernel-table-H100-2026-11-26-s14-1024.txt``): 9.3 ms per step there against 4.3 ms for
+the pack's ``qk_norm_rope`` kernel (``kernels/qk_norm_rope_triton.py``), which the reference DiT runs: the largest
+kernel difference between the ComfyUI path and the reference DiT.
+
+``install`` swaps the class of each block's ``attention`` for ``FusedRopeAttention``, a subclass whose ``forward``
+does what ComfyUI's does with that one step replaced: the same modules, parameters and state-dict keys, the norms'
+weights fetched through ``comfy.ops.cast_bias_weight`` as ComfyUI fetches them (offload and casts unchanged). The
+rotation's cos / sin come from ComfyUI's matrix ([[c, -s], [s, c]] per pair: ``precompute_freqs_cis`` duplicates
+the frequencies over both halves), read once per forward and shared by the blocks.
+
+ComfyUI's own step runs instead (the model note ``rope`` says why) when: training; a rotation that is not one
+[N, D/2] table (a batch of different positions); ``IDEOGRAM4_INT8_ROPE=comfyui`` (A/B measurements).
+"""
+
+from __future__ import annotations
+
+import os
+
+import comfy.model_management
+import comfy.ops
+import torch
+from comfy.ldm.ideogram4 import model as ideogram4_model
+from torch.utils.weak import WeakIdKeyDictionary
+
+from .. import kernels
+from ..kernels import ops as kernel_ops
+
+ENV_ROPE = "IDEOGRAM4_INT8_ROPE"  # "comfyui": ComfyUI's own q/k norm + RoPE (A/B measurements)
+NOTE_KIND = "rope"
+FUSED_NOTE = "q/k RMSNorm + RoPE: the pack's fused kernel (qk_norm_rope)"
+_is_compiling = torch.compiler.is_compiling
+_TABLES = WeakIdKeyDictionary()  # ComfyUI's rotation matrix (by identity) -> ((tokens, head_dim), (cos, sin))
+
+
+def rope_tables(freqs_cis, tokens: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(cos, sin), contiguous float32 [tokens, head_dim / 2], of ComfyUI's split-half rotation matrix, or None when
+    it is not one table for every row of the batch."""
+    half = head_dim // 2
+    if not isinstance(freqs_cis, torch.Tensor) or freqs_cis.shape[-3:] != (half, 2, 2):
+        return None
+    if freqs_cis.numel() != tokens * half * 4:
+        return None
+    m = freqs_cis.reshape(tokens, half, 2, 2)
+    return m[..., 0, 0].float().contiguous(), m[..., 1, 0].float().contiguous()
+
+
+def _tables(freqs_cis, tokens: int, head_dim: int):
+    if _is_compiling():  # traced: computed in the graph (inductor fuses it)
+        return rope_tables(freqs_cis, tokens, head_dim)
+    hit = _TABLES.get(freqs_cis) if isinstance(freqs_cis, torch.Tensor) else None
+    if hit is None or hit[0] != (tokens, head_dim):
+        hit = ((tokens, head_dim), rope_tables(freqs_cis, tokens, head_dim))
+        if isinstance(freqs_cis, torch.Tensor):
+            _TABLES[freqs_cis] = hit
+    return hit[1]
+
+
+def comfyui_reason() -> str | None:
+    if os.environ.get(ENV_ROPE, "").strip().lower() == "comfyui":
+        return f"{ENV_ROPE}=comfyui: ComfyUI's rms_rope_split_half"
+    if comfy.model_management.in_training:
+        return "training: ComfyUI's own q/k norm and RoPE"
+    return None
+
+
+class FusedRopeAttention(ideogram4_model.Ideogram4Attention):
+    """ComfyUI's Ideogram 4 attention whose q/k norm + RoPE runs the pack's fused kernel (module docstring)."""
+
+    site_label: str | None = None
+
+    def forward(self, x, attn_mask, freqs_cis, transformer_options={}):  # noqa: B006 - ComfyUI's signature
+        batch, tokens, _ = x.shape
+        why = comfyui_reason()
+        tables = None if why else _tables(freqs_cis, tokens, self.head_dim)
+        if why is None and tables is None:
+            why = "the rotation is not one [tokens, D/2] table (a batch of different positions): ComfyUI's RoPE"
+        self._note(why)
+        if why is not None:
+            return super().forward(x, attn_mask, freqs_cis, transformer_options=transformer_options)
+        cos, sin = tables
+        qkv = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
+        q, k, v = qkv.unbind(dim=2)
+        q_scale, _, q_stream = comfy.ops.cast_bias_weight(self.norm_q, q, offloadable=True)
+        k_scale, _, k_stream = comfy.ops.cast_bias_weight(self.norm_k, k, offloadable=True)
+        q = kernel_ops.qk_norm_rope(q, q_scale, cos, sin, self.norm_q.eps)
+        k = kernel_ops.qk_norm_rope(k, k_scale, cos, sin, self.norm_k.eps)
+        comfy.ops.uncast_bias_weight(self.norm_q, q_scale, None, q_stream)
+        comfy.ops.uncast_bias_weight(self.norm_k, k_scale, None, k_stream)
+        out = ideogram4_model.optimized_attention_masked(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            self.num_heads,
+            attn_mask,
+            skip_reshape=True,
+            transformer_options=transformer_options,
+        )
+        return self.o(out)
+
+    def _note(self, why: str | None) -> None:
+        """The model's ``rope`` note, written when it changes."""
+        if _is_compiling() or self.site_label is None:
+            return
+        note = FUSED_NOTE if why is None else f"q/k RMSNorm + RoPE: {why}"
+        if kernels.REGISTRY.model_notes(self.site_label).get(NOTE_KIND) != note:
+            kernels.REGISTRY.set_model_note(self.site_label, NOTE_KIND, note)
+
+
+def install(diffusion_model: torch.nn.Module, label: str | None) -> int:
+    """Make every block's ComfyUI attention a ``FusedRopeAttention`` labelled ``label``; returns how many."""
+    n = 0
+    for m in diffusion_model.modules():
+        if type(m) is ideogram4_model.Ideogram4Attention:
+            m.__class__ = FusedRopeAttention
+            m.site_label = label
+            n += 1
+    return n
+
+
+__all__ = ["FusedRopeAttention", "install", "rope_tables", "ENV_ROPE", "NOTE_KIND", "FUSED_NOTE"]

@@ -419,7 +419,12 @@ def test_every_quantized_linear_runs_through_the_op_and_a_bypass_is_labelled(run
     assert r["conditional/registry_calls"] == q
     assert r["conditional/coverage"] == {"expected": q, "ran": q, "missing": []}
     assert r["image_only/registry_calls"] == q - 1 and r["image_only/coverage"]["ran"] == q - 1
-    assert r["sampler_forwards"] == 2 and r["sampler_uncond_forwards"] == 2 and r["notes_before"] == {}
+    assert r["sampler_forwards"] == 2 and r["sampler_uncond_forwards"] == 2
+    # before the bypass, each model carries only its q/k RoPE note (nodes/qk_rope.py)
+    assert {label: sorted(n) for label, n in r["notes_before"].items()} == {
+        "conditional": ["rope"],
+        "unconditional": ["rope"],
+    }
     missing = ["layers.1.feed_forward.w1", "layers.1.feed_forward.w3", "layers.2.attention.o"]
     assert r["bypass/coverage"] == {"expected": q, "ran": q - 3, "missing": missing}
     assert r["bypass/counts"] == [2, 6]
@@ -464,7 +469,9 @@ def test_native_model_compiles_in_one_graph_without_recompiles(run_check):
             assert r[f"{key}/records_equal"] and r[f"{key}/calls_per_layer"] == [3], (seed, key)
             assert r[f"{key}/coverage_forwards"] == 3 and r[f"{key}/coverage_bypassed"] == 0, (seed, key)
             assert r[f"{key}/coverage_last"] == {"expected": expected, "ran": expected, "missing": []}, (seed, key)
-            ops = {f"ideogram4_int8.{n}.default" for n in ("w8a8_linear", "float_linear", "after_forward")}
+            ops = {
+                f"ideogram4_int8.{n}.default" for n in ("w8a8_linear", "float_linear", "after_forward", "qk_norm_rope")
+            }
             pair = "ideogram4_int8.swiglu_w8a8_pair.default"
             assert set(r[f"{key}/ops_in_graph"]) == (ops if fmt == "w8a8_ratio" else ops | {pair}), (seed, key)
     # each block compiled on its own (KJNodes' "transformer blocks only"): one frame per kind of block, not per block

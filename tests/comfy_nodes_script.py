@@ -1490,6 +1490,45 @@ def _stream_order(streamer, forwards):
     return events == [(k, *u) for u in keys * forwards for k in ("use", "free")]
 
 
+def _read_from_slot(stream, block, forward):
+    """Per streamable module of ``block``: whether the weight it computed with in ``forward()`` lay in a slot (an
+    unbound module would still compute right on the CPU, cast from its host copy). w1 / w3 are read in the fused pair
+    call (a hook on them would split the pair); the others in a pre-hook that runs after the streamer's."""
+    from comfyui_ideogram4_int8.nodes import ffn_fusion
+    from comfyui_ideogram4_int8.nodes.stream_pieces import host_data
+
+    spans = [(b.data_ptr(), b.data_ptr() + b.numel()) for b in stream.streamer.buffers]
+    seen = {}
+
+    def look(name, m):
+        p = host_data(m.weight).data_ptr()
+        seen[name] = any(a <= p < e for a, e in spans)
+
+    ff = block.feed_forward
+    probes = [
+        m.register_forward_pre_hook(lambda m, a, name=name: look(name, m))
+        for name, m in (("adaln_modulation", block.adaln_modulation), ("qkv", block.attention.qkv))
+        + (("o", block.attention.o), ("w2", ff.w2))
+    ]
+    pair = ffn_fusion._gate_up
+
+    def gate_up(f, h):
+        if f is ff:
+            look("w1", f.w1)
+            look("w3", f.w3)
+        return pair(f, h)
+
+    ffn_fusion._gate_up = gate_up
+    try:
+        with torch.no_grad():
+            forward()
+    finally:
+        ffn_fusion._gate_up = pair
+        for h in probes:
+            h.remove()
+    return seen
+
+
 def check_streaming():
     """Low-VRAM streaming (nodes.streaming_patcher) with CPU copies: ComfyUI's partial-load budget met block by
     block; a streamed block crosses as three pieces (attention, the fused w1|w3 pair, w2) through three slots of the
@@ -1552,6 +1591,7 @@ def check_streaming():
     res["mispredicted"] = stream.streamer.stats.mispredicted
     res["note"] = kernels.REGISTRY.model_notes("conditional").get(streaming_patcher.NOTE_KIND)
     res["report"] = streaming_patcher.stream_report(cond)
+    res["read_from_slot"] = _read_from_slot(stream, first, lambda: dm(x, sigma, context=ctx))
     # ComfyUI asks for memory back: more blocks stream, the output stays; the replaced plan's slots are gone at once
     # (not at the next garbage collection: ComfyUI reads free memory right after and asks again if it is not there)
     import gc

@@ -197,6 +197,7 @@ def test_low_vram_streaming_equals_resident(run_check):
     # three pieces per streamed block in call order, each released as the next binds; w1|w3 bound together, unhooked
     assert r["units"] == [[i, p] for i in r["streamed"] for p in ("attention", "gate_up", "down")]
     assert r["pieces_in_order"] and r["pair_hooks"] == 0
+    assert r["read_from_slot"] == dict.fromkeys(("adaln_modulation", "qkv", "o", "w1", "w3", "w2"), True)
     assert r["piece_modules"] == {
         "attention": ["attention.qkv", "attention.o", "adaln_modulation"],
         "gate_up": ["feed_forward.w1", "feed_forward.w3"],

@@ -9,8 +9,12 @@ That was 7.8x the resident step on a 16 GB card emulated with ComfyUI's ``reserv
 
 Here the same budget is honoured block by block (``ideogram4.streaming``): the blocks that fit stay resident, the
 others keep their big weights (int8 stays int8, protected bf16 stays bf16) in pinned host memory and stream through
-reused device slots, queued a block ahead on a copy stream of their own. The streamed layers run the same fused
-kernels on the slot as a resident layer on its weight, so the latent is the resident run's bit for bit.
+reused device slots, queued ahead on a copy stream of their own. A streamed block crosses as three pieces in the
+order its forward uses them (``streaming.block_pieces``: adaln_modulation + attention, the FFN's fused w1|w3 pair,
+w2), through three slots of the largest piece (108 MiB: 2 x 306 MiB of whole-block slots become 3 x 108 MiB per
+model, and each byte of slot saved is a byte of weights that stays resident instead of crossing every step). The
+streamed layers run the same fused kernels on the slot as a resident layer on its weight (w1|w3 stay one fused
+call: they get no hooks), so the latent is the resident run's bit for bit.
 
 * LoRA: a streamed layer's patches are merged once, on the load device, into its host copy (the original is kept in
   ComfyUI's backup and restored on unpatch), so it streams merged and stays INT8, as a resident layer's merge does.
@@ -20,7 +24,9 @@ kernels on the slot as a resident layer on its weight, so the latent is the resi
   card to shares proportional to their sizes (the sum ComfyUI allowed is kept).
 * Pinned memory goes through ComfyUI's ``pin_memory`` (bounded by its ``MAX_PINNED_MEMORY``); a tensor it will not
   pin streams from pageable memory, labelled as such.
-* ``IDEOGRAM4_INT8_STREAM=0`` keeps ComfyUI's own partial load (for comparisons).
+* ``IDEOGRAM4_INT8_STREAM=0`` keeps ComfyUI's own partial load (for comparisons); ``IDEOGRAM4_INT8_STREAM_PIECES=0``
+  streams whole blocks through 2 slots (the unit before pieces, for A/B measurements); ``IDEOGRAM4_INT8_STREAM_SLOTS``
+  sets the slots per model (default 3 for pieces, 2 for whole blocks).
 """
 
 from __future__ import annotations
@@ -33,17 +39,21 @@ import weakref
 import comfy.model_management
 import comfy.model_patcher
 import torch
-from comfy.quant_ops import QuantizedTensor
 
 from .. import kernels
 from ..ideogram4 import streaming
+from . import stream_pieces
 from .int8_ops import site_label
 from .op_coverage import CONTEXT_ONLY
+from .stream_pieces import host_data as _host_data
+from .stream_pieces import streamable as _streamable
+from .stream_pieces import weight_bytes as _weight_bytes
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
 ENV_STREAM = "IDEOGRAM4_INT8_STREAM"  # "0": ComfyUI's own partial load instead of block streaming
-ENV_SLOTS = "IDEOGRAM4_INT8_STREAM_SLOTS"  # device slots per model (default 2)
+ENV_SLOTS = "IDEOGRAM4_INT8_STREAM_SLOTS"  # device slots per model (default 3 for pieces, 2 for whole blocks)
+ENV_PIECES = "IDEOGRAM4_INT8_STREAM_PIECES"  # "0": stream whole blocks (A/B measurements)
 ENV_PASS_ESTIMATE = "IDEOGRAM4_INT8_PASS_ESTIMATE"  # "comfyui": keep ComfyUI's doubled-batch estimate (comparisons)
 NOTE_KIND = "streaming"
 PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors allocated between the loads
@@ -54,20 +64,23 @@ def streaming_enabled() -> bool:
     return os.environ.get(ENV_STREAM, "1").strip() != "0"
 
 
-def slot_count() -> int:
+def pieces_enabled() -> bool:
+    return os.environ.get(ENV_PIECES, "1").strip() != "0"
+
+
+def slot_count(pieces: bool = False) -> int:
+    """Slots per model: 3 for pieces (with 2, a block's w2 copy could start only once its attention piece had run,
+    and a block's gate_up copy only once it started: a stall where resident blocks separate streamed ones), 2 for
+    whole blocks (one in use, the next one's copy in flight)."""
+    default = 3 if pieces else 2
     try:
-        return max(1, int(os.environ.get(ENV_SLOTS, "2")))
+        return max(1, int(os.environ.get(ENV_SLOTS, str(default))))
     except ValueError:
-        return 2
+        return default
 
 
 def _blocks(model) -> list[torch.nn.Module]:
     return list(getattr(model.diffusion_model, "layers", []))
-
-
-def _streamable(block: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
-    """The block's linears whose weights stream: the pack's Linears (int8, or protected bf16)."""
-    return [(n, m) for n, m in block.named_modules() if getattr(m, "ideogram4_int8", False) and m.weight is not None]
 
 
 def _host_layers(model) -> list[tuple[str, torch.nn.Module]]:
@@ -84,16 +97,6 @@ def _host_layers(model) -> list[tuple[str, torch.nn.Module]]:
     ]
 
 
-def _host_data(w) -> torch.Tensor:
-    """The tensor that streams for weight ``w``: an int8 weight's data, or the float weight itself."""
-    return w._qdata if isinstance(w, QuantizedTensor) else w.data
-
-
-def _weight_bytes(m) -> int:
-    data = _host_data(m.weight)
-    return data.numel() * data.element_size()
-
-
 class _ModelStream:
     """The streaming state of one diffusion model: plan, host weights, device views, hooks, streamer."""
 
@@ -104,54 +107,19 @@ class _ModelStream:
         self.hooks = []
         self.device_params: dict[int, list] = {}  # id(slot views) -> the Parameters bound from them
         blocks = _blocks(patcher.model)
-        units = [self._unit(i, blocks[i]) for i in plan.streamed]
+        split = plan.pieces > len(plan.streamed)  # as the plan was made (the switch is read once, there)
+        pieces = {i: stream_pieces.pieces(blocks[i], split) for i in plan.streamed}
+        units = [stream_pieces.unit(i, p, device, self.device_params) for i in plan.streamed for p in pieces[i]]
         self.streamer = streaming.BlockStreamer(units, device, plan.slots, plan.slot_bytes)
-        for i in plan.streamed:
-            self.hooks.append(blocks[i].register_forward_pre_hook(_Before(self.streamer, i)))
-            self.hooks.append(blocks[i].register_forward_hook(_After(self.streamer, i, self)))
-
-    def _unit(self, index: int, block) -> streaming.StreamUnit:
-        modules = [m for _, m in _streamable(block)]
-        hosts = [m.weight for m in modules]
-        # the closures hold the cache and the device, not this object: a cycle through them kept every replaced
-        # plan's slots on the card until a garbage collection (H100, emulated 12 GB: 5 GiB held, ComfyUI asking
-        # for more each time and the branches shrinking pass after pass)
-        cache, device = self.device_params, self.device
-
-        def device_params(views):
-            key = id(views)
-            if key not in cache:
-                out = []
-                for host, view in zip(hosts, views, strict=True):
-                    if isinstance(host, QuantizedTensor):
-                        t = QuantizedTensor(view, host._layout_cls, host._params.to_device(device))
-                    else:
-                        t = view
-                    out.append(torch.nn.Parameter(t, requires_grad=False))
-                cache[key] = out
-            return cache[key]
-
-        def bind(views):
-            for m, p in zip(modules, device_params(views), strict=True):
-                m._parameters["weight"] = p
-                m.comfy_cast_weights = False
-
-        def unbind():
-            for m, host in zip(modules, hosts, strict=True):
-                m._parameters["weight"] = host
-                m.comfy_cast_weights = True  # a stray call outside the block casts through ComfyUI: slow, correct
-
-        data = [_host_data(h) for h in hosts]
-        pinned = [d.is_pinned() for d in data]
-        for m in modules:
-            m.comfy_cast_weights = True
-        return streaming.StreamUnit(index, data, bind, unbind, pinned)
+        for i in plan.streamed:  # the panel note follows the forward's last streamed piece
+            then = self.publish if i == plan.streamed[-1] else None
+            self.hooks += streaming.hook_pieces(self.streamer, i, pieces[i], then)
 
     def note(self) -> str:
         p, s = self.plan, self.streamer.stats
         text = (
             f"low-VRAM streaming: {p.device_bytes / streaming.GIB:.2f} GiB on the card "
-            f"({len(p.resident)} blocks resident, {len(p.streamed)} streamed through {p.slots} slots), "
+            f"({len(p.resident)} blocks resident, {p.streaming()}), "
             f"{p.streamed_bytes / streaming.GIB:.2f} GiB int8/bf16 weights from host memory per forward"
         )
         if s.forwards:
@@ -175,27 +143,8 @@ class _ModelStream:
             kernels.REGISTRY.set_model_note(self.label, NOTE_KIND, None)
 
 
-class _Before:
-    def __init__(self, streamer, index):
-        self.streamer, self.index = streamer, index
-
-    def __call__(self, module, args):
-        self.streamer.before(self.index)
-
-
-class _After:
-    def __init__(self, streamer, index, stream):
-        self.streamer, self.index, self.stream = streamer, index, stream
-        self.last = index == stream.plan.streamed[-1]
-
-    def __call__(self, module, args, output):
-        self.streamer.after(self.index)
-        if self.last:
-            self.stream.publish()
-
-
 class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
-    """ComfyUI's (legacy) ModelPatcher whose partial loads stream whole blocks behind compute (module docstring).
+    """ComfyUI's (legacy) ModelPatcher whose partial loads stream blocks (as pieces) behind compute (module docstring).
 
     The streaming state lives on the model (``model.ideogram4_stream``), which clones of this patcher share."""
 
@@ -216,14 +165,19 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
     def _host_bytes(self) -> int:
         return sum(_weight_bytes(m) for _, m in _host_layers(self.model))
 
-    def stream_plan(self, budget: float) -> streaming.ResidencyPlan:
+    def _plan_args(self) -> tuple:
+        """(block bytes, fixed bytes, slots, host bytes, piece bytes): what the plan and the minimum are made of."""
         blocks = self._block_bytes()
-        fixed = self.model_size() - sum(blocks)
-        return streaming.plan_residency(blocks, fixed, budget, slot_count(), self._host_bytes())
+        pieces = [stream_pieces.piece_bytes(b, pieces_enabled()) for b in _blocks(self.model)]
+        slots = slot_count(any(len(p) > 1 for p in pieces))
+        return blocks, self.model_size() - sum(blocks), slots, self._host_bytes(), pieces
+
+    def stream_plan(self, budget: float) -> streaming.ResidencyPlan:
+        blocks, fixed, slots, host, pieces = self._plan_args()
+        return streaming.plan_residency(blocks, fixed, budget, slots, host, pieces)
 
     def streaming_minimum(self) -> int:
-        blocks = self._block_bytes()
-        return streaming.minimum_bytes(blocks, self.model_size() - sum(blocks), slot_count(), self._host_bytes())
+        return streaming.minimum_bytes(*self._plan_args())
 
     @property
     def stream(self) -> _ModelStream | None:
@@ -537,6 +491,8 @@ def stream_report(model) -> dict | None:
         "resident_blocks": len(p.resident),
         "streamed_blocks": len(p.streamed),
         "slots": p.slots,
+        "slot_mib": round(p.slot_bytes / 2**20, 3),
+        "pieces": p.pieces,  # streamed units per forward (3 per streamed block; 1 each with pieces off)
         "gib_on_card": round(p.device_bytes / streaming.GIB, 3),
         "gib_streamed_per_forward": round(p.streamed_bytes / streaming.GIB, 3),
         **stream.streamer.stats.as_dict(),
@@ -550,5 +506,7 @@ __all__ = [
     "load_together",
     "one_pass_per_branch",
     "streaming_enabled",
+    "pieces_enabled",
     "ENV_STREAM",
+    "ENV_PIECES",
 ]

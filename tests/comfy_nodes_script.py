@@ -1472,12 +1472,71 @@ def _streaming_budget(patcher, streamed_blocks):
     raise AssertionError(f"no budget streams {streamed_blocks} blocks")
 
 
+def _piece_bytes_by_hand(block):
+    """The three pieces of a streamed block from its modules, independently of the streamer: attention
+    (adaln_modulation, qkv, o), the w1|w3 pair, w2; each tensor aligned as in a slot."""
+    from comfyui_ideogram4_int8.ideogram4 import streaming
+    from comfyui_ideogram4_int8.nodes.stream_pieces import weight_bytes
+
+    ff, at = block.feed_forward, block.attention
+    groups = [(block.adaln_modulation, at.qkv, at.o), (ff.w1, ff.w3), (ff.w2,)]
+    return [sum(streaming.aligned(weight_bytes(m)) for m in g) for g in groups]
+
+
+def _stream_order(streamer, forwards):
+    """Whether the trace of ``forwards`` forwards binds the units in order, each released before the next binds."""
+    keys = [u.key for u in streamer.units]
+    events = [e[:3] for e in streamer.trace if e[0] != "copy"]
+    return events == [(k, *u) for u in keys * forwards for k in ("use", "free")]
+
+
+def _read_from_slot(stream, block, forward):
+    """Per streamable module of ``block``: whether the weight it computed with in ``forward()`` lay in a slot (an
+    unbound module would still compute right on the CPU, cast from its host copy). w1 / w3 are read in the fused pair
+    call (a hook on them would split the pair); the others in a pre-hook that runs after the streamer's."""
+    from comfyui_ideogram4_int8.nodes import ffn_fusion
+    from comfyui_ideogram4_int8.nodes.stream_pieces import host_data
+
+    spans = [(b.data_ptr(), b.data_ptr() + b.numel()) for b in stream.streamer.buffers]
+    seen = {}
+
+    def look(name, m):
+        p = host_data(m.weight).data_ptr()
+        seen[name] = any(a <= p < e for a, e in spans)
+
+    ff = block.feed_forward
+    probes = [
+        m.register_forward_pre_hook(lambda m, a, name=name: look(name, m))
+        for name, m in (("adaln_modulation", block.adaln_modulation), ("qkv", block.attention.qkv))
+        + (("o", block.attention.o), ("w2", ff.w2))
+    ]
+    pair = ffn_fusion._gate_up
+
+    def gate_up(f, h):
+        if f is ff:
+            look("w1", f.w1)
+            look("w3", f.w3)
+        return pair(f, h)
+
+    ffn_fusion._gate_up = gate_up
+    try:
+        with torch.no_grad():
+            forward()
+    finally:
+        ffn_fusion._gate_up = pair
+        for h in probes:
+            h.remove()
+    return seen
+
+
 def check_streaming():
     """Low-VRAM streaming (nodes.streaming_patcher) with CPU copies: ComfyUI's partial-load budget met block by
-    block; the streamed model computes what the resident one does, bit for bit, through the same paths; LoRA merged
-    into the streamed copy; partially_unload streams more; unpatch restores; the pack's two MODELs rebalance."""
+    block; a streamed block crosses as three pieces (attention, the fused w1|w3 pair, w2) through three slots of the
+    largest piece, or whole through two with IDEOGRAM4_INT8_STREAM_PIECES=0; the streamed model computes what the
+    resident one does, bit for bit, through the same paths; LoRA merged into the streamed copy; partially_unload
+    streams more; unpatch restores; the pack's two MODELs rebalance."""
     from comfyui_ideogram4_int8.ideogram4 import streaming
-    from comfyui_ideogram4_int8.nodes import ffn_fusion, streaming_patcher
+    from comfyui_ideogram4_int8.nodes import ffn_fusion, stream_pieces, streaming_patcher
 
     write_all()
     cond, uncond, _ = load("i4_w8a8.safetensors")
@@ -1501,9 +1560,25 @@ def check_streaming():
     res["loaded_within_budget"] = cond.model.model_loaded_weight_memory <= budget
     res["model_lowvram"] = cond.model.model_lowvram
     kernels.REGISTRY.clear(model="conditional")
+    stream.streamer.tracing = True
     with torch.no_grad():
         outs = [dm(x, sigma, context=ctx) for _ in range(3)]
     res["max_abs_vs_resident"] = max((o - full).abs().max().item() for o in outs)
+    # the pieces: three per streamed block in call order, bound one after the other, w1 / w3 without hooks
+    res["units"] = [list(u.key) for u in stream.streamer.units]
+    res["pieces_in_order"] = _stream_order(stream.streamer, 3)
+    first = dm.layers[stream.plan.streamed[0]]
+    res["piece_modules"] = {p.name: [n for n, _ in p.modules] for p in stream_pieces.pieces(first)}
+    by_hand = {i: _piece_bytes_by_hand(dm.layers[i]) for i in stream.plan.streamed}
+    res["slot_bytes"] = stream.plan.slot_bytes
+    res["largest_piece"] = streaming.aligned(max(max(b) for b in by_hand.values()))
+    res["largest_block"] = streaming.aligned(max(sum(b) for b in by_hand.values()))
+    res["slots"] = len(stream.streamer.buffers)
+    res["pair_hooks"] = sum(
+        len(m._forward_pre_hooks) + len(m._forward_hooks)
+        for i in stream.plan.streamed
+        for m in (dm.layers[i].feed_forward.w1, dm.layers[i].feed_forward.w3)
+    )
     paths = {r.layer: r.path for r in kernels.REGISTRY.layers("conditional")}
     streamed_layers = [k for k in paths if k.startswith(f"layers.{stream.plan.streamed[0]}.")]
     res["streamed_layers_recorded"] = len(streamed_layers)
@@ -1516,6 +1591,7 @@ def check_streaming():
     res["mispredicted"] = stream.streamer.stats.mispredicted
     res["note"] = kernels.REGISTRY.model_notes("conditional").get(streaming_patcher.NOTE_KIND)
     res["report"] = streaming_patcher.stream_report(cond)
+    res["read_from_slot"] = _read_from_slot(stream, first, lambda: dm(x, sigma, context=ctx))
     # ComfyUI asks for memory back: more blocks stream, the output stays; the replaced plan's slots are gone at once
     # (not at the next garbage collection: ComfyUI reads free memory right after and asks again if it is not there)
     import gc
@@ -1537,6 +1613,31 @@ def check_streaming():
         res["max_abs_after_unload"] = (dm(x, sigma, context=ctx) - full).abs().max().item()
     cond.unpatch_model(cpu)
     res["stream_after_unpatch"] = cond.stream is None
+    # IDEOGRAM4_INT8_STREAM_PIECES=0 (A/B): whole blocks through two slots of the largest block, the same output
+    os.environ[streaming_patcher.ENV_PIECES] = "0"
+    try:
+        cond.patch_model(device_to=cpu, lowvram_model_memory=_streaming_budget(cond, 3))
+        whole = cond.model.ideogram4_stream
+        whole.streamer.tracing = True
+        fused_before = ff.fused_calls
+        with torch.no_grad():
+            outs = [dm(x, sigma, context=ctx) for _ in range(2)]
+        by_hand = [sum(_piece_bytes_by_hand(dm.layers[i])) for i in whole.plan.streamed]
+        res["whole"] = {
+            "units": [list(u.key) for u in whole.streamer.units],
+            "streamed": list(whole.plan.streamed),
+            "slots": len(whole.streamer.buffers),
+            "slot_bytes": whole.plan.slot_bytes,
+            "largest_block": streaming.aligned(max(by_hand)),
+            "in_order": _stream_order(whole.streamer, 2),
+            "max_abs": max((o - full).abs().max().item() for o in outs),
+            "fused_calls": ff.fused_calls - fused_before,
+            "mispredicted": whole.streamer.stats.mispredicted,
+            "report": streaming_patcher.stream_report(cond),
+        }
+        cond.unpatch_model(cpu)
+    finally:
+        os.environ.pop(streaming_patcher.ENV_PIECES, None)
     # LoRA on a streamed layer: merged into the host copy, equal to the same patch merged in a full load
     lora = cond.clone()
     key = f"diffusion_model.layers.{cond.stream_plan(budget).streamed[0]}.attention.qkv.weight"

@@ -194,8 +194,27 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert r["streamed_layers_recorded"] >= 5 and r["same_paths"]
     assert r["streamed_ffn_fused_calls"] == 1 + 3  # fused resident, then in each streamed forward too
     assert r["unbound_after_forward"] and r["mispredicted"] == 0
-    assert r["note"].startswith("low-VRAM streaming:") and "3 streamed" in r["note"]
+    # three pieces per streamed block in call order, each released as the next binds; w1|w3 bound together, unhooked
+    assert r["units"] == [[i, p] for i in r["streamed"] for p in ("attention", "gate_up", "down")]
+    assert r["pieces_in_order"] and r["pair_hooks"] == 0
+    assert r["read_from_slot"] == dict.fromkeys(("adaln_modulation", "qkv", "o", "w1", "w3", "w2"), True)
+    assert r["piece_modules"] == {
+        "attention": ["attention.qkv", "attention.o", "adaln_modulation"],
+        "gate_up": ["feed_forward.w1", "feed_forward.w3"],
+        "down": ["feed_forward.w2"],
+    }
+    # three slots of the largest piece, smaller than a slot of the largest block
+    assert r["slots"] == 3 and r["slot_bytes"] == r["largest_piece"] < r["largest_block"]
+    assert r["note"].startswith("low-VRAM streaming:") and "3 streamed as 9 pieces through 3 slots of" in r["note"]
     assert r["report"]["streamed_blocks"] == 3 and r["report"]["forwards"] == 3
+    assert r["report"]["pieces"] == 9 and r["report"]["slots"] == 3
+    assert r["report"]["slot_mib"] == round(r["largest_piece"] / 2**20, 3)
+    # IDEOGRAM4_INT8_STREAM_PIECES=0: whole blocks through two slots, the same latent, the pair still fused
+    w = r["whole"]
+    assert w["units"] == [[i, "block"] for i in w["streamed"]] and len(w["streamed"]) == 3 and w["in_order"]
+    assert w["slots"] == 2 and w["slot_bytes"] == w["largest_block"] == r["largest_block"]
+    assert w["max_abs"] == 0.0 and w["fused_calls"] == 2 and w["mispredicted"] == 0
+    assert w["report"]["pieces"] == 3 and w["report"]["slots"] == 2
     assert r["old_slots"] > 0 and r["old_slots_alive"] == 0
     assert r["freed_positive"] and r["streamed_after_unload"] == 4 and r["max_abs_after_unload"] == 0.0
     assert r["stream_after_unpatch"]

@@ -334,7 +334,10 @@ def test_streaming_and_device_notes_reach_the_report_apart_from_bypass():
     """What the streaming patcher and the Branch Device node say about a model is in its entry (``notes``), for the
     panel; the bypass note stays in ``bypass`` only; schema-valid; gone with the model."""
     REGISTRY.declare("unconditional/layers.0.attention.o", "triton-int8", "", 64, 64)
-    streaming = "low-VRAM streaming: 2.04 GiB on the card (5 blocks resident, 29 streamed through 2 slots)"
+    streaming = (
+        "low-VRAM streaming: 1.84 GiB on the card (5 blocks resident, 29 streamed as 87 pieces through 3 slots of "
+        "108 MiB)"
+    )
     REGISTRY.set_model_note("unconditional", "streaming", streaming)
     REGISTRY.set_model_note("unconditional", "device", "unconditional branch on cuda:1")
     REGISTRY.set_model_note("unconditional", "bypass", "1 of 1 quantized linears did not run through the pack's op")

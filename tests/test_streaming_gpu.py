@@ -1,6 +1,8 @@
-"""Low-VRAM streaming on a GPU (cuda): int8 weights streamed from pinned memory through the fused kernels equal the
-resident run bit for bit, the registry records the fused path on the streamed layers, and the copies run on a
-stream of their own, overlapping the GEMMs (read from the profiler's per-stream order, not from a timing bound)."""
+"""Low-VRAM streaming on a GPU (cuda): int8 weights streamed from pinned memory as pieces of blocks (attention, the
+w1|w3 pair, w2), or as whole blocks, through the fused kernels equal the resident run bit for bit; the registry
+records the fused paths on the streamed layers (the pair as one GEMM: w1 and w3 carry no hooks); the copies run on a
+stream of their own, overlapping the GEMMs (read from the profiler's per-stream order, not from a timing bound); the
+per-piece timing events reach the stream's statistics."""
 
 from __future__ import annotations
 
@@ -11,55 +13,104 @@ import torch
 from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.ideogram4 import streaming
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import w8a8_forward
+from comfyui_ideogram4_int8.kernels.gate_up import FUSION_ONE_GEMM
 
 pytestmark = pytest.mark.cuda
-K, N = 4608, 13824  # attention.qkv of the real model: one block's biggest operand kind
+K, F = 4608, 12288  # Ideogram 4's width and FFN width: qkv [3K, K], o [K, K], w1 / w3 [F, K], w2 [K, F]
 
 
-class _Block(torch.nn.Module):
-    """Two W8A8 linears of real Ideogram 4 widths (qkv-like, then back to K), int8 weights with outlier channels."""
+class _Linear(torch.nn.Module):
+    """A W8A8 linear: int8 weight [n, k] with an outlier input channel, per-row scale, its own registry site."""
+
+    def __init__(self, n, k, site, g):
+        super().__init__()
+        w = torch.randn(n, k, generator=g, device="cuda") / k**0.5  # unit-scale outputs: no overflow over the depth
+        w[:, 7] *= 30
+        self.register_buffer("scale", w.abs().amax(1) / 127)
+        self.weight = torch.nn.Parameter((w / self.scale[:, None]).round().clamp(-127, 127).to(torch.int8), False)
+        self.site = site
+
+    def forward(self, x):
+        return w8a8_forward(x, self.weight, self.scale, site=self.site)
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, index, g):
+        super().__init__()
+        self.qkv = _Linear(3 * K, K, f"stream/b{index}.qkv", g)
+        self.o = _Linear(K, K, f"stream/b{index}.o", g)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return self.o(q * torch.sigmoid(k) + v)
+
+
+class _FeedForward(torch.nn.Module):
+    """w2(silu(w1 x) * w3 x) with w1|w3 as one fused pair call reading both weights in place (nodes/ffn_fusion.py)."""
 
     def __init__(self, index, g):
         super().__init__()
-        self.index = index
-        w1 = torch.randn(N, K, generator=g, device="cuda")
-        w1[:, 7] *= 30  # outlier input channel
-        w2 = torch.randn(K, N, generator=g, device="cuda")
-        self.s1, self.s2 = w1.abs().amax(1) / 127, w2.abs().amax(1) / 127
-        self.q1 = torch.nn.Parameter((w1 / self.s1[:, None]).round().clamp(-127, 127).to(torch.int8), False)
-        self.q2 = torch.nn.Parameter((w2 / self.s2[:, None]).round().clamp(-127, 127).to(torch.int8), False)
+        self.w1 = _Linear(F, K, f"stream/b{index}.w1", g)
+        self.w2 = _Linear(K, F, f"stream/b{index}.w2", g)
+        self.w3 = _Linear(F, K, f"stream/b{index}.w3", g)
 
     def forward(self, x):
-        h = w8a8_forward(x, self.q1, self.s1, site=f"stream/b{self.index}.a")
-        return x + w8a8_forward(h, self.q2, self.s2, site=f"stream/b{self.index}.b")
+        w1, w3 = self.w1, self.w3
+        h = kernels.swiglu_w8a8_pair(x, w1.weight, w1.scale, w3.weight, w3.scale, site=(w1.site, w3.site))
+        return self.w2(h)
 
 
-def _stream(blocks, streamed, slots=2):
-    units = []
+class _Block(torch.nn.Module):
+    """Attention then FFN, the order of ComfyUI's Ideogram4TransformerBlock (normalized inputs, as there: the
+    SwiGLU is quadratic, unnormalized activations would overflow over the depth; no modulation)."""
+
+    def __init__(self, index, g):
+        super().__init__()
+        self.attention = _Attention(index, g)
+        self.feed_forward = _FeedForward(index, g)
+
+    def forward(self, x):
+        x = x + self.attention(torch.nn.functional.rms_norm(x, (K,)))
+        return x + self.feed_forward(torch.nn.functional.rms_norm(x, (K,)))
+
+
+def _empty():
+    return torch.nn.Parameter(torch.empty(0, dtype=torch.int8, device="cuda"), False)
+
+
+def _unit(index, piece):
+    """The piece's weights to pinned host memory (their device copies go: what streaming saves); unbound, the
+    modules hold empty weights, so a kernel that ran on an unbound piece would fail."""
+    mods = [m for _, m in piece.modules]
+    host = [m.weight.detach().cpu().pin_memory() for m in mods]
+    for m in mods:
+        m.weight = _empty()
+
+    def bind(views, mods=mods):
+        for m, v in zip(mods, views, strict=True):
+            m._parameters["weight"] = torch.nn.Parameter(v, False)
+
+    def unbind(mods=mods):
+        for m in mods:
+            m._parameters["weight"] = _empty()
+
+    return streaming.StreamUnit(index, host, bind, unbind, [True] * len(host), piece.name)
+
+
+def _stream(blocks, streamed, split):
+    pieces = {}
     for i in streamed:
-        b = blocks[i]
-        host = [b.q1.detach().cpu().pin_memory(), b.q2.detach().cpu().pin_memory()]
-        # the resident copies go away (what streaming saves); an unbound block holds empty weights
-        b.q1 = torch.nn.Parameter(torch.empty(0, dtype=torch.int8, device="cuda"), False)
-        b.q2 = torch.nn.Parameter(torch.empty(0, dtype=torch.int8, device="cuda"), False)
-
-        def bind(views, b=b):
-            b._parameters["q1"] = torch.nn.Parameter(views[0], False)
-            b._parameters["q2"] = torch.nn.Parameter(views[1], False)
-
-        def unbind(b=b):
-            b._parameters["q1"] = torch.nn.Parameter(torch.empty(0, dtype=torch.int8, device="cuda"), False)
-            b._parameters["q2"] = torch.nn.Parameter(torch.empty(0, dtype=torch.int8, device="cuda"), False)
-
-        units.append(streaming.StreamUnit(i, host, bind, unbind, [True, True]))
-    s = streaming.BlockStreamer(units, torch.device("cuda"), slots, max(u.nbytes for u in units))
+        linears = [(n, m) for n, m in blocks[i].named_modules() if isinstance(m, _Linear)]
+        pieces[i] = streaming.block_pieces(blocks[i], linears, split)
+    units = [_unit(i, p) for i in streamed for p in pieces[i]]
+    s = streaming.BlockStreamer(units, torch.device("cuda"), 3 if split else 2, max(u.nbytes for u in units))
     for i in streamed:
-        blocks[i].register_forward_pre_hook(lambda m, a, i=i: s.before(i))
-        blocks[i].register_forward_hook(lambda m, a, o, i=i: s.after(i))
+        streaming.hook_pieces(s, i, pieces[i])
     return s
 
 
-def test_streamed_int8_blocks_equal_resident_and_copies_overlap_compute():
+@pytest.mark.parametrize("split", [True, False], ids=["pieces", "whole-blocks"])
+def test_streamed_int8_blocks_equal_resident_and_copies_overlap_compute(split):
     seed = int.from_bytes(os.urandom(3), "little")
     g = torch.Generator(device="cuda").manual_seed(seed)
     blocks = torch.nn.Sequential(*[_Block(i, g) for i in range(8)])
@@ -67,23 +118,41 @@ def test_streamed_int8_blocks_equal_resident_and_copies_overlap_compute():
     with torch.no_grad():
         want = blocks(x)
     streamed = streaming.spread(4, 8)
-    s = _stream(blocks, streamed)
+    s = _stream(blocks, streamed, split)
+    keys = [u.key for u in s.units]
+    if split:  # three pieces per block, slots of the largest (the pair: 2 F K bytes) instead of a whole block
+        assert keys == [(i, p) for i in streamed for p in ("attention", "gate_up", "down")]
+        assert s.slot_bytes == streaming.aligned(2 * F * K) and len(s.buffers) == 3
+    else:
+        assert keys == [(i, streaming.WHOLE) for i in streamed] and len(s.buffers) == 2
+        assert s.slot_bytes == (3 * K * K + K * K + 3 * F * K)
+    for i in streamed:  # the pair stays one fused call: hooks on w1 / w3 would make nodes/ffn_fusion.py split it
+        ff = blocks[i].feed_forward
+        assert not (
+            ff.w1._forward_pre_hooks or ff.w1._forward_hooks or ff.w3._forward_pre_hooks or ff.w3._forward_hooks
+        )
     kernels.REGISTRY.clear()
     with torch.no_grad():
         blocks(x)  # first forward queues the later ones
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             outs = [blocks(x) for _ in range(2)]
             torch.cuda.synchronize()
+        blocks(x)  # closes the measurement of the synchronized forwards (their events are read one forward later)
     for out in outs:
         assert torch.equal(out, want), f"seed {seed}"
-    paths = {r.layer: r.path for r in kernels.REGISTRY.layers("stream")}
+    records = {r.layer: r for r in kernels.REGISTRY.layers("stream")}
     for i in streamed:
-        assert paths[f"b{i}.a"] == "triton-int8" and paths[f"b{i}.b"] == "triton-int8", paths
+        for name in ("qkv", "o", "w1", "w3", "w2"):
+            assert records[f"b{i}.{name}"].path == "triton-int8", (name, records[f"b{i}.{name}"])
+        assert records[f"b{i}.w1"].fusion == records[f"b{i}.w3"].fusion == FUSION_ONE_GEMM
     assert s.stats.mispredicted == 0
+    # the per-piece copy and wait events reached the statistics (values, not a timing bound)
+    assert s.stats.forwards >= 1 and s.stats.copy_ms > 0 and s.stats.hidden is not None, s.stats
     events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     copies = [e for e in events if "HtoD" in e.name]
     kernels_ = [e for e in events if "Memcpy" not in e.name and "Memset" not in e.name]
-    assert len(copies) >= 2 * len(streamed), [e.name for e in events][:20]
+    tensors = sum(len(u.host) for u in s.units)
+    assert len(copies) >= 2 * tensors, [e.name for e in events][:20]
 
     def stream_of(e):
         return getattr(e, "device_resource_id", None)

@@ -57,8 +57,13 @@ PEERS = {  # name: (layout, how it loads)
     "ours-w8a8-two-gpus": ("w8a8", "loader-two-gpus"),  # the unconditional MODEL on cuda:1 (Branch Device node)
     "ours-w8a8-graphs": ("w8a8", "loader"),  # one card with CUDA graphs (by default only two cards use them)
     "ours-w8a8-two-gpus-eager": ("w8a8", "loader-two-gpus"),  # two cards without them
+    "ours-w8a8-blocks": ("w8a8", "loader"),  # low-VRAM streaming of whole blocks (A/B against pieces)
 }
-GRAPHS_SETTING = {"ours-w8a8-graphs": "1", "ours-w8a8-two-gpus-eager": "0"}  # IDEOGRAM4_INT8_CUDA_GRAPHS per peer
+PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for the next)
+    "ours-w8a8-graphs": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "1"},
+    "ours-w8a8-two-gpus-eager": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "0"},
+    "ours-w8a8-blocks": {"IDEOGRAM4_INT8_STREAM_PIECES": "0"},
+}
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
 
@@ -215,10 +220,9 @@ def _load(peer: str, files: dict, config):
 
     layout, how = PEERS[peer]
     notes = {}
-    if peer in GRAPHS_SETTING:  # read by the sampler at each run: set for this peer, cleared for the next
-        os.environ["IDEOGRAM4_INT8_CUDA_GRAPHS"] = GRAPHS_SETTING[peer]
-    else:
-        os.environ.pop("IDEOGRAM4_INT8_CUDA_GRAPHS", None)
+    for name in {n for env in PEER_ENV.values() for n in env}:  # read at load and at each run
+        os.environ.pop(name, None)
+    os.environ.update(PEER_ENV.get(peer, {}))
     if how.startswith("native"):
         fast = args.fast
         args.fast = {PerformanceFeature.Fp8MatrixMultiplication} if how == "native-fast" else set()

@@ -94,21 +94,7 @@ def _streamed_model(blocks, streamed, slots):
     the modules until bound), and a streamer over them."""
     units, hooks = [], []
     for i in streamed:
-        mods = [blocks[i].a, blocks[i].b]
-        host = [m.weight.detach().clone() for m in mods]
-        for m in mods:
-            m.weight = torch.nn.Parameter(torch.full_like(m.weight, float("nan")))
-        poisoned = [m.weight for m in mods]
-
-        def bind(views, mods=mods):
-            for m, v in zip(mods, views, strict=True):
-                m._parameters["weight"] = torch.nn.Parameter(v, requires_grad=False)
-
-        def unbind(mods=mods, poisoned=poisoned):
-            for m, p in zip(mods, poisoned, strict=True):
-                m._parameters["weight"] = p
-
-        units.append(streaming.StreamUnit(i, host, bind, unbind, [False, False]))
+        units.append(_poisoned_unit(i, [blocks[i].a, blocks[i].b]))
     slot = max(u.nbytes for u in units)
     s = streaming.BlockStreamer(units, torch.device("cpu"), slots, slot)
     for i in streamed:
@@ -328,26 +314,27 @@ def test_other_layouts_stream_whole_blocks():
     assert [p.name for p in pieces] == ["attention", "down"]
 
 
+def _poisoned_unit(index, mods, piece=streaming.WHOLE):
+    """A unit of ``mods``: host copies of their weights, the modules poisoned (NaN) until bound."""
+    host = [m.weight.detach().clone() for m in mods]
+    for m in mods:
+        m.weight = torch.nn.Parameter(torch.full_like(m.weight, float("nan")), requires_grad=False)
+    poisoned = [m.weight for m in mods]
+
+    def bind(views):
+        for m, v in zip(mods, views, strict=True):
+            m._parameters["weight"] = torch.nn.Parameter(v, requires_grad=False)
+
+    def unbind():
+        for m, w in zip(mods, poisoned, strict=True):
+            m._parameters["weight"] = w
+
+    return streaming.StreamUnit(index, host, bind, unbind, [False] * len(host), piece)
+
+
 def _host_units(index, pieces):
-    """A unit per piece: host copies of the weights, the modules poisoned (NaN) until bound."""
-    units = []
-    for p in pieces:
-        mods = [m for _, m in p.modules]
-        host = [m.weight.detach().clone() for m in mods]
-        for m in mods:
-            m.weight = torch.nn.Parameter(torch.full_like(m.weight, float("nan")), requires_grad=False)
-        poisoned = [m.weight for m in mods]
-
-        def bind(views, mods=mods):
-            for m, v in zip(mods, views, strict=True):
-                m._parameters["weight"] = torch.nn.Parameter(v, requires_grad=False)
-
-        def unbind(mods=mods, poisoned=poisoned):
-            for m, w in zip(mods, poisoned, strict=True):
-                m._parameters["weight"] = w
-
-        units.append(streaming.StreamUnit(index, host, bind, unbind, [False] * len(host), p.name))
-    return units
+    """A unit per piece (``_poisoned_unit``)."""
+    return [_poisoned_unit(index, [m for _, m in p.modules], p.name) for p in pieces]
 
 
 def _streamer(pieces, slots):

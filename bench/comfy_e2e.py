@@ -134,6 +134,8 @@ def _parse(argv):
     a.compile = [x for x in a.compile.split(",") if x]
     if [x for x in a.compile if x not in COMPILE_MODES]:
         p.error(f"--compile: choose from {list(COMPILE_MODES)}")
+    if a.compile and a.vram and not a.child:  # the per-card runs are eager: the compile would be dropped unsaid
+        p.error("--compile runs in the one-process benchmark: leave out --vram (the emulated cards run eager peers)")
     unknown = [x for x in a.peers if x not in PEERS]
     if unknown:
         p.error(f"--peers: unknown {unknown}; choices: {list(PEERS)}")

@@ -83,3 +83,11 @@ def test_comfy_tables_print_each_run_or_the_part_of_its_error_asked_for(capsys):
         "run   ",
         "bad    FAILED: 789",
     ]
+
+
+def test_comfy_e2e_refuses_compile_with_emulated_cards(tmp_path, capsys):
+    """--vram runs the per-card (eager) children: a --compile given with it would be dropped without a word."""
+    comfy_e2e = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_e2e")
+    with pytest.raises(SystemExit):
+        comfy_e2e._parse(["--comfyui", str(tmp_path), "--workdir", str(tmp_path), "--vram", "0", "--compile=default"])
+    assert "--compile runs in the one-process benchmark: leave out --vram" in capsys.readouterr().err

@@ -28,10 +28,12 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from .. import kernels
 from ..kernels import ops as kernel_ops
+from ..kernels.backends import unavailable
 
 ENV_ROPE = "IDEOGRAM4_INT8_ROPE"  # "comfyui": ComfyUI's own q/k norm + RoPE (A/B measurements)
 NOTE_KIND = "rope"
 FUSED_NOTE = "q/k RMSNorm + RoPE: the pack's fused kernel (qk_norm_rope)"
+TWIN_NOTE = "q/k RMSNorm + RoPE: the pack's op (qk_norm_rope) as its pure-torch twin"  # + why the kernel cannot run
 _is_compiling = torch.compiler.is_compiling
 _TABLES = WeakIdKeyDictionary()  # ComfyUI's rotation matrix (by identity) -> ((tokens, head_dim), (cos, sin))
 
@@ -78,7 +80,7 @@ class FusedRopeAttention(ideogram4_model.Ideogram4Attention):
         tables = None if why else _tables(freqs_cis, tokens, self.head_dim)
         if why is None and tables is None:
             why = "the rotation is not one [tokens, D/2] table (a batch of different positions): ComfyUI's RoPE"
-        self._note(why)
+        self._note(why, x.device)
         if why is not None:
             return super().forward(x, attn_mask, freqs_cis, transformer_options=transformer_options)
         cos, sin = tables
@@ -101,11 +103,15 @@ class FusedRopeAttention(ideogram4_model.Ideogram4Attention):
         )
         return self.o(out)
 
-    def _note(self, why: str | None) -> None:
+    def _note(self, why: str | None, device: torch.device) -> None:
         """The model's ``rope`` note, written when it changes."""
         if _is_compiling() or self.site_label is None:
             return
-        note = FUSED_NOTE if why is None else f"q/k RMSNorm + RoPE: {why}"
+        if why is not None:
+            note = f"q/k RMSNorm + RoPE: {why}"
+        else:  # the availability question kernels.qk_norm_rope asks before it launches the Triton kernel
+            missing = unavailable("triton", device)
+            note = FUSED_NOTE if missing is None else f"{TWIN_NOTE}: {missing}"
         if kernels.REGISTRY.model_notes(self.site_label).get(NOTE_KIND) != note:
             kernels.REGISTRY.set_model_note(self.site_label, NOTE_KIND, note)
 
@@ -121,4 +127,4 @@ def install(diffusion_model: torch.nn.Module, label: str | None) -> int:
     return n
 
 
-__all__ = ["FusedRopeAttention", "install", "rope_tables", "ENV_ROPE", "NOTE_KIND", "FUSED_NOTE"]
+__all__ = ["FusedRopeAttention", "install", "rope_tables", "ENV_ROPE", "NOTE_KIND", "FUSED_NOTE", "TWIN_NOTE"]

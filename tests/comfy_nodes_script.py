@@ -1946,7 +1946,7 @@ def check_rope():
 
     write_all()
     x, ctx, sigma, _ = inputs(batch=1)
-    res = {"fused_note": qk_rope.FUSED_NOTE}
+    res = {"fused_note": qk_rope.FUSED_NOTE, "twin_note": qk_rope.TWIN_NOTE}
     for dtype in ("fp32", "bf16"):
         res.update({f"{dtype}/{k}": v for k, v in _rope_case(dtype, x, ctx, sigma).items()})
     return res

@@ -218,6 +218,13 @@ def print_passes(result: dict) -> None:
             print(f"{name:<34} per pass: " + "; ".join(parts))
         for label, note in (e.get("graph_notes") or {}).items():
             print(f"{name:<34} {label}: {note[:110]}")
+        b = e.get("bus")
+        if b:  # --kernels: the profiled steps as a timeline (bench/kernel_table.py ``bus``)
+            where = ", ".join(f"{k[:40]} {v}" for k, v in list(b["idle_at"].items())[:3])
+            print(
+                f"{name:<34} bus busy {b['bus_busy_ms']} / idle {b['bus_idle_ms']} of {b['span_ms']} ms; "
+                f"compute {b['compute_busy_ms']}; neither {b['both_idle_ms']}; idle at: {where}"
+            )
 
 
 # -- child -------------------------------------------------------------------------------------------------------------
@@ -467,11 +474,12 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     if a.kernels:  # one more 2-step run under the profiler: the kernels per step, for bench/kernel_table.py
         from torch.profiler import ProfilerActivity, profile
 
-        from .kernel_table import table
+        from .kernel_table import bus, spans, table
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             sample(2)
         out["kernels"] = table(prof, steps=2)
+        out["bus"] = bus(spans(prof), steps=2)  # where a streaming step's bus sat idle
     streams = [streaming_patcher.stream_report(m) for m in models]
     out["streaming"] = streams
     live = [s for s in streams if s]

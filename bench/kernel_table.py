@@ -10,6 +10,11 @@ step's table into their JSON, each measured in its own process;
     python -m comfyui_ideogram4_int8.bench.kernel_table REF.json:paths/triton-int8 COMFY.json:runs/ours-w8a8@resident
 
 prints what one runs and the other does not, the largest differences first, with each side's busy time per step.
+
+``bus(prof, steps)`` reads the same run as a timeline (issue 26: a step that streams weights is as long as the bus is
+busy, and every idle stretch of the bus is time lost): how long host-to-device copies kept the bus busy, how long it
+sat idle, and where in the step (the compute kernel running when an idle stretch began), beside the compute
+streams' own busy time and the time neither was busy (the host behind).
 """
 
 from __future__ import annotations
@@ -57,6 +62,77 @@ def table(prof, steps: int = 1, device: bool = True) -> dict[str, dict[str, floa
         row["count"] += count / steps
         row["ms"] += us / 1e3 / steps
     return {k: {"count": round(v["count"], 2), "ms": round(v["ms"], 4)} for k, v in out.items()}
+
+
+def spans(prof) -> list[tuple[str, float, float]]:
+    """``(name, start us, end us)`` of every device kernel and copy of a profiler run, in start order."""
+    out = []
+    for evt in prof.events():
+        if "CUDA" in str(getattr(evt, "device_type", "")) and evt.time_range.end > evt.time_range.start:
+            out.append((evt.name, float(evt.time_range.start), float(evt.time_range.end)))
+    return sorted(out, key=lambda s: s[1])
+
+
+def _union(ranges: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[list[float]] = []
+    for a, b in sorted(ranges):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def _length(ranges) -> float:
+    return sum(b - a for a, b in ranges)
+
+
+def is_upload(name: str) -> bool:
+    """A host-to-device copy (what streaming puts on the bus)."""
+    return name.startswith("Memcpy HtoD")
+
+
+def bus(timeline: list[tuple[str, float, float]], steps: int = 1, top: int = 8, min_gap_us: float = 50.0) -> dict:
+    """The bus and the compute streams over ``timeline`` (``spans``), per step: ``span_ms`` (first to last device
+    event), ``bus_busy_ms`` / ``bus_idle_ms`` (host-to-device copies; idle = the span minus busy),
+    ``compute_busy_ms`` (kernels and other copies), ``both_idle_ms`` (neither: the device waited for the host), and
+    where the bus sat idle: ``idle_at`` sums the idle stretches of at least ``min_gap_us`` by the compute kernel
+    running when each began ("none" when no kernel ran), the ``top`` largest first; ``gaps`` the largest stretches
+    themselves (ms, ms after the span's start, that kernel)."""
+    if not timeline:
+        return {}
+    start, end = min(s[1] for s in timeline), max(s[2] for s in timeline)
+    copies = _union([(a, b) for n, a, b in timeline if is_upload(n)])
+    compute_spans = [(n, a, b) for n, a, b in timeline if not is_upload(n)]
+    compute = _union([(a, b) for _, a, b in compute_spans])
+    either = _union(copies + compute)
+    idle, cursor = [], start
+    for a, b in copies + [(end, end)]:
+        if a - cursor >= min_gap_us:
+            idle.append((cursor, a))
+        cursor = max(cursor, b)
+
+    def running(t: float) -> str:  # the latest-starting kernel that covers t
+        found = [n for n, a, b in compute_spans if a <= t < b]
+        return normalize(found[-1]) if found else "none"
+
+    at: dict[str, float] = {}
+    gaps = []
+    for a, b in idle:
+        name = running(a)
+        at[name] = at.get(name, 0.0) + (b - a)
+        gaps.append((round((b - a) / 1e3, 3), round((a - start) / 1e3, 2), name))
+    gaps.sort(key=lambda g: -g[0])
+    per = 1e3 * steps
+    return {
+        "span_ms": round((end - start) / per, 2),
+        "bus_busy_ms": round(_length(copies) / per, 2),
+        "bus_idle_ms": round((end - start - _length(copies)) / per, 2),
+        "compute_busy_ms": round(_length(compute) / per, 2),
+        "both_idle_ms": round((end - start - _length(either)) / per, 2),
+        "idle_at": {k: round(v / per, 3) for k, v in sorted(at.items(), key=lambda kv: -kv[1])[:top]},
+        "gaps": [list(g) for g in gaps[:top]],
+    }
 
 
 def busy_ms(kernels: dict[str, dict[str, float]]) -> float:

@@ -91,3 +91,16 @@ def test_comfy_e2e_refuses_compile_with_emulated_cards(tmp_path, capsys):
     with pytest.raises(SystemExit):
         comfy_e2e._parse(["--comfyui", str(tmp_path), "--workdir", str(tmp_path), "--vram", "0", "--compile=default"])
     assert "--compile runs in the one-process benchmark: leave out --vram" in capsys.readouterr().err
+
+
+def test_comfy_cards_prints_the_bus_line_of_a_profiled_run(capsys):
+    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+    bus = {"span_ms": 284.0, "bus_busy_ms": 270.5, "bus_idle_ms": 13.5, "compute_busy_ms": 200.1, "both_idle_ms": 2.0}
+    bus["idle_at"] = {"none": 6.0, "gemm_kernel_#": 4.5}
+    cards.print_passes({"runs": {"ours@8GB": {"bus": bus}, "native@8GB": {}}})
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith("ours@8GB")
+    assert (
+        "bus busy 270.5 / idle 13.5 of 284.0 ms; compute 200.1; neither 2.0; idle at: none 6.0, gemm_kernel_# 4.5"
+        in out[0]
+    )

@@ -41,3 +41,25 @@ def test_cli_reads_tables_from_json_paths(tmp_path, capsys):
     assert "3.0 ms of kernels per step" in out and "4.5 ms" in out
     lines = out.splitlines()
     assert lines[2].startswith("copy") and lines[3].startswith("gemm")
+
+
+def test_bus_timeline_finds_idle_stretches_and_the_kernel_running_then():
+    # two steps of 10 ms: copies busy 0-4 and 5-9 ms of each; a GEMM runs 3-8 ms; step one ends with nothing running
+    timeline = []
+    for step in range(2):
+        t0 = step * 10_000.0
+        timeline += [
+            ("Memcpy HtoD (Pinned -> Device)", t0 + 0, t0 + 4_000),
+            ("Memcpy HtoD (Pinned -> Device)", t0 + 5_000, t0 + 9_000),
+            ("gemm_kernel_12", t0 + 3_000, t0 + 8_000),
+            ("Memcpy DtoD (Device -> Device)", t0 + 8_000, t0 + 8_500),
+        ]
+    timeline.append(("quant_kernel", 19_000.0, 20_000.0))  # the last event closes the second step
+    out = kernel_table.bus(timeline, steps=2)
+    assert out["span_ms"] == 10.0
+    assert out["bus_busy_ms"] == 8.0 and out["bus_idle_ms"] == 2.0
+    assert out["compute_busy_ms"] == 6.0  # gemm 3-8 and the device copy 8-8.5 per step, plus 1 ms once
+    assert out["both_idle_ms"] == 0.5  # 9-10 ms of step one (the device waited for the host)
+    assert out["idle_at"] == {"gemm_kernel_#": 1.0, "none": 0.5, "quant_kernel": 0.5}  # 4-5 ms while the GEMM ran
+    assert [g[2] for g in out["gaps"]].count("gemm_kernel_#") == 2
+    assert kernel_table.bus([]) == {}

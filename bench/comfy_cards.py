@@ -225,6 +225,12 @@ def print_passes(result: dict) -> None:
                 f"{name:<34} bus busy {b['bus_busy_ms']} / idle {b['bus_idle_ms']} of {b['span_ms']} ms; "
                 f"compute {b['compute_busy_ms']}; neither {b['both_idle_ms']}; idle at: {where}"
             )
+            blocked = ", ".join(f"{k} {v}" for k, v in list(b.get("host_blocked_ms", {}).items())[:4])
+            if blocked:
+                print(f"{name:<34} host blocked per step (calls >= 0.2 ms): {blocked}")
+        alloc = e.get("allocator")
+        if alloc and any(alloc.values()):
+            print(f"{name:<34} allocator in the timed steps: " + ", ".join(f"{k} {v}" for k, v in alloc.items()))
 
 
 # -- child -------------------------------------------------------------------------------------------------------------
@@ -394,6 +400,9 @@ class _PassTimer:
         }
 
 
+ALLOCATOR_COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
+
+
 def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     import latent_preview
 
@@ -454,7 +463,12 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     peak[0] = 0
     for t in timers.values():
         t.on = True
+    before = torch.cuda.memory_stats()
     latent, times = sample(a.steps)
+    after = torch.cuda.memory_stats()
+    # the caching allocator's work in the timed steps: a retry is a failed cudaMalloc under the cap, answered by
+    # freeing the cache after a synchronize (the host stops feeding the device)
+    out["allocator"] = {k: after.get(k, 0) - before.get(k, 0) for k in ALLOCATOR_COUNTERS}
     for t in timers.values():
         t.on = False
     out["pass_ms"] = {label: t.summary() for label, t in timers.items()}
@@ -474,12 +488,12 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     if a.kernels:  # one more 2-step run under the profiler: the kernels per step, for bench/kernel_table.py
         from torch.profiler import ProfilerActivity, profile
 
-        from .kernel_table import bus, spans, table
+        from .kernel_table import bus, host_calls, spans, table
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             sample(2)
         out["kernels"] = table(prof, steps=2)
-        out["bus"] = bus(spans(prof), steps=2)  # where a streaming step's bus sat idle
+        out["bus"] = bus(spans(prof), steps=2, host=host_calls(prof))  # where a streaming step's bus sat idle
     streams = [streaming_patcher.stream_report(m) for m in models]
     out["streaming"] = streams
     live = [s for s in streams if s]

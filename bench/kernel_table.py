@@ -73,6 +73,18 @@ def spans(prof) -> list[tuple[str, float, float]]:
     return sorted(out, key=lambda s: s[1])
 
 
+def host_calls(prof, min_us: float = 200.0) -> list[tuple[str, float, float]]:
+    """``(name, start us, end us)`` of the CUDA runtime calls of a profiler run (CUPTI records them with the device's
+    activity) that lasted at least ``min_us``: a host blocked in one (a synchronize, an allocation under memory
+    pressure, a copy from pageable memory) is a host that stopped feeding the device."""
+    out = []
+    for evt in prof.events():
+        name, r = evt.name, evt.time_range
+        if "CUDA" not in str(getattr(evt, "device_type", "")) and name.startswith("cuda") and r.end - r.start >= min_us:
+            out.append((name, float(r.start), float(r.end)))
+    return sorted(out, key=lambda s: s[1])
+
+
 def _union(ranges: list[tuple[float, float]]) -> list[tuple[float, float]]:
     merged: list[list[float]] = []
     for a, b in sorted(ranges):
@@ -92,13 +104,20 @@ def is_upload(name: str) -> bool:
     return name.startswith("Memcpy HtoD")
 
 
-def bus(timeline: list[tuple[str, float, float]], steps: int = 1, top: int = 8, min_gap_us: float = 50.0) -> dict:
+def bus(
+    timeline: list[tuple[str, float, float]],
+    steps: int = 1,
+    top: int = 8,
+    min_gap_us: float = 50.0,
+    host: list[tuple[str, float, float]] = (),
+) -> dict:
     """The bus and the compute streams over ``timeline`` (``spans``), per step: ``span_ms`` (first to last device
     event), ``bus_busy_ms`` / ``bus_idle_ms`` (host-to-device copies; idle = the span minus busy),
     ``compute_busy_ms`` (kernels and other copies), ``both_idle_ms`` (neither: the device waited for the host), and
     where the bus sat idle: ``idle_at`` sums the idle stretches of at least ``min_gap_us`` by the compute kernel
     running when each began ("none" when no kernel ran), the ``top`` largest first; ``gaps`` the largest stretches
-    themselves (ms, ms after the span's start, that kernel)."""
+    themselves (ms, ms after the span's start, that kernel, the longest ``host`` call overlapping it or "").
+    ``host`` (``host_calls``): the long runtime calls, summed per name as ``host_blocked_ms``."""
     if not timeline:
         return {}
     start, end = min(s[1] for s in timeline), max(s[2] for s in timeline)
@@ -116,12 +135,19 @@ def bus(timeline: list[tuple[str, float, float]], steps: int = 1, top: int = 8, 
         found = [n for n, a, b in compute_spans if a <= t < b]
         return normalize(found[-1]) if found else "none"
 
+    def blocked_in(a: float, b: float) -> str:  # the host call overlapping [a, b] the longest
+        best = max(((min(b, e) - max(a, s), n) for n, s, e in host if s < b and e > a), default=(0.0, ""))
+        return best[1]
+
     at: dict[str, float] = {}
     gaps = []
     for a, b in idle:
         name = running(a)
         at[name] = at.get(name, 0.0) + (b - a)
-        gaps.append((round((b - a) / 1e3, 3), round((a - start) / 1e3, 2), name))
+        gaps.append((round((b - a) / 1e3, 3), round((a - start) / 1e3, 2), name, blocked_in(a, b)))
+    blocked: dict[str, float] = {}
+    for n, a, b in host:
+        blocked[n] = blocked.get(n, 0.0) + (b - a)
     gaps.sort(key=lambda g: -g[0])
     per = 1e3 * steps
     return {
@@ -132,6 +158,7 @@ def bus(timeline: list[tuple[str, float, float]], steps: int = 1, top: int = 8, 
         "both_idle_ms": round((end - start - _length(either)) / per, 2),
         "idle_at": {k: round(v / per, 3) for k, v in sorted(at.items(), key=lambda kv: -kv[1])[:top]},
         "gaps": [list(g) for g in gaps[:top]],
+        "host_blocked_ms": {k: round(v / per, 3) for k, v in sorted(blocked.items(), key=lambda kv: -kv[1])[:top]},
     }
 
 

@@ -42,6 +42,8 @@ import time
 
 import torch
 
+from .timing import ClockWatch
+
 GIB = 1024**3
 WIDTH = HEIGHT = 1024
 TEXT_TOKENS = 512
@@ -418,8 +420,11 @@ def run(argv=None) -> dict:
                 kernels.REGISTRY.clear()
                 _, eager_warmup_ms = _sample(models, ctx, 2, a.seed, size)  # warm-up: autotuning, first loads
                 _reset_peaks()
-                latent, ms = _sample(models, ctx, a.steps, a.seed, size)
+                with ClockWatch() as watch:
+                    latent, ms = _sample(models, ctx, a.steps, a.seed, size)
                 entry.update(
+                    sm_mhz_median=watch.sm_mhz,
+                    watts_median=watch.watts,
                     sample_ms=round(ms, 1),
                     step_ms=round(ms / a.steps, 1),
                     peak_gib=_peak_gib(),
@@ -476,8 +481,11 @@ def _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_war
         _, warm_ms = _sample(compiled, ctx, 2, a.seed, size)  # tracing, code generation, autotuning
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
-        latent, ms = _sample(compiled, ctx, a.steps, a.seed, size)
+        with ClockWatch() as watch:  # a compiled step is denser than eager: the board may sit lower on its clock
+            latent, ms = _sample(compiled, ctx, a.steps, a.seed, size)
         entry.update(
+            sm_mhz_median=watch.sm_mhz,
+            watts_median=watch.watts,
             compile_s=round((warm_ms - eager_warmup_ms) / 1e3, 1),
             sample_ms=round(ms, 1),
             step_ms=round(ms / a.steps, 1),

@@ -48,6 +48,8 @@ import time
 import torch
 import torch.nn as nn
 
+from .timing import ClockWatch
+
 PATHS = ("bf16", "fp8", "dequant-bf16", "cublas-int8", "triton-int8")
 # --compile: torch.compile settings per mode name (each branch compiled as a whole module)
 COMPILE_MODES = {"default": {}, "max-autotune-no-cudagraphs": {"mode": "max-autotune-no-cudagraphs"}}
@@ -258,7 +260,8 @@ def run(args) -> dict:
         kernels.REGISTRY.clear()
         with torch.inference_mode():
             torch.cuda.reset_peak_memory_stats()
-            times = time_steps(lambda c=cond, u=uncond: step(c, u), args.warmup, args.reps)
+            with ClockWatch() as watch:  # the clock the steps ran at (a compiled run is denser: power limit)
+                times = time_steps(lambda c=cond, u=uncond: step(c, u), args.warmup, args.reps)
             peak = torch.cuda.max_memory_allocated() / 2**30
             split, kernel_rows = profile_step(lambda c=cond, u=uncond: step(c, u))
             t_s = time.perf_counter()
@@ -288,6 +291,8 @@ def run(args) -> dict:
             "fused_gate_up_blocks": fused,
             "step_ms_median": med,
             "step_ms_all": times,
+            "sm_mhz_median": watch.sm_mhz,
+            "watts_median": watch.watts,
             "profile_ms": split,
             "kernels": kernel_rows,  # per kernel, one step (bench/kernel_table.py compares two runs)
             "peak_gib": peak,
@@ -298,7 +303,7 @@ def run(args) -> dict:
         }
         print(
             f"[{label}] step {med:.1f} ms, peak {peak:.2f} GiB, Default-20 {sample_ms / 1e3:.2f} s, "
-            f"split { ({k: round(v, 1) for k, v in split.items()}) }",
+            f"split { ({k: round(v, 1) for k, v in split.items()}) }, SM {watch.sm_mhz} MHz, {watch.watts} W",
             flush=True,
         )
         return entry, lat.float().cpu()

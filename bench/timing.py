@@ -67,6 +67,40 @@ def _poll_clock(done: threading.Event, clocks: list, every_s: float = 0.02) -> N
                 clocks.append(mhz)
 
 
+class ClockWatch:
+    """The median NVML SM clock (MHz) and board power (W) while a ``with`` block runs, read every 20 ms by a thread
+    (``sm_mhz``, ``watts``; None where NVML gives nothing). Two runs of the same kernels at different clocks are
+    not the same kernels' speed: a denser run (no host gaps, e.g. compiled) holds the board at its power limit."""
+
+    def __init__(self) -> None:
+        self.clocks: list[float] = []
+        self.powers: list[float] = []
+        self.sm_mhz = self.watts = None
+        self._done = threading.Event()
+
+    def _poll(self) -> None:
+        while not self._done.wait(0.02):
+            mhz = _nvml_sm_mhz()
+            if mhz is not None:
+                self.clocks.append(mhz)
+            try:
+                self.powers.append(torch.cuda.power_draw() / 1e3)
+            except Exception:  # no pynvml, or NVML refused
+                pass
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._done.set()
+        self._thread.join()
+        med = lambda xs: sorted(xs)[len(xs) // 2] if xs else None  # noqa: E731
+        self.sm_mhz, self.watts = med(self.clocks), med(self.powers)
+        return False
+
+
 def sustained_ms(variants: dict, seconds: float = 0.5, rounds: int = 3, calls: int = 10) -> dict:
     """{label: (median ms per call, median SM MHz)} under sustained load: each peer's ``calls``
     calls are captured in one CUDA graph, and in each round every peer (order rotating) replays

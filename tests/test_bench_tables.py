@@ -104,3 +104,21 @@ def test_comfy_cards_prints_the_bus_line_of_a_profiled_run(capsys):
         "bus busy 270.5 / idle 13.5 of 284.0 ms; compute 200.1; neither 2.0; idle at: none 6.0, gemm_kernel_# 4.5"
         in out[0]
     )
+
+
+def test_clock_watch_reads_medians_and_gives_none_without_nvml(monkeypatch):
+    import time
+
+    from comfyui_ideogram4_int8.bench import timing
+
+    readings = iter([1980.0, 1755.0, 1755.0, 1600.0] + [1755.0] * 1000)
+    monkeypatch.setattr(timing, "_nvml_sm_mhz", lambda: next(readings))
+    monkeypatch.setattr(timing.torch.cuda, "power_draw", lambda: 690_000, raising=False)
+    with timing.ClockWatch() as watch:
+        time.sleep(0.15)
+    assert watch.sm_mhz == 1755.0 and watch.watts == 690.0 and len(watch.clocks) >= 3
+    monkeypatch.setattr(timing, "_nvml_sm_mhz", lambda: None)
+    monkeypatch.setattr(timing.torch.cuda, "power_draw", lambda: 1 / 0, raising=False)
+    with timing.ClockWatch() as watch:
+        time.sleep(0.05)
+    assert watch.sm_mhz is None and watch.watts is None

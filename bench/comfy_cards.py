@@ -126,6 +126,8 @@ def _spawn(a, peer: str | None, cap: float, files: dict, write: str | None = Non
         cmd += ["--latents", a.latents]
     if a.kernels:
         cmd += ["--kernels"]
+    if a.host_profile:
+        cmd += ["--host-profile"]
     t0 = time.perf_counter()
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
     lines = [ln for ln in out.stdout.splitlines() if ln.startswith("CHILD_RESULT ")]
@@ -228,6 +230,10 @@ def print_passes(result: dict) -> None:
             blocked = ", ".join(f"{k} {v}" for k, v in list(b.get("host_blocked_ms", {}).items())[:4])
             if blocked:
                 print(f"{name:<34} host blocked per step (calls >= 0.2 ms): {blocked}")
+        for key in ("cumulative", "self"):
+            rows = list((e.get("host_profile") or {}).get(key, {}).items())[:12]
+            if rows:
+                print(f"{name:<34} host {key} ms/step: " + "; ".join(f"{k[-60:]} {v[0]}" for k, v in rows))
         alloc = e.get("allocator")
         if alloc and any(alloc.values()):
             print(f"{name:<34} allocator in the timed steps: " + ", ".join(f"{k} {v}" for k, v in alloc.items()))
@@ -400,6 +406,31 @@ class _PassTimer:
         }
 
 
+def host_profile(run, steps: int, top: int = 25) -> dict:
+    """The Python functions of ``run()`` by host time (cProfile), per step: ``self`` (time in the function itself)
+    and ``cumulative`` (with its callees), the ``top`` of each as "file:line(function)" (file name only) -> ms."""
+    import cProfile
+    import os
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    try:
+        run()
+    finally:
+        prof.disable()
+    stats = pstats.Stats(prof).stats  # (file, line, function) -> (calls, primitive calls, self s, cumulative s, ..)
+
+    def rows(index: int) -> dict:
+        best = sorted(stats.items(), key=lambda kv: -kv[1][index])[:top]
+        return {
+            f"{os.path.basename(f)}:{line}({fn})": [round(v[index] * 1e3 / steps, 2), round(v[0] / steps, 1)]
+            for (f, line, fn), v in best
+        }
+
+    return {"self": rows(2), "cumulative": rows(3), "unit": "[ms per step, calls per step]"}
+
+
 ALLOCATOR_COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
 
 
@@ -494,6 +525,8 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
             sample(2)
         out["kernels"] = table(prof, steps=2)
         out["bus"] = bus(spans(prof), steps=2, host=host_calls(prof))  # where a streaming step's bus sat idle
+    if a.host_profile:  # one more 2-step run under cProfile: where the host's time goes (per step)
+        out["host_profile"] = host_profile(lambda: sample(2), steps=2)
     streams = [streaming_patcher.stream_report(m) for m in models]
     out["streaming"] = streams
     live = [s for s in streams if s]

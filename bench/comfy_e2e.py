@@ -124,6 +124,11 @@ def _parse(argv):
         action="store_true",
         help="with --vram: a per-kernel table of one step in each run's entry (bench/kernel_table.py)",
     )
+    p.add_argument(
+        "--host-profile",
+        action="store_true",
+        help="with --vram: the Python functions of one 2-step run by host time (cProfile) in each run's entry",
+    )
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # JSON of one run (peer, cap, files)
     a = p.parse_args(argv)
     a.peers = [x for x in a.peers.split(",") if x]

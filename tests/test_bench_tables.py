@@ -122,3 +122,19 @@ def test_clock_watch_reads_medians_and_gives_none_without_nvml(monkeypatch):
     with timing.ClockWatch() as watch:
         time.sleep(0.05)
     assert watch.sm_mhz is None and watch.watts is None
+
+
+def test_host_profile_ranks_python_functions_by_host_time_per_step():
+    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+
+    def slow_helper():
+        return sum(i * i for i in range(200_000))
+
+    def run():
+        for _ in range(2):
+            slow_helper()
+
+    out = cards.host_profile(run, steps=2, top=50)
+    row = next(v for k, v in out["cumulative"].items() if k.endswith("(slow_helper)"))
+    assert row[1] == 1.0 and row[0] > 0  # once per step, some ms
+    assert all("/" not in k for k in out["self"])  # file names only, no machine paths

@@ -97,6 +97,16 @@ def _host_layers(model) -> list[tuple[str, torch.nn.Module]]:
     ]
 
 
+def streamed_pieces(blocks, plan: streaming.ResidencyPlan) -> dict[int, list[streaming.Piece]]:
+    """Per streamed block of ``plan``: the pieces that cross the bus (its pieces as the plan cut them, less those
+    the plan keeps on the card)."""
+    out = {}
+    for i in plan.streamed:
+        pieces = stream_pieces.pieces(blocks[i], plan.split)
+        out[i] = [p for k, p in enumerate(pieces) if (i, k) not in plan.kept]
+    return out
+
+
 class _ModelStream:
     """The streaming state of one diffusion model: plan, host weights, device views, hooks, streamer."""
 
@@ -106,9 +116,7 @@ class _ModelStream:
         self.label = site_label(patcher.model.diffusion_model)
         self.hooks = []
         self.device_params: dict[int, list] = {}  # id(slot views) -> the Parameters bound from them
-        blocks = _blocks(patcher.model)
-        split = plan.pieces > len(plan.streamed)  # as the plan was made (the switch is read once, there)
-        pieces = {i: stream_pieces.pieces(blocks[i], split) for i in plan.streamed}
+        pieces = streamed_pieces(_blocks(patcher.model), plan)
         units = [stream_pieces.unit(i, p, device, self.device_params) for i in plan.streamed for p in pieces[i]]
         self.streamer = streaming.BlockStreamer(units, device, plan.slots, plan.slot_bytes)
         for i in plan.streamed:  # the panel note follows the forward's last streamed piece
@@ -119,7 +127,7 @@ class _ModelStream:
         p, s = self.plan, self.streamer.stats
         text = (
             f"low-VRAM streaming: {p.device_bytes / streaming.GIB:.2f} GiB on the card "
-            f"({len(p.resident)} blocks resident, {p.streaming()}), "
+            f"({p.residency()}, {p.streaming()}), "
             f"{p.streamed_bytes / streaming.GIB:.2f} GiB int8/bf16 weights from host memory per forward"
         )
         if s.forwards:
@@ -271,19 +279,22 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
-            streamed = set(plan.streamed)
+            crossing = {  # block -> {id(module)} of the modules whose weights cross the bus
+                i: {id(m) for p in pieces for _, m in p.modules} for i, pieces in streamed_pieces(blocks, plan).items()
+            }
+            names = set()
             for i, block in enumerate(blocks):  # what leaves the card first, so what comes in finds room
-                if i in streamed:
-                    for name, m in _streamable(block):
+                for name, m in _streamable(block):
+                    if id(m) in crossing.get(i, ()):
                         self._stream_module(f"diffusion_model.layers.{i}.{name}", m, device)
-            names = {f"diffusion_model.layers.{i}.{n}" for i in streamed for n, _ in _streamable(blocks[i])}
+                        names.add(f"diffusion_model.layers.{i}.{name}")
             for key, m in _host_layers(self.model) if plan.host_bytes else ():
                 self._stream_module(key, m, device)
                 m.comfy_cast_weights = True
                 names.add(key)
             for i, block in enumerate(blocks):
-                if i not in streamed:
-                    for _, m in _streamable(block):
+                for _, m in _streamable(block):
+                    if id(m) not in crossing.get(i, ()):
                         self._unstream_module(m, device)
             self.model.ideogram4_streamed_modules = names
             super().load(device, lowvram_model_memory=1e32, force_patch_weights=False)  # the rest, resident
@@ -490,6 +501,7 @@ def stream_report(model) -> dict | None:
     return {
         "resident_blocks": len(p.resident),
         "streamed_blocks": len(p.streamed),
+        "kept_pieces": len(p.kept),  # pieces of streamed blocks that stay on the card
         "slots": p.slots,
         "slot_mib": round(p.slot_bytes / 2**20, 3),
         "pieces": p.pieces,  # streamed units per forward (3 per streamed block; 1 each with pieces off)

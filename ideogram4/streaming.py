@@ -4,8 +4,7 @@ A DiT runs its blocks in order, every forward. When the card cannot hold every b
 int8 GEMM operands, and bf16 protected layers) stay in pinned host memory and cross the bus once per forward:
 
 * ``plan_residency`` decides which blocks stay on the card and which stream, from a byte budget: the fewest blocks
-  stream, spread evenly over the depth, so that every streamed block has resident compute before it to hide behind;
-  what the whole blocks leave of the budget keeps single pieces of streamed blocks on the card (``kept_pieces``).
+  stream, spread evenly over the depth, so that every streamed block has resident compute before it to hide behind.
 * ``block_pieces`` cuts a streamed block into the pieces its forward uses one after the other: Ideogram 4's block
   runs adaln_modulation, attention.qkv and attention.o ("attention", 90 MiB of int8), then its FFN's w1 and w3 as
   one fused pair kernel ("gate_up", 108 MiB), then w2 ("down", 54 MiB, or 108 MiB as a protected bf16 layer). The
@@ -57,8 +56,6 @@ class ResidencyPlan:
     streamed_bytes: int  # crossing the bus per forward
     host_bytes: int = 0  # weights outside the blocks left on the host (layers this model does not run)
     pieces: int = 0  # streamed units per forward: the streamed blocks' pieces (one per block streamed whole)
-    kept: tuple[tuple[int, int], ...] = ()  # (block, piece index) of streamed blocks that stay on the card
-    split: bool = False  # streamed blocks cross as pieces (``block_pieces``), not whole
 
     @property
     def device_bytes(self) -> int:
@@ -70,14 +67,9 @@ class ResidencyPlan:
             return f"all {len(self.resident)} blocks resident ({self.resident_bytes / GIB:.2f} GiB)"
         host = f", {self.host_bytes / GIB:.2f} GiB of unused layers left on the host" if self.host_bytes else ""
         return (
-            f"{self.residency()}, {self.streaming()}: {self.device_bytes / GIB:.2f} GiB on the "
+            f"{len(self.resident)} blocks resident, {self.streaming()}: {self.device_bytes / GIB:.2f} GiB on the "
             f"card, {self.streamed_bytes / GIB:.2f} GiB from pinned host memory per forward{host}"
         )
-
-    def residency(self) -> str:
-        """What stays, e.g. "8 blocks resident (+2 pieces of streamed blocks)"."""
-        kept = f" (+{len(self.kept)} pieces of streamed blocks)" if self.kept else ""
-        return f"{len(self.resident)} blocks resident{kept}"
 
     def streaming(self) -> str:
         """What streams and through what, e.g. "31 streamed as 93 pieces through 3 slots of 108 MiB"."""
@@ -125,26 +117,6 @@ def minimum_bytes(
     return int(fixed_bytes) - int(host_bytes) + slots * largest
 
 
-def kept_pieces(
-    streamed: Sequence[int], piece_bytes: Sequence[Sequence[int]], room: int
-) -> tuple[tuple[int, int], ...]:
-    """(block, piece index) of pieces of the ``streamed`` blocks that fit ``room`` bytes on the card, largest first,
-    never every piece of a block (a block with nothing streamed is a resident block, which the plan decides)."""
-    left = int(room)
-    kept: list[tuple[int, int]] = []
-    per_block = {i: len(piece_bytes[i]) - 1 for i in streamed}  # pieces of block i that may still stay
-    order = sorted(
-        ((int(piece_bytes[i][k]), i, k) for i in streamed for k in range(len(piece_bytes[i]))),
-        key=lambda t: (-t[0], t[1], t[2]),
-    )
-    for size, i, k in order:
-        if size <= left and per_block[i] > 0:
-            kept.append((i, k))
-            per_block[i] -= 1
-            left -= size
-    return tuple(sorted(kept))
-
-
 def plan_residency(
     block_bytes: Sequence[int],
     fixed_bytes: int,
@@ -175,26 +147,9 @@ def plan_residency(
         kept = tuple(i for i in range(n) if i not in streamed)
         resident = fixed_bytes + sum(sizes[i] for i in kept)
         if resident + slots * slot <= budget:
-            # what the whole blocks leave of the budget keeps pieces of streamed blocks on the card (less than a
-            # block: up to ~0.3 GiB per model that would otherwise cross every forward)
-            split = piece_bytes is not None and any(units[i][1] > 1 for i in streamed)
-            pieces_kept = kept_pieces(streamed, piece_bytes, budget - resident - slots * slot) if split else ()
-            kept_bytes = sum(int(piece_bytes[i][k]) for i, k in pieces_kept)
-            crossing = sum(sizes[i] for i in streamed) - kept_bytes
-            pieces = sum(units[i][1] for i in streamed) - len(pieces_kept)
-            return ResidencyPlan(
-                kept,
-                streamed,
-                slots,
-                slot,
-                fixed_bytes,
-                resident + kept_bytes,
-                crossing,
-                host_bytes,
-                pieces,
-                pieces_kept,
-                split,
-            )
+            crossing = sum(sizes[i] for i in streamed)
+            pieces = sum(units[i][1] for i in streamed)
+            return ResidencyPlan(kept, streamed, slots, slot, fixed_bytes, resident, crossing, host_bytes, pieces)
     need = minimum_bytes(sizes, fixed_bytes, slots, 0, piece_bytes)
     raise InsufficientVRAMError(
         f"the model needs at least {need / GIB:.2f} GiB of VRAM for its weights with every block streamed "
@@ -493,7 +448,6 @@ class BlockStreamer:
 __all__ = [
     "ResidencyPlan",
     "plan_residency",
-    "kept_pieces",
     "minimum_bytes",
     "spread",
     "BlockStreamer",

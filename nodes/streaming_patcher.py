@@ -97,16 +97,6 @@ def _host_layers(model) -> list[tuple[str, torch.nn.Module]]:
     ]
 
 
-def streamed_pieces(blocks, plan: streaming.ResidencyPlan) -> dict[int, list[streaming.Piece]]:
-    """Per streamed block of ``plan``: the pieces that cross the bus (its pieces as the plan cut them, less those
-    the plan keeps on the card)."""
-    out = {}
-    for i in plan.streamed:
-        pieces = stream_pieces.pieces(blocks[i], plan.split)
-        out[i] = [p for k, p in enumerate(pieces) if (i, k) not in plan.kept]
-    return out
-
-
 class _ModelStream:
     """The streaming state of one diffusion model: plan, host weights, device views, hooks, streamer."""
 
@@ -116,7 +106,9 @@ class _ModelStream:
         self.label = site_label(patcher.model.diffusion_model)
         self.hooks = []
         self.device_params: dict[int, list] = {}  # id(slot views) -> the Parameters bound from them
-        pieces = streamed_pieces(_blocks(patcher.model), plan)
+        blocks = _blocks(patcher.model)
+        split = plan.pieces > len(plan.streamed)  # as the plan was made (the switch is read once, there)
+        pieces = {i: stream_pieces.pieces(blocks[i], split) for i in plan.streamed}
         units = [stream_pieces.unit(i, p, device, self.device_params) for i in plan.streamed for p in pieces[i]]
         self.streamer = streaming.BlockStreamer(units, device, plan.slots, plan.slot_bytes)
         for i in plan.streamed:  # the panel note follows the forward's last streamed piece
@@ -127,7 +119,7 @@ class _ModelStream:
         p, s = self.plan, self.streamer.stats
         text = (
             f"low-VRAM streaming: {p.device_bytes / streaming.GIB:.2f} GiB on the card "
-            f"({p.residency()}, {p.streaming()}), "
+            f"({len(p.resident)} blocks resident, {p.streaming()}), "
             f"{p.streamed_bytes / streaming.GIB:.2f} GiB int8/bf16 weights from host memory per forward"
         )
         if s.forwards:
@@ -279,22 +271,19 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
-            crossing = {  # block -> {id(module)} of the modules whose weights cross the bus
-                i: {id(m) for p in pieces for _, m in p.modules} for i, pieces in streamed_pieces(blocks, plan).items()
-            }
-            names = set()
+            streamed = set(plan.streamed)
             for i, block in enumerate(blocks):  # what leaves the card first, so what comes in finds room
-                for name, m in _streamable(block):
-                    if id(m) in crossing.get(i, ()):
+                if i in streamed:
+                    for name, m in _streamable(block):
                         self._stream_module(f"diffusion_model.layers.{i}.{name}", m, device)
-                        names.add(f"diffusion_model.layers.{i}.{name}")
+            names = {f"diffusion_model.layers.{i}.{n}" for i in streamed for n, _ in _streamable(blocks[i])}
             for key, m in _host_layers(self.model) if plan.host_bytes else ():
                 self._stream_module(key, m, device)
                 m.comfy_cast_weights = True
                 names.add(key)
             for i, block in enumerate(blocks):
-                for _, m in _streamable(block):
-                    if id(m) not in crossing.get(i, ()):
+                if i not in streamed:
+                    for _, m in _streamable(block):
                         self._unstream_module(m, device)
             self.model.ideogram4_streamed_modules = names
             super().load(device, lowvram_model_memory=1e32, force_patch_weights=False)  # the rest, resident
@@ -501,7 +490,6 @@ def stream_report(model) -> dict | None:
     return {
         "resident_blocks": len(p.resident),
         "streamed_blocks": len(p.streamed),
-        "kept_pieces": len(p.kept),  # pieces of streamed blocks that stay on the card
         "slots": p.slots,
         "slot_mib": round(p.slot_bytes / 2**20, 3),
         "pieces": p.pieces,  # streamed units per forward (3 per streamed block; 1 each with pieces off)

@@ -1566,12 +1566,6 @@ def check_streaming():
     res["max_abs_vs_resident"] = max((o - full).abs().max().item() for o in outs)
     # the pieces: three per streamed block in call order, bound one after the other, w1 / w3 without hooks
     res["units"] = [list(u.key) for u in stream.streamer.units]
-    res["kept"] = [list(k) for k in stream.plan.kept]  # pieces of streamed blocks the budget left room for
-    res["kept_resident"] = all(  # a kept piece's weights are on the card (here: never moved to a slot or pinned)
-        m.weight is not None and not getattr(m, "comfy_cast_weights", False)
-        for i, k in stream.plan.kept
-        for _, m in stream_pieces.pieces(dm.layers[i])[k].modules
-    )
     res["pieces_in_order"] = _stream_order(stream.streamer, 3)
     first = dm.layers[stream.plan.streamed[0]]
     res["piece_modules"] = {p.name: [n for n, _ in p.modules] for p in stream_pieces.pieces(first)}
@@ -1598,8 +1592,6 @@ def check_streaming():
     res["note"] = kernels.REGISTRY.model_notes("conditional").get(streaming_patcher.NOTE_KIND)
     res["report"] = streaming_patcher.stream_report(cond)
     res["read_from_slot"] = _read_from_slot(stream, first, lambda: dm(x, sigma, context=ctx))
-    kept_block = dm.layers[stream.plan.kept[0][0]] if stream.plan.kept else first
-    res["read_from_slot_kept_block"] = _read_from_slot(stream, kept_block, lambda: dm(x, sigma, context=ctx))
     # ComfyUI asks for memory back: more blocks stream, the output stays; the replaced plan's slots are gone at once
     # (not at the next garbage collection: ComfyUI reads free memory right after and asks again if it is not there)
     import gc

@@ -180,9 +180,8 @@ def test_slot_is_the_largest_piece_of_the_streamed_blocks():
     plan = streaming.plan_residency(sizes, fixed, budget, slots=3, piece_bytes=pieces)
     assert 0 not in plan.streamed and plan.streamed  # spread starts from the last block
     assert plan.slot_bytes == streaming.aligned(108 * MIB) == max(max(pieces[i]) for i in plan.streamed)
-    assert plan.slots == 3 and plan.pieces == 3 * len(plan.streamed) - len(plan.kept)
-    kept = sum(pieces[i][k] for i, k in plan.kept)
-    assert plan.device_bytes <= budget and plan.streamed_bytes == sum(sizes[i] for i in plan.streamed) - kept
+    assert plan.slots == 3 and plan.pieces == 3 * len(plan.streamed)
+    assert plan.device_bytes <= budget and plan.streamed_bytes == sum(sizes[i] for i in plan.streamed)
     assert f"{len(plan.streamed)} streamed as {plan.pieces} pieces through 3 slots of 108 MiB" in plan.describe()
     # residency stays per block, spread over the depth as for whole blocks
     assert plan.streamed == streaming.spread(len(plan.streamed), 34)
@@ -205,31 +204,6 @@ def test_pieces_free_slot_memory_for_resident_blocks():
         assert len(split.resident) >= len(whole.resident) + 1, (resident_blocks, whole, split)
         assert split.streamed_bytes < whole.streamed_bytes and split.device_bytes <= budget
         assert whole.pieces == len(whole.streamed) and " as " not in whole.describe()
-
-
-def test_what_whole_blocks_leave_keeps_pieces_of_streamed_blocks():
-    pieces = _ideogram_pieces()
-    sizes = [sum(p) for p in pieces]
-    fixed = 900 * MIB
-    everything = fixed + sum(sizes)
-    base = streaming.plan_residency(sizes, fixed, fixed + 12 * 279 * MIB, slots=3, piece_bytes=pieces)
-    for extra in (0, 53, 54, 90, 108, 150, 200, 250):  # MiB of budget above the blocks' plan with no piece kept
-        budget = base.device_bytes - sum(pieces[i][k] for i, k in base.kept) + extra * MIB
-        plan = streaming.plan_residency(sizes, fixed, budget, slots=3, piece_bytes=pieces)
-        assert plan.streamed == base.streamed, extra  # the same blocks stream; pieces fill what they leave
-        kept = sum(pieces[i][k] for i, k in plan.kept)
-        assert plan.device_bytes <= budget and budget - plan.device_bytes < 54 * MIB, (extra, plan.kept)
-        assert plan.resident_bytes + plan.streamed_bytes == everything  # every byte is on the card or crosses
-        assert plan.pieces == 3 * len(plan.streamed) - len(plan.kept) and kept <= extra * MIB
-        assert all(i in plan.streamed for i, _ in plan.kept)
-    assert "(+" in plan.describe() and "pieces of streamed blocks)" in plan.describe()
-    # largest first, never every piece of a block, nothing that does not fit
-    assert streaming.kept_pieces([3], [[0], [0], [0], [90, 108, 54]], 300) == ((3, 0), (3, 1))
-    assert streaming.kept_pieces([1, 3], [[0], [90, 108, 54], [0], [90, 108, 54]], 250) == ((1, 1), (3, 1))
-    assert streaming.kept_pieces([1], [[0], [90, 108, 54]], 53) == ()
-    # whole blocks (no pieces) keep nothing: the unit is the block
-    whole = streaming.plan_residency(sizes, fixed, fixed + 12 * 279 * MIB + 200 * MIB, slots=2)
-    assert whole.kept == () and not whole.split
 
 
 def test_minimum_with_pieces_is_the_largest_piece_per_slot():

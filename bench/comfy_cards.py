@@ -406,7 +406,7 @@ class _PassTimer:
         }
 
 
-def host_profile(run, steps: int, top: int = 25) -> dict:
+def host_profile(run, steps: int, top: int = 80) -> dict:
     """The Python functions of ``run()`` by host time (cProfile), per step: ``self`` (time in the function itself)
     and ``cumulative`` (with its callees), the ``top`` of each as "file:line(function)" (file name only) -> ms."""
     import cProfile

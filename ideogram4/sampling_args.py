@@ -7,7 +7,6 @@
   guidance value per step, polish steps last, exactly as ``sampler.sample`` runs them.
 * ``check_text_features``: the positive conditioning must be Ideogram 4 text features
   [B, L, 53248] (the Qwen3-VL taps ComfyUI's ``CLIPLoader`` type ``ideogram4`` produces).
-* ``step_index``: which step a sigma belongs to (the guider looks the guidance up per call).
 Errors are ``SamplingArgumentError`` (a ValueError) naming the input and what to change.
 """
 
@@ -160,20 +159,6 @@ def check_text_features(
         )
 
 
-def step_index(sigmas: torch.Tensor | Sequence[float], sigma: float) -> int:
-    """The step i with sigmas[i] >= sigma > sigmas[i + 1] (sigmas descending; sigma = sigmas[i] gives i).
-
-    A relative tolerance of 1e-5 absorbs float32 round trips of the same value.
-    """
-    s = [float(v) for v in (sigmas.tolist() if isinstance(sigmas, torch.Tensor) else sigmas)]
-    steps = len(s) - 1
-    if steps < 1:
-        raise ValueError("step_index: need at least two sigmas")
-    tol = 1e-5 * max(abs(sigma), 1e-12)
-    i = sum(1 for v in s[1:steps] if v >= sigma - tol)
-    return min(i, steps - 1)
-
-
 __all__ = [
     "SamplingArgumentError",
     "SamplingPlan",
@@ -182,7 +167,6 @@ __all__ = [
     "check_batch_size",
     "plan_sampling",
     "check_text_features",
-    "step_index",
     "PRESET_CHOICES",
     "CUSTOM",
     "MIN_SIZE",

@@ -44,7 +44,7 @@ def _size_tooltip(side: str) -> str:
 
 
 class PerStepGuidanceGuider(Guider_DualModel):
-    """ComfyUI's dual-model CFG guider with one guidance value per step (looked up by sigma).
+    """ComfyUI's dual-model CFG guider with one guidance value per step (the step counted by ``sample``).
 
     When the unconditional MODEL loads on another card (``nodes/branch_device_nodes.py``), its pass runs in ComfyUI's
     ``MultiGPUThreadPool`` while this thread runs the conditional pass; ``concurrent=True`` does that on one device
@@ -54,17 +54,16 @@ class PerStepGuidanceGuider(Guider_DualModel):
         self,
         model,
         model_negative,
-        sigmas: torch.Tensor,
         guidance: tuple[float, ...],
         concurrent: bool | None = None,
     ) -> None:
         super().__init__(model, model_negative)
-        self.plan_sigmas = [float(s) for s in sigmas]
         self.guidance = tuple(float(g) for g in guidance)
         # outer_sample prepares the unconditional model only when cfg != 1: any step with guidance
         self.set_cfg(next((g for g in self.guidance if g != 1.0), 1.0))
         self.concurrent = concurrent  # None: when the two MODELs load on different devices
         self.branch_pool = None
+        self.step = 0  # the step the next model call belongs to (``sample``'s step callback advances it)
 
     def side_device(self) -> torch.device | None:
         """The device whose worker thread runs the unconditional pass, or None (one after the other here)."""
@@ -73,6 +72,20 @@ class PerStepGuidanceGuider(Guider_DualModel):
         if self.concurrent is None:
             return side if side != main else None
         return side if self.concurrent else None
+
+    def sample(self, noise, latent_image, sampler, sigmas, denoise_mask=None, callback=None, *args, **kwargs):
+        """ComfyUI's sample, counting steps through the sampler's step callback (called once per finished step, after
+        all of that step's model calls): the guidance of a call is that of the step it belongs to. Reading the step off
+        the timestep (a device tensor) made the host wait for the card at every step, so the GPU sat idle while the
+        host prepared each step's first kernels (a sampler with no previews never syncs otherwise)."""
+        self.step = 0
+
+        def step_done(step, x0, x, total_steps):
+            self.step = step + 1
+            if callback is not None:
+                return callback(step, x0, x, total_steps)
+
+        return super().sample(noise, latent_image, sampler, sigmas, denoise_mask, step_done, *args, **kwargs)
 
     def outer_sample(self, *args, **kwargs):
         side = self.side_device()
@@ -85,8 +98,7 @@ class PerStepGuidanceGuider(Guider_DualModel):
                 self.branch_pool = None
 
     def predict_noise(self, x, timestep, model_options={}, seed=None):  # noqa: B006 - ComfyUI's signature
-        sigma = float(timestep.reshape(-1)[0])
-        self.cfg = self.guidance[sa.step_index(self.plan_sigmas, sigma)]
+        self.cfg = self.guidance[min(self.step, len(self.guidance) - 1)]
         uncond_inner, uncond_conds = getattr(self, "uncond_inner", None), getattr(self, "_uncond_conds", None)
         if (
             uncond_inner is None
@@ -211,7 +223,7 @@ def sample(
         [batch_size, in_ch, height // 16, width // 16], device=comfy.model_management.intermediate_device()
     )
     noise = comfy.sample.prepare_noise(latent, seed)
-    guider = PerStepGuidanceGuider(model, model_negative, plan.sigmas, plan.guidance)
+    guider = PerStepGuidanceGuider(model, model_negative, plan.guidance)
     guider.set_conds(_on_device(positive, model.load_device), UNCOND_IMAGE_ONLY)
     sampler = comfy.samplers.sampler_object("euler")
     callback = latent_preview.prepare_callback(model, plan.steps, {})

@@ -452,14 +452,18 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     out["load_s"] = round(time.perf_counter() - t0, 1)
     out.update(notes)
     _server_cleanup()
-    marks: list[float] = []
+    marks: list = []
     peak = [0]
 
     def timing_callback(*_args, **_kw):
+        # an event per finished step, no synchronize: a sampler without previews never makes the host wait for the
+        # card, so the host queues the next step while the GPU runs this one (a sync here would time a run users
+        # do not have, with the host's per-step set-up exposed)
         def cb(step, x0, x, total_steps):
-            torch.cuda.synchronize()
-            marks.append(time.perf_counter())
-            f, t = torch.cuda.mem_get_info()
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            marks.append(ev)
+            f, t = torch.cuda.mem_get_info()  # reserved memory only grows within a run: a late reading still sees it
             peak[0] = max(peak[0], t - f)
 
         return cb
@@ -471,10 +475,11 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
         plan = sampling_args.plan_sampling("custom", size, size, steps=steps, polish_steps=min(2, steps - 1))
         marks.clear()
         torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
         latent = sampler_nodes.sample(models[0], models[1], [[ctx, {}]], plan, size, size, a.seed)
         torch.cuda.synchronize()
-        times = [(b - a_) * 1e3 for a_, b in zip([start, *marks[:-1]], marks, strict=True)]
+        times = [a_.elapsed_time(b) for a_, b in zip([start, *marks[:-1]], marks, strict=True)]
         return latent, times
 
     import comfy.patcher_extension

@@ -14,8 +14,9 @@ peer's allocator state, compiled kernels or pinned memory reaches another. A chi
   size (its own CUDA context counted in) as one allocation, so ComfyUI's loading decisions read that card's free
   memory and nothing in the process can allocate past it;
 * loads both branches, warms up 2 steps, samples ``--steps`` steps, and reports min / median of the per-step times
-  (a device synchronization at each step's callback), the peak device memory (context included), the bytes the
-  pack streamed per step, its copy time and whether the copies were hidden, and the pinned host→device bandwidth.
+  (an event recorded at each step's callback, no synchronization, as in a server run without previews), the peak
+  device memory (context included), the bytes the pack streamed per step, its copy time and whether the copies were
+  hidden, and the pinned host→device bandwidth.
 
 The parent adds per card size: the ratio to the pack's resident run (size 0), the ratio to each native peer at the
 same size, and a floor: max(resident step, bytes streamed per step / pinned bandwidth).

@@ -20,6 +20,11 @@ peer's allocator state, compiled kernels or pinned memory reaches another. A chi
 
 The parent adds per card size: the ratio to the pack's resident run (size 0), the ratio to each native peer at the
 same size, and a floor: max(resident step, bytes streamed per step / pinned bandwidth).
+
+``--compile MODE`` (whole GPU only, ``--vram 0``): each peer also runs compiled in a process of its own, its MODELs
+compiled as ComfyUI's TorchCompileModel compiles them (``comfy_e2e._compiled``) before the warm-up (which then
+traces, generates code and autotunes: ``warmup_s``), labelled "<peer> compiled:MODE"; its ratios are to its own
+eager run (``speedup_vs_eager``) and to the native peers compiled the same way.
 """
 
 from __future__ import annotations
@@ -35,7 +40,10 @@ import time
 
 import torch
 
+from .timing import ClockWatch
+
 GIB = 1024**3
+COMPILED = " compiled:"  # "<peer> compiled:<mode>": a run of the peer's MODELs under TorchCompileModel
 NATIVE = ("native-bf16", "native-fp8", "native-fp8-fast", "native-int8-convrot")
 
 
@@ -66,15 +74,17 @@ def parent(a) -> dict:
             result["info"]["warmup"] = {k: w[k] for k in ("peer", "vram_gib", "step_ms_median", "error") if k in w}
         for peer in peers:
             for cap in a.vram:
-                name = f"{peer}@{_cap_name(cap)}"
-                entry = _spawn(a, peer, cap, files)
-                result["runs"][name] = entry
-                for key in ("gpu", "torch", "triton", "comfyui", "pinned_gib_s", "pageable_gib_s"):
-                    if key in entry and key not in result["info"]:
-                        result["info"][key] = entry[key]
-                print(f"[{name}] {json.dumps(entry)[:900]}", flush=True)
-                if a.out:
-                    pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
+                for mode in [None, *a.compile]:
+                    label = f"{peer}{COMPILED}{mode}" if mode else peer
+                    name = f"{label}@{_cap_name(cap)}"
+                    entry = _spawn(a, peer, cap, files, compile_mode=mode)
+                    result["runs"][name] = entry
+                    for key in ("gpu", "torch", "triton", "comfyui", "pinned_gib_s", "pageable_gib_s"):
+                        if key in entry and key not in result["info"]:
+                            result["info"][key] = entry[key]
+                    print(f"[{name}] {json.dumps(entry)[:900]}", flush=True)
+                    if a.out:
+                        pathlib.Path(a.out).write_text(json.dumps(result, indent=1))
     ratios(result)
     compare_latents(result, a.latents)
     print_table(result)
@@ -98,8 +108,17 @@ def _spawn_write(a, layout: str) -> dict:
     return {b: pathlib.Path(p) for b, p in entry["files"].items()}
 
 
-def _spawn(a, peer: str | None, cap: float, files: dict, write: str | None = None, log_name: str = "") -> dict:
+def _spawn(
+    a,
+    peer: str | None,
+    cap: float,
+    files: dict,
+    write: str | None = None,
+    log_name: str = "",
+    compile_mode: str | None = None,
+) -> dict:
     job = {"peer": peer, "cap": cap, "files": {b: str(p) for b, p in files.items()}, "write": write}
+    job["compile"] = compile_mode
     cmd = [
         sys.executable,
         "-m",
@@ -141,7 +160,8 @@ def _spawn(a, peer: str | None, cap: float, files: dict, write: str | None = Non
         logs = pathlib.Path(a.workdir) / "logs"
         logs.mkdir(exist_ok=True)
         # file names of letters, digits, '.', '_' and '-' only: the device tool brings no other back
-        (logs / f"{log_name or peer + '_' + _cap_name(cap)}.log").write_text(out.stderr[-200000:])
+        mode = f"_compiled-{compile_mode}" if compile_mode else ""
+        (logs / f"{log_name or peer + mode + '_' + _cap_name(cap)}.log").write_text(out.stderr[-200000:])
     return entry
 
 
@@ -165,6 +185,11 @@ def ratios(result: dict) -> None:
         if "step_ms_median" not in e:
             continue
         peer, cap = name.split("@")
+        base, _, mode = peer.partition(COMPILED)
+        suffix = f"{COMPILED}{mode}" if mode else ""  # a compiled run against natives compiled the same way
+        if mode and runs.get(f"{base}@{cap}", {}).get("step_ms_median"):
+            e["speedup_vs_eager"] = round(runs[f"{base}@{cap}"]["step_ms_median"] / e["step_ms_median"], 3)
+            e["eager_sm_mhz"] = runs[f"{base}@{cap}"].get("sm_mhz_median")
         own = runs.get(f"{peer}@resident", {}).get("step_ms_median")
         ours = runs.get("ours-w8a8@resident", {}).get("step_ms_median")
         if own:
@@ -175,9 +200,9 @@ def ratios(result: dict) -> None:
             bw = e.get("pinned_gib_s")
             e["floor_ms"] = round(max(ours, streamed / bw * 1e3 if bw else 0), 1)
         for ref in NATIVE:
-            base = runs.get(f"{ref}@{cap}", {}).get("step_ms_median")
-            if base:
-                e[f"speedup_vs_{ref}"] = round(base / e["step_ms_median"], 3)
+            other = runs.get(f"{ref}{suffix}@{cap}", {}).get("step_ms_median")
+            if other:
+                e[f"speedup_vs_{ref}"] = round(other / e["step_ms_median"], 3)
 
 
 def print_table(result: dict) -> None:
@@ -221,6 +246,12 @@ def print_passes(result: dict) -> None:
             print(f"{name:<34} per pass: " + "; ".join(parts))
         for label, note in (e.get("graph_notes") or {}).items():
             print(f"{name:<34} {label}: {note[:110]}")
+        if e.get("compiled"):
+            print(
+                f"{name:<34} compiled {e['compiled']}: {e.get('speedup_vs_eager', '-')}x its eager run, warm-up "
+                f"{e.get('warmup_s', '-')} s, SM {e.get('sm_mhz_median')} MHz ({e.get('watts_median')} W) "
+                f"against {e.get('eager_sm_mhz', '-')}"
+            )
         b = e.get("bus")
         if b:  # --kernels: the profiled steps as a timeline (bench/kernel_table.py ``bus``)
             where = ", ".join(f"{k[:40]} {v}" for k, v in list(b["idle_at"].items())[:3])
@@ -257,7 +288,8 @@ def child(a) -> dict:
         ballast = _take_all_but(cap)  # held for the whole run: the emulated card's edge
         extra = ballast.numel() if ballast is not None else 0
         entry["ballast_gib"] = round(extra / GIB, 2)
-        entry.update(_run_peer(a, peer, {b: pathlib.Path(p) for b, p in job["files"].items()}, extra))
+        files = {b: pathlib.Path(p) for b, p in job["files"].items()}
+        entry.update(_run_peer(a, peer, files, extra, job.get("compile")))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which keeps the other runs
         import traceback
 
@@ -435,7 +467,7 @@ def host_profile(run, steps: int, top: int = 80) -> dict:
 ALLOCATOR_COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
 
 
-def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
+def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str | None = None) -> dict:
     import latent_preview
 
     from .. import kernels
@@ -452,6 +484,9 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     models, notes = e2e._load(peer, files, config)
     out["load_s"] = round(time.perf_counter() - t0, 1)
     out.update(notes)
+    if compile_mode:  # as TorchCompileModel on both MODELs; the warm-up below compiles
+        models = e2e._compiled(models, compile_mode)
+        out["compiled"] = compile_mode
     _server_cleanup()
     marks: list = []
     peak = [0]
@@ -490,7 +525,9 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
         timers[label] = _PassTimer()
         m.add_wrapper_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, "bench_pass_timer", timers[label])
     kernels.REGISTRY.clear()
-    sample(2)  # warm-up: autotuning, first loads, the streaming plan
+    t0 = time.perf_counter()
+    sample(2)  # warm-up: autotuning, first loads, the streaming plan (compiled: tracing and code generation too)
+    out["warmup_s"] = round(time.perf_counter() - t0, 1)
     _server_cleanup()
     for m in models:  # the timed steps' copies only
         stream = getattr(m.model, "ideogram4_stream", None)
@@ -501,7 +538,9 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int) -> dict:
     for t in timers.values():
         t.on = True
     before = torch.cuda.memory_stats()
-    latent, times = sample(a.steps)
+    with ClockWatch() as watch:  # the clock the steps ran at (a denser, compiled run may hold the board lower)
+        latent, times = sample(a.steps)
+    out["sm_mhz_median"], out["watts_median"] = watch.sm_mhz, watch.watts
     after = torch.cuda.memory_stats()
     # the caching allocator's work in the timed steps: a retry is a failed cudaMalloc under the cap, answered by
     # freeing the cache after a synchronize (the host stops feeding the device)

@@ -25,7 +25,7 @@ rank-32 LoRA on every block linear first (full-load mode). ``--layers`` builds f
 ComfyUI's TorchCompileModel node does it (``comfy_api.torch_helpers.set_torch_compile_wrapper`` on the diffusion
 model, inductor; ``default`` is exactly the node's settings), labelled "<peer> compiled:<mode>": the warm-up's
 extra wall time over the eager warm-up as ``compile_s``, the step ratio to the eager peer, and ratios to the native
-peers compiled the same way.
+peers compiled the same way. With ``--vram 0`` every compiled run is a process of its own too (``comfy_cards``).
 """
 
 from __future__ import annotations
@@ -141,8 +141,8 @@ def _parse(argv):
     a.compile = [x for x in a.compile.split(",") if x]
     if [x for x in a.compile if x not in COMPILE_MODES]:
         p.error(f"--compile: choose from {list(COMPILE_MODES)}")
-    if a.compile and a.vram and not a.child:  # the per-card runs are eager: the compile would be dropped unsaid
-        p.error("--compile runs in the one-process benchmark: leave out --vram (the emulated cards run eager peers)")
+    if a.compile and any(a.vram) and not a.child:  # streaming under torch.compile is not measured
+        p.error("--compile with --vram runs on the whole GPU only (--vram 0): emulated cards run eager peers")
     unknown = [x for x in a.peers if x not in PEERS]
     if unknown:
         p.error(f"--peers: unknown {unknown}; choices: {list(PEERS)}")

@@ -85,12 +85,33 @@ def test_comfy_tables_print_each_run_or_the_part_of_its_error_asked_for(capsys):
     ]
 
 
-def test_comfy_e2e_refuses_compile_with_emulated_cards(tmp_path, capsys):
-    """--vram runs the per-card (eager) children: a --compile given with it would be dropped without a word."""
+def test_comfy_e2e_compiles_per_process_on_the_whole_gpu_only(tmp_path, capsys):
+    """--vram runs per-card children; a compiled child runs on the whole GPU (streaming under compile is not
+    measured), so --compile with an emulated card is refused rather than dropped without a word."""
     comfy_e2e = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_e2e")
+    base = ["--comfyui", str(tmp_path), "--workdir", str(tmp_path), "--compile=default"]
     with pytest.raises(SystemExit):
-        comfy_e2e._parse(["--comfyui", str(tmp_path), "--workdir", str(tmp_path), "--vram", "0", "--compile=default"])
-    assert "--compile runs in the one-process benchmark: leave out --vram" in capsys.readouterr().err
+        comfy_e2e._parse([*base, "--vram", "0,8"])
+    assert "--compile with --vram runs on the whole GPU only (--vram 0)" in capsys.readouterr().err
+    a = comfy_e2e._parse([*base, "--vram", "0"])
+    assert a.compile == ["default"] and a.vram == [0.0]
+
+
+def test_comfy_cards_ratios_of_compiled_runs_are_to_their_eager_run_and_compiled_natives():
+    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+    runs = {
+        "native-int8-convrot@resident": {"step_ms_median": 340.0, "sm_mhz_median": 1980.0},
+        "native-int8-convrot compiled:default@resident": {"step_ms_median": 320.0},
+        "ours-w8a8@resident": {"step_ms_median": 200.0, "sm_mhz_median": 1900.0},
+        "ours-w8a8 compiled:default@resident": {"step_ms_median": 160.0, "compiled": "default"},
+    }
+    cards.ratios({"runs": runs})
+    ours = runs["ours-w8a8 compiled:default@resident"]
+    assert ours["speedup_vs_eager"] == 1.25 and ours["eager_sm_mhz"] == 1900.0
+    assert ours["speedup_vs_native-int8-convrot"] == 2.0  # against the native compiled the same way, not eager
+    assert ours["x_ours_resident"] == 0.8  # against the pack's eager resident run
+    assert runs["ours-w8a8@resident"]["speedup_vs_native-int8-convrot"] == 1.7
+    assert "speedup_vs_eager" not in runs["ours-w8a8@resident"]
 
 
 def test_comfy_cards_prints_the_bus_line_of_a_profiled_run(capsys):

@@ -3,9 +3,12 @@
 What it buys: the host work of a pass (Python, ~1700 launches: ~70-90 ms at 1024² on an H200 against ~100 ms of GPU
 time) shrinks to the input copies and one replay (~4 ms). With one branch per card (``branch_device_nodes.py``) the
 two passes then stop taking turns on one interpreter, which is what lets them overlap: measured on two H200s, 108 ms
-per step against 277 eager and 203 on one card. On one card a pass is GPU-bound already (~1 ms per step saved) and
-the capture costs a step's worth once per run, so by default (``IDEOGRAM4_INT8_CUDA_GRAPHS`` unset) graphs run only
-when the branches are on two cards; ``=1`` turns them on for one card too, ``=0`` off everywhere.
+per step against 277 eager and 203 on one card. On one card it depends on the host: where a pass's Python is
+shorter than its GPU time (an H100 with a fast host: 76 ms for ~100) graphs save ~1 ms per step and the capture costs
+a pass's Python once per run; where it is not (other starts of the same machine kind: 129-136 ms of host for ~100 of
+GPU) every step waits for the launches. So by default (``IDEOGRAM4_INT8_CUDA_GRAPHS`` unset) graphs run when the
+branches are on two cards, and on one card from the pass after one whose host time reached ``LAUNCH_BOUND`` of its
+GPU time (each branch times its second pass: the first one autotunes); ``=1`` turns them on everywhere, ``=0`` off.
 
 How, on ComfyUI's interfaces: for one run of the sampler, ``pass_graphs`` adds a ``DIFFUSION_MODEL`` wrapper
 (ComfyUI's wrapper mechanism, the one TorchCompileModel's helpers use) to each of the pack's MODELs and takes it off
@@ -30,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import time
 
 import comfy.patcher_extension
 import torch
@@ -44,6 +48,15 @@ NOTE_KIND = "cuda_graphs"
 WRAPPER_KEY = "ideogram4_int8_cuda_graphs"
 BLOCK_PATCHES = ("patches", "patches_replace")
 COMPILE_KEY = "torch.compile"  # the key of ComfyUI's TorchCompileModel wrapper (comfy_api.torch_helpers)
+LAUNCH_BOUND = 0.9  # host time / GPU time of a pass from which its launches, not the GPU, set the pace
+TIMED_PASS = 2  # auto on one card: each branch times its second pass (the first autotunes and loads kernels)
+ONE_CARD = "both passes on one card"
+
+
+def launch_bound(host_ms: float, gpu_ms: float) -> bool:
+    """Whether a pass was paced by its launches: its host time reached ``LAUNCH_BOUND`` of its GPU time (a GPU that
+    waits for launches shows about as much GPU time as host time, idle included)."""
+    return gpu_ms > 0 and host_ms >= LAUNCH_BOUND * gpu_ms
 
 
 def setting() -> str:
@@ -57,18 +70,23 @@ def setting() -> str:
 
 
 def run_reason(models) -> str | None:
-    """Why no pass of this run may use graphs, from the setting and the cards: None when they may. Auto uses them
-    only when the branches run on two cards: on one card the capture (the pass's Python with the GPU idle, ~0.15-0.25
-    s per run at 1024² on an H200) costs more than a 20-step run saves there (~1 ms per step measured)."""
+    """Why no pass of this run may use graphs, from the setting and the cards: None when they may. Auto on one card
+    returns the reason that holds until a timed pass shows the launches set the pace (``one_card_auto``): there the
+    capture (the pass's Python with the GPU idle, ~0.15-0.25 s per run at 1024² on an H200) costs more than a 20-step
+    run saves when the GPU is the limit (~1 ms per step measured)."""
     mode = setting()
     if mode == "off":
         return f"{ENV_GRAPHS}={os.environ.get(ENV_GRAPHS)}"
     if mode == "on":
         return None
-    cards = {str(getattr(m, "load_device", "")) for m in models}
-    if len(cards) < 2:
-        return f"both passes on one card (capturing costs more than it saves there; {ENV_GRAPHS}=1 turns them on)"
+    if one_card_auto(models):
+        return f"{ONE_CARD} and no pass timed yet (the GPU sets the pace until one is; {ENV_GRAPHS}=1 turns them on)"
     return None
+
+
+def one_card_auto(models) -> bool:
+    """Auto, with both branches on one card: graphs wait for a timed pass (module docstring)."""
+    return setting() == "auto" and len({str(getattr(m, "load_device", "")) for m in models}) < 2
 
 
 def _off_reason(patcher, transformer_options: dict) -> str | None:
@@ -100,16 +118,58 @@ def _fingerprint(diffusion_model: torch.nn.Module) -> tuple | None:
 class _GraphWrapper:
     """The ``DIFFUSION_MODEL`` wrapper of one MODEL for one run."""
 
-    def __init__(self, patcher, pools: dict, label: str, run_off: str | None = None) -> None:
+    def __init__(self, patcher, pools: dict, label: str, run_off: str | None = None, probe: bool = False) -> None:
         self.patcher, self.graphs, self.label = patcher, PassGraphs(pools=pools), label
         self.modes: dict[str, int] = {"eager": 0, "captured": 0, "replayed": 0}
         self.run_off = run_off  # why no pass of this run uses graphs (run_reason), or None
         self.off: str | None = None
+        self.probe = probe  # auto on one card: eager until a timed pass decides (``_timed``)
+        self.probed = 0  # eager passes run while probing
+        self.pending: tuple | None = None  # (host ms, start event, end event) of the timed pass, until read
+        self.timed: tuple[float, float] | None = None  # (host ms, GPU ms) of the timed pass
+
+    def _timed(self, run, device):
+        """Auto on one card: the pass runs eagerly; the ``TIMED_PASS``-th is timed (host wall time, GPU events), and
+        once its events are done (read without waiting, at a later pass) graphs come on for the rest of the run if
+        the launches set its pace (``launch_bound``), else stay off with the numbers. Returns the pass's output, or
+        None when this pass is the first after the decision (it then goes the normal way)."""
+        if self.pending is not None and self.pending[2].query():
+            host_ms, start, end = self.pending
+            self.pending, self.probe = None, False
+            self.timed = (host_ms, start.elapsed_time(end))
+            if launch_bound(*self.timed):
+                self.run_off = self.off = None
+            else:
+                self.run_off = (
+                    f"{ONE_CARD} and the GPU sets the pace (host {self.timed[0]:.0f} ms for {self.timed[1]:.0f} ms "
+                    f"of GPU per pass; {ENV_GRAPHS}=1 turns them on)"
+                )
+            return None
+        self.probed += 1
+        self.modes["eager"] += 1
+        self.off = self.run_off
+        if self.probed != TIMED_PASS or self.pending is not None:
+            return run()
+        stream = torch.cuda.current_stream(device)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        t0 = time.perf_counter()
+        out = run()
+        host_ms = (time.perf_counter() - t0) * 1e3
+        end.record(stream)
+        self.pending = (host_ms, start, end)
+        return out
 
     def __call__(self, executor, x, timesteps, context=None, attention_mask=None, transformer_options={}, **kwargs):  # noqa: B006 - ComfyUI's signature
         on_gpu = isinstance(x, torch.Tensor) and x.device.type == "cuda"
         if torch.compiler.is_compiling() or not on_gpu:  # a CPU pass: graphs do not apply, nothing to say
             return executor(x, timesteps, context, attention_mask, transformer_options, **kwargs)
+        if self.probe and _off_reason(self.patcher, transformer_options) is None:
+            out = self._timed(
+                lambda: executor(x, timesteps, context, attention_mask, transformer_options, **kwargs), x.device
+            )
+            if out is not None:
+                return out
         why = self.run_off or _off_reason(self.patcher, transformer_options)
         dm = executor.class_obj
         fingerprint = None if why else _fingerprint(dm)
@@ -142,6 +202,11 @@ class _GraphWrapper:
                 f"({m['captured']} captured after {m['eager']} eager); the layer records are from the eager and "
                 "captured passes (a replay runs the same kernels without Python)"
             )
+            if self.timed is not None:
+                text += (
+                    f"; on one card because the launches set the pace (host {self.timed[0]:.0f} ms for "
+                    f"{self.timed[1]:.0f} ms of GPU in a timed pass)"
+                )
         elif failures:
             text = f"CUDA graphs: capture failed ({failures[0]}): every pass ran eagerly"
         elif self.off:
@@ -159,12 +224,12 @@ def pass_graphs(models):
     (module docstring). The graphs and their memory go at the end of the run; the panel's note stays."""
     pools: dict = {}  # the branches' passes on one card run one after the other: one pool per card
     installed: list[tuple[object, _GraphWrapper]] = []
-    run_off = run_reason(models)
+    run_off, probe = run_reason(models), one_card_auto(models)
     for model in models:
         labels = model_labels(model)
         if not labels or any(model is m for m, _ in installed):
             continue
-        wrapper = _GraphWrapper(model, pools, labels[0], run_off)
+        wrapper = _GraphWrapper(model, pools, labels[0], run_off, probe)
         model.add_wrapper_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, wrapper)
         installed.append((model, wrapper))
     try:
@@ -177,4 +242,4 @@ def pass_graphs(models):
         pools.clear()
 
 
-__all__ = ["pass_graphs", "ENV_GRAPHS", "NOTE_KIND", "setting", "run_reason"]
+__all__ = ["pass_graphs", "ENV_GRAPHS", "NOTE_KIND", "setting", "run_reason", "one_card_auto", "launch_bound"]

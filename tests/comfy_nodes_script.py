@@ -1905,6 +1905,50 @@ def check_cuda_graphs():
     finally:
         kernels.REGISTRY.enable_timing(False)
     seen["reasons"] = reasons
+    # auto on one card: each branch times its second pass and decides once the events are done (fake events here)
+    with _env(cuda_graphs.ENV_GRAPHS, "auto"):
+        seen["probe"] = {
+            "one_card": cuda_graphs.one_card_auto([cond, uncond]),
+            "two": cuda_graphs.one_card_auto(two_cards),
+        }
+    seen["launch_bound"] = [cuda_graphs.launch_bound(h, g) for h, g in ((136, 137), (76, 101), (93, 104), (5, 0))]
+    seen["timed"] = {}
+    for host_ms, gpu_ms in ((40.0, 41.0), (10.0, 40.0)):
+
+        class _Event:
+            done = False
+
+            def __init__(self, enable_timing=False):
+                pass
+
+            def record(self, stream=None):
+                pass
+
+            def query(self):
+                return _Event.done
+
+            def elapsed_time(self, other, gpu_ms=gpu_ms):
+                return gpu_ms
+
+        real_event, real_stream, real_clock = torch.cuda.Event, torch.cuda.current_stream, cuda_graphs.time.perf_counter
+        clock = iter([0.0, host_ms / 1e3])
+        torch.cuda.Event, torch.cuda.current_stream = _Event, lambda device=None: None
+        cuda_graphs.time.perf_counter = lambda clock=clock: next(clock)
+        try:
+            w = cuda_graphs._GraphWrapper(cond, {}, "conditional", cuda_graphs.run_reason([cond, uncond]), probe=True)
+            outs = [w._timed(lambda: "ran", "cuda") for _ in range(3)]  # pass 1, the timed pass 2, pass 3 (not done)
+            _Event.done = True
+            outs.append(w._timed(lambda: "ran", "cuda"))  # events done: decided, this pass goes the normal way
+            seen["timed"][f"{host_ms:g}/{gpu_ms:g}"] = {
+                "outs": outs,
+                "probe": w.probe,
+                "run_off": w.run_off,
+                "eager": w.modes["eager"],
+                "timed": list(w.timed),
+            }
+        finally:
+            torch.cuda.Event, torch.cuda.current_stream = real_event, real_stream
+            cuda_graphs.time.perf_counter = real_clock
     kernels.REGISTRY.clear()
     eager = _latent_node(cond, uncond, ctx, s)
     seen["cpu_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)

@@ -118,9 +118,17 @@ def test_comfy_cards_prints_the_bus_line_of_a_profiled_run(capsys):
     cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
     bus = {"span_ms": 284.0, "bus_busy_ms": 270.5, "bus_idle_ms": 13.5, "compute_busy_ms": 200.1, "both_idle_ms": 2.0}
     bus["idle_at"] = {"none": 6.0, "gemm_kernel_#": 4.5}
-    cards.print_passes({"runs": {"ours@8GB": {"bus": bus}, "native@8GB": {}}})
+    compiled = {"compiled": "default", "speedup_vs_eager": 1.2, "warmup_s": 80.5, "sm_mhz_median": 1665.0}
+    compiled.update(watts_median=617.0, eager_sm_mhz=1980.0)
+    cards.print_passes(
+        {"runs": {"ours@8GB": {"bus": bus}, "native@8GB": {}, "ours compiled:default@resident": compiled}}
+    )
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 and out[0].startswith("ours@8GB")
+    assert len(out) == 2 and out[0].startswith("ours@8GB")
+    assert out[1].startswith("ours compiled:default@resident")
+    assert out[1].endswith(
+        "compiled default: 1.2x its eager run, warm-up 80.5 s, SM 1665.0 MHz (617.0 W) against 1980.0"
+    )
     assert (
         "bus busy 270.5 / idle 13.5 of 284.0 ms; compute 200.1; neither 2.0; idle at: none 6.0, gemm_kernel_# 4.5"
         in out[0]

@@ -56,30 +56,25 @@ def _nvml_sm_mhz() -> float | None:
         return None
 
 
-def _poll_clock(done: threading.Event, clocks: list, every_s: float = 0.02) -> None:
-    """NVML SM clock readings into ``clocks`` until ``done``, skipping the first 50 ms (the clock
-    is still leaving the previous window's state)."""
-    t0 = time.perf_counter()
-    while not done.wait(every_s):
-        if time.perf_counter() - t0 > 0.05:
-            mhz = _nvml_sm_mhz()
-            if mhz is not None:
-                clocks.append(mhz)
-
-
 class ClockWatch:
     """The median NVML SM clock (MHz) and board power (W) while a ``with`` block runs, read every 20 ms by a thread
-    (``sm_mhz``, ``watts``; None where NVML gives nothing). Two runs of the same kernels at different clocks are
-    not the same kernels' speed: a denser run (no host gaps, e.g. compiled) holds the board at its power limit."""
+    (``sm_mhz``, ``watts``; None where NVML gives nothing), readings in the first ``skip_s`` left out (the clock is
+    still leaving the previous window's state). Two runs of the same kernels at different clocks are not the same
+    kernels' speed: a denser run (no host gaps, e.g. compiled) holds the board at its power limit. A thread reads
+    while the block runs: the host's enqueueing blocks once the launch queue is full, so it cannot read afterwards."""
 
-    def __init__(self) -> None:
+    def __init__(self, skip_s: float = 0.0) -> None:
         self.clocks: list[float] = []
         self.powers: list[float] = []
         self.sm_mhz = self.watts = None
+        self.skip_s = skip_s
         self._done = threading.Event()
 
     def _poll(self) -> None:
+        t0 = time.perf_counter()
         while not self._done.wait(0.02):
+            if time.perf_counter() - t0 <= self.skip_s:
+                continue
             mhz = _nvml_sm_mhz()
             if mhz is not None:
                 self.clocks.append(mhz)
@@ -122,18 +117,12 @@ def sustained_ms(variants: dict, seconds: float = 0.5, rounds: int = 3, calls: i
     for r in range(rounds + 1):  # round 0 brings the board to its steady power state: not kept
         for label in labels[r % len(labels) :] + labels[: r % len(labels)]:
             g, reps = graphs[label]
-            clocks, done = [], threading.Event()
-            # a thread reads the clock while the window runs: the host's enqueueing of the replays
-            # blocks once the launch queue is full, so this thread cannot wait for it to finish
-            poller = threading.Thread(target=_poll_clock, args=(done, clocks), daemon=True)
-            poller.start()
-            ms = _replay_ms(g, reps)
-            done.set()
-            poller.join()
+            with ClockWatch(skip_s=0.05) as watch:
+                ms = _replay_ms(g, reps)
             if r:
                 samples[label][0].append(ms / (reps * calls))
-                if clocks:
-                    samples[label][1].append(sorted(clocks)[len(clocks) // 2])
+                if watch.sm_mhz is not None:
+                    samples[label][1].append(watch.sm_mhz)
     for label, (ms, mhz) in samples.items():
         out[label] = (sorted(ms)[len(ms) // 2], sorted(mhz)[len(mhz) // 2] if mhz else None)
     del graphs

@@ -151,6 +151,11 @@ def test_clock_watch_reads_medians_and_gives_none_without_nvml(monkeypatch):
     with timing.ClockWatch() as watch:
         time.sleep(0.05)
     assert watch.sm_mhz is None and watch.watts is None
+    # readings in the first skip_s are left out (sustained_ms: the clock is still leaving the previous window)
+    monkeypatch.setattr(timing, "_nvml_sm_mhz", lambda: 1980.0)
+    with timing.ClockWatch(skip_s=10.0) as watch:
+        time.sleep(0.1)
+    assert watch.clocks == [] and watch.sm_mhz is None
 
 
 def test_host_profile_ranks_python_functions_by_host_time_per_step():

@@ -247,10 +247,12 @@ def print_passes(result: dict) -> None:
         for label, note in (e.get("graph_notes") or {}).items():
             print(f"{name:<34} {label}: {note[:110]}")
         if e.get("compiled"):
+            fc = e.get("frames_compiled")
             print(
                 f"{name:<34} compiled {e['compiled']}: {e.get('speedup_vs_eager', '-')}x its eager run, warm-up "
                 f"{e.get('warmup_s', '-')} s, SM {e.get('sm_mhz_median')} MHz ({e.get('watts_median')} W) "
                 f"against {e.get('eager_sm_mhz', '-')}"
+                + (f"; frames compiled in the timed steps: {fc['timed_steps']}" if fc else "")
             )
         b = e.get("bus")
         if b:  # --kernels: the profiled steps as a timeline (bench/kernel_table.py ``bus``)
@@ -538,8 +540,11 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str |
     for t in timers.values():
         t.on = True
     before = torch.cuda.memory_stats()
+    frames = e2e.compiled_frames()
     with ClockWatch() as watch:  # the clock the steps ran at (a denser, compiled run may hold the board lower)
         latent, times = sample(a.steps)
+    if compile_mode:  # frames dynamo compiled during the warm-up, and during the timed steps (recompiles: want 0)
+        out["frames_compiled"] = {"warmup": frames, "timed_steps": e2e.compiled_frames() - frames}
     out["sm_mhz_median"], out["watts_median"] = watch.sm_mhz, watch.watts
     after = torch.cuda.memory_stats()
     # the caching allocator's work in the timed steps: a retry is a failed cudaMalloc under the cap, answered by

@@ -21,11 +21,14 @@ paths ran. ``native-fp8-fast`` is native fp8 with ComfyUI's ``--fast fp8_matrix_
 runs ComfyUI's int8 path through comfy-kitchen (its backend is reported). ``ours-w8a8-lora`` merges a synthetic
 rank-32 LoRA on every block linear first (full-load mode). ``--layers`` builds fewer blocks (smoke runs only).
 
-``--compile default,max-autotune-no-cudagraphs``: after a peer's eager run, the same MODELs compiled the way
-ComfyUI's TorchCompileModel node does it (``comfy_api.torch_helpers.set_torch_compile_wrapper`` on the diffusion
-model, inductor; ``default`` is exactly the node's settings), labelled "<peer> compiled:<mode>": the warm-up's
-extra wall time over the eager warm-up as ``compile_s``, the step ratio to the eager peer, and ratios to the native
-peers compiled the same way. With ``--vram 0`` every compiled run is a process of its own too (``comfy_cards``).
+``--compile MODE[,MODE]``: after a peer's eager run, the same MODELs compiled the way users compile them in ComfyUI
+(``comfy_api.torch_helpers.set_torch_compile_wrapper``, applied at sample time), labelled "<peer> compiled:<mode>":
+the warm-up's extra wall time over the eager warm-up as ``compile_s``, the step ratio to the eager peer, and ratios
+to the native peers compiled the same way. The modes (``COMPILE_MODES``): ``default`` is TorchCompileModel's
+inductor setting, ``cudagraphs`` its other backend choice; ``blocks`` compiles each transformer block on its own
+with inductor (KJNodes' "transformer blocks only"); ``max-autotune-no-cudagraphs`` and ``reduce-overhead`` are
+inductor modes of the whole diffusion model (the latter replays CUDA graphs). With ``--vram 0`` every compiled run
+is a process of its own too (``comfy_cards``), and reports the frames dynamo compiled during its timed steps.
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for t
     "ours-w8a8-blocks": {"IDEOGRAM4_INT8_STREAM_PIECES": "0"},
 }
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
-COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+COMPILE_MODES = ("default", "cudagraphs", "blocks", "max-autotune-no-cudagraphs", "reduce-overhead")
 
 
 def comfy_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
@@ -328,24 +331,35 @@ def _sample(models, ctx, steps: int, seed: int, size: int) -> tuple[torch.Tensor
 
 
 def _compiled(models, mode: str):
-    """Clones of ``models`` compiled as ComfyUI's TorchCompileModel node compiles them (inductor, whole diffusion
-    model, applied at sample time; its guard filter skips ``transformer_options``); ``default`` is the node itself."""
+    """Clones of ``models`` compiled the ``mode`` way (``COMPILE_MODES``), as ComfyUI's compile nodes do it: a clone
+    rebuilt non-dynamic, ``set_torch_compile_wrapper`` applied at sample time, the guard filter that skips
+    ``transformer_options`` (TorchCompileModel's) wherever the backend is inductor or cudagraphs as the node sets it."""
     from comfy_api.torch_helpers import set_torch_compile_wrapper
 
     def skip_transformer_options(guard_entries):
         return [("transformer_options" not in entry.name) for entry in guard_entries]
 
+    node = {"options": {"guard_filter_fn": skip_transformer_options}}
     out = []
     for m in models:
         c = m.clone(disable_dynamic=True)  # as the node does (a dynamic-VRAM MODEL is rebuilt non-dynamic)
-        if mode == "default":
-            set_torch_compile_wrapper(
-                model=c, backend="inductor", options={"guard_filter_fn": skip_transformer_options}
-            )
+        if mode in ("default", "cudagraphs"):  # TorchCompileModel's two backend choices
+            set_torch_compile_wrapper(model=c, backend="inductor" if mode == "default" else mode, **node)
+        elif mode == "blocks":  # one compiled module per transformer block, the rest of the model eager
+            n = len(c.get_model_object("diffusion_model.layers"))
+            keys = [f"diffusion_model.layers.{i}" for i in range(n)]
+            set_torch_compile_wrapper(model=c, backend="inductor", keys=keys, **node)
         else:
             set_torch_compile_wrapper(model=c, backend="inductor", mode=mode)
         out.append(c)
     return tuple(out)
+
+
+def compiled_frames() -> int:
+    """Frames dynamo has compiled in this process so far (a growing count during timed steps is a recompile)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
 
 
 def _sync() -> None:
@@ -486,9 +500,11 @@ def _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_war
         _, warm_ms = _sample(compiled, ctx, 2, a.seed, size)  # tracing, code generation, autotuning
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
+        frames = compiled_frames()
         with ClockWatch() as watch:  # a compiled step is denser than eager: the board may sit lower on its clock
             latent, ms = _sample(compiled, ctx, a.steps, a.seed, size)
         entry.update(
+            frames_compiled={"warmup": frames, "timed_steps": compiled_frames() - frames},
             sm_mhz_median=watch.sm_mhz,
             watts_median=watch.watts,
             compile_s=round((warm_ms - eager_warmup_ms) / 1e3, 1),

@@ -119,7 +119,7 @@ def test_comfy_cards_prints_the_bus_line_of_a_profiled_run(capsys):
     bus = {"span_ms": 284.0, "bus_busy_ms": 270.5, "bus_idle_ms": 13.5, "compute_busy_ms": 200.1, "both_idle_ms": 2.0}
     bus["idle_at"] = {"none": 6.0, "gemm_kernel_#": 4.5}
     compiled = {"compiled": "default", "speedup_vs_eager": 1.2, "warmup_s": 80.5, "sm_mhz_median": 1665.0}
-    compiled.update(watts_median=617.0, eager_sm_mhz=1980.0)
+    compiled.update(watts_median=617.0, eager_sm_mhz=1980.0, frames_compiled={"warmup": 4, "timed_steps": 0})
     cards.print_passes(
         {"runs": {"ours@8GB": {"bus": bus}, "native@8GB": {}, "ours compiled:default@resident": compiled}}
     )
@@ -127,7 +127,8 @@ def test_comfy_cards_prints_the_bus_line_of_a_profiled_run(capsys):
     assert len(out) == 2 and out[0].startswith("ours@8GB")
     assert out[1].startswith("ours compiled:default@resident")
     assert out[1].endswith(
-        "compiled default: 1.2x its eager run, warm-up 80.5 s, SM 1665.0 MHz (617.0 W) against 1980.0"
+        "compiled default: 1.2x its eager run, warm-up 80.5 s, SM 1665.0 MHz (617.0 W) against 1980.0; "
+        "frames compiled in the timed steps: 0"
     )
     assert (
         "bus busy 270.5 / idle 13.5 of 284.0 ms; compute 200.1; neither 2.0; idle at: none 6.0, gemm_kernel_# 4.5"
@@ -172,3 +173,47 @@ def test_host_profile_ranks_python_functions_by_host_time_per_step():
     row = next(v for k, v in out["cumulative"].items() if k.endswith("(slow_helper)"))
     assert row[1] == 1.0 and row[0] > 0  # once per step, some ms
     assert all("/" not in k for k in out["self"])  # file names only, no machine paths
+
+
+def test_comfy_e2e_compiles_each_mode_as_comfyui_users_do(monkeypatch):
+    """Each --compile mode reaches ComfyUI's set_torch_compile_wrapper as its node sets it: TorchCompileModel's two
+    backends with its guard filter, "blocks" one key per transformer block (KJNodes' way), the inductor modes by
+    name; every MODEL is a non-dynamic clone."""
+    import sys
+    import types
+
+    comfy_e2e = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_e2e")
+    calls = []
+    helpers = types.ModuleType("comfy_api.torch_helpers")
+    helpers.set_torch_compile_wrapper = lambda model, **kw: calls.append((model, kw))
+    monkeypatch.setitem(sys.modules, "comfy_api", types.ModuleType("comfy_api"))
+    monkeypatch.setitem(sys.modules, "comfy_api.torch_helpers", helpers)
+
+    class Patcher:
+        def __init__(self, blocks, dynamic=True):
+            self.blocks, self.dynamic = blocks, dynamic
+
+        def clone(self, disable_dynamic=False):
+            return Patcher(self.blocks, dynamic=not disable_dynamic)
+
+        def get_model_object(self, key):
+            assert key == "diffusion_model.layers"
+            return [object()] * self.blocks
+
+    models = (Patcher(3), Patcher(5))
+    for mode in comfy_e2e.COMPILE_MODES:
+        calls.clear()
+        out = comfy_e2e._compiled(models, mode)
+        assert len(out) == 2 and all(not m.dynamic for m in out) and [m for m, _ in calls] == list(out)
+        for (_, kw), n in zip(calls, (3, 5), strict=True):
+            guard = kw.get("options", {}).get("guard_filter_fn")
+            if mode == "blocks":
+                assert kw["keys"] == [f"diffusion_model.layers.{i}" for i in range(n)] and kw["backend"] == "inductor"
+            else:
+                assert "keys" not in kw
+            if mode in ("default", "cudagraphs", "blocks"):
+                entries = [types.SimpleNamespace(name=x) for x in ("L['x']", "L['transformer_options']['k']")]
+                assert guard(entries) == [True, False] and "mode" not in kw
+                assert kw["backend"] == ("cudagraphs" if mode == "cudagraphs" else "inductor")
+            else:
+                assert guard is None and kw == {"backend": "inductor", "mode": mode}

@@ -497,14 +497,15 @@ def _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_war
         comfy.model_management.unload_all_models()  # the eager MODELs leave the GPU before the compiled clones load
         compiled = _compiled(models, mode)
         kernels.REGISTRY.clear()
+        frames = compiled_frames()  # the process's count so far (dynamo's reset keeps its counters)
         _, warm_ms = _sample(compiled, ctx, 2, a.seed, size)  # tracing, code generation, autotuning
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
-        frames = compiled_frames()
+        warm = compiled_frames()
         with ClockWatch() as watch:  # a compiled step is denser than eager: the board may sit lower on its clock
             latent, ms = _sample(compiled, ctx, a.steps, a.seed, size)
         entry.update(
-            frames_compiled={"warmup": frames, "timed_steps": compiled_frames() - frames},
+            frames_compiled={"warmup": warm - frames, "timed_steps": compiled_frames() - warm},
             sm_mhz_median=watch.sm_mhz,
             watts_median=watch.watts,
             compile_s=round((warm_ms - eager_warmup_ms) / 1e3, 1),

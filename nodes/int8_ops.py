@@ -308,6 +308,12 @@ def op_calls(module) -> int:
     return module.op_calls + (kernel_ops.OP_CALLS[module.site] if kernel_ops.OP_CALLS and module.site else 0)
 
 
+def compiled_calls(module) -> int:
+    """Calls a torch.compile'd graph made of the registered ops under ``module``'s call site, ever (0 without a
+    site): more than 0 means a compiled graph has run this layer through the pack's op."""
+    return kernel_ops.OP_CALLS[module.site] if kernel_ops.OP_CALLS and module.site else 0
+
+
 def int8_linears(diffusion_model: torch.nn.Module) -> dict[str, torch.nn.Module]:
     """The pack's Linear modules of a model, by module path."""
     return {n: m for n, m in diffusion_model.named_modules() if getattr(m, "ideogram4_int8", False)}
@@ -402,4 +408,5 @@ __all__ = [
     "is_int8_weight",
     "link_folds",
     "op_calls",
+    "compiled_calls",
 ]

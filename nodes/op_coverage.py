@@ -23,6 +23,12 @@ forward of this model (or at install), since no op can be ordered before every l
 the model's linears between two forwards (outside any forward) could hide a bypass from that check; it cannot raise a
 false one.
 
+Under CUDA-graph replay no Python runs, so a replayed layer's counter does not move. The pack's own graphs say so
+(``replayed``). A compiled model whose backend replays graphs (TorchCompileModel's ``cudagraphs`` backend, inductor's
+``reduce-overhead``) can replay part of a forward and run the rest, and the check then runs with some layers unmoved.
+So while a CUDA-graph tree lives on the card, a layer that did not move in a compiled forward counts as replayed when
+a compiled graph has run it through the op before (``compiled_calls``), and as bypassed only when none ever did.
+
 Label after the fact, not refuse at load: whether a newer ComfyUI takes its own route depends on run-time facts
 (device and kitchen backend, batch size, whether the weights are resident or streamed), so a probe forward at
 load (on a tiny input, or a tiny model) can show that a route exists but not that the real run avoids it, and a
@@ -43,7 +49,7 @@ import torch
 
 from .. import kernels
 from .after_forward import after_forward, on_after_forward
-from .int8_ops import int8_linears, is_int8_weight, op_calls
+from .int8_ops import compiled_calls, int8_linears, is_int8_weight, op_calls
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -69,7 +75,7 @@ class Coverage:
         self.bypassed_forwards = 0
         self.last: dict | None = None  # {"expected", "ran", "missing"} of the last forward
         self.logged = False
-        self.replayed = 0  # forwards that ran as a replayed CUDA graph (not checked: see replayed())
+        self.replayed = 0  # forwards that ran as a replayed CUDA graph, in full (replayed()) or in part (_check)
 
     def counts(self) -> list[int]:
         return [op_calls(m) for _, m in self.linears]
@@ -127,25 +133,45 @@ def _after_compiled(key: str, context: bool) -> None:
     state = _BY_KEY.get(key)
     if state is not None:
         state.context = context
-        _check(state, state.done)
+        _check(state, state.done, compiled=True)
 
 
 on_after_forward(_after_compiled)
 
 
-def _check(state: Coverage, before: list[int]) -> None:
+def graph_trees_live() -> bool:
+    """True while torch's CUDA-graph trees (the ``cudagraphs`` backend, inductor's ``reduce-overhead``) hold graphs
+    for the current card: a compiled forward may then have replayed some of its layers."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        from torch._inductor import cudagraph_trees
+
+        return cudagraph_trees.get_manager(torch.cuda.current_device(), create_if_none_exists=False) is not None
+    except Exception:  # noqa: BLE001 - a torch without this internal: the strict check stays
+        return False
+
+
+def _check(state: Coverage, before: list[int], compiled: bool = False) -> None:
     now = state.counts()
-    expected, missing = 0, []
+    expected, missing, replayed = 0, [], []
+    trees = None  # looked up only when a compiled forward left a layer unmoved
     for (name, m), n0, n in zip(state.linears, before, now, strict=True):
         if not is_int8_weight(m.weight) or (not state.context and name.startswith(CONTEXT_ONLY)):
             continue
         expected += 1
-        if n == n0:
+        if n != n0:
+            continue
+        if compiled and compiled_calls(m) and (trees := graph_trees_live() if trees is None else trees):
+            replayed.append(name)  # a compiled graph ran it through the op before: replayed, not routed around
+        else:
             missing.append(name)
     state.before = None
     state.done = now
     state.forwards += 1
-    state.last = {"expected": expected, "ran": expected - len(missing), "missing": missing}
+    state.replayed += bool(replayed)
+    state.last = {"expected": expected, "ran": expected - len(missing) - len(replayed), "missing": missing}
+    state.last["replayed"] = replayed
     if missing:
         state.bypassed_forwards += 1
         _label(state, missing, expected)
@@ -166,4 +192,4 @@ def _label(state: Coverage, missing: list[str], expected: int) -> None:
         log.warning("Ideogram4 INT8: %s: %s", state.label, message)
 
 
-__all__ = ["install", "coverage", "replayed", "Coverage", "NOTE_KIND", "LAYER_NOTE"]
+__all__ = ["install", "coverage", "replayed", "graph_trees_live", "Coverage", "NOTE_KIND", "LAYER_NOTE"]

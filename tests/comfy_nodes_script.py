@@ -1199,6 +1199,46 @@ def check_coverage():
     return res
 
 
+def check_coverage_replay():
+    """A compiled forward checked while CUDA-graph trees live (TorchCompileModel's cudagraphs backend): layers whose
+    counters did not move count as replayed when a compiled graph ran them through the op before, and as bypassed
+    when none ever did; without graph trees the same forward is a bypass of every unmoved layer. Driven through the
+    check's compiled entry (what the graph's after_forward op calls) with the op-call counters set by hand."""
+    from comfyui_ideogram4_int8.kernels import ops as kernel_ops
+    from comfyui_ideogram4_int8.nodes import op_coverage
+
+    write_all()
+    cond, _, _ = load("i4_w8a8.safetensors")
+    dm = cond.model.diffusion_model
+    cov = op_coverage.coverage(dm)
+    quantized = [(n, m) for n, m in cov.linears if int8_ops.is_int8_weight(m.weight)]
+    live = [False]
+    op_coverage.graph_trees_live = lambda: live[0]
+
+    def compiled_forward(skip=()):  # the registered ops' per-site counts of one compiled forward
+        for name, m in quantized:
+            if name not in skip:
+                kernel_ops.OP_CALLS[m.site] += 1
+        op_coverage._after_compiled(cov.key, True)
+        return dict(cov.last, note=kernels.REGISTRY.model_notes(cov.label).get(op_coverage.NOTE_KIND))
+
+    res = {"quantized": len(quantized), "sites": all(m.site for _, m in quantized)}
+    res["ran_all"] = compiled_forward()
+    r0 = cov.replayed
+    live[0] = True
+    res["replayed_all"] = compiled_forward(skip={n for n, _ in quantized})
+    res["replayed_forwards"] = cov.replayed - r0
+    never = quantized[5]
+    kernel_ops.OP_CALLS[never[1].site] = 0  # no compiled graph ever ran this one through the op
+    cov.done = cov.counts()  # (as the last check left the counters)
+    res["never_ran"] = never[0]
+    res["part_replayed"] = compiled_forward(skip={n for n, _ in quantized[3:]})
+    kernels.REGISTRY.clear()
+    live[0] = False
+    res["strict"] = compiled_forward(skip={quantized[0][0]})
+    return res
+
+
 def _records(label):
     return {r.layer: (r.path, r.reason, r.fusion, r.calls) for r in kernels.REGISTRY.layers(label)}
 
@@ -2069,6 +2109,7 @@ CHECKS = {
     "gate_up": check_gate_up,
     "gate_up_lora": check_gate_up_lora,
     "coverage": check_coverage,
+    "coverage_replay": check_coverage_replay,
     "compile": check_compile,
     "streaming": check_streaming,
     "branch_device": check_branch_device,

@@ -439,6 +439,24 @@ def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):
     assert r["lowvram_w1_fusion"].startswith("not fused with w3") and r["lowvram_block1_fusion"].startswith("gate/up")
 
 
+def test_a_compiled_forward_replayed_in_part_is_not_called_a_bypass(run_check):
+    """While CUDA-graph trees live, an unmoved layer that a compiled graph ran through the op before is replayed, one
+    that no compiled graph ever ran is bypassed; without graph trees every unmoved layer is a bypass."""
+    r = run_check("coverage_replay")
+    q = r["quantized"]
+    assert q == 23 and r["sites"]
+    assert r["ran_all"] == {"expected": q, "ran": q, "missing": [], "replayed": [], "note": None}
+    replayed = r["replayed_all"]
+    assert replayed["missing"] == [] and len(replayed["replayed"]) == q and replayed["ran"] == 0
+    assert replayed["note"] is None and r["replayed_forwards"] == 1
+    part = r["part_replayed"]
+    assert part["missing"] == [r["never_ran"]] and len(part["replayed"]) == q - 4 and part["ran"] == 3
+    assert part["note"].startswith(f"1 of {q} quantized linears did not run through the pack's op ({r['never_ran']})")
+    strict = r["strict"]
+    assert len(strict["missing"]) == 1 and strict["replayed"] == [] and strict["ran"] == q - 1
+    assert strict["note"].startswith(f"1 of {q} quantized linears did not run")
+
+
 def test_every_quantized_linear_runs_through_the_op_and_a_bypass_is_labelled(run_check):
     """Per forward, registry calls of the quantized linears = their number (llm_cond_proj only with a text context),
     through the sampler too; a forward that computes layers without the pack's op (F.linear on a dequantized weight,
@@ -447,7 +465,7 @@ def test_every_quantized_linear_runs_through_the_op_and_a_bypass_is_labelled(run
     q = r["quantized"]
     assert q == 23 and r["all_linears"] == 31
     assert r["conditional/registry_calls"] == q
-    assert r["conditional/coverage"] == {"expected": q, "ran": q, "missing": []}
+    assert r["conditional/coverage"] == {"expected": q, "ran": q, "missing": [], "replayed": []}
     assert r["image_only/registry_calls"] == q - 1 and r["image_only/coverage"]["ran"] == q - 1
     assert r["sampler_forwards"] == 2 and r["sampler_uncond_forwards"] == 2
     # before the bypass, each model carries only its q/k RoPE note (nodes/qk_rope.py)
@@ -456,7 +474,7 @@ def test_every_quantized_linear_runs_through_the_op_and_a_bypass_is_labelled(run
         "unconditional": ["rope"],
     }
     missing = ["layers.1.feed_forward.w1", "layers.1.feed_forward.w3", "layers.2.attention.o"]
-    assert r["bypass/coverage"] == {"expected": q, "ran": q - 3, "missing": missing}
+    assert r["bypass/coverage"] == {"expected": q, "ran": q - 3, "missing": missing, "replayed": []}
     assert r["bypass/counts"] == [2, 6]
     note = r["bypass/note"]
     assert note.startswith(f"3 of {q} quantized linears did not run through the pack's op") and all(
@@ -498,7 +516,8 @@ def test_native_model_compiles_in_one_graph_without_recompiles(run_check):
             assert r[f"{key}/max_abs"] == 0.0 and r[f"{key}/eager_norm"] > 1.0, (seed, key)
             assert r[f"{key}/records_equal"] and r[f"{key}/calls_per_layer"] == [3], (seed, key)
             assert r[f"{key}/coverage_forwards"] == 3 and r[f"{key}/coverage_bypassed"] == 0, (seed, key)
-            assert r[f"{key}/coverage_last"] == {"expected": expected, "ran": expected, "missing": []}, (seed, key)
+            want = {"expected": expected, "ran": expected, "missing": [], "replayed": []}
+            assert r[f"{key}/coverage_last"] == want, (seed, key)
             ops = {
                 f"ideogram4_int8.{n}.default" for n in ("w8a8_linear", "float_linear", "after_forward", "qk_norm_rope")
             }
@@ -515,13 +534,13 @@ def test_native_model_compiles_in_one_graph_without_recompiles(run_check):
     # a linear computed around the pack's op inside the compiled graph: no break, and labelled after that forward
     assert r["bypass/break_reasons"] == []
     assert r["bypass/compiled_forwards"] == [2, 2]  # both compiled forwards checked, both labelled
-    assert r["bypass/coverage_last"] == {"expected": 23, "ran": 22, "missing": ["layers.2.attention.o"]}
+    assert r["bypass/coverage_last"] == {"expected": 23, "ran": 22, "missing": ["layers.2.attention.o"], "replayed": []}
     assert "layers.2.attention.o" in r["bypass/note"]
     # ComfyUI's wrapper: one frame per model kind (+ its hook), each step equal to eager, both branches checked
     assert r["wrapper/frames"] == 4 and r["wrapper/max_abs"] == 0.0 and r["wrapper/eager_norm"] > 1.0, seed
     assert r["wrapper/coverage_forwards"] == [6, 6]  # 3 eager + 3 compiled steps per model
-    assert r["wrapper/conditional/coverage_last"] == {"expected": 23, "ran": 23, "missing": []}
-    assert r["wrapper/image_only/coverage_last"] == {"expected": 22, "ran": 22, "missing": []}
+    assert r["wrapper/conditional/coverage_last"] == {"expected": 23, "ran": 23, "missing": [], "replayed": []}
+    assert r["wrapper/image_only/coverage_last"] == {"expected": 22, "ran": 22, "missing": [], "replayed": []}
     # the pack's sampler node with TorchCompileModel's wrapper on the positive MODEL, or on both: eager's latent;
     # the negative pass given the positive MODEL's options (ComfyUI's dual-model guider) ran the positive weights
     assert r["sampler_node/eager_norm"] > 1.0

@@ -13,6 +13,8 @@ from .dispatch import (
     int8_matmul_int32,
     qk_norm_rope,
     quantize_per_token,
+    rms_norm_gated_residual,
+    rms_norm_modulate,
     w8a8_linear,
 )
 from .env import environment_report
@@ -27,6 +29,8 @@ from .reference import (
     qk_norm_rope_ref,
     quantize_per_token_ref,
     quantize_weight_ref,
+    rms_norm_gated_residual_ref,
+    rms_norm_modulate_ref,
 )
 from .registry import PATH_BF16, PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
 from .sites import SITES
@@ -40,6 +44,10 @@ __all__ = [
     "float_linear",
     "qk_norm_rope",
     "qk_norm_rope_ref",
+    "rms_norm_modulate",
+    "rms_norm_modulate_ref",
+    "rms_norm_gated_residual",
+    "rms_norm_gated_residual_ref",
     "select_path",
     "environment_report",
     "DEMOTIONS",

@@ -1,7 +1,8 @@
 """Public W8A8 entry points and the runners of the GEMM paths.
 
-``quantize_per_token``, ``int8_matmul``, ``int8_matmul_int32``, ``w8a8_linear``, ``float_linear`` and
-``qk_norm_rope``; the gate/up (SwiGLU) entry points in gate_up.py share the path runners below. A call checks
+``quantize_per_token``, ``int8_matmul``, ``int8_matmul_int32``, ``w8a8_linear``, ``float_linear``,
+``qk_norm_rope`` and the block's modulated norms (``rms_norm_modulate``, ``rms_norm_gated_residual``); the
+gate/up (SwiGLU) entry points in gate_up.py share the path runners below. A call checks
 its operands (operands.py), runs the path path_choice.py picks and records it, with the reason a faster one
 was not taken, in ``registry.REGISTRY``; a fused kernel that fails for a shape falls back to the next path,
 labelled.
@@ -285,3 +286,62 @@ def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: 
 
     REGISTRY.count_launch("qk_norm_rope_triton")
     return qk_norm_rope_triton(x, weight.contiguous(), cos.float().contiguous(), sin.float().contiguous(), eps)
+
+
+def _modulation_rows(x: torch.Tensor, vector: torch.Tensor) -> torch.Tensor | None:
+    """The [B or 1, C] rows of a block's modulation vector [B or 1, 1, C] for x [B, N, C], or None when the fused
+    kernel cannot read them (then the twin runs: it broadcasts as torch does)."""
+    B, _, C = x.shape
+    if vector.dim() != 3 or vector.shape[1] != 1 or vector.shape[2] != C or vector.shape[0] not in (1, B):
+        return None
+    if vector.dtype != x.dtype or vector.device != x.device or vector.stride(-1) != 1:
+        return None
+    return vector[:, 0, :]
+
+
+def _rms_fused_ok(x: torch.Tensor, weight: torch.Tensor, *others: torch.Tensor) -> bool:
+    return (
+        x.dtype in (torch.bfloat16, torch.float16)
+        and x.is_contiguous()
+        and all(t.is_contiguous() and t.shape == x.shape and t.dtype == x.dtype for t in others)
+        and weight.device == x.device
+        and weight.shape == (x.shape[-1],)
+        and unavailable("triton", x.device) is None
+    )
+
+
+def _check_block_operands(x, name: str) -> None:
+    if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.dtype not in _FLOAT_DTYPES:
+        raise KernelInputError(f"{name}: x must be a float [B, N, C] tensor; got {getattr(x, 'shape', x)}")
+
+
+def rms_norm_modulate(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+    """``F.rms_norm(x, weight) * scale`` for a block's x [B, N, C] and its ``1 + scale`` modulation [B or 1, 1, C],
+    in one Triton pass where it can run (rms_modulate_triton.py), else the twin."""
+    _check_block_operands(x, "rms_norm_modulate")
+    rows = _modulation_rows(x, scale)
+    if rows is None or not _rms_fused_ok(x, weight):
+        return reference.rms_norm_modulate_ref(x, weight, scale, eps)
+    from .rms_modulate_triton import rms_modulate_triton
+
+    REGISTRY.count_launch("rms_modulate_triton")
+    B, N, C = x.shape
+    out = rms_modulate_triton(x.view(B * N, C), None, weight.to(x.dtype).contiguous(), rows, N, eps)
+    return out.view(B, N, C)
+
+
+def rms_norm_gated_residual(
+    x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor, gate: torch.Tensor, eps: float
+) -> torch.Tensor:
+    """``x + gate * F.rms_norm(y, weight)`` for a block's residual x [B, N, C], the attention's or FFN's output y
+    and its ``tanh(gate)`` [B or 1, 1, C], in one Triton pass where it can run, else the twin."""
+    _check_block_operands(x, "rms_norm_gated_residual")
+    rows = _modulation_rows(x, gate)
+    if rows is None or not _rms_fused_ok(x, weight, y):
+        return reference.rms_norm_gated_residual_ref(x, y, weight, gate, eps)
+    from .rms_modulate_triton import rms_modulate_triton
+
+    REGISTRY.count_launch("rms_modulate_triton")
+    B, N, C = x.shape
+    out = rms_modulate_triton(y.view(B * N, C), x.view(B * N, C), weight.to(x.dtype).contiguous(), rows, N, eps)
+    return out.view(B, N, C)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.functional as F
 
 QMAX = 127.0
 # |q|, |w| <= 127 -> |acc| <= K * 127**2 must stay below 2**31.
@@ -148,3 +149,14 @@ def qk_norm_rope_ref(x, weight, cos, sin, eps):
     y1, y2 = y[..., :half], y[..., half:]
     c, s = cos.float()[None, :, None, :], sin.float()[None, :, None, :]
     return torch.cat((y1 * c - y2 * s, y2 * c + y1 * s), dim=-1).to(x.dtype)
+
+
+def rms_norm_modulate_ref(x, weight, scale, eps):
+    """Twin of the block's pre-norm: ``F.rms_norm(x) * scale`` (x [B, N, C], scale [B or 1, 1, C]), the ops an
+    Ideogram 4 block runs before its attention and its FFN, with their roundings."""
+    return F.rms_norm(x, (x.shape[-1],), weight.to(x.dtype), eps) * scale
+
+
+def rms_norm_gated_residual_ref(x, y, weight, gate, eps):
+    """Twin of the block's residual: ``x + gate * F.rms_norm(y)`` (x, y [B, N, C], gate [B or 1, 1, C])."""
+    return x + gate * F.rms_norm(y, (y.shape[-1],), weight.to(y.dtype), eps)

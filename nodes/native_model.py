@@ -32,7 +32,7 @@ from ..ideogram4 import smooth_fold
 from ..ideogram4.comfy_form import to_comfy_state_dict
 from ..ideogram4.config import Ideogram4Config
 from ..ideogram4.errors import CheckpointError
-from . import ffn_fusion, op_coverage, qk_rope
+from . import block_norms, ffn_fusion, op_coverage, qk_rope
 from .attention_override import install as install_attention
 from .int8_ops import declare_sites, label_sites, link_folds, make_ops, site_label
 from .streaming_patcher import Ideogram4ModelPatcher
@@ -128,6 +128,7 @@ def build_native_model(
         ffn_fusion.install(model.diffusion_model)  # first: label_sites also names the gate/up pairs' model
         label_sites(model.diffusion_model, label, gemm_path)
         qk_rope.install(model.diffusion_model, label)
+        block_norms.install(model.diffusion_model, label)
         op_coverage.install(model.diffusion_model, label)
         patcher = Ideogram4ModelPatcher(model, load_device=load_device, offload_device=offload_device)
         patcher.ideogram4_attention = install_attention(patcher.model_options, load_device)

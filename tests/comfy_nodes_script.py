@@ -2036,6 +2036,49 @@ def check_rope():
     return res
 
 
+def check_block_norms():
+    """The blocks' modulated RMSNorms through the pack's ops (nodes/block_norms.py): every block of a pack MODEL
+    swapped; a forward of the model equals ComfyUI's own block forward bit for bit on the CPU (the ops run their
+    twins, ComfyUI's own ops, there), in fp32 and bf16, with each block calling the pre-norm and the gated residual
+    twice; the model note says which ran and why; IDEOGRAM4_INT8_BLOCK_NORMS=comfyui runs ComfyUI's forward,
+    labelled; the streamed path is the same code (the streaming checks run it)."""
+    from comfy.ldm.ideogram4.model import Ideogram4TransformerBlock
+    from comfyui_ideogram4_int8.nodes import block_norms
+
+    write_all()
+    x, ctx, sigma, _ = inputs(batch=2)
+    res = {"fused_note": block_norms.FUSED_NOTE, "twin_note": block_norms.TWIN_NOTE}
+    for dtype in ("fp32", "bf16"):
+        cond, _, _ = load("i4_w8a8.safetensors", dtype=dtype)
+        dm = cond.model.diffusion_model
+        res[f"{dtype}/swapped"] = [type(b) is block_norms.FusedNormBlock for b in dm.layers]
+        calls = []
+        real = (block_norms.kernels.rms_norm_modulate, block_norms.kernels.rms_norm_gated_residual)
+        block_norms.kernels.rms_norm_modulate = lambda *a, c=calls, f=real[0]: c.append("pre") or f(*a)
+        block_norms.kernels.rms_norm_gated_residual = lambda *a, c=calls, f=real[1]: c.append("res") or f(*a)
+        cast = torch.bfloat16 if dtype == "bf16" else torch.float32
+        kernels.REGISTRY.clear()
+        try:
+            with torch.no_grad():
+                ours = dm(x.to(cast), sigma, context=ctx.to(cast))
+        finally:
+            block_norms.kernels.rms_norm_modulate, block_norms.kernels.rms_norm_gated_residual = real
+        res[f"{dtype}/calls"] = [calls.count("pre"), calls.count("res")]
+        res[f"{dtype}/note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
+        for b in dm.layers:
+            b.__class__ = Ideogram4TransformerBlock
+        with torch.no_grad():
+            theirs = dm(x.to(cast), sigma, context=ctx.to(cast))
+        for b in dm.layers:
+            b.__class__ = block_norms.FusedNormBlock
+        res[f"{dtype}/equal"] = bool(torch.equal(ours, theirs))
+        with _env(block_norms.ENV_BLOCK_NORMS, "comfyui"), torch.no_grad():
+            switched = dm(x.to(cast), sigma, context=ctx.to(cast))
+        res[f"{dtype}/switch_equal"] = bool(torch.equal(switched, theirs))
+        res[f"{dtype}/switch_note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
+    return res
+
+
 def _rope_errors(att, xa, freqs):
     """q after norm + RoPE, the pack's kernel and ComfyUI's, each against float64 of the same q."""
     import comfy.quant_ops
@@ -2110,6 +2153,7 @@ CHECKS = {
     "gate_up_lora": check_gate_up_lora,
     "coverage": check_coverage,
     "coverage_replay": check_coverage_replay,
+    "block_norms": check_block_norms,
     "compile": check_compile,
     "streaming": check_streaming,
     "branch_device": check_branch_device,

@@ -202,7 +202,7 @@ def gemm_launches(cfg, epilogue: str, cc: int):
 
 
 def other_launches() -> list:
-    """(name, kernel, grid, args, kwargs) of the quantizer and the q/k norm + RoPE kernel."""
+    """(name, kernel, grid, args, kwargs) of the quantizer, the q/k norm + RoPE kernel and the block's norms."""
     from comfyui_ideogram4_int8.kernels import qk_norm_rope_triton as R
     from comfyui_ideogram4_int8.kernels import quant_triton as Q
 
@@ -219,6 +219,12 @@ def other_launches() -> list:
     cs = torch.empty(64, 128)
     kernel, grid, args, kwargs = R.build_launch(qkv[:, :, 0], torch.empty(256), cs, cs, 1e-6)
     cases.append(("qk_norm_rope D=256", kernel, grid, args, kwargs))
+    from comfyui_ideogram4_int8.kernels import rms_modulate_triton as M
+
+    rows, vec = torch.empty(4608, 4608, dtype=torch.bfloat16), torch.empty(1, 4608, dtype=torch.bfloat16)
+    for residual in (None, rows):  # the block's pre-norm and its gated residual
+        kernel, grid, args, kwargs = M.build_launch(rows, residual, vec[0], vec, 4608, 1e-5, rows)
+        cases.append((f"rms_modulate{' residual' if residual is not None else ''} C=4608", kernel, grid, args, kwargs))
     return cases
 
 

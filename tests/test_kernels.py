@@ -655,6 +655,73 @@ def test_qk_norm_rope_matches_twin_on_a_strided_qkv_view(dtype, gen):
     assert rel_err(out, r64) <= (1e-6 if dtype == torch.float32 else 8e-3)
 
 
+# -- the block's modulated RMSNorms (rms_modulate_triton.py) ------------------------------------------------
+
+
+def _block_operands(gen, b, n, c, dtype, vec_batch):
+    x = (torch.randn(b, n, c, generator=gen) * 2).to(dtype)
+    x[..., 3] *= 60  # an outlier channel, as Ideogram 4's residual stream has
+    y = (torch.randn(b, n, c, generator=gen) * 5).to(dtype)
+    w = (torch.rand(c, generator=gen) + 0.5).to(dtype)
+    mod = (torch.randn(vec_batch, 1, 4 * c, generator=gen) * 0.5).to(dtype)
+    scale = 1.0 + mod[..., c : 2 * c]  # a chunk of the modulation, as the block takes it (row stride 4C)
+    gate = torch.tanh(mod[..., 3 * c :])
+    return x, y, w, scale, gate
+
+
+def _rounded64(t, dtype):
+    return t.to(dtype).double()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("b", "n", "c", "vec_batch"), [(1, 3, 4608, 1), (2, 5, 100, 2), (2, 4, 72, 1)])
+def test_rms_norm_modulate_and_gated_residual_match_float64_and_the_twin(dtype, b, n, c, vec_batch, gen):
+    """The fused pre-norm (rms_norm(x) * scale) and residual (x + gate * rms_norm(y)) against float64 with the unfused
+    ops' roundings at the same points, and against the twin (torch's ops): equal to the last bit but for a rare one-ulp
+    difference of the float32 mean of squares. The Triton kernel ran (registry), at Ideogram 4's width and odd ones,
+    with a per-item or a shared modulation vector."""
+    x, y, w, scale, gate = _block_operands(gen, b, n, c, dtype, vec_batch)
+    eps = 1e-5
+    before = launches("rms_modulate_triton")
+    pre = K.rms_norm_modulate(x, w, scale, eps)
+    res = K.rms_norm_gated_residual(x, y, w, gate, eps)
+    assert launches("rms_modulate_triton") == before + 2
+    assert pre.shape == res.shape == x.shape and pre.dtype == res.dtype == dtype
+
+    def norm64(t):
+        t = t.double()
+        return _rounded64(t / (t.pow(2).mean(-1, keepdim=True) + eps).sqrt() * w.double(), dtype)
+
+    pre64 = _rounded64(norm64(x) * scale.double(), dtype)
+    res64 = _rounded64(x.double() + _rounded64(gate.double() * norm64(y), dtype), dtype)
+    for got, want, twin in (
+        (pre, pre64, K.rms_norm_modulate_ref(x, w, scale, eps)),
+        (res, res64, K.rms_norm_gated_residual_ref(x, y, w, gate, eps)),
+    ):
+        ulp = torch.finfo(dtype).eps * want.abs().clamp_min(torch.finfo(dtype).tiny)
+        assert ((got.double() - want).abs() <= 2 * ulp).all()
+        assert (got.double() != want).float().mean().item() <= 0.01 and (got != twin).float().mean().item() <= 0.01
+
+
+def test_rms_norm_modulate_keeps_a_nan_row_to_itself_and_falls_back_where_the_kernel_cannot_read(gen):
+    """A NaN in one row stays in that row; a modulation vector the kernel cannot read (another shape, float32 against
+    bf16 rows) and a non-contiguous x run the twin; a bad x is refused by name."""
+    x, y, w, scale, gate = _block_operands(gen, 1, 4, 64, torch.bfloat16, 1)
+    x[0, 2, 5] = float("nan")
+    out = K.rms_norm_modulate(x, w, scale, 1e-6)
+    assert out[0, 2].isnan().all() and not out[0, [0, 1, 3]].isnan().any()
+    before = launches("rms_modulate_triton")
+    for args in (
+        (x, w, scale.float(), 1e-6),
+        (x, w, scale.expand(1, 4, 64), 1e-6),
+        (x.transpose(1, 2).contiguous().transpose(1, 2), w, scale, 1e-6),
+    ):
+        assert torch.equal(K.rms_norm_modulate(*args).nan_to_num(7.0), K.rms_norm_modulate_ref(*args).nan_to_num(7.0))
+    assert launches("rms_modulate_triton") == before
+    with pytest.raises(K.KernelInputError, match="rms_norm_gated_residual: x must be a float"):
+        K.rms_norm_gated_residual(x[0], y[0], w, gate, 1e-6)
+
+
 # -- GEMM timing (the panel's per-path milliseconds) ------------------------------------------------
 
 

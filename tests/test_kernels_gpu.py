@@ -486,3 +486,32 @@ def test_gate_up_pair_gluon_failure_runs_the_portable_pair_exactly(gen, monkeypa
     assert rec.path == "triton-int8" and rec.config == C.portable_twin(WS, swiglu=True).key()
     assert "gluon pair kernel does not compile" in rec.config_source
     assert any(d["shape"][-1] == "swiglu-pair" for d in backends.DEMOTIONS.items())
+
+
+@pytest.mark.parametrize("tokens", [4608, 4096, 1000])
+def test_block_norms_on_the_gpu_match_torchs_unfused_ops(tokens):
+    """The fused pre-norm and gated residual at Ideogram 4's width on the GPU against torch's own ops there (what
+    ComfyUI's block runs) and float64 with the same roundings: equal but for rare one-ulp differences of the mean of
+    squares; the Triton kernel ran."""
+    gen = torch.Generator().manual_seed(tokens)
+    c = 4608
+    x = (torch.randn(1, tokens, c, generator=gen) * 2).bfloat16()
+    x[..., 11] *= 80
+    y = (torch.randn(1, tokens, c, generator=gen) * 4).bfloat16()
+    w = (torch.rand(c, generator=gen) + 0.5).bfloat16()
+    mod = (torch.randn(1, 1, 4 * c, generator=gen) * 0.5).bfloat16()
+    x, y, w, mod = x.cuda(), y.cuda(), w.cuda(), mod.cuda()
+    scale, gate = 1.0 + mod[..., :c], torch.tanh(mod[..., 2 * c : 3 * c])
+    before = launches("rms_modulate_triton")
+    pre = K.rms_norm_modulate(x, w, scale, 1e-5)
+    res = K.rms_norm_gated_residual(x, y, w, gate, 1e-5)
+    torch.cuda.synchronize()
+    assert launches("rms_modulate_triton") == before + 2
+    for got, twin in (
+        (pre, K.rms_norm_modulate_ref(x, w, scale, 1e-5)),
+        (res, K.rms_norm_gated_residual_ref(x, y, w, gate, 1e-5)),
+    ):
+        assert torch.isfinite(got).all()
+        diff = (got.double() - twin.double()).abs()
+        ulp = torch.finfo(torch.bfloat16).eps * twin.double().abs()
+        assert (diff <= 2 * ulp).all() and (got != twin).float().mean().item() <= 0.01

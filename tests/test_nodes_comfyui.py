@@ -417,6 +417,20 @@ def test_q_k_norm_and_rope_run_the_pack_kernel_in_native_models(run_check):
         assert r[f"{dtype}/tables_of_a_batch"] is None, dtype
 
 
+def test_block_norms_run_the_pack_ops_in_native_models(run_check):
+    """Every block's four modulated RMSNorms go through kernels.rms_norm_modulate / rms_norm_gated_residual
+    (nodes/block_norms.py), twice each per block; on the CPU they run their twins, so the model's output equals
+    ComfyUI's own block forward bit for bit; the note says which ran and why; the env switch runs ComfyUI's."""
+    r = run_check("block_norms")
+    for dtype in ("fp32", "bf16"):
+        assert r[f"{dtype}/swapped"] == [True] * 4, dtype
+        assert r[f"{dtype}/calls"] == [2 * 4, 2 * 4], dtype
+        assert r[f"{dtype}/equal"] is True and r[f"{dtype}/switch_equal"] is True, dtype
+        assert r[f"{dtype}/note"].startswith(r["twin_note"] + ": ") and "CUDA" in r[f"{dtype}/note"], dtype
+        assert "IDEOGRAM4_INT8_BLOCK_NORMS=comfyui" in r[f"{dtype}/switch_note"], dtype
+    assert "pack's fused kernel" in r["fused_note"]
+
+
 def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):
     """A LoRA on w1 / w3 merged in full-load mode is requantized: the weights stay int8, the pair stays one fused
     call, equal to the merged modules' own forwards and close to the float reference of W + delta; in lowvram the

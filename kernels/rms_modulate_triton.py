@@ -1,0 +1,89 @@
+"""RMSNorm with the DiT block's modulation around it, in one Triton pass per row.
+
+Twins: ``reference.rms_norm_modulate_ref`` and ``reference.rms_norm_gated_residual_ref``. An Ideogram 4 block
+runs four RMSNorms per pass, each with a broadcast multiply after it (by ``1 + scale`` before the attention and
+the FFN, by ``tanh(gate)`` after them) and, after the two outer ones, the residual add: eager, that is three
+kernels and three round trips of a [tokens, 4608] bf16 tensor per site. Here each row is read once.
+
+The roundings are those of the unfused ops, at the same points: the normalized row is rounded to the input's
+dtype (as ``F.rms_norm`` returns it), then the product with the modulation vector, then (``RESIDUAL``) the sum
+with the residual row. Only the float32 mean of squares may differ from torch's in its last bit (another summation
+order), which moves a rounded value by one unit in the last place now and then.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .launch import launch
+
+
+@triton.jit
+def _rounded(v, out_ty, BF16: tl.constexpr):
+    """``v`` (float32) rounded to ``out_ty`` half-to-even, as float32. bfloat16 by hand: Triton's interpreter (the CPU
+    tests) truncates that cast, the GPU rounds it; the bits below agree with both. NaN stays NaN."""
+    if BF16:
+        bits = v.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return tl.where(v != v, v, bits.to(tl.float32, bitcast=True))
+    return v.to(out_ty).to(tl.float32)
+
+
+@triton.jit
+def _rms_modulate_kernel(
+    src_ptr,  # the rows to normalize: [R, C], unit column stride, row stride stride_s
+    res_ptr,  # RESIDUAL: the residual rows [R, C] (row stride stride_r)
+    w_ptr,  # the norm's weight [C]
+    v_ptr,  # the modulation vector of each batch item: [B, C], row stride stride_v (0: one for all)
+    out_ptr,  # [R, C] contiguous
+    N,  # rows per batch item (tokens)
+    C,
+    stride_s,
+    stride_r,
+    stride_v,
+    eps,
+    RESIDUAL: tl.constexpr,
+    BF16: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < C
+    out_ty = out_ptr.dtype.element_ty
+    x = tl.load(src_ptr + row.to(tl.int64) * stride_s + cols, mask=mask, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / C + eps)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    n = _rounded(x * r * w, out_ty, BF16)  # what F.rms_norm returns
+    v = tl.load(v_ptr + (row // N).to(tl.int64) * stride_v + cols, mask=mask, other=0.0).to(tl.float32)
+    y = _rounded(n * v, out_ty, BF16)
+    if RESIDUAL:
+        h = tl.load(res_ptr + row.to(tl.int64) * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+        y = _rounded(h + y, out_ty, BF16)
+    tl.store(out_ptr + row.to(tl.int64) * C + cols, y.to(out_ty), mask=mask)
+
+
+def build_launch(src, residual, weight, vector, rows_per_item: int, eps: float, out) -> tuple:
+    """(kernel, grid, args, kwargs) for src [R, C] (rows of ``rows_per_item`` tokens per batch item), vector
+    [B or 1, C] -> out [R, C]. Device-free."""
+    R, C = src.shape
+    block = triton.next_power_of_2(C)
+    res = residual if residual is not None else src
+    stride_v = vector.stride(0) if vector.shape[0] > 1 else 0
+    args = (src, res, weight, vector, out, rows_per_item, C, src.stride(0), res.stride(0), stride_v, float(eps))
+    kwargs = dict(
+        RESIDUAL=residual is not None,
+        BF16=src.dtype == torch.bfloat16,
+        BLOCK=block,
+        num_warps=max(4, min(16, block // 512)),
+    )
+    return _rms_modulate_kernel, (R,), args, kwargs
+
+
+def rms_modulate_triton(src, residual, weight, vector, rows_per_item: int, eps: float) -> torch.Tensor:
+    """Validated 2-D operands (dispatch.rms_norm_modulate / rms_norm_gated_residual) -> a new [R, C] tensor."""
+    out = torch.empty(src.shape, dtype=src.dtype, device=src.device)
+    if src.shape[0]:
+        launch(*build_launch(src, residual, weight, vector, rows_per_item, eps, out))
+    return out

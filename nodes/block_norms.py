@@ -1,0 +1,112 @@
+"""ComfyUI's Ideogram 4 block with its four modulated RMSNorms through the pack's fused kernel.
+
+ComfyUI's ``Ideogram4TransformerBlock`` normalizes, then multiplies by ``1 + scale`` before its attention and its FFN,
+and normalizes, multiplies by ``tanh(gate)`` and adds the residual after them: per site two or three elementwise
+kernels, each a round trip of a [tokens, 4608] bf16 tensor. Profiled on an H100 at 1024² (one step, both branches,
+``bench/results/kernel-table-H100-2026-11-26-s14-1024-rope.txt``): 9.2 ms of RMSNorm, 15.7 ms of broadcast multiplies
+and 5.5 ms of adds per step, the largest share of the step after the GEMMs and the attention.
+``kernels.rms_norm_modulate`` / ``rms_norm_gated_residual`` read each row once, with the unfused ops' roundings.
+
+``install`` swaps the class of each block for ``FusedNormBlock``, a subclass whose ``forward`` does what ComfyUI's
+does with those sites replaced: the same modules, parameters, state-dict keys and call order of the linears (the
+low-VRAM streamer binds its pieces from hooks on them), the norms' weights fetched through
+``comfy.ops.cast_bias_weight`` as ComfyUI's RMSNorm fetches them.
+
+ComfyUI's own forward runs (the model note ``block_norms`` says why) when: training; ``IDEOGRAM4_INT8_BLOCK_NORMS=
+comfyui`` (A/B measurements). Under torch.compile ComfyUI's forward is traced as it is (inductor fuses these
+elementwise ops itself).
+"""
+
+from __future__ import annotations
+
+import os
+
+import comfy.model_management
+import comfy.ops
+import torch
+from comfy.ldm.ideogram4 import model as ideogram4_model
+
+from .. import kernels
+from ..kernels.backends import unavailable
+
+ENV_BLOCK_NORMS = "IDEOGRAM4_INT8_BLOCK_NORMS"  # "comfyui": ComfyUI's own norms and multiplies (A/B measurements)
+NOTE_KIND = "block_norms"
+FUSED_NOTE = "block RMSNorms with their modulation and residual: the pack's fused kernel (rms_modulate)"
+TWIN_NOTE = "block RMSNorms with their modulation and residual: ComfyUI's ops (the twin)"  # + why no kernel
+_is_compiling = torch.compiler.is_compiling
+_RUN_EVERY_OP = getattr(comfy.ops, "run_every_op", None)
+
+
+def comfyui_reason() -> str | None:
+    if os.environ.get(ENV_BLOCK_NORMS, "").strip().lower() == "comfyui":
+        return f"{ENV_BLOCK_NORMS}=comfyui: ComfyUI's own"
+    if comfy.model_management.in_training:
+        return "training: ComfyUI's own"
+    return None
+
+
+def _eps(norm, x: torch.Tensor) -> float:
+    return norm.eps if norm.eps is not None else torch.finfo(x.dtype).eps  # F.rms_norm's default
+
+
+class FusedNormBlock(ideogram4_model.Ideogram4TransformerBlock):
+    """ComfyUI's Ideogram 4 block whose modulated norms run the pack's fused kernel (module docstring)."""
+
+    site_label: str | None = None
+
+    def forward(self, x, attn_mask, freqs_cis, adaln_input, transformer_options={}):  # noqa: B006 - ComfyUI's signature
+        if _is_compiling():
+            return super().forward(x, attn_mask, freqs_cis, adaln_input, transformer_options=transformer_options)
+        why = comfyui_reason()
+        self._note(why, x.device)
+        if why is not None:
+            return super().forward(x, attn_mask, freqs_cis, adaln_input, transformer_options=transformer_options)
+        if _RUN_EVERY_OP is not None:  # what each of ComfyUI's RMSNorm calls does first (an interrupt check)
+            _RUN_EVERY_OP()
+        mod = self.adaln_modulation(adaln_input)
+        scale_msa, gate_msa, scale_mlp, gate_mlp = mod.chunk(4, dim=-1)
+        gate_msa = torch.tanh(gate_msa)
+        gate_mlp = torch.tanh(gate_mlp)
+        scale_msa = 1.0 + scale_msa
+        scale_mlp = 1.0 + scale_mlp
+        h = self._norm(self.attention_norm1, x, kernels.rms_norm_modulate, scale_msa)
+        attn_out = self.attention(h, attn_mask, freqs_cis, transformer_options=transformer_options)
+        x = self._norm(self.attention_norm2, attn_out, kernels.rms_norm_gated_residual, gate_msa, residual=x)
+        h = self._norm(self.ffn_norm1, x, kernels.rms_norm_modulate, scale_mlp)
+        return self._norm(self.ffn_norm2, self.feed_forward(h), kernels.rms_norm_gated_residual, gate_mlp, residual=x)
+
+    @staticmethod
+    def _norm(norm, y, fused, vector, residual=None):
+        weight, _, stream = comfy.ops.cast_bias_weight(norm, y, offloadable=True)
+        if residual is None:
+            out = fused(y, weight, vector, _eps(norm, y))
+        else:
+            out = fused(residual, y, weight, vector, _eps(norm, y))
+        comfy.ops.uncast_bias_weight(norm, weight, None, stream)
+        return out
+
+    def _note(self, why: str | None, device: torch.device) -> None:
+        """The model's ``block_norms`` note, written when it changes."""
+        if self.site_label is None:
+            return
+        if why is not None:
+            note = f"block RMSNorms with their modulation and residual: {why}"
+        else:  # the availability question the kernels ask before they launch
+            missing = unavailable("triton", device)
+            note = FUSED_NOTE if missing is None else f"{TWIN_NOTE}: {missing}"
+        if kernels.REGISTRY.model_notes(self.site_label).get(NOTE_KIND) != note:
+            kernels.REGISTRY.set_model_note(self.site_label, NOTE_KIND, note)
+
+
+def install(diffusion_model: torch.nn.Module, label: str | None) -> int:
+    """Make every ComfyUI Ideogram 4 block of ``diffusion_model`` a ``FusedNormBlock`` labelled ``label``."""
+    n = 0
+    for m in diffusion_model.modules():
+        if type(m) is ideogram4_model.Ideogram4TransformerBlock:
+            m.__class__ = FusedNormBlock
+            m.site_label = label
+            n += 1
+    return n
+
+
+__all__ = ["FusedNormBlock", "install", "ENV_BLOCK_NORMS", "NOTE_KIND", "FUSED_NOTE", "TWIN_NOTE"]

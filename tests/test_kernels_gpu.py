@@ -507,11 +507,16 @@ def test_block_norms_on_the_gpu_match_torchs_unfused_ops(tokens):
     res = K.rms_norm_gated_residual(x, y, w, gate, 1e-5)
     torch.cuda.synchronize()
     assert launches("rms_modulate_triton") == before + 2
-    for got, twin in (
-        (pre, K.rms_norm_modulate_ref(x, w, scale, 1e-5)),
-        (res, K.rms_norm_gated_residual_ref(x, y, w, gate, 1e-5)),
+    # torch's kernel may round the normalized row differently by one unit in the last place (another summation order
+    # of the mean of squares, another product order): one ulp of a product's input is up to a few ulps of the
+    # result; in the residual, of the larger term of the sum, which may cancel
+    for got, twin, size in (
+        (pre, K.rms_norm_modulate_ref(x, w, scale, 1e-5), None),
+        (res, K.rms_norm_gated_residual_ref(x, y, w, gate, 1e-5), x),
     ):
         assert torch.isfinite(got).all()
         diff = (got.double() - twin.double()).abs()
-        ulp = torch.finfo(torch.bfloat16).eps * twin.double().abs()
-        assert (diff <= 2 * ulp).all() and (got != twin).float().mean().item() <= 0.01
+        mag = twin.double().abs() if size is None else torch.maximum(twin.double().abs(), size.double().abs())
+        spacing = torch.exp2(torch.floor(torch.log2(mag.clamp_min(2.0**-126)))) * torch.finfo(torch.bfloat16).eps
+        assert (diff <= 4 * spacing).all(), (diff / spacing).max().item()  # 4.0 seen on an H100 (1 in ~10⁵ differ)
+        assert (got != twin).float().mean().item() <= 1e-4

@@ -482,10 +482,10 @@ def test_every_quantized_linear_runs_through_the_op_and_a_bypass_is_labelled(run
     assert r["conditional/coverage"] == {"expected": q, "ran": q, "missing": [], "replayed": []}
     assert r["image_only/registry_calls"] == q - 1 and r["image_only/coverage"]["ran"] == q - 1
     assert r["sampler_forwards"] == 2 and r["sampler_uncond_forwards"] == 2
-    # before the bypass, each model carries only its q/k RoPE note (nodes/qk_rope.py)
+    # before the bypass, each model carries only its q/k RoPE and block-norm notes (nodes/qk_rope.py, block_norms.py)
     assert {label: sorted(n) for label, n in r["notes_before"].items()} == {
-        "conditional": ["rope"],
-        "unconditional": ["rope"],
+        "conditional": ["block_norms", "rope"],
+        "unconditional": ["block_norms", "rope"],
     }
     missing = ["layers.1.feed_forward.w1", "layers.1.feed_forward.w3", "layers.2.attention.o"]
     assert r["bypass/coverage"] == {"expected": q, "ran": q - 3, "missing": missing, "replayed": []}

@@ -19,30 +19,26 @@ elementwise ops itself).
 
 from __future__ import annotations
 
-import os
-
 import comfy.model_management
 import comfy.ops
 import torch
 from comfy.ldm.ideogram4 import model as ideogram4_model
 
 from .. import kernels
-from ..kernels.backends import unavailable
+from . import swapped_blocks
+from .swapped_blocks import swap_class, write_note
 
 ENV_BLOCK_NORMS = "IDEOGRAM4_INT8_BLOCK_NORMS"  # "comfyui": ComfyUI's own norms and multiplies (A/B measurements)
 NOTE_KIND = "block_norms"
-FUSED_NOTE = "block RMSNorms with their modulation and residual: the pack's fused kernel (rms_modulate)"
-TWIN_NOTE = "block RMSNorms with their modulation and residual: ComfyUI's ops (the twin)"  # + why no kernel
+TOPIC = "block RMSNorms with their modulation and residual"
+FUSED_NOTE = f"{TOPIC}: the pack's fused kernel (rms_modulate)"
+TWIN_NOTE = f"{TOPIC}: ComfyUI's ops (the twin)"  # + why no kernel
 _is_compiling = torch.compiler.is_compiling
 _RUN_EVERY_OP = getattr(comfy.ops, "run_every_op", None)
 
 
 def comfyui_reason() -> str | None:
-    if os.environ.get(ENV_BLOCK_NORMS, "").strip().lower() == "comfyui":
-        return f"{ENV_BLOCK_NORMS}=comfyui: ComfyUI's own"
-    if comfy.model_management.in_training:
-        return "training: ComfyUI's own"
-    return None
+    return swapped_blocks.comfyui_reason(ENV_BLOCK_NORMS, "ComfyUI's own")
 
 
 def _eps(norm, x: torch.Tensor) -> float:
@@ -86,27 +82,12 @@ class FusedNormBlock(ideogram4_model.Ideogram4TransformerBlock):
         return out
 
     def _note(self, why: str | None, device: torch.device) -> None:
-        """The model's ``block_norms`` note, written when it changes."""
-        if self.site_label is None:
-            return
-        if why is not None:
-            note = f"block RMSNorms with their modulation and residual: {why}"
-        else:  # the availability question the kernels ask before they launch
-            missing = unavailable("triton", device)
-            note = FUSED_NOTE if missing is None else f"{TWIN_NOTE}: {missing}"
-        if kernels.REGISTRY.model_notes(self.site_label).get(NOTE_KIND) != note:
-            kernels.REGISTRY.set_model_note(self.site_label, NOTE_KIND, note)
+        write_note(self.site_label, NOTE_KIND, TOPIC, why, device, FUSED_NOTE, TWIN_NOTE)
 
 
 def install(diffusion_model: torch.nn.Module, label: str | None) -> int:
     """Make every ComfyUI Ideogram 4 block of ``diffusion_model`` a ``FusedNormBlock`` labelled ``label``."""
-    n = 0
-    for m in diffusion_model.modules():
-        if type(m) is ideogram4_model.Ideogram4TransformerBlock:
-            m.__class__ = FusedNormBlock
-            m.site_label = label
-            n += 1
-    return n
+    return swap_class(diffusion_model, ideogram4_model.Ideogram4TransformerBlock, FusedNormBlock, label)
 
 
 __all__ = ["FusedNormBlock", "install", "ENV_BLOCK_NORMS", "NOTE_KIND", "FUSED_NOTE", "TWIN_NOTE"]

@@ -18,22 +18,21 @@ ComfyUI's own step runs instead (the model note ``rope`` says why) when: trainin
 
 from __future__ import annotations
 
-import os
-
 import comfy.model_management
 import comfy.ops
 import torch
 from comfy.ldm.ideogram4 import model as ideogram4_model
 from torch.utils.weak import WeakIdKeyDictionary
 
-from .. import kernels
 from ..kernels import ops as kernel_ops
-from ..kernels.backends import unavailable
+from . import swapped_blocks
+from .swapped_blocks import swap_class, write_note
 
 ENV_ROPE = "IDEOGRAM4_INT8_ROPE"  # "comfyui": ComfyUI's own q/k norm + RoPE (A/B measurements)
 NOTE_KIND = "rope"
-FUSED_NOTE = "q/k RMSNorm + RoPE: the pack's fused kernel (qk_norm_rope)"
-TWIN_NOTE = "q/k RMSNorm + RoPE: the pack's op (qk_norm_rope) as its pure-torch twin"  # + why the kernel cannot run
+TOPIC = "q/k RMSNorm + RoPE"
+FUSED_NOTE = f"{TOPIC}: the pack's fused kernel (qk_norm_rope)"
+TWIN_NOTE = f"{TOPIC}: the pack's op (qk_norm_rope) as its pure-torch twin"  # + why the kernel cannot run
 _is_compiling = torch.compiler.is_compiling
 _TABLES = WeakIdKeyDictionary()  # ComfyUI's rotation matrix (by identity) -> ((tokens, head_dim), (cos, sin))
 
@@ -62,11 +61,7 @@ def _tables(freqs_cis, tokens: int, head_dim: int):
 
 
 def comfyui_reason() -> str | None:
-    if os.environ.get(ENV_ROPE, "").strip().lower() == "comfyui":
-        return f"{ENV_ROPE}=comfyui: ComfyUI's rms_rope_split_half"
-    if comfy.model_management.in_training:
-        return "training: ComfyUI's own q/k norm and RoPE"
-    return None
+    return swapped_blocks.comfyui_reason(ENV_ROPE, "ComfyUI's rms_rope_split_half")
 
 
 class FusedRopeAttention(ideogram4_model.Ideogram4Attention):
@@ -105,26 +100,13 @@ class FusedRopeAttention(ideogram4_model.Ideogram4Attention):
 
     def _note(self, why: str | None, device: torch.device) -> None:
         """The model's ``rope`` note, written when it changes."""
-        if _is_compiling() or self.site_label is None:
-            return
-        if why is not None:
-            note = f"q/k RMSNorm + RoPE: {why}"
-        else:  # the availability question kernels.qk_norm_rope asks before it launches the Triton kernel
-            missing = unavailable("triton", device)
-            note = FUSED_NOTE if missing is None else f"{TWIN_NOTE}: {missing}"
-        if kernels.REGISTRY.model_notes(self.site_label).get(NOTE_KIND) != note:
-            kernels.REGISTRY.set_model_note(self.site_label, NOTE_KIND, note)
+        if not _is_compiling():
+            write_note(self.site_label, NOTE_KIND, TOPIC, why, device, FUSED_NOTE, TWIN_NOTE)
 
 
 def install(diffusion_model: torch.nn.Module, label: str | None) -> int:
     """Make every block's ComfyUI attention a ``FusedRopeAttention`` labelled ``label``; returns how many."""
-    n = 0
-    for m in diffusion_model.modules():
-        if type(m) is ideogram4_model.Ideogram4Attention:
-            m.__class__ = FusedRopeAttention
-            m.site_label = label
-            n += 1
-    return n
+    return swap_class(diffusion_model, ideogram4_model.Ideogram4Attention, FusedRopeAttention, label)
 
 
 __all__ = ["FusedRopeAttention", "install", "rope_tables", "ENV_ROPE", "NOTE_KIND", "FUSED_NOTE", "TWIN_NOTE"]

@@ -19,7 +19,6 @@ elementwise ops itself).
 
 from __future__ import annotations
 
-import comfy.model_management
 import comfy.ops
 import torch
 from comfy.ldm.ideogram4 import model as ideogram4_model

@@ -18,7 +18,6 @@ ComfyUI's own step runs instead (the model note ``rope`` says why) when: trainin
 
 from __future__ import annotations
 
-import comfy.model_management
 import comfy.ops
 import torch
 from comfy.ldm.ideogram4 import model as ideogram4_model

@@ -310,6 +310,17 @@ def _rms_fused_ok(x: torch.Tensor, weight: torch.Tensor, *others: torch.Tensor) 
     )
 
 
+def _rms_modulate_rows(src, residual, weight, rows, eps: float) -> torch.Tensor:
+    """The Triton kernel on validated [B, N, C] operands (``residual`` None: the pre-norm), counted."""
+    from .rms_modulate_triton import rms_modulate_triton
+
+    REGISTRY.count_launch("rms_modulate_triton")
+    B, N, C = src.shape
+    res = None if residual is None else residual.view(B * N, C)
+    out = rms_modulate_triton(src.view(B * N, C), res, weight.to(src.dtype).contiguous(), rows, N, eps)
+    return out.view(B, N, C)
+
+
 def _check_block_operands(x, name: str) -> None:
     if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.dtype not in _FLOAT_DTYPES:
         raise KernelInputError(f"{name}: x must be a float [B, N, C] tensor; got {getattr(x, 'shape', x)}")
@@ -322,12 +333,7 @@ def rms_norm_modulate(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor
     rows = _modulation_rows(x, scale)
     if rows is None or not _rms_fused_ok(x, weight):
         return reference.rms_norm_modulate_ref(x, weight, scale, eps)
-    from .rms_modulate_triton import rms_modulate_triton
-
-    REGISTRY.count_launch("rms_modulate_triton")
-    B, N, C = x.shape
-    out = rms_modulate_triton(x.view(B * N, C), None, weight.to(x.dtype).contiguous(), rows, N, eps)
-    return out.view(B, N, C)
+    return _rms_modulate_rows(x, None, weight, rows, eps)
 
 
 def rms_norm_gated_residual(
@@ -339,9 +345,4 @@ def rms_norm_gated_residual(
     rows = _modulation_rows(x, gate)
     if rows is None or not _rms_fused_ok(x, weight, y):
         return reference.rms_norm_gated_residual_ref(x, y, weight, gate, eps)
-    from .rms_modulate_triton import rms_modulate_triton
-
-    REGISTRY.count_launch("rms_modulate_triton")
-    B, N, C = x.shape
-    out = rms_modulate_triton(y.view(B * N, C), x.view(B * N, C), weight.to(x.dtype).contiguous(), rows, N, eps)
-    return out.view(B, N, C)
+    return _rms_modulate_rows(y, x, weight, rows, eps)

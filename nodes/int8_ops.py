@@ -305,7 +305,7 @@ def make_ops(compute_dtype: torch.dtype = torch.bfloat16):
 def op_calls(module) -> int:
     """Calls of the pack's Linear ``module`` that reached the pack's op: its own count (eager forwards) plus the
     calls a torch.compile'd graph made of the registered ops under its call site (counted inside the op)."""
-    return module.op_calls + (kernel_ops.OP_CALLS[module.site] if kernel_ops.OP_CALLS and module.site else 0)
+    return module.op_calls + compiled_calls(module)
 
 
 def compiled_calls(module) -> int:

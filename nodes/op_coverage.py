@@ -162,16 +162,19 @@ def _check(state: Coverage, before: list[int], compiled: bool = False) -> None:
         expected += 1
         if n != n0:
             continue
-        if compiled and compiled_calls(m) and (trees := graph_trees_live() if trees is None else trees):
-            replayed.append(name)  # a compiled graph ran it through the op before: replayed, not routed around
-        else:
-            missing.append(name)
+        if compiled and compiled_calls(m):  # a compiled graph ran it through the op before
+            if trees is None:
+                trees = graph_trees_live()
+            if trees:  # replayed, not routed around
+                replayed.append(name)
+                continue
+        missing.append(name)
     state.before = None
     state.done = now
     state.forwards += 1
     state.replayed += bool(replayed)
-    state.last = {"expected": expected, "ran": expected - len(missing) - len(replayed), "missing": missing}
-    state.last["replayed"] = replayed
+    ran = expected - len(missing) - len(replayed)
+    state.last = {"expected": expected, "ran": ran, "missing": missing, "replayed": replayed}
     if missing:
         state.bypassed_forwards += 1
         _label(state, missing, expected)

@@ -64,12 +64,14 @@ PEERS = {  # name: (layout, how it loads)
     "ours-w8a8-two-gpus-eager": ("w8a8", "loader-two-gpus"),  # two cards without them
     "ours-w8a8-blocks": ("w8a8", "loader"),  # low-VRAM streaming of whole blocks (A/B against pieces)
     "ours-w8a8-comfy-norms": ("w8a8", "loader"),  # the blocks' norms as ComfyUI's ops (A/B against the fused kernel)
+    "ours-w8a8-no-handoff": ("w8a8", "loader"),  # the fused norms, the linears quantize their inputs (A/B)
 }
 PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for the next)
     "ours-w8a8-graphs": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "1"},
     "ours-w8a8-two-gpus-eager": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "0"},
     "ours-w8a8-blocks": {"IDEOGRAM4_INT8_STREAM_PIECES": "0"},
     "ours-w8a8-comfy-norms": {"IDEOGRAM4_INT8_BLOCK_NORMS": "comfyui"},
+    "ours-w8a8-no-handoff": {"IDEOGRAM4_INT8_BLOCK_NORMS": "no-handoff"},
 }
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
 COMPILE_MODES = ("default", "cudagraphs", "blocks", "max-autotune-no-cudagraphs", "reduce-overhead")

@@ -15,7 +15,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from . import reference
+from . import handoff, reference
 from .backends import DEMOTIONS, unavailable
 from .fused import FusedUnavailable, run_fused
 from .operands import (
@@ -34,6 +34,8 @@ from .registry import PATH_DEQUANT, PATH_TRITON, REGISTRY
 # REGISTRY.launches key counting activation quantizations that divide by a SmoothQuant vector (any path): a
 # model whose smoothing is folded at load (ideogram4.smooth_fold) runs none for its folded layers
 QUANT_DIVIDE = "quant_divide"
+# REGISTRY.launches key counting activation quantizations taken over from their producer (handoff.py): no kernel
+QUANT_HANDOFF = "quant_handoff"
 
 
 def quantize_per_token(x: torch.Tensor, smooth: torch.Tensor | None = None, convrot_group: int | None = None):
@@ -60,6 +62,11 @@ def quantize_per_token(x: torch.Tensor, smooth: torch.Tensor | None = None, conv
 def _quantize_rows(x2: torch.Tensor, smooth, group: int | None):
     """Per-token quantization of a validated [M, K] (unit column stride): the Triton kernel where it can run
     (the plain or the rotating one), else the twin."""
+    if smooth is None and group is None:
+        handed = handoff.claim(x2)  # its producer quantized it already (a block's pre-norm)
+        if handed is not None:
+            REGISTRY.count_launch(QUANT_HANDOFF)
+            return handed
     fused = unavailable("triton", x2.device) is None
     if smooth is not None:
         REGISTRY.count_launch(QUANT_DIVIDE)
@@ -310,14 +317,18 @@ def _rms_fused_ok(x: torch.Tensor, weight: torch.Tensor, *others: torch.Tensor) 
     )
 
 
-def _rms_modulate_rows(src, residual, weight, rows, eps: float) -> torch.Tensor:
-    """The Triton kernel on validated [B, N, C] operands (``residual`` None: the pre-norm), counted."""
+def _rms_modulate_rows(src, residual, weight, rows, eps: float, hand_off: bool = False) -> torch.Tensor:
+    """The Triton kernel on validated [B, N, C] operands (``residual`` None: the pre-norm), counted; ``hand_off``:
+    the output's int8 form is offered to the next quantizer (handoff.py)."""
     from .rms_modulate_triton import rms_modulate_triton
 
     REGISTRY.count_launch("rms_modulate_triton")
     B, N, C = src.shape
     res = None if residual is None else residual.view(B * N, C)
-    out = rms_modulate_triton(src.view(B * N, C), res, weight.to(src.dtype).contiguous(), rows, N, eps)
+    out = rms_modulate_triton(src.view(B * N, C), res, weight.to(src.dtype).contiguous(), rows, N, eps, hand_off)
+    if hand_off:
+        out, q, scale = out
+        handoff.offer(out, q, scale)
     return out.view(B, N, C)
 
 
@@ -326,14 +337,20 @@ def _check_block_operands(x, name: str) -> None:
         raise KernelInputError(f"{name}: x must be a float [B, N, C] tensor; got {getattr(x, 'shape', x)}")
 
 
-def rms_norm_modulate(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm_modulate(
+    x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, eps: float, hand_off: bool = False
+) -> torch.Tensor:
     """``F.rms_norm(x, weight) * scale`` for a block's x [B, N, C] and its ``1 + scale`` modulation [B or 1, 1, C],
-    in one Triton pass where it can run (rms_modulate_triton.py), else the twin."""
+    in one Triton pass where it can run (rms_modulate_triton.py), else the twin.
+
+    ``hand_off``: the pass also quantizes its output per token, and the next quantization of that output with
+    nothing to divide or rotate (the linear it feeds) takes the result instead of reading it again (handoff.py;
+    the caller ``handoff.clear()``s after that linear). The twin hands nothing off."""
     _check_block_operands(x, "rms_norm_modulate")
     rows = _modulation_rows(x, scale)
     if rows is None or not _rms_fused_ok(x, weight):
         return reference.rms_norm_modulate_ref(x, weight, scale, eps)
-    return _rms_modulate_rows(x, None, weight, rows, eps)
+    return _rms_modulate_rows(x, None, weight, rows, eps, hand_off)
 
 
 def rms_norm_gated_residual(

@@ -72,6 +72,29 @@ def _quantize_tile(x, inv, ok):
 
 
 @triton.jit
+def _row_scale(amax):
+    """(inv, ok, scale) of rows (or one row, as scalars) whose absmax is ``amax`` (NaN or inf: the row holds
+    NaN/Inf). One IEEE division per row, then multiplies: the twin does exactly the same. A row whose 127 / amax
+    overflows (amax < 3.8e-37) quantizes to zeros like an all-zero row; a non-finite row gets zeros and scale NaN
+    (its output row is NaN)."""
+    not_finite = ~(amax < float("inf"))
+    inv = tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), tl.where(amax > 0.0, amax, 1.0))
+    ok = ~not_finite & (amax > 0.0) & (inv < float("inf"))
+    inv = tl.where(ok, inv, 0.0)
+    scale = tl.where(not_finite, float("nan"), tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)))
+    return inv, ok, scale
+
+
+@triton.jit
+def quantize_row(x):
+    """(int8 row, float32 scale) of one row ``x`` (float32 [BLOCK], masked columns 0) held by a producer kernel
+    (rms_modulate_triton.py): the arithmetic of the kernel below, so the result is bit for bit what
+    ``quantize_rows_triton`` gives for the same values."""
+    inv, ok, scale = _row_scale(_absmax(x, None))
+    return _quantize_tile(x, inv, ok), scale
+
+
+@triton.jit
 def _load_row_tile(x_ptr, smooth_ptr, rows, cols, M, K, stride_xm, HAS_SMOOTH: tl.constexpr):
     mask = (rows[:, None] < M) & (cols[None, :] < K)
     x = tl.load(x_ptr + rows[:, None].to(tl.int64) * stride_xm + cols[None, :], mask=mask, other=0.0)
@@ -143,7 +166,6 @@ def _quantize_block(
     ROW_SCALARS: tl.constexpr = ONE_PASS and TAIL_K > 0 and BLOCK_M == 1
     rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
     cols0 = tl.arange(0, BLOCK_K)
-    INF: tl.constexpr = float("inf")
 
     # Pass 1: one NaN-propagating max-reduction per row gives the absmax and whether the row holds
     # NaN/Inf (its max is then NaN or inf): one compare per element, one cross-warp reduction.
@@ -166,14 +188,7 @@ def _quantize_block(
         for k0 in range(0, K, BLOCK_K):
             x, mask = _load_row_tile(x_ptr, smooth_ptr, rows, k0 + cols0, M, K, stride_xm, HAS_SMOOTH)
             amax = _max_nan(amax, _row_absmax(x))
-    not_finite = ~(amax < INF)  # NaN or inf
-
-    # One IEEE division per row, then multiplies: the twin does exactly the same. A row whose
-    # 127 / amax overflows (amax < 3.8e-37) quantizes to zeros like an all-zero row.
-    inv = tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), tl.where(amax > 0.0, amax, 1.0))
-    ok = ~not_finite & (amax > 0.0) & (inv < INF)
-    inv = tl.where(ok, inv, 0.0)
-    scale = tl.where(not_finite, float("nan"), tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)))
+    inv, ok, scale = _row_scale(amax)
     tl.store(scale_ptr + rows, scale, mask=rows < M)
 
     if not ROW_SCALARS:
@@ -231,16 +246,11 @@ def _quantize_rotated_kernel(
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     r16 = tl.arange(0, 16)
     h = tl.load(h_ptr + r16[:, None] * 16 + r16[None, :])
-    INF: tl.constexpr = float("inf")
     amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
     for k0 in range(0, K, G):
         r, _ = _load_rotated(x_ptr, h, rows, k0, M, stride_xm, BLOCK_M, G)
         amax = _max_nan(amax, _row_absmax(r))
-    not_finite = ~(amax < INF)
-    inv = tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), tl.where(amax > 0.0, amax, 1.0))
-    ok = ~not_finite & (amax > 0.0) & (inv < INF)
-    inv = tl.where(ok, inv, 0.0)
-    scale = tl.where(not_finite, float("nan"), tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)))
+    inv, ok, scale = _row_scale(amax)
     tl.store(scale_ptr + rows, scale, mask=rows < M)
     q_row = q_ptr + rows[:, None].to(tl.int64) * stride_qm
     for k0 in range(0, K, G):

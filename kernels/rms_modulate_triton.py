@@ -9,6 +9,11 @@ The roundings are those of the unfused ops, at the same points: the normalized r
 dtype (as ``F.rms_norm`` returns it), then the product with the modulation vector, then (``RESIDUAL``) the sum
 with the residual row. Only the float32 mean of squares may differ from torch's in its last bit (another summation
 order), which moves a rounded value by one unit in the last place now and then.
+
+``QUANT`` (the pre-norms only): the program also quantizes the row it has just rounded, per token, for the linear the
+row feeds (``handoff.py``), with the activation quantizer's own arithmetic (``quant_triton.quantize_row``) on the same
+values the quantizer would read back: the int8 row and its scale are bit for bit what ``quantize_per_token`` gives
+for the stored output, without its second read of the row and its launch.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import triton
 import triton.language as tl
 
 from .launch import launch
+from .quant_triton import quantize_row
 
 
 @triton.jit
@@ -38,6 +44,8 @@ def _rms_modulate_kernel(
     w_ptr,  # the norm's weight [C]
     v_ptr,  # the modulation vector of each batch item: [B, C], row stride stride_v (0: one for all)
     out_ptr,  # [R, C] contiguous
+    q_ptr,  # QUANT: the int8 rows [R, C] contiguous
+    qscale_ptr,  # QUANT: their float32 scales [R]
     N,  # rows per batch item (tokens)
     C,
     stride_s,
@@ -45,6 +53,7 @@ def _rms_modulate_kernel(
     stride_v,
     eps,
     RESIDUAL: tl.constexpr,
+    QUANT: tl.constexpr,
     BF16: tl.constexpr,
     BLOCK: tl.constexpr,
 ):
@@ -62,18 +71,26 @@ def _rms_modulate_kernel(
         h = tl.load(res_ptr + row.to(tl.int64) * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
         y = _rounded(h + y, out_ty, BF16)
     tl.store(out_ptr + row.to(tl.int64) * C + cols, y.to(out_ty), mask=mask)
+    if QUANT:  # y holds the stored values exactly (rounded above): what the quantizer would read back
+        q, scale = quantize_row(y)
+        tl.store(q_ptr + row.to(tl.int64) * C + cols, q, mask=mask)
+        tl.store(qscale_ptr + row, scale)
 
 
-def build_launch(src, residual, weight, vector, rows_per_item: int, eps: float, out) -> tuple:
+def build_launch(src, residual, weight, vector, rows_per_item: int, eps: float, out, quantized=None) -> tuple:
     """(kernel, grid, args, kwargs) for src [R, C] (rows of ``rows_per_item`` tokens per batch item), vector
-    [B or 1, C] -> out [R, C]. Device-free."""
+    [B or 1, C] -> out [R, C], and (``quantized`` = (q int8 [R, C], scale float32 [R])) out's per-token int8 form.
+    Device-free."""
     R, C = src.shape
     block = triton.next_power_of_2(C)
     res = residual if residual is not None else src
+    q, qscale = quantized if quantized is not None else (out, out)  # unread without QUANT
     stride_v = vector.stride(0) if vector.shape[0] > 1 else 0
-    args = (src, res, weight, vector, out, rows_per_item, C, src.stride(0), res.stride(0), stride_v, float(eps))
+    strides = (src.stride(0), res.stride(0), stride_v)
+    args = (src, res, weight, vector, out, q, qscale, rows_per_item, C, *strides, float(eps))
     kwargs = dict(
         RESIDUAL=residual is not None,
+        QUANT=quantized is not None,
         BF16=src.dtype == torch.bfloat16,
         BLOCK=block,
         num_warps=max(4, min(16, block // 512)),
@@ -81,9 +98,16 @@ def build_launch(src, residual, weight, vector, rows_per_item: int, eps: float, 
     return _rms_modulate_kernel, (R,), args, kwargs
 
 
-def rms_modulate_triton(src, residual, weight, vector, rows_per_item: int, eps: float) -> torch.Tensor:
-    """Validated 2-D operands (dispatch.rms_norm_modulate / rms_norm_gated_residual) -> a new [R, C] tensor."""
+def rms_modulate_triton(src, residual, weight, vector, rows_per_item: int, eps: float, quantize: bool = False):
+    """Validated 2-D operands (dispatch.rms_norm_modulate / rms_norm_gated_residual) -> a new [R, C] tensor, or
+    (``quantize``) (out, q int8 [R, C], scale float32 [R])."""
     out = torch.empty(src.shape, dtype=src.dtype, device=src.device)
+    quantized = None
+    if quantize:
+        quantized = (
+            torch.empty(src.shape, dtype=torch.int8, device=src.device),
+            torch.empty(src.shape[0], dtype=torch.float32, device=src.device),
+        )
     if src.shape[0]:
-        launch(*build_launch(src, residual, weight, vector, rows_per_item, eps, out))
-    return out
+        launch(*build_launch(src, residual, weight, vector, rows_per_item, eps, out, quantized))
+    return out if quantized is None else (out, *quantized)

@@ -12,32 +12,45 @@ does with those sites replaced: the same modules, parameters, state-dict keys an
 low-VRAM streamer binds its pieces from hooks on them), the norms' weights fetched through
 ``comfy.ops.cast_bias_weight`` as ComfyUI's RMSNorm fetches them.
 
+The two pre-norms also quantize their output per token in the same pass and hand it to the linear they feed
+(``attention.qkv``; ``feed_forward.w1`` / the gate/up pair), when that linear quantizes plain rows
+(``int8_ops.quantizes_plain_rows``: smoothing folded, no ConvRot, no float path): the linear then skips its
+quantizer's read of the row and its launch, with the same int8 values (``kernels/handoff.py``).
+
 ComfyUI's own forward runs (the model note ``block_norms`` says why) when: training; ``IDEOGRAM4_INT8_BLOCK_NORMS=
-comfyui`` (A/B measurements). Under torch.compile ComfyUI's forward is traced as it is (inductor fuses these
-elementwise ops itself).
+comfyui`` (A/B measurements). ``IDEOGRAM4_INT8_BLOCK_NORMS=no-handoff``: the fused norms without the quantization
+(A/B). Under torch.compile ComfyUI's forward is traced as it is (inductor fuses these elementwise ops itself).
 """
 
 from __future__ import annotations
+
+import os
 
 import comfy.ops
 import torch
 from comfy.ldm.ideogram4 import model as ideogram4_model
 
 from .. import kernels
+from ..kernels import handoff
 from . import swapped_blocks
+from .int8_ops import quantizes_plain_rows
 from .swapped_blocks import swap_class, write_note
 
-ENV_BLOCK_NORMS = "IDEOGRAM4_INT8_BLOCK_NORMS"  # "comfyui": ComfyUI's own norms and multiplies (A/B measurements)
+# "comfyui": ComfyUI's own norms and multiplies; "no-handoff": the fused norms, the linears quantize (A/B measurements)
+ENV_BLOCK_NORMS = "IDEOGRAM4_INT8_BLOCK_NORMS"
+NO_HANDOFF = "no-handoff"
 NOTE_KIND = "block_norms"
 TOPIC = "block RMSNorms with their modulation and residual"
 FUSED_NOTE = f"{TOPIC}: the pack's fused kernel (rms_modulate)"
+HANDOFF_NOTE = f"{FUSED_NOTE}, quantizing the qkv and gate/up inputs in the same pass"
+NO_HANDOFF_NOTE = f"{FUSED_NOTE}; {ENV_BLOCK_NORMS}={NO_HANDOFF}: the linears quantize their inputs"
 TWIN_NOTE = f"{TOPIC}: ComfyUI's ops (the twin)"  # + why no kernel
 _is_compiling = torch.compiler.is_compiling
 _RUN_EVERY_OP = getattr(comfy.ops, "run_every_op", None)
 
 
-def comfyui_reason() -> str | None:
-    return swapped_blocks.comfyui_reason(ENV_BLOCK_NORMS, "ComfyUI's own")
+def comfyui_reason(setting: str | None = None) -> str | None:
+    return swapped_blocks.comfyui_reason(ENV_BLOCK_NORMS, "ComfyUI's own", setting)
 
 
 def _eps(norm, x: torch.Tensor) -> float:
@@ -52,8 +65,13 @@ class FusedNormBlock(ideogram4_model.Ideogram4TransformerBlock):
     def forward(self, x, attn_mask, freqs_cis, adaln_input, transformer_options={}):  # noqa: B006 - ComfyUI's signature
         if _is_compiling():
             return super().forward(x, attn_mask, freqs_cis, adaln_input, transformer_options=transformer_options)
-        why = comfyui_reason()
-        self._note(why, x.device)
+        setting = os.environ.get(ENV_BLOCK_NORMS, "")
+        why = comfyui_reason(setting)
+        hand_attn = hand_ffn = False
+        if why is None and setting.strip().lower() != NO_HANDOFF:
+            hand_attn = quantizes_plain_rows(self.attention.qkv)
+            hand_ffn = quantizes_plain_rows(self.feed_forward.w1)
+        self._note(why, x.device, setting, hand_attn or hand_ffn)
         if why is not None:
             return super().forward(x, attn_mask, freqs_cis, adaln_input, transformer_options=transformer_options)
         if _RUN_EVERY_OP is not None:  # what each of ComfyUI's RMSNorm calls does first (an interrupt check)
@@ -64,24 +82,39 @@ class FusedNormBlock(ideogram4_model.Ideogram4TransformerBlock):
         gate_mlp = torch.tanh(gate_mlp)
         scale_msa = 1.0 + scale_msa
         scale_mlp = 1.0 + scale_mlp
-        h = self._norm(self.attention_norm1, x, kernels.rms_norm_modulate, scale_msa)
-        attn_out = self.attention(h, attn_mask, freqs_cis, transformer_options=transformer_options)
-        x = self._norm(self.attention_norm2, attn_out, kernels.rms_norm_gated_residual, gate_msa, residual=x)
-        h = self._norm(self.ffn_norm1, x, kernels.rms_norm_modulate, scale_mlp)
-        return self._norm(self.ffn_norm2, self.feed_forward(h), kernels.rms_norm_gated_residual, gate_mlp, residual=x)
+        h = self._pre_norm(self.attention_norm1, x, scale_msa, hand_attn)
+        try:
+            attn_out = self.attention(h, attn_mask, freqs_cis, transformer_options=transformer_options)
+        finally:
+            handoff.clear()  # an offer qkv did not take (another path ran) dies with its block step
+        x = self._residual_norm(self.attention_norm2, attn_out, gate_msa, x)
+        h = self._pre_norm(self.ffn_norm1, x, scale_mlp, hand_ffn)
+        try:
+            ffn_out = self.feed_forward(h)
+        finally:
+            handoff.clear()
+        return self._residual_norm(self.ffn_norm2, ffn_out, gate_mlp, x)
 
     @staticmethod
-    def _norm(norm, y, fused, vector, residual=None):
-        weight, _, stream = comfy.ops.cast_bias_weight(norm, y, offloadable=True)
-        if residual is None:
-            out = fused(y, weight, vector, _eps(norm, y))
-        else:
-            out = fused(residual, y, weight, vector, _eps(norm, y))
+    def _pre_norm(norm, x, scale, hand_off: bool):
+        weight, _, stream = comfy.ops.cast_bias_weight(norm, x, offloadable=True)
+        out = kernels.rms_norm_modulate(x, weight, scale, _eps(norm, x), hand_off=hand_off)
         comfy.ops.uncast_bias_weight(norm, weight, None, stream)
         return out
 
-    def _note(self, why: str | None, device: torch.device) -> None:
-        write_note(self.site_label, NOTE_KIND, TOPIC, why, device, FUSED_NOTE, TWIN_NOTE)
+    @staticmethod
+    def _residual_norm(norm, y, gate, residual):
+        weight, _, stream = comfy.ops.cast_bias_weight(norm, y, offloadable=True)
+        out = kernels.rms_norm_gated_residual(residual, y, weight, gate, _eps(norm, y))
+        comfy.ops.uncast_bias_weight(norm, weight, None, stream)
+        return out
+
+    def _note(self, why: str | None, device: torch.device, setting: str, handing_off: bool) -> None:
+        if setting.strip().lower() == NO_HANDOFF:
+            fused = NO_HANDOFF_NOTE
+        else:
+            fused = HANDOFF_NOTE if handing_off else FUSED_NOTE
+        write_note(self.site_label, NOTE_KIND, TOPIC, why, device, fused, TWIN_NOTE)
 
 
 def install(diffusion_model: torch.nn.Module, label: str | None) -> int:
@@ -89,4 +122,14 @@ def install(diffusion_model: torch.nn.Module, label: str | None) -> int:
     return swap_class(diffusion_model, ideogram4_model.Ideogram4TransformerBlock, FusedNormBlock, label)
 
 
-__all__ = ["FusedNormBlock", "install", "ENV_BLOCK_NORMS", "NOTE_KIND", "FUSED_NOTE", "TWIN_NOTE"]
+__all__ = [
+    "FusedNormBlock",
+    "install",
+    "ENV_BLOCK_NORMS",
+    "NO_HANDOFF",
+    "NOTE_KIND",
+    "FUSED_NOTE",
+    "HANDOFF_NOTE",
+    "NO_HANDOFF_NOTE",
+    "TWIN_NOTE",
+]

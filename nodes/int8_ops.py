@@ -247,6 +247,20 @@ class Int8Linear:
         return kernel_ops.float_linear(input, weight, bias, site, reason)
 
 
+def quantizes_plain_rows(linear) -> bool:
+    """Whether ``linear`` (a pack Linear) quantizes its input per token with nothing to divide or rotate first (an
+    int8 weight, its smoothing folded upstream, no ConvRot, no float path): the input a block's pre-norm can hand
+    over already quantized (``kernels/handoff.py``). A GEMM path that quantizes nothing (a forced dequant-bf16) just
+    leaves the offer unclaimed."""
+    weight = getattr(linear, "weight", None)
+    if not getattr(linear, "ideogram4_int8", False) or not is_int8_weight(weight) or linear.input_divisor is not None:
+        return False
+    params = weight._params
+    if getattr(params, "convrot", False) or getattr(params, "transposed", False):
+        return False
+    return not linear._float_path()
+
+
 class FoldedRMSNorm:
     """ComfyUI's RMSNorm (mixed in front of it by ``make_ops``), plus LoRA conversions for a weight that carries
     a folded smoothing vector: ``ideogram4_fold`` (float32 [dim], set by ``link_folds``) = what the weight was

@@ -13,9 +13,10 @@ from .. import kernels
 from ..kernels.backends import unavailable
 
 
-def comfyui_reason(env: str, own: str) -> str | None:
-    """Why ComfyUI's own ``own`` runs instead of the pack's kernel: ``env``=comfyui (A/B measurements), or training."""
-    if os.environ.get(env, "").strip().lower() == "comfyui":
+def comfyui_reason(env: str, own: str, setting: str | None = None) -> str | None:
+    """Why ComfyUI's own ``own`` runs instead of the pack's kernel: ``env``=comfyui (A/B measurements; ``setting``:
+    its value, already read), or training."""
+    if (os.environ.get(env, "") if setting is None else setting).strip().lower() == "comfyui":
         return f"{env}=comfyui: {own}"
     if comfy.model_management.in_training:
         return f"training: {own}"

@@ -2054,8 +2054,9 @@ def check_block_norms():
         res[f"{dtype}/swapped"] = [type(b) is block_norms.FusedNormBlock for b in dm.layers]
         calls = []
         real = (block_norms.kernels.rms_norm_modulate, block_norms.kernels.rms_norm_gated_residual)
-        block_norms.kernels.rms_norm_modulate = lambda *a, c=calls, f=real[0]: c.append("pre") or f(*a)
-        block_norms.kernels.rms_norm_gated_residual = lambda *a, c=calls, f=real[1]: c.append("res") or f(*a)
+        pre, res_ = real
+        block_norms.kernels.rms_norm_modulate = lambda *a, c=calls, f=pre, **kw: c.append("pre") or f(*a, **kw)
+        block_norms.kernels.rms_norm_gated_residual = lambda *a, c=calls, f=res_, **kw: c.append("res") or f(*a, **kw)
         cast = torch.bfloat16 if dtype == "bf16" else torch.float32
         kernels.REGISTRY.clear()
         try:
@@ -2076,6 +2077,63 @@ def check_block_norms():
             switched = dm(x.to(cast), sigma, context=ctx.to(cast))
         res[f"{dtype}/switch_equal"] = bool(torch.equal(switched, theirs))
         res[f"{dtype}/switch_note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
+    return res
+
+
+def check_block_norm_handoff():
+    """The pre-norms hand their quantized output to the linears they feed (nodes/block_norms.py, kernels/handoff.py).
+    Anywhere: which linears take plain rows (W8A8 with its smoothing folded, bf16 quantized on load: qkv and w1 of
+    every block; int8_convrot: none, its quantizer rotates), the blocks ask the pre-norm for the handoff exactly for
+    those, IDEOGRAM4_INT8_BLOCK_NORMS=no-handoff for none, and no offer outlives a forward. With COMFY_GPU=1 (bf16
+    MODELs: the kernels run): sampled latents with and without the handoff are equal bit for bit, each block's two
+    handoffs were taken in every pass, and the model note says so."""
+    from comfyui_ideogram4_int8.kernels import handoff
+    from comfyui_ideogram4_int8.nodes import block_norms
+    from comfyui_ideogram4_int8.nodes.int8_ops import quantizes_plain_rows
+
+    write_all()
+    x, ctx, sigma, _ = inputs(batch=1)
+    res = {"handoff_note": block_norms.HANDOFF_NOTE}
+    files = {
+        "w8a8": ("i4_w8a8.safetensors", loader_nodes.SAME_FILE),
+        "int8_convrot": ("i4_int8_convrot.safetensors", "i4_unconditional_int8_convrot.safetensors"),
+        "bf16": ("i4_bf16.safetensors", "i4_unconditional_bf16.safetensors"),
+    }
+    real = block_norms.kernels.rms_norm_modulate
+    for fmt, names in files.items():
+        cond, uncond, _ = load(*names, dtype="bf16")
+        dm = cond.model.diffusion_model
+        res[f"{fmt}/plain_rows"] = [
+            [quantizes_plain_rows(b.attention.qkv), quantizes_plain_rows(b.feed_forward.w1)] for b in dm.layers
+        ]
+        for setting in ("", block_norms.NO_HANDOFF):
+            asked = []
+            block_norms.kernels.rms_norm_modulate = lambda *a, f=real, c=asked, **kw: (
+                c.append(kw["hand_off"]) or f(*a, **kw)
+            )
+            try:
+                with _env(block_norms.ENV_BLOCK_NORMS, setting), torch.no_grad():
+                    dm(x.bfloat16(), sigma, context=ctx.bfloat16())
+            finally:
+                block_norms.kernels.rms_norm_modulate = real
+            res[f"{fmt}/{setting or 'default'}/asked"] = asked
+            res[f"{fmt}/{setting or 'default'}/pending"] = handoff.pending()
+        if GPU and fmt == "w8a8":
+            s = int(torch.randint(0, 2**31, (1,), generator=G))
+            kernels.REGISTRY.clear()
+            with _env("IDEOGRAM4_INT8_CUDA_GRAPHS", "0"):  # every pass runs Python: the handoffs can be counted
+                with _env(block_norms.ENV_BLOCK_NORMS, block_norms.NO_HANDOFF):
+                    off = _latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
+                res["gpu/off_note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
+                res["gpu/off_handoffs"] = kernels.REGISTRY.launches["quant_handoff"]
+                kernels.REGISTRY.clear()
+                on = _latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
+            res["gpu/note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
+            res["gpu/handoffs"] = kernels.REGISTRY.launches["quant_handoff"]
+            res["gpu/equal"] = bool(torch.equal(on, off))
+            res["gpu/max_abs"] = (on.double() - off.double()).abs().max().item()
+            res["gpu/layers"] = len(dm.layers)
+            res["gpu/pending"] = handoff.pending()
     return res
 
 
@@ -2154,6 +2212,7 @@ CHECKS = {
     "coverage": check_coverage,
     "coverage_replay": check_coverage_replay,
     "block_norms": check_block_norms,
+    "block_norm_handoff": check_block_norm_handoff,
     "compile": check_compile,
     "streaming": check_streaming,
     "branch_device": check_branch_device,

@@ -225,6 +225,9 @@ def other_launches() -> list:
     for residual in (None, rows):  # the block's pre-norm and its gated residual
         kernel, grid, args, kwargs = M.build_launch(rows, residual, vec[0], vec, 4608, 1e-5, rows)
         cases.append((f"rms_modulate{' residual' if residual is not None else ''} C=4608", kernel, grid, args, kwargs))
+    quantized = (torch.empty(4608, 4608, dtype=torch.int8), torch.empty(4608))  # the pre-norm's handoff
+    kernel, grid, args, kwargs = M.build_launch(rows, None, vec[0], vec, 4608, 1e-5, rows, quantized)
+    cases.append(("rms_modulate quantized C=4608", kernel, grid, args, kwargs))
     return cases
 
 

@@ -722,6 +722,101 @@ def test_rms_norm_modulate_keeps_a_nan_row_to_itself_and_falls_back_where_the_ke
         K.rms_norm_gated_residual(x[0], y[0], w, gate, 1e-6)
 
 
+# -- the pre-norm's quantized output handed to the linear it feeds (kernels/handoff.py) ----------------------
+
+
+def _handed(x, w, scale, eps=1e-5):
+    """The pre-norm with its handoff: (output, the offer as quantize_per_token takes it)."""
+    from comfyui_ideogram4_int8.kernels import handoff
+
+    handoff.clear()
+    before = launches("rms_modulate_triton")
+    out = K.rms_norm_modulate(x, w, scale, eps, hand_off=True)
+    assert launches("rms_modulate_triton") == before + 1 and handoff.pending()
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(("b", "n", "c", "vec_batch"), [(1, 3, 4608, 1), (2, 5, 100, 2), (1, 7, 72, 1)])
+def test_the_pre_norm_hands_its_output_over_quantized_bit_for_bit(dtype, b, n, c, vec_batch, gen):
+    """The int8 rows and scales the pre-norm writes in its pass are bit for bit the twin quantizer's of its stored
+    output (outlier channel, a zero row, a NaN row included); the next quantization of that output takes them (no
+    quantizer kernel: the registry counts a handoff), and the one after quantizes again. The output itself is the
+    pre-norm's without the handoff, to the bit."""
+    from comfyui_ideogram4_int8.kernels import handoff
+
+    x, _, w, scale, _ = _block_operands(gen, b, n, c, dtype, vec_batch)
+    x[0, 1] = 0.0  # a zero row: scale 0, zeros
+    x[-1, -1, c // 2] = float("nan")  # a NaN row: scale NaN, zeros (its output row is NaN)
+    out = _handed(x, w, scale)
+    assert torch.equal(out.nan_to_num(7.0), K.rms_norm_modulate(x, w, scale, 1e-5).nan_to_num(7.0))
+    want_q, want_s = K.quantize_per_token_ref(out.view(-1, c))
+    quant, handed = launches("quant_triton"), launches("quant_handoff")
+    q, s = K.quantize_per_token(out)
+    assert launches("quant_handoff") == handed + 1 and launches("quant_triton") == quant
+    assert not handoff.pending()
+    assert q.shape == out.shape and s.shape == out.shape[:-1]
+    assert torch.equal(q.view(-1, c), want_q)
+    assert torch.equal(s.view(-1).nan_to_num(-1.0), want_s.nan_to_num(-1.0))
+    assert s.view(-1)[-1].isnan() and s[0, 1] == 0 and not q[0, 1].any()
+    q2, _ = K.quantize_per_token(out)  # taken once: the next call runs the quantizer
+    assert launches("quant_triton") == quant + 1 and torch.equal(q2.view(-1, c), want_q)
+
+
+def test_a_handed_over_quantization_is_taken_only_for_that_tensor_unchanged_and_undivided(gen):
+    """No claim for: another tensor of the same shape and values, the output after an in-place write, a
+    quantization that divides by a smoothing vector or rotates (ConvRot), another thread; ``clear`` drops the
+    offer. Each of these quantizes the values it was given."""
+    import threading
+
+    from comfyui_ideogram4_int8.kernels import handoff
+
+    c = 256
+    x, _, w, scale, _ = _block_operands(gen, 1, 6, c, torch.bfloat16, 1)
+    out = _handed(x, w, scale)
+    handed = launches("quant_handoff")
+    copy = out.clone()
+    assert torch.equal(K.quantize_per_token(copy)[0], K.quantize_per_token_ref(copy.view(-1, c))[0].view(1, 6, c))
+    smooth = torch.rand(c, generator=gen) + 0.5
+    assert torch.equal(
+        K.quantize_per_token(out, smooth=smooth)[0].view(-1, c), K.quantize_per_token_ref(out.view(-1, c), smooth)[0]
+    )
+    K.quantize_per_token(out, convrot_group=16)
+    seen = []
+    worker = threading.Thread(target=lambda: seen.append(handoff.claim(out.view(-1, c))))
+    worker.start()
+    worker.join()
+    assert seen == [None] and handoff.pending() and launches("quant_handoff") == handed
+    out[0, 2, 7] = 1000.0  # written after the offer
+    q, _ = K.quantize_per_token(out)
+    assert torch.equal(q.view(-1, c), K.quantize_per_token_ref(out.view(-1, c))[0]) and q[0, 2, 7] == 127
+    assert launches("quant_handoff") == handed
+    handoff.clear()
+    out = _handed(x, w, scale)
+    handoff.clear()
+    assert not handoff.pending() and handoff.claim(out.view(-1, c)) is None
+
+
+def test_a_linear_fed_by_the_pre_norm_equals_its_own_quantization(gen):
+    """w8a8_linear and the SwiGLU pair on the handed-over output give what they give on a copy of it (their own
+    quantization), to the bit, and count the handoff."""
+    from comfyui_ideogram4_int8.kernels import handoff
+
+    c, f = 4608, 96
+    x, _, w, scale, _ = _block_operands(gen, 1, 5, c, torch.bfloat16, 1)
+    w8, ws = int8((f, c), gen), torch.rand(f, generator=gen) * 0.01
+    w3, ws3 = int8((f, c), gen), torch.rand(f, generator=gen) * 0.01
+    out = _handed(x, w, scale)
+    handed = launches("quant_handoff")
+    got = K.w8a8_linear(out, w8, ws)
+    assert launches("quant_handoff") == handed + 1
+    assert torch.equal(got, K.w8a8_linear(out.clone(), w8, ws))
+    out = _handed(x, w, scale)
+    got = K.swiglu_w8a8_pair(out, w8, ws, w3, ws3)
+    assert launches("quant_handoff") == handed + 2 and not handoff.pending()
+    assert torch.equal(got, K.swiglu_w8a8_pair(out.clone(), w8, ws, w3, ws3))
+
+
 # -- GEMM timing (the panel's per-path milliseconds) ------------------------------------------------
 
 

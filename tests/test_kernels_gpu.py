@@ -520,3 +520,35 @@ def test_block_norms_on_the_gpu_match_torchs_unfused_ops(tokens):
         spacing = torch.exp2(torch.floor(torch.log2(mag.clamp_min(2.0**-126)))) * torch.finfo(torch.bfloat16).eps
         assert (diff <= 4 * spacing).all(), (diff / spacing).max().item()  # 4.0 seen on an H100 (1 in ~10⁵ differ)
         assert (got != twin).float().mean().item() <= 1e-4
+
+
+@pytest.mark.parametrize("tokens", [4608, 1000])
+def test_the_pre_norms_handed_quantization_on_the_gpu_is_the_quantizers(tokens):
+    """On the GPU (the compiled kernel, not the interpreter's arithmetic): the int8 rows and scales the pre-norm
+    hands over are bit for bit what the quantizer kernel gives for its stored output, at Ideogram 4's width with an
+    outlier channel and a zero row; the linear fed by it takes them and equals its own quantization's result."""
+    from comfyui_ideogram4_int8.kernels import handoff
+    from comfyui_ideogram4_int8.kernels.quant_triton import quantize_rows_triton
+
+    gen = torch.Generator().manual_seed(tokens + 1)
+    c = 4608
+    x = (torch.randn(1, tokens, c, generator=gen) * 2).bfloat16()
+    x[..., 11] *= 80
+    x[0, 3] = 0.0
+    w = (torch.rand(c, generator=gen) + 0.5).bfloat16()
+    scale = (1.0 + torch.randn(1, 1, c, generator=gen) * 0.5).bfloat16()
+    wq = torch.randint(-127, 128, (2048, c), generator=gen, dtype=torch.int8)
+    ws = torch.rand(2048, generator=gen) * 1e-3
+    x, w, scale, wq, ws = x.cuda(), w.cuda(), scale.cuda(), wq.cuda(), ws.cuda()
+    handoff.clear()
+    out = K.rms_norm_modulate(x, w, scale, 1e-5, hand_off=True)
+    assert handoff.pending()
+    q, s = handoff.claim(out.view(-1, c))
+    want_q, want_s = quantize_rows_triton(out.view(-1, c))
+    assert torch.equal(q, want_q) and torch.equal(s, want_s)
+    assert s[3] == 0 and not q[3].any()
+    out = K.rms_norm_modulate(x, w, scale, 1e-5, hand_off=True)
+    handed = launches("quant_handoff")
+    got = K.w8a8_linear(out, wq, ws)
+    assert launches("quant_handoff") == handed + 1 and not handoff.pending()
+    assert torch.equal(got, K.w8a8_linear(out.clone(), wq, ws))

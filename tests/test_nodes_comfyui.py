@@ -431,6 +431,20 @@ def test_block_norms_run_the_pack_ops_in_native_models(run_check):
     assert "pack's fused kernel" in r["fused_note"]
 
 
+def test_the_pre_norms_hand_off_only_to_linears_that_quantize_plain_rows(run_check):
+    """The blocks ask their pre-norms for the quantization handoff (kernels/handoff.py) for qkv and w1 where those
+    quantize plain rows (W8A8 with folded smoothing, bf16 quantized on load), never for int8_convrot (its quantizer
+    rotates) or with IDEOGRAM4_INT8_BLOCK_NORMS=no-handoff; no offer is left after a forward."""
+    r = run_check("block_norm_handoff")
+    seed = r["__seed__"]
+    for fmt, plain in (("w8a8", True), ("bf16", True), ("int8_convrot", False)):
+        assert r[f"{fmt}/plain_rows"] == [[plain, plain]] * 4, (seed, fmt)
+        assert r[f"{fmt}/default/asked"] == [plain] * 8, (seed, fmt)
+        assert r[f"{fmt}/no-handoff/asked"] == [False] * 8, (seed, fmt)
+        assert r[f"{fmt}/default/pending"] is False and r[f"{fmt}/no-handoff/pending"] is False, (seed, fmt)
+    assert "quantizing the qkv and gate/up inputs" in r["handoff_note"]
+
+
 def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):
     """A LoRA on w1 / w3 merged in full-load mode is requantized: the weights stay int8, the pair stays one fused
     call, equal to the merged modules' own forwards and close to the float reference of W + delta; in lowvram the

@@ -86,12 +86,12 @@ def _row_scale(amax):
 
 
 @triton.jit
-def quantize_row(x):
-    """(int8 row, float32 scale) of one row ``x`` (float32 [BLOCK], masked columns 0) held by a producer kernel
-    (rms_modulate_triton.py): the arithmetic of the kernel below, so the result is bit for bit what
+def quantize_tile_rows(x):
+    """(int8 tile, float32 scale per row) of a producer kernel's rows ``x`` (float32 [ROWS, BLOCK], masked columns
+    0; rms_modulate_triton.py): the arithmetic of the kernel below, so the result is bit for bit what
     ``quantize_rows_triton`` gives for the same values."""
-    inv, ok, scale = _row_scale(_absmax(x, None))
-    return _quantize_tile(x, inv, ok), scale
+    inv, ok, scale = _row_scale(_row_absmax(x))
+    return _quantize_tile(x, inv[:, None], ok[:, None]), scale
 
 
 @triton.jit

@@ -23,7 +23,7 @@ import triton
 import triton.language as tl
 
 from .launch import launch
-from .quant_triton import quantize_row
+from .quant_triton import quantize_tile_rows
 
 
 @triton.jit
@@ -46,6 +46,7 @@ def _rms_modulate_kernel(
     out_ptr,  # [R, C] contiguous
     q_ptr,  # QUANT: the int8 rows [R, C] contiguous
     qscale_ptr,  # QUANT: their float32 scales [R]
+    R,
     N,  # rows per batch item (tokens)
     C,
     stride_s,
@@ -55,52 +56,70 @@ def _rms_modulate_kernel(
     RESIDUAL: tl.constexpr,
     QUANT: tl.constexpr,
     BF16: tl.constexpr,
+    ROWS: tl.constexpr,  # rows per program: the weight is loaded once for them, the vector's reloads hit L1
     BLOCK: tl.constexpr,
 ):
-    row = tl.program_id(0)
+    rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
-    mask = cols < C
+    cmask = cols < C
+    mask = (rows < R)[:, None] & cmask[None, :]
+    r64 = rows.to(tl.int64)[:, None]
     out_ty = out_ptr.dtype.element_ty
-    x = tl.load(src_ptr + row.to(tl.int64) * stride_s + cols, mask=mask, other=0.0).to(tl.float32)
-    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / C + eps)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-    n = _rounded(x * r * w, out_ty, BF16)  # what F.rms_norm returns
-    v = tl.load(v_ptr + (row // N).to(tl.int64) * stride_v + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(src_ptr + r64 * stride_s + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    r = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / C + eps)
+    w = tl.load(w_ptr + cols, mask=cmask, other=0.0).to(tl.float32)
+    n = _rounded(x * r[:, None] * w[None, :], out_ty, BF16)  # what F.rms_norm returns
+    item = (rows // N).to(tl.int64)[:, None]
+    v = tl.load(v_ptr + item * stride_v + cols[None, :], mask=mask, other=0.0).to(tl.float32)
     y = _rounded(n * v, out_ty, BF16)
     if RESIDUAL:
-        h = tl.load(res_ptr + row.to(tl.int64) * stride_r + cols, mask=mask, other=0.0).to(tl.float32)
+        h = tl.load(res_ptr + r64 * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         y = _rounded(h + y, out_ty, BF16)
-    tl.store(out_ptr + row.to(tl.int64) * C + cols, y.to(out_ty), mask=mask)
+    tl.store(out_ptr + r64 * C + cols[None, :], y.to(out_ty), mask=mask)
     if QUANT:  # y holds the stored values exactly (rounded above): what the quantizer would read back
-        q, scale = quantize_row(y)
-        tl.store(q_ptr + row.to(tl.int64) * C + cols, q, mask=mask)
-        tl.store(qscale_ptr + row, scale)
+        q, scale = quantize_tile_rows(y)
+        tl.store(q_ptr + r64 * C + cols[None, :], q, mask=mask)
+        tl.store(qscale_ptr + rows, scale, mask=rows < R)
 
 
-def build_launch(src, residual, weight, vector, rows_per_item: int, eps: float, out, quantized=None) -> tuple:
+# Launch shape: rows per program and warps (bench/block_norms.py measures the choices on a GPU)
+ROWS = 1
+
+
+def _warps(block: int, rows: int) -> int:
+    return max(4, min(16, block * rows // 512))
+
+
+def build_launch(
+    src, residual, weight, vector, rows_per_item: int, eps: float, out, quantized=None, rows=None, num_warps=None
+) -> tuple:
     """(kernel, grid, args, kwargs) for src [R, C] (rows of ``rows_per_item`` tokens per batch item), vector
     [B or 1, C] -> out [R, C], and (``quantized`` = (q int8 [R, C], scale float32 [R])) out's per-token int8 form.
-    Device-free."""
+    ``rows`` / ``num_warps``: the launch shape (default ``ROWS``, ``_warps``). Device-free."""
     R, C = src.shape
     block = triton.next_power_of_2(C)
+    rows = rows or ROWS
     res = residual if residual is not None else src
     q, qscale = quantized if quantized is not None else (out, out)  # unread without QUANT
     stride_v = vector.stride(0) if vector.shape[0] > 1 else 0
     strides = (src.stride(0), res.stride(0), stride_v)
-    args = (src, res, weight, vector, out, q, qscale, rows_per_item, C, *strides, float(eps))
+    args = (src, res, weight, vector, out, q, qscale, R, rows_per_item, C, *strides, float(eps))
     kwargs = dict(
         RESIDUAL=residual is not None,
         QUANT=quantized is not None,
         BF16=src.dtype == torch.bfloat16,
+        ROWS=rows,
         BLOCK=block,
-        num_warps=max(4, min(16, block // 512)),
+        num_warps=num_warps or _warps(block, rows),
     )
-    return _rms_modulate_kernel, (R,), args, kwargs
+    return _rms_modulate_kernel, (triton.cdiv(R, rows),), args, kwargs
 
 
-def rms_modulate_triton(src, residual, weight, vector, rows_per_item: int, eps: float, quantize: bool = False):
+def rms_modulate_triton(
+    src, residual, weight, vector, rows_per_item: int, eps: float, quantize: bool = False, rows=None, num_warps=None
+):
     """Validated 2-D operands (dispatch.rms_norm_modulate / rms_norm_gated_residual) -> a new [R, C] tensor, or
-    (``quantize``) (out, q int8 [R, C], scale float32 [R])."""
+    (``quantize``) (out, q int8 [R, C], scale float32 [R]). ``rows`` / ``num_warps``: build_launch's."""
     out = torch.empty(src.shape, dtype=src.dtype, device=src.device)
     quantized = None
     if quantize:
@@ -109,5 +128,5 @@ def rms_modulate_triton(src, residual, weight, vector, rows_per_item: int, eps: 
             torch.empty(src.shape[0], dtype=torch.float32, device=src.device),
         )
     if src.shape[0]:
-        launch(*build_launch(src, residual, weight, vector, rows_per_item, eps, out, quantized))
+        launch(*build_launch(src, residual, weight, vector, rows_per_item, eps, out, quantized, rows, num_warps))
     return out if quantized is None else (out, *quantized)

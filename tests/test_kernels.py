@@ -722,6 +722,23 @@ def test_rms_norm_modulate_keeps_a_nan_row_to_itself_and_falls_back_where_the_ke
         K.rms_norm_gated_residual(x[0], y[0], w, gate, 1e-6)
 
 
+@pytest.mark.parametrize(("rows", "warps"), [(2, 4), (4, 8), (8, 16)])
+def test_the_block_norm_kernels_launch_shapes_give_the_same_bits(rows, warps, gen):
+    """Several rows per program (the weight loaded once for them; a ragged last program) and other warp counts write
+    what one row per program writes: the pre-norm, its int8 handoff and the gated residual, per-item vectors."""
+    from comfyui_ideogram4_int8.kernels.rms_modulate_triton import rms_modulate_triton
+
+    b, n, c = 2, 7, 320
+    x, y, w, scale, gate = _block_operands(gen, b, n, c, torch.bfloat16, 2)
+    src, res = x.view(-1, c), y.view(-1, c)
+    sv, gv = scale[:, 0, :], gate[:, 0, :]
+    for args, quantize in (((src, None, w, sv), True), ((res, src, w, gv), False)):
+        one = rms_modulate_triton(*args, n, 1e-5, quantize, rows=1)
+        many = rms_modulate_triton(*args, n, 1e-5, quantize, rows=rows, num_warps=warps)
+        for a, z in zip(one if quantize else [one], many if quantize else [many], strict=True):
+            assert torch.equal(a, z), (rows, warps)
+
+
 # -- the pre-norm's quantized output handed to the linear it feeds (kernels/handoff.py) ----------------------
 
 

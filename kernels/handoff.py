@@ -9,6 +9,10 @@ Exactly that tensor: the same storage, offset, shape and strides, and no write s
 The slot holds the output itself, so its memory cannot be reused by another tensor while offered. One slot per
 thread (two cards run their branches in two threads); a claim empties it, and so does ``clear``, which the producer's
 caller runs once the consumer is done, so an unclaimed offer never outlives its block.
+
+Inference tensors have no version counter, and ComfyUI runs its nodes under ``torch.inference_mode``. For them the
+guarantee is the caller's: the block offers right before calling the module whose first op is the consuming linear
+(``attention.qkv`` in ComfyUI's attention forward, the gate/up pair in the FFN) and clears right after it.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ _SLOT = threading.local()
 
 def offer(out: torch.Tensor, q: torch.Tensor, scale: torch.Tensor) -> None:
     """``q`` int8 [R, C] and ``scale`` float32 [R] are the per-token quantization of ``out`` viewed as [R, C]."""
-    _SLOT.entry = (out, out._version, q, scale)
+    _SLOT.entry = (out, None if out.is_inference() else out._version, q, scale)
 
 
 def claim(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -36,7 +40,7 @@ def claim(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         or x2.device != out.device
         or x2.shape != q.shape
         or x2.stride() != q.stride()
-        or x2._version != version
+        or (version is not None and x2._version != version)
     ):
         return None
     _SLOT.entry = None

@@ -2112,7 +2112,7 @@ def check_block_norm_handoff():
                 c.append(kw["hand_off"]) or f(*a, **kw)
             )
             try:
-                with _env(block_norms.ENV_BLOCK_NORMS, setting), torch.no_grad():
+                with _env(block_norms.ENV_BLOCK_NORMS, setting), torch.inference_mode():  # as ComfyUI runs nodes
                     dm(x.bfloat16(), sigma, context=ctx.bfloat16())
             finally:
                 block_norms.kernels.rms_norm_modulate = real
@@ -2121,7 +2121,8 @@ def check_block_norm_handoff():
         if GPU and fmt == "w8a8":
             s = int(torch.randint(0, 2**31, (1,), generator=G))
             kernels.REGISTRY.clear()
-            with _env("IDEOGRAM4_INT8_CUDA_GRAPHS", "0"):  # every pass runs Python: the handoffs can be counted
+            # every pass runs Python (no graphs): the handoffs can be counted; inference mode as ComfyUI's executor
+            with _env("IDEOGRAM4_INT8_CUDA_GRAPHS", "0"), torch.inference_mode():
                 with _env(block_norms.ENV_BLOCK_NORMS, block_norms.NO_HANDOFF):
                     off = _latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
                 res["gpu/off_note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)

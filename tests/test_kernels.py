@@ -814,9 +814,16 @@ def test_a_handed_over_quantization_is_taken_only_for_that_tensor_unchanged_and_
     assert not handoff.pending() and handoff.claim(out.view(-1, c)) is None
 
 
-def test_a_linear_fed_by_the_pre_norm_equals_its_own_quantization(gen):
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_a_linear_fed_by_the_pre_norm_equals_its_own_quantization(mode, gen):
     """w8a8_linear and the SwiGLU pair on the handed-over output give what they give on a copy of it (their own
-    quantization), to the bit, and count the handoff."""
+    quantization), to the bit, and count the handoff; also under torch.inference_mode, as ComfyUI runs its nodes
+    (inference tensors have no version counter)."""
+    with getattr(torch, mode)():
+        _linear_fed_by_the_pre_norm(gen)
+
+
+def _linear_fed_by_the_pre_norm(gen):
     from comfyui_ideogram4_int8.kernels import handoff
 
     c, f = 4608, 96

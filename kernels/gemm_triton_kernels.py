@@ -326,7 +326,8 @@ def _split_k_epilogue_kernel(
     offs = rm[:, None].to(tl.int64) * N + rn[None, :]
     acc = tl.load(acc_ptr + offs, mask=mask, other=0)
     for s in tl.static_range(1, SPLITS):  # unrolled: every slice's load in flight at once
-        acc += tl.load(acc_ptr + (s * M).to(tl.int64) * N + offs, mask=mask, other=0)
+        # s is a Python int here, and so is M where the launch specialized M == 1 (one row: a modulation vector)
+        acc += tl.load(acc_ptr + tl.full([], s, tl.int64) * M * N + offs, mask=mask, other=0)
     c_ptrs = c_ptr + rm[:, None].to(tl.int64) * stride_cm + rn[None, :]
     if RAW_INT32:
         tl.store(c_ptrs, acc, mask=mask)

@@ -225,6 +225,12 @@ def other_launches() -> list:
     for residual in (None, rows):  # the block's pre-norm and its gated residual
         kernel, grid, args, kwargs = M.build_launch(rows, residual, vec[0], vec, 4608, 1e-5, rows)
         cases.append((f"rms_modulate{' residual' if residual is not None else ''} C=4608", kernel, grid, args, kwargs))
+    from comfyui_ideogram4_int8.kernels.gemm_triton import reduce_launch
+
+    for m in (1, 512):  # the split-K reduce; M = 1 is specialized to a constant (a block's modulation vector)
+        ws, out = torch.empty(4, m, 18432, dtype=torch.int32), torch.empty(m, 18432, dtype=torch.bfloat16)
+        kernel, grid, args, kwargs = reduce_launch(ws, torch.empty(m), torch.empty(18432), None, out, False)
+        cases.append((f"split-K reduce 4 x {m}x18432", kernel, grid, args, kwargs))
     quantized = (torch.empty(4608, 4608, dtype=torch.int8), torch.empty(4608))  # the pre-norm's handoff
     kernel, grid, args, kwargs = M.build_launch(rows, None, vec[0], vec, 4608, 1e-5, rows, quantized)
     cases.append(("rms_modulate quantized C=4608", kernel, grid, args, kwargs))

@@ -8,7 +8,7 @@ rotating over operand sets that together exceed the L2 cache):
   pre            the pre-norm, rms_norm(x) * (1 + scale)
   pre+quant      the same with its int8 handoff (the next linear's per-token quantization in the same pass)
   residual       the gated residual, x + tanh(gate) * rms_norm(y)
-for every launch shape (rows per program x warps) in ``SHAPES``, plus the pieces they replace or must beat:
+for every warp count in ``WARPS``, plus the pieces they replace or must beat:
 torch's unfused ops (what ComfyUI's block runs), the activation quantizer alone, and a device copy of the same bytes
 (the bandwidth ceiling). GB/s counts the bytes each kernel must move (bf16 reads and writes, int8 rows, scales).
 """
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from .timing import graph_ms
 
 WIDTH = 4608
-SHAPES = [(1, 4), (1, 8), (1, 16), (2, 8), (2, 16), (4, 8), (4, 16), (8, 16), (8, 32)]  # (rows, warps)
+WARPS = (2, 4, 8, 16)
 SETS = 4  # operand sets rotated through: 4 x 42 MB of activations per kernel, past the 50 MB L2
 
 
@@ -71,13 +71,13 @@ def run(tokens_list: list[int], width: int = WIDTH, device: str = "cuda") -> dic
             "residual": lambda o, n=tokens, **k: rms_modulate_triton(o["y"], o["x"], o["w"], o["gate"], n, 1e-5, **k),
         }
         for case, fn in cases.items():
-            for rows, warps in SHAPES:
+            for warps in WARPS:
                 try:
-                    us = _timed([lambda o=o, r=rows, nw=warps, f=fn: f(o, rows=r, num_warps=nw) for o in ops])
+                    us = _timed([lambda o=o, nw=warps, f=fn: f(o, num_warps=nw) for o in ops])
                 except Exception as exc:  # noqa: BLE001 - a launch shape this Triton cannot build: reported
-                    rows_out.append({"tokens": tokens, "case": case, "rows": rows, "warps": warps, "error": repr(exc)})
+                    rows_out.append({"tokens": tokens, "case": case, "warps": warps, "error": repr(exc)})
                     continue
-                rows_out.append(_row(tokens, case, f"rows={rows} warps={warps}", us, moved[case], rows, warps))
+                rows_out.append(_row(tokens, case, f"fused kernel, {warps} warps", us, moved[case], warps))
         torch_ops = {
             "pre": lambda o: F.rms_norm(o["x"], (width,), o["w"], 1e-5) * o["scale"],
             "residual": lambda o: o["x"] + o["gate"] * F.rms_norm(o["y"], (width,), o["w"], 1e-5),
@@ -93,12 +93,11 @@ def run(tokens_list: list[int], width: int = WIDTH, device: str = "cuda") -> dic
     return {"rows": rows_out}
 
 
-def _row(tokens, case, what, us, moved, rows=None, warps=None) -> dict:
+def _row(tokens, case, what, us, moved, warps=None) -> dict:
     return {
         "tokens": tokens,
         "case": case,
         "what": what,
-        "rows": rows,
         "warps": warps,
         "us": round(us, 2),
         "gb_s": round(moved / us / 1e3, 1),
@@ -109,7 +108,7 @@ def print_table(result: dict) -> None:
     print(f"{'tokens':>6}  {'case':<10} {'what':<34} {'µs':>8} {'GB/s':>7}")
     for r in result["rows"]:
         if "error" in r:
-            print(f"{r['tokens']:>6}  {r['case']:<10} rows={r['rows']} warps={r['warps']}: {r['error'][:60]}")
+            print(f"{r['tokens']:>6}  {r['case']:<10} {r['warps']} warps: {r['error'][:60]}")
         else:
             print(f"{r['tokens']:>6}  {r['case']:<10} {r['what']:<34} {r['us']:>8.2f} {r['gb_s']:>7.1f}")
 

@@ -86,12 +86,15 @@ def _row_scale(amax):
 
 
 @triton.jit
-def quantize_tile_rows(x):
-    """(int8 tile, float32 scale per row) of a producer kernel's rows ``x`` (float32 [ROWS, BLOCK], masked columns
-    0; rms_modulate_triton.py): the arithmetic of the kernel below, so the result is bit for bit what
-    ``quantize_rows_triton`` gives for the same values."""
-    inv, ok, scale = _row_scale(_row_absmax(x))
-    return _quantize_tile(x, inv[:, None], ok[:, None]), scale
+def quantize_split_row(head, tail, HAS_TAIL: tl.constexpr):
+    """(int8 head, int8 tail, float32 scale) of one row held by a producer kernel as a head and (``HAS_TAIL``) a tail
+    tile (float32, masked columns 0; rms_modulate_triton.py): the arithmetic of the kernel below with its row as
+    scalars, so the result is bit for bit what ``quantize_rows_triton`` gives for the same values."""
+    amax = _absmax(head, None)
+    if HAS_TAIL:
+        amax = _max_nan(amax, _absmax(tail, None))
+    inv, ok, scale = _row_scale(amax)
+    return _quantize_tile(head, inv, ok), _quantize_tile(tail, inv, ok), scale
 
 
 @triton.jit

@@ -50,8 +50,16 @@ _H4 = ((1, 1, 1, -1), (1, 1, -1, 1), (1, -1, 1, 1), (-1, 1, 1, 1))
 
 
 def hadamard(group: int, dtype=torch.float32, device=None) -> torch.Tensor:
-    """The [group, group] ConvRot rotation (group a power of 4: 16, 64, 256, ...)."""
-    return _hadamard64(int(group)).to(dtype=dtype, device=device)
+    """The [group, group] ConvRot rotation (group a power of 4: 16, 64, 256, ...), made once per group, dtype and
+    device and shared: never modify it. Every ConvRot call checks its group through here and the unfused paths
+    rotate with it: made per call, it was a CPU tensor conversion (on a GPU's fallback paths a host-to-device copy,
+    which waits for the device) in every ConvRot linear."""
+    return _hadamard(int(group), dtype, None if device is None else torch.device(device))
+
+
+@functools.lru_cache(maxsize=32)
+def _hadamard(group: int, dtype: torch.dtype, device: torch.device | None) -> torch.Tensor:
+    return _hadamard64(group).to(dtype=dtype, device=device)
 
 
 @functools.lru_cache(maxsize=8)

@@ -202,6 +202,8 @@ def block_pieces(
 
 
 class _Bind:
+    leaves_input_alone = True  # reads no argument of the module it runs before (nodes/block_norms.py asks)
+
     def __init__(self, streamer, index: int, piece: str):
         self.streamer, self.index, self.piece = streamer, index, piece
 

@@ -5,14 +5,16 @@ that output's per-token int8 form (``rms_modulate_triton.py``, ``QUANT``). It ``
 quantization of exactly that tensor with nothing to divide or rotate (``dispatch._quantize_rows``) ``claim``s it
 instead of reading the row again: the values are the ones the quantizer would compute, bit for bit.
 
-Exactly that tensor: the same storage, offset, shape and strides, and no write since the offer (its version counter).
+Exactly that tensor: the same storage, offset, shape, strides and dtype, and no write since the offer (its version
+counter).
 The slot holds the output itself, so its memory cannot be reused by another tensor while offered. One slot per
 thread (two cards run their branches in two threads); a claim empties it, and so does ``clear``, which the producer's
 caller runs once the consumer is done, so an unclaimed offer never outlives its block.
 
 Inference tensors have no version counter, and ComfyUI runs its nodes under ``torch.inference_mode``. For them the
-guarantee is the caller's: the block offers right before calling the module whose first op is the consuming linear
-(``attention.qkv`` in ComfyUI's attention forward, the gate/up pair in the FFN) and clears right after it.
+guarantee is the caller's: the block offers only where nothing can write the output before the consuming linear reads
+it (ComfyUI's or the pack's attention / FFN class, whose first op is that linear, and no foreign forward pre-hook:
+``nodes/block_norms.py``) and clears right after the consumer.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def claim(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     if (
         x2.data_ptr() != out.data_ptr()
         or x2.device != out.device
+        or x2.dtype != out.dtype
         or x2.shape != q.shape
         or x2.stride() != q.stride()
         or (version is not None and x2._version != version)

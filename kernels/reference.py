@@ -59,7 +59,7 @@ def hadamard(group: int, dtype=torch.float32, device=None) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=32)
 def _hadamard(group: int, dtype: torch.dtype, device: torch.device | None) -> torch.Tensor:
-    return _hadamard64(group).to(dtype=dtype, device=device)
+    return _hadamard64(group).to(dtype=dtype, device=device, copy=True)  # never the builder's own cached tensor
 
 
 @functools.lru_cache(maxsize=8)

@@ -15,7 +15,8 @@ low-VRAM streamer binds its pieces from hooks on them), the norms' weights fetch
 The two pre-norms also quantize their output per token in the same pass and hand it to the linear they feed
 (``attention.qkv``; ``feed_forward.w1`` / the gate/up pair), when that linear quantizes plain rows
 (``int8_ops.quantizes_plain_rows``: smoothing folded, no ConvRot, no float path): the linear then skips its
-quantizer's read of the row and its launch, with the same int8 values (``kernels/handoff.py``).
+quantizer's read of the row and its launch, with the same int8 values (``kernels/handoff.py``). Only where nothing
+can write the row in between (``_reaches_untouched``): ComfyUI inference tensors carry no version counter to tell.
 
 ComfyUI's own forward runs (the model note ``block_norms`` says why) when: training; ``IDEOGRAM4_INT8_BLOCK_NORMS=
 comfyui`` (A/B measurements). ``IDEOGRAM4_INT8_BLOCK_NORMS=no-handoff``: the fused norms without the quantization
@@ -29,11 +30,14 @@ import os
 import comfy.ops
 import torch
 from comfy.ldm.ideogram4 import model as ideogram4_model
+from comfy.ldm.lumina.model import FeedForward
 
 from .. import kernels
 from ..kernels import handoff
 from . import swapped_blocks
+from .ffn_fusion import GateUpFeedForward
 from .int8_ops import quantizes_plain_rows
+from .qk_rope import FusedRopeAttention
 from .swapped_blocks import swap_class, write_note
 
 # "comfyui": ComfyUI's own norms and multiplies; "no-handoff": the fused norms, the linears quantize (A/B measurements)
@@ -53,6 +57,29 @@ def comfyui_reason(setting: str | None = None) -> str | None:
     return swapped_blocks.comfyui_reason(ENV_BLOCK_NORMS, "ComfyUI's own", setting)
 
 
+# forwards whose first op is the linear a pre-norm feeds (attention: qkv(x); FFN: w1, or the gate/up pair on x)
+_PLAIN_FORWARDS = (
+    ideogram4_model.Ideogram4Attention.forward,
+    FusedRopeAttention.forward,
+    FeedForward.forward,
+    GateUpFeedForward.forward,
+)
+_MODULE = torch.nn.modules.module
+
+
+def _reaches_untouched(container: torch.nn.Module, linear: torch.nn.Module) -> bool:
+    """Whether the pre-norm's output reaches ``linear`` through ``container`` (the block's attention or FFN) with
+    nothing able to write it first: a forward of ComfyUI's or the pack's (not replaced on the instance), no forward
+    pre-hook but the pack's streaming binds, none global; and ``linear`` quantizes plain rows."""
+    if type(container).forward not in _PLAIN_FORWARDS or "forward" in container.__dict__:
+        return False
+    if container._forward_pre_hooks or _MODULE._global_forward_pre_hooks:
+        return False
+    if not all(getattr(h, "leaves_input_alone", False) for h in linear._forward_pre_hooks.values()):
+        return False
+    return quantizes_plain_rows(linear)
+
+
 def _eps(norm, x: torch.Tensor) -> float:
     return norm.eps if norm.eps is not None else torch.finfo(x.dtype).eps  # F.rms_norm's default
 
@@ -69,8 +96,8 @@ class FusedNormBlock(ideogram4_model.Ideogram4TransformerBlock):
         why = comfyui_reason(setting)
         hand_attn = hand_ffn = False
         if why is None and setting.strip().lower() != NO_HANDOFF:
-            hand_attn = quantizes_plain_rows(self.attention.qkv)
-            hand_ffn = quantizes_plain_rows(self.feed_forward.w1)
+            hand_attn = _reaches_untouched(self.attention, self.attention.qkv)
+            hand_ffn = _reaches_untouched(self.feed_forward, self.feed_forward.w1)
         self._note(why, x.device, setting, hand_attn or hand_ffn)
         if why is not None:
             return super().forward(x, attn_mask, freqs_cis, adaln_input, transformer_options=transformer_options)
@@ -82,14 +109,14 @@ class FusedNormBlock(ideogram4_model.Ideogram4TransformerBlock):
         gate_mlp = torch.tanh(gate_mlp)
         scale_msa = 1.0 + scale_msa
         scale_mlp = 1.0 + scale_mlp
-        h = self._pre_norm(self.attention_norm1, x, scale_msa, hand_attn)
         try:
+            h = self._pre_norm(self.attention_norm1, x, scale_msa, hand_attn)
             attn_out = self.attention(h, attn_mask, freqs_cis, transformer_options=transformer_options)
         finally:
             handoff.clear()  # an offer qkv did not take (another path ran) dies with its block step
         x = self._residual_norm(self.attention_norm2, attn_out, gate_msa, x)
-        h = self._pre_norm(self.ffn_norm1, x, scale_mlp, hand_ffn)
         try:
+            h = self._pre_norm(self.ffn_norm1, x, scale_mlp, hand_ffn)
             ffn_out = self.feed_forward(h)
         finally:
             handoff.clear()

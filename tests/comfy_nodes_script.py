@@ -2118,6 +2118,23 @@ def check_block_norm_handoff():
                 block_norms.kernels.rms_norm_modulate = real
             res[f"{fmt}/{setting or 'default'}/asked"] = asked
             res[f"{fmt}/{setting or 'default'}/pending"] = handoff.pending()
+        if fmt == "w8a8":  # where something could write the row first, or the pack's streaming binds run before qkv
+            from comfyui_ideogram4_int8.ideogram4.streaming import _Bind
+
+            b0, b1 = dm.layers[0], dm.layers[1]
+            handles = [
+                b0.attention.qkv.register_forward_pre_hook(lambda m, args: None),  # another node's hook
+                b1.attention.qkv.register_forward_pre_hook(_Bind(None, 1, "qkv")),
+            ]
+            b1.feed_forward.forward = b1.feed_forward.forward  # an instance-level forward (a patch)
+            try:
+                res["w8a8/hooked/reaches"] = [
+                    block_norms._reaches_untouched(b.attention, b.attention.qkv) for b in (b0, b1)
+                ] + [block_norms._reaches_untouched(b.feed_forward, b.feed_forward.w1) for b in (b0, b1)]
+            finally:
+                for h in handles:
+                    h.remove()
+                del b1.feed_forward.forward
         if GPU and fmt == "w8a8":
             s = int(torch.randint(0, 2**31, (1,), generator=G))
             kernels.REGISTRY.clear()

@@ -722,24 +722,26 @@ def test_rms_norm_modulate_keeps_a_nan_row_to_itself_and_falls_back_where_the_ke
         K.rms_norm_gated_residual(x[0], y[0], w, gate, 1e-6)
 
 
-@pytest.mark.parametrize(("c", "tiles"), [(320, (256, 64)), (4608, (4096, 512)), (100, (128, 0)), (72, (128, 0))])
-def test_the_block_norm_kernel_holds_a_row_as_head_and_tail_and_any_warp_count_gives_the_same_bits(c, tiles, gen):
-    """A row of 4096 + 512 columns (or 256 + 64) is held as a head and a tail tile, another width as one masked tile;
-    every warp count writes the same bits: the pre-norm, its int8 handoff and the gated residual, per-item vectors
-    (their float64 and twin checks are the tests above)."""
-    from comfyui_ideogram4_int8.kernels.rms_modulate_triton import rms_modulate_triton, row_tiles
+@pytest.mark.parametrize(
+    ("c", "tiles"),
+    [
+        (4608, (4096, 512)),
+        (320, (256, 64)),
+        (4096, (4096, 0)),
+        (100, (128, 0)),
+        (72, (128, 0)),
+        (1040, (1024, 16)),
+        (1048, (2048, 0)),
+        (1032, (2048, 0)),
+    ],
+)
+def test_the_block_norm_kernel_holds_a_row_as_a_head_and_a_tail_tile_where_the_width_allows(c, tiles):
+    """4608 = 4096 + 512 (and 256 + 64) as a head and a tail tile, a power of two as one tile, other widths (a
+    remainder that is no power of two, or under 16) as one masked tile. Their values are the float64 and twin tests'
+    above (4608, 100, 72 columns); warp counts, which the interpreter ignores, are the GPU test's."""
+    from comfyui_ideogram4_int8.kernels.rms_modulate_triton import row_tiles
 
     assert row_tiles(c) == tiles
-    b, n = 2, 3
-    x, y, w, scale, gate = _block_operands(gen, b, n, c, torch.bfloat16, 2)
-    src, res = x.view(-1, c), y.view(-1, c)
-    sv, gv = scale[:, 0, :], gate[:, 0, :]
-    for args, quantize in (((src, None, w, sv), True), ((res, src, w, gv), False)):
-        one = rms_modulate_triton(*args, n, 1e-5, quantize, num_warps=4)
-        for warps in (2, 8, 16):
-            other = rms_modulate_triton(*args, n, 1e-5, quantize, num_warps=warps)
-            for a, z in zip(one if quantize else [one], other if quantize else [other], strict=True):
-                assert torch.equal(a, z), warps
 
 
 # -- the pre-norm's quantized output handed to the linear it feeds (kernels/handoff.py) ----------------------
@@ -795,6 +797,7 @@ def test_a_handed_over_quantization_is_taken_only_for_that_tensor_unchanged_and_
     x, _, w, scale, _ = _block_operands(gen, 1, 6, c, torch.bfloat16, 1)
     out = _handed(x, w, scale)
     handed = launches("quant_handoff")
+    assert handoff.claim(out.view(torch.float16).view(-1, c)) is None  # the same bytes read as another dtype
     copy = out.clone()
     assert torch.equal(K.quantize_per_token(copy)[0], K.quantize_per_token_ref(copy.view(-1, c))[0].view(1, 6, c))
     smooth = torch.rand(c, generator=gen) + 0.5

@@ -522,21 +522,27 @@ def test_block_norms_on_the_gpu_match_torchs_unfused_ops(tokens):
         assert (got != twin).float().mean().item() <= 1e-4
 
 
-@pytest.mark.parametrize("tokens", [4608, 1000])
-def test_the_pre_norms_handed_quantization_on_the_gpu_is_the_quantizers(tokens):
+@pytest.mark.parametrize(
+    ("b", "tokens", "c", "dtype"),
+    [(1, 4608, 4608, torch.bfloat16), (1, 1000, 4608, torch.float16), (2, 300, 3000, torch.bfloat16)],
+)
+def test_the_pre_norms_handed_quantization_on_the_gpu_is_the_quantizers(b, tokens, c, dtype):
     """On the GPU (the compiled kernel, not the interpreter's arithmetic): the int8 rows and scales the pre-norm
-    hands over are bit for bit what the quantizer kernel gives for its stored output, at Ideogram 4's width with an
-    outlier channel and a zero row; the linear fed by it takes them and equals its own quantization's result."""
+    hands over are bit for bit what the quantizer kernel gives for its stored output: at Ideogram 4's width (a head
+    and a tail tile) and at a width held as one masked tile, bf16 and fp16, a modulation vector per batch item, with
+    an outlier channel, a zero row and a NaN row; the linear fed by it takes them and equals its own quantization's
+    result; every warp count writes the same bits."""
     from comfyui_ideogram4_int8.kernels import handoff
     from comfyui_ideogram4_int8.kernels.quant_triton import quantize_rows_triton
+    from comfyui_ideogram4_int8.kernels.rms_modulate_triton import rms_modulate_triton
 
-    gen = torch.Generator().manual_seed(tokens + 1)
-    c = 4608
-    x = (torch.randn(1, tokens, c, generator=gen) * 2).bfloat16()
+    gen = torch.Generator().manual_seed(tokens + c)
+    x = (torch.randn(b, tokens, c, generator=gen) * 2).to(dtype)
     x[..., 11] *= 80
     x[0, 3] = 0.0
-    w = (torch.rand(c, generator=gen) + 0.5).bfloat16()
-    scale = (1.0 + torch.randn(1, 1, c, generator=gen) * 0.5).bfloat16()
+    x[-1, 5, 7] = float("nan")
+    w = (torch.rand(c, generator=gen) + 0.5).to(dtype)
+    scale = (1.0 + torch.randn(b, 1, c, generator=gen) * 0.5).to(dtype)
     wq = torch.randint(-127, 128, (2048, c), generator=gen, dtype=torch.int8)
     ws = torch.rand(2048, generator=gen) * 1e-3
     x, w, scale, wq, ws = x.cuda(), w.cuda(), scale.cuda(), wq.cuda(), ws.cuda()
@@ -545,9 +551,17 @@ def test_the_pre_norms_handed_quantization_on_the_gpu_is_the_quantizers(tokens):
     assert handoff.pending()
     q, s = handoff.claim(out.view(-1, c))
     want_q, want_s = quantize_rows_triton(out.view(-1, c))
-    assert torch.equal(q, want_q) and torch.equal(s, want_s)
-    assert s[3] == 0 and not q[3].any()
-    out = K.rms_norm_modulate(x, w, scale, 1e-5, hand_off=True)
+    assert torch.equal(q, want_q) and torch.equal(s.nan_to_num(-1.0), want_s.nan_to_num(-1.0))
+    assert s[3] == 0 and not q[3].any() and s[(b - 1) * tokens + 5].isnan()
+    src, vec = x.view(-1, c), scale[:, 0, :]
+    one = rms_modulate_triton(src, None, w, vec, tokens, 1e-5, True, num_warps=4)
+    for warps in (2, 8, 16):
+        other = rms_modulate_triton(src, None, w, vec, tokens, 1e-5, True, num_warps=warps)
+        for a, z in zip(one, other, strict=True):
+            assert torch.equal(a.nan_to_num(-1.0), z.nan_to_num(-1.0)), warps
+    finite = x.clone()
+    finite[-1, 5, 7] = 1.0
+    out = K.rms_norm_modulate(finite, w, scale, 1e-5, hand_off=True)
     handed = launches("quant_handoff")
     got = K.w8a8_linear(out, wq, ws)
     assert launches("quant_handoff") == handed + 1 and not handoff.pending()

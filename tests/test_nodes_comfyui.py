@@ -443,6 +443,9 @@ def test_the_pre_norms_hand_off_only_to_linears_that_quantize_plain_rows(run_che
         assert r[f"{fmt}/no-handoff/asked"] == [False] * 8, (seed, fmt)
         assert r[f"{fmt}/default/pending"] is False and r[f"{fmt}/no-handoff/pending"] is False, (seed, fmt)
     assert "quantizing the qkv and gate/up inputs" in r["handoff_note"]
+    # a foreign pre-hook on qkv (block 0) and an instance forward on the FFN (block 1) stop it; the pack's streaming
+    # bind on qkv (block 1) does not
+    assert r["w8a8/hooked/reaches"] == [False, True, True, False], seed
 
 
 def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):

@@ -73,10 +73,11 @@ def _reaches_untouched(container: torch.nn.Module, linear: torch.nn.Module) -> b
     pre-hook but the pack's streaming binds, none global; and ``linear`` quantizes plain rows."""
     if type(container).forward not in _PLAIN_FORWARDS or "forward" in container.__dict__:
         return False
-    if container._forward_pre_hooks or _MODULE._global_forward_pre_hooks:
+    if _MODULE._global_forward_pre_hooks:
         return False
-    if not all(getattr(h, "leaves_input_alone", False) for h in linear._forward_pre_hooks.values()):
-        return False
+    for m in (container, linear):
+        if not all(getattr(h, "leaves_input_alone", False) for h in m._forward_pre_hooks.values()):
+            return False
     return quantizes_plain_rows(linear)
 
 

@@ -62,7 +62,8 @@ def run(tokens_list: list[int], width: int = WIDTH, device: str = "cuda") -> dic
     for tokens in tokens_list:
         ops = _operands(tokens, width, device)
         act = tokens * width * 2  # one bf16 activation
-        moved = {"pre": 2 * act, "pre+quant": 2 * act + act // 2 + 4 * tokens, "residual": 3 * act}
+        int8_rows = act // 2 + 4 * tokens  # its int8 form and the float32 scales
+        moved = {"pre": 2 * act, "pre+quant": 2 * act + int8_rows, "residual": 3 * act}
         cases = {
             "pre": lambda o, n=tokens, **k: rms_modulate_triton(o["x"], None, o["w"], o["scale"], n, 1e-5, **k),
             "pre+quant": lambda o, n=tokens, **k: rms_modulate_triton(
@@ -86,7 +87,7 @@ def run(tokens_list: list[int], width: int = WIDTH, device: str = "cuda") -> dic
             us = _timed([lambda o=o, f=fn: f(o) for o in ops])
             rows_out.append(_row(tokens, case, "torch unfused ops", us, moved[case]))
         us = _timed([lambda o=o: quantize_rows_triton(o["x"]) for o in ops])
-        rows_out.append(_row(tokens, "quant", "the activation quantizer alone", us, act + act // 2 + 4 * tokens))
+        rows_out.append(_row(tokens, "quant", "the activation quantizer alone", us, act + int8_rows))
         bufs = [torch.empty_like(o["x"]) for o in ops]
         us = _timed([lambda o=o, b=b: b.copy_(o["x"]) for o, b in zip(ops, bufs, strict=True)])
         rows_out.append(_row(tokens, "copy", "device copy (bandwidth ceiling)", us, 2 * act))

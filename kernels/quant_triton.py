@@ -289,6 +289,14 @@ def quantize_rotated_rows_triton(x: torch.Tensor, group: int):
     return q, scale
 
 
+def pow2_split(k: int) -> tuple[int, int] | None:
+    """(head, tail) with k = head + tail, head the largest power of two <= k and tail 0 or a power of two (4608 =
+    4096 + 512, 12288 = 8192 + 4096): a row held as two register tiles without masked lanes. None for other k."""
+    head = 1 << (k.bit_length() - 1)
+    tail = k - head
+    return (head, tail) if tail & (tail - 1) == 0 else None
+
+
 def quant_launch_params(M: int, K: int) -> dict:
     """Launch heuristic, from H100 sweeps of the quantizer alone (GPU time, CUDA-graph replay):
     K = 4096 or 8192 + 2^j (Ideogram's 4608, 12288) in one pass from registers; other rows of up
@@ -305,8 +313,9 @@ def quant_launch_params(M: int, K: int) -> dict:
             NUM_STAGES=1,
             TAIL_K=0,
         )
-    head = 1 << (K.bit_length() - 1)
-    if 4096 <= head < K <= 16384 and (K - head) & (K - head - 1) == 0:
+    split = pow2_split(K)
+    if split is not None and 4096 <= split[0] < K <= 16384:
+        head, tail = split
         # K = 4096 or 8192 + a power of two (Ideogram's 4608 = 4096 + 512, 12288 = 8192 + 4096): one
         # pass, the row in registers as a head and a tail tile
         return dict(
@@ -316,7 +325,7 @@ def quant_launch_params(M: int, K: int) -> dict:
             num_warps=4 if head == 4096 else 8,
             PROGRAMS_PER_SM=0,
             NUM_STAGES=1,
-            TAIL_K=K - head,
+            TAIL_K=tail,
         )
     if K <= 8192:
         return dict(BLOCK_M=2, BLOCK_K=1024, ONE_PASS=False, num_warps=4, PROGRAMS_PER_SM=0, NUM_STAGES=1, TAIL_K=0)

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from .launch import launch
-from .quant_triton import quantize_split_row
+from .quant_triton import pow2_split, quantize_split_row
 
 
 @triton.jit
@@ -109,10 +109,9 @@ def _rms_modulate_kernel(
 def row_tiles(C: int) -> tuple[int, int]:
     """(HEAD, TAIL) of a row of C columns: C = a power of two + a power of two where it is (4608 = 4096 + 512),
     else one masked power-of-two tile."""
-    head = 1 << (C.bit_length() - 1)
-    rest = C - head
-    if rest == 0 or rest & (rest - 1) == 0 and rest >= 16:
-        return head, rest
+    split = pow2_split(C)
+    if split is not None and (split[1] == 0 or split[1] >= 16):
+        return split
     return triton.next_power_of_2(C), 0
 
 

@@ -93,13 +93,14 @@ class FusedNormBlock(ideogram4_model.Ideogram4TransformerBlock):
     def forward(self, x, attn_mask, freqs_cis, adaln_input, transformer_options={}):  # noqa: B006 - ComfyUI's signature
         if _is_compiling():
             return super().forward(x, attn_mask, freqs_cis, adaln_input, transformer_options=transformer_options)
-        setting = os.environ.get(ENV_BLOCK_NORMS, "")
+        setting = os.environ.get(ENV_BLOCK_NORMS, "").strip().lower()
         why = comfyui_reason(setting)
+        no_handoff = setting == NO_HANDOFF
         hand_attn = hand_ffn = False
-        if why is None and setting.strip().lower() != NO_HANDOFF:
+        if why is None and not no_handoff:
             hand_attn = _reaches_untouched(self.attention, self.attention.qkv)
             hand_ffn = _reaches_untouched(self.feed_forward, self.feed_forward.w1)
-        self._note(why, x.device, setting, hand_attn or hand_ffn)
+        self._note(why, x.device, no_handoff, hand_attn or hand_ffn)
         if why is not None:
             return super().forward(x, attn_mask, freqs_cis, adaln_input, transformer_options=transformer_options)
         if _RUN_EVERY_OP is not None:  # what each of ComfyUI's RMSNorm calls does first (an interrupt check)
@@ -137,11 +138,8 @@ class FusedNormBlock(ideogram4_model.Ideogram4TransformerBlock):
         comfy.ops.uncast_bias_weight(norm, weight, None, stream)
         return out
 
-    def _note(self, why: str | None, device: torch.device, setting: str, handing_off: bool) -> None:
-        if setting.strip().lower() == NO_HANDOFF:
-            fused = NO_HANDOFF_NOTE
-        else:
-            fused = HANDOFF_NOTE if handing_off else FUSED_NOTE
+    def _note(self, why: str | None, device: torch.device, no_handoff: bool, handing_off: bool) -> None:
+        fused = NO_HANDOFF_NOTE if no_handoff else HANDOFF_NOTE if handing_off else FUSED_NOTE
         write_note(self.site_label, NOTE_KIND, TOPIC, why, device, fused, TWIN_NOTE)
 
 

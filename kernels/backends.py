@@ -54,7 +54,7 @@ def triton_import_error() -> str | None:
     if version_tuple(version) < MIN_TRITON:
         return f"Triton {version} is older than 3.4, the oldest the pack's kernels support (torch >= 2.8 brings it)"
     try:
-        from . import gemm_triton, qk_norm_rope_triton, quant_triton  # noqa: F401
+        from . import gemm_triton, qk_norm_rope_triton, quant_triton, rms_modulate_triton  # noqa: F401
     except Exception as exc:  # noqa: BLE001
         return f"the pack's Triton kernels do not import on Triton {version}: {type(exc).__name__}: {_summary(exc)}"
     return None

@@ -317,15 +317,31 @@ def _rms_fused_ok(x: torch.Tensor, weight: torch.Tensor, *others: torch.Tensor) 
     )
 
 
-def _rms_modulate_rows(src, residual, weight, rows, eps: float, hand_off: bool = False) -> torch.Tensor:
+BLOCK_NORM_KERNEL = "Triton block-norm kernel (rms_modulate)"  # the demotion record's name of the kernel
+
+
+def block_norm_demotion() -> str | None:
+    """Why the block-norm kernel was demoted for some shape (its calls there run the twin), or None."""
+    return next((d["reason"] for d in DEMOTIONS.items() if d["shape"][:1] == ["rms_modulate"]), None)
+
+
+def _rms_modulate_rows(src, residual, weight, rows, eps: float, hand_off: bool = False) -> torch.Tensor | None:
     """The Triton kernel on validated [B, N, C] operands (``residual`` None: the pre-norm), counted; ``hand_off``:
-    the output's int8 form is offered to the next quantizer (handoff.py)."""
+    the output's int8 form is offered to the next quantizer (handoff.py). None where the kernel failed for this
+    variant, now or before (demoted with its reason, ``DEMOTIONS``): the caller runs the twin."""
+    B, N, C = src.shape
+    shape = ("rms_modulate", C, residual is not None, hand_off)
+    if DEMOTIONS.get("triton", shape):
+        return None
     from .rms_modulate_triton import rms_modulate_triton
 
-    REGISTRY.count_launch("rms_modulate_triton")
-    B, N, C = src.shape
     res = None if residual is None else residual.view(B * N, C)
-    out = rms_modulate_triton(src.view(B * N, C), res, weight.to(src.dtype).contiguous(), rows, N, eps, hand_off)
+    try:
+        out = rms_modulate_triton(src.view(B * N, C), res, weight.to(src.dtype).contiguous(), rows, N, eps, hand_off)
+    except Exception as exc:  # noqa: BLE001 - the twin computes the same function
+        DEMOTIONS.demote("triton", shape, exc, BLOCK_NORM_KERNEL)
+        return None
+    REGISTRY.count_launch("rms_modulate_triton")
     if hand_off:
         out, q, scale = out
         handoff.offer(out, q, scale)
@@ -348,9 +364,10 @@ def rms_norm_modulate(
     the caller ``handoff.clear()``s after that linear). The twin hands nothing off."""
     _check_block_operands(x, "rms_norm_modulate")
     rows = _modulation_rows(x, scale)
-    if rows is None or not _rms_fused_ok(x, weight):
-        return reference.rms_norm_modulate_ref(x, weight, scale, eps)
-    return _rms_modulate_rows(x, None, weight, rows, eps, hand_off)
+    out = None
+    if rows is not None and _rms_fused_ok(x, weight):
+        out = _rms_modulate_rows(x, None, weight, rows, eps, hand_off)
+    return reference.rms_norm_modulate_ref(x, weight, scale, eps) if out is None else out
 
 
 def rms_norm_gated_residual(
@@ -360,6 +377,7 @@ def rms_norm_gated_residual(
     and its ``tanh(gate)`` [B or 1, 1, C], in one Triton pass where it can run, else the twin."""
     _check_block_operands(x, "rms_norm_gated_residual")
     rows = _modulation_rows(x, gate)
-    if rows is None or not _rms_fused_ok(x, weight, y):
-        return reference.rms_norm_gated_residual_ref(x, y, weight, gate, eps)
-    return _rms_modulate_rows(y, x, weight, rows, eps)
+    out = None
+    if rows is not None and _rms_fused_ok(x, weight, y):
+        out = _rms_modulate_rows(y, x, weight, rows, eps)
+    return reference.rms_norm_gated_residual_ref(x, y, weight, gate, eps) if out is None else out

@@ -34,6 +34,7 @@ from comfy.ldm.lumina.model import FeedForward
 
 from .. import kernels
 from ..kernels import handoff
+from ..kernels.dispatch import block_norm_demotion
 from . import swapped_blocks
 from .ffn_fusion import GateUpFeedForward
 from .int8_ops import quantizes_plain_rows
@@ -140,7 +141,7 @@ class FusedNormBlock(ideogram4_model.Ideogram4TransformerBlock):
 
     def _note(self, why: str | None, device: torch.device, no_handoff: bool, handing_off: bool) -> None:
         fused = NO_HANDOFF_NOTE if no_handoff else HANDOFF_NOTE if handing_off else FUSED_NOTE
-        write_note(self.site_label, NOTE_KIND, TOPIC, why, device, fused, TWIN_NOTE)
+        write_note(self.site_label, NOTE_KIND, TOPIC, why, device, fused, TWIN_NOTE, block_norm_demotion())
 
 
 def install(diffusion_model: torch.nn.Module, label: str | None) -> int:

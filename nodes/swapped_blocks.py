@@ -34,15 +34,18 @@ def swap_class(diffusion_model: torch.nn.Module, original: type, replacement: ty
     return n
 
 
-def write_note(label: str | None, kind: str, topic: str, why: str | None, device, fused: str, twin: str) -> None:
+def write_note(
+    label: str | None, kind: str, topic: str, why: str | None, device, fused: str, twin: str, demoted: str | None = None
+) -> None:
     """The model's ``kind`` note, written when it changes: ``fused`` when the pack's kernel can run on ``device``,
-    ``twin`` with the reason when only its twin can, "``topic``: ``why``" when ComfyUI's own runs."""
+    ``twin`` with the reason when only its twin can (no Triton there, or the kernel ``demoted`` after a failure),
+    "``topic``: ``why``" when ComfyUI's own runs."""
     if label is None:
         return
     if why is not None:
         note = f"{topic}: {why}"
     else:  # the availability question the kernels ask before they launch
-        missing = unavailable("triton", device)
+        missing = unavailable("triton", device) or demoted
         note = fused if missing is None else f"{twin}: {missing}"
     if kernels.REGISTRY.model_notes(label).get(kind) != note:
         kernels.REGISTRY.set_model_note(label, kind, note)

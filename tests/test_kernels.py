@@ -744,6 +744,39 @@ def test_the_block_norm_kernel_holds_a_row_as_a_head_and_a_tail_tile_where_the_w
     assert row_tiles(c) == tiles
 
 
+def test_a_block_norm_kernel_that_fails_is_demoted_with_its_reason_and_the_twin_runs(gen, monkeypatch):
+    """A variant of the block-norm kernel that fails to build or launch never raises: that variant is demoted with
+    the error in its reason (the panel's note reads it), this call and the later ones run the twin and hand nothing
+    off, and the other variants keep the kernel."""
+    from comfyui_ideogram4_int8.kernels import dispatch, handoff
+    from comfyui_ideogram4_int8.kernels import rms_modulate_triton as M
+
+    x, y, w, scale, gate = _block_operands(gen, 1, 4, 320, torch.bfloat16, 1)
+    real = M.rms_modulate_triton
+
+    def fails_quantized(*args, **kwargs):
+        if len(args) > 6 and args[6]:
+            raise RuntimeError("out of resources: shared memory")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(M, "rms_modulate_triton", fails_quantized)
+    backends.DEMOTIONS.clear()
+    handoff.clear()
+    try:
+        before = launches("rms_modulate_triton")
+        for _ in range(2):
+            got = K.rms_norm_modulate(x, w, scale, 1e-5, hand_off=True)
+            assert torch.equal(got, K.rms_norm_modulate_ref(x, w, scale, 1e-5)) and not handoff.pending()
+        assert launches("rms_modulate_triton") == before
+        why = dispatch.block_norm_demotion()
+        assert why is not None and "rms_modulate" in why and "out of resources: shared memory" in why
+        K.rms_norm_modulate(x, w, scale, 1e-5)  # the plain pre-norm and the residual keep the kernel
+        K.rms_norm_gated_residual(x, y, w, gate, 1e-5)
+        assert launches("rms_modulate_triton") == before + 2
+    finally:
+        backends.DEMOTIONS.clear()
+
+
 # -- the pre-norm's quantized output handed to the linear it feeds (kernels/handoff.py) ----------------------
 
 

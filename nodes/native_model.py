@@ -13,9 +13,10 @@ layer when called; the pack's patcher keeps ComfyUI's loading decisions and LoRA
 every layer, streamed or resident, through the op (see ``int8_ops``). ``cached_patcher_init`` is set
 so clones and multi-GPU deep clones rebuild the model from its source.
 
-Two things are added to the model without changing its modules or keys: each block's FFN runs w1|w3 as one fused
-call where it can (``ffn_fusion``), and every forward checks that each quantized linear ran through the pack's op
-(``op_coverage``: a model whose forward routed around it is labelled in the registry and the panel).
+Three things are added to the model without changing its modules or keys: each block's FFN runs w1|w3 as one fused
+call where it can (``ffn_fusion``), every forward checks that each quantized linear ran through the pack's op
+(``op_coverage``: a model whose forward routed around it is labelled in the registry and the panel), and the text
+context is put on the sampling device once per run instead of in every call (``resident_conds``).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ..ideogram4 import smooth_fold
 from ..ideogram4.comfy_form import to_comfy_state_dict
 from ..ideogram4.config import Ideogram4Config
 from ..ideogram4.errors import CheckpointError
-from . import block_norms, ffn_fusion, op_coverage, qk_rope
+from . import block_norms, ffn_fusion, op_coverage, qk_rope, resident_conds
 from .attention_override import install as install_attention
 from .int8_ops import declare_sites, label_sites, link_folds, make_ops, site_label
 from .streaming_patcher import Ideogram4ModelPatcher
@@ -130,6 +131,7 @@ def build_native_model(
         qk_rope.install(model.diffusion_model, label)
         block_norms.install(model.diffusion_model, label)
         op_coverage.install(model.diffusion_model, label)
+        resident_conds.install(model)
         patcher = Ideogram4ModelPatcher(model, load_device=load_device, offload_device=offload_device)
         patcher.ideogram4_attention = install_attention(patcher.model_options, load_device)
         if offload_device.type != "cpu":

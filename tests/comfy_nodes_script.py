@@ -2155,6 +2155,62 @@ def check_block_norm_handoff():
     return res
 
 
+def check_resident_conds():
+    """The context is put on the sampling device once per run (nodes/resident_conds.py). Anywhere: through ComfyUI's
+    own ``encode_model_conds``, a CPU float32 context comes back as is for a CPU run, and for another device in the
+    model's inference dtype, where ``_apply_model``'s per-call cast returns it unchanged; installing twice wraps
+    once. With COMFY_GPU=1: every model call of a sampling run gets the same CUDA tensor (no per-call copy) and the
+    latent equals the one sampled with ComfyUI's own extra_conds, bit for bit."""
+    import comfy.model_management
+    import comfy.samplers
+    from comfyui_ideogram4_int8.nodes import resident_conds
+
+    write_all()
+    x, ctx, _, _ = inputs(batch=1)
+    cond, uncond, _ = load("i4_w8a8.safetensors", dtype="bf16")
+    model = cond.model
+    res = {"wrapped": getattr(model.extra_conds, "ideogram4_resident", False)}
+    inner = model.extra_conds
+    resident_conds.install(model)
+    res["wrapped_once"] = model.extra_conds is inner
+
+    def encoded(device):
+        conds = [{"cross_attn": ctx, "model_conds": {}}]
+        out = comfy.samplers.encode_model_conds(model.extra_conds, conds, x, device, "positive")
+        return out[0]["model_conds"]["c_crossattn"].cond
+
+    on_cpu = encoded(torch.device("cpu"))
+    res["cpu_same_tensor"] = on_cpu is ctx
+    on_meta = encoded(torch.device("meta"))  # any non-CPU device: the cast happens here, not per call
+    dtype = model.get_dtype_inference()
+    res["meta"] = [str(on_meta.device), str(on_meta.dtype), str(dtype), list(on_meta.shape) == list(ctx.shape)]
+    res["meta_cast_is_noop"] = comfy.model_management.cast_to_device(on_meta, on_meta.device, dtype) is on_meta
+    if GPU:
+        seen, real = [], comfy.model_management.cast_to_device
+
+        def recording(tensor, device, dtype, copy=False):
+            out = real(tensor, device, dtype, copy=copy)
+            if torch.is_tensor(tensor) and tensor.shape[-1] == ctx.shape[-1]:  # the context's per-call cast
+                seen.append([tensor.device.type, out is tensor])
+            return out
+
+        s = int(torch.randint(0, 2**31, (1,), generator=G))
+        comfy.model_management.cast_to_device = recording
+        try:
+            with _env("IDEOGRAM4_INT8_CUDA_GRAPHS", "0"), torch.inference_mode():
+                ours = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=256, h=256)
+                res["gpu/casts"] = sorted({str(c) for c in seen})
+                res["gpu/calls"] = len(seen)
+                seen.clear()
+                del model.extra_conds  # ComfyUI's own: a copy per call
+                theirs = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=256, h=256)
+                res["gpu/own_casts"] = sorted({str(c) for c in seen})
+        finally:
+            comfy.model_management.cast_to_device = real
+        res["gpu/equal"] = bool(torch.equal(ours, theirs))
+    return res
+
+
 def _rope_errors(att, xa, freqs):
     """q after norm + RoPE, the pack's kernel and ComfyUI's, each against float64 of the same q."""
     import comfy.quant_ops
@@ -2231,6 +2287,7 @@ CHECKS = {
     "coverage_replay": check_coverage_replay,
     "block_norms": check_block_norms,
     "block_norm_handoff": check_block_norm_handoff,
+    "resident_conds": check_resident_conds,
     "compile": check_compile,
     "streaming": check_streaming,
     "branch_device": check_branch_device,

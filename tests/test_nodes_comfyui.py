@@ -448,6 +448,17 @@ def test_the_pre_norms_hand_off_only_to_linears_that_quantize_plain_rows(run_che
     assert r["w8a8/hooked/reaches"] == [False, True, True, False], seed
 
 
+def test_the_context_is_cast_to_the_sampling_device_once_per_run(run_check):
+    """ComfyUI's model base casts the context to the GPU in every model call; the pack's models return it from
+    extra_conds (once per run) already on the sampling device in the inference dtype, where that cast is a no-op.
+    On the CPU nothing moves."""
+    r = run_check("resident_conds")
+    assert r["wrapped"] is True and r["wrapped_once"] is True
+    assert r["cpu_same_tensor"] is True
+    assert r["meta"] == ["meta", "torch.bfloat16", "torch.bfloat16", True], r["meta"]
+    assert r["meta_cast_is_noop"] is True
+
+
 def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):
     """A LoRA on w1 / w3 merged in full-load mode is requantized: the weights stay int8, the pair stays one fused
     call, equal to the merged modules' own forwards and close to the float reference of W + delta; in lowvram the

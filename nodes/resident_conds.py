@@ -12,8 +12,11 @@ so the per-call cast finds nothing to do. It lives as long as the run's conds, a
 
 from __future__ import annotations
 
+import os
+
 import torch
 
+ENV_RESIDENT = "IDEOGRAM4_INT8_RESIDENT_CONDS"  # "0": ComfyUI's per-call cast (A/B measurements); read at each run
 CONTEXT_KEY = "c_crossattn"  # what _apply_model casts to (device, inference dtype) on every call
 
 
@@ -26,6 +29,8 @@ def install(model) -> None:
 
     def extra_conds(**kwargs):
         out = inner(**kwargs)
+        if os.environ.get(ENV_RESIDENT, "").strip() == "0":
+            return out
         cond = out.get(CONTEXT_KEY)
         device = kwargs.get("device")
         if device is not None and hasattr(cond, "_copy_with"):  # CONDRegular: process_cond copies it the same way

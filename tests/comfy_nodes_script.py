@@ -2185,6 +2185,8 @@ def check_resident_conds():
     dtype = model.get_dtype_inference()
     res["meta"] = [str(on_meta.device), str(on_meta.dtype), str(dtype), list(on_meta.shape) == list(ctx.shape)]
     res["meta_cast_is_noop"] = comfy.model_management.cast_to_device(on_meta, on_meta.device, dtype) is on_meta
+    with _env(resident_conds.ENV_RESIDENT, "0"):  # the A/B switch: ComfyUI's per-call cast
+        res["switched_off_same_tensor"] = encoded(torch.device("meta")) is ctx
     if GPU:
         seen, real = [], comfy.model_management.cast_to_device
 

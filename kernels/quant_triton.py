@@ -2,6 +2,9 @@
 
 Twin: ``reference.quantize_per_token_ref`` (same roundings, bit-identical output).
 
+Codes: int8 (scale = absmax / 127), or float8 e4m3 (absmax / 448; Ada and Hopper, for an FP8 GEMM) when the output
+tensor is float8_e4m3fn: the same passes, only the scale's constant and the rounding differ.
+
 One program handles BLOCK_M rows. When the whole row fits in one tile (K <= BLOCK_K) the row
 is read once; otherwise a first loop finds the row's absmax and a second loop quantizes
 (the second read of a 9-100 KB row mostly hits L2).
@@ -35,6 +38,20 @@ if interpreter_mode():
     def _round_to_int8(v, ok):
         return tl.where(ok, ((v + 12582912.0) - 12582912.0).to(tl.int32), 0).to(tl.int8)
 
+    # The interpreter's float32 -> e4m3 cast misrounds values that round up into the next binade (126.7
+    # gave 64), but converts every e4m3 value exactly: round on e4m3's grid first, in float32. The step
+    # is 2^(exponent - 3), at least 2^-9 (the subnormal spacing); dividing and multiplying by a power
+    # of two is exact, and the integer quotient rounds half to even as above. Inputs lie within
+    # +-448 (1 + 2^-24)^2, which rounds to +-448; the clamp only says so.
+    @triton.jit
+    def _round_to_fp8(v, ok):
+        a = tl.abs(v)
+        exponent = a.to(tl.int32, bitcast=True) >> 23
+        step = ((tl.maximum(exponent, 121) - 3) << 23).to(tl.float32, bitcast=True)
+        r = tl.minimum(((a / step + 12582912.0) - 12582912.0) * step, 448.0)
+        negative = v.to(tl.int32, bitcast=True) < 0  # the sign bit: -0.0 keeps its code, as the GPU's cvt does
+        return tl.where(ok, tl.where(negative, -r, r), 0.0).to(tl.float8e4nv)
+
     # The interpreter runs a custom-combine tl.reduce element by element in Python; the built-in
     # max over |x| with NaN mapped to inf gives the same amax test.
     @triton.jit
@@ -53,6 +70,11 @@ else:
         return libdevice.float2int_rn(v).to(tl.int8)
 
     @triton.jit
+    def _round_to_fp8(v, ok):
+        # cvt.rn.satfinite to e4m3: round half to even; rows that are not ok may hold NaN, so they are zeroed first
+        return tl.where(ok, v, 0.0).to(tl.float8e4nv)
+
+    @triton.jit
     def _absmax(x, AXIS: tl.constexpr):
         return tl.reduce(tl.abs(x), AXIS, _max_nan)
 
@@ -63,25 +85,29 @@ def _row_absmax(x):
 
 
 @triton.jit
-def _quantize_tile(x, inv, ok):
-    """int8 of x * inv (inv, ok: [BLOCK_M, 1], or one row's scalars), half to even; rows that are
-    not ok (zero, non-finite, inv overflow) give 0. No clamp: |x| <= amax and inv = RN(127 / amax)
-    give |RN(x * inv)| <= 127 (1 + 2^-24)^2 < 127.5, so the rounded value already lies in
-    [-127, 127]."""
-    return _round_to_int8(x * inv, ok)
+def _quantize_tile(x, inv, ok, FP8: tl.constexpr = False):
+    """int8 (FP8: float8 e4m3) of x * inv (inv, ok: [BLOCK_M, 1], or one row's scalars), half to even;
+    rows that are not ok (zero, non-finite, inv overflow) give 0. No clamp: |x| <= amax and
+    inv = RN(QMAX / amax) give |RN(x * inv)| <= QMAX (1 + 2^-24)^2, which rounds to at most 127
+    (int8) or 448 (e4m3's largest finite value)."""
+    if FP8:
+        q = _round_to_fp8(x * inv, ok)
+    else:
+        q = _round_to_int8(x * inv, ok)
+    return q
 
 
 @triton.jit
-def _row_scale(amax):
+def _row_scale(amax, QMAX: tl.constexpr = 127.0):
     """(inv, ok, scale) of rows (or one row, as scalars) whose absmax is ``amax`` (NaN or inf: the row holds
-    NaN/Inf). One IEEE division per row, then multiplies: the twin does exactly the same. A row whose 127 / amax
-    overflows (amax < 3.8e-37) quantizes to zeros like an all-zero row; a non-finite row gets zeros and scale NaN
-    (its output row is NaN)."""
+    NaN/Inf), for codes up to QMAX (127 for int8, 448 for e4m3). One IEEE division per row, then multiplies: the
+    twin does exactly the same. A row whose QMAX / amax overflows (amax < ~1e-36) quantizes to zeros like an
+    all-zero row; a non-finite row gets zeros and scale NaN (its output row is NaN)."""
     not_finite = ~(amax < float("inf"))
-    inv = tl.math.div_rn(tl.full(amax.shape, 127.0, tl.float32), tl.where(amax > 0.0, amax, 1.0))
+    inv = tl.math.div_rn(tl.full(amax.shape, QMAX, tl.float32), tl.where(amax > 0.0, amax, 1.0))
     ok = ~not_finite & (amax > 0.0) & (inv < float("inf"))
     inv = tl.where(ok, inv, 0.0)
-    scale = tl.where(not_finite, float("nan"), tl.math.div_rn(amax, tl.full(amax.shape, 127.0, tl.float32)))
+    scale = tl.where(not_finite, float("nan"), tl.math.div_rn(amax, tl.full(amax.shape, QMAX, tl.float32)))
     return inv, ok, scale
 
 
@@ -125,6 +151,7 @@ def _quantize_rows_kernel(
     NUM_STAGES: tl.constexpr,
     TAIL_K: tl.constexpr,
 ):
+    FP8: tl.constexpr = q_ptr.dtype.element_ty == tl.float8e4nv  # e4m3 codes instead of int8
     # Persistent when launched with fewer programs than row blocks: each program strides over
     # row blocks (no partial last wave; the next block's loads can be pipelined).
     for blk in tl.range(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.num_programs(0), num_stages=NUM_STAGES):
@@ -143,6 +170,7 @@ def _quantize_rows_kernel(
             BLOCK_K,
             ONE_PASS,
             TAIL_K,
+            FP8,
         )
 
 
@@ -162,9 +190,12 @@ def _quantize_block(
     BLOCK_K: tl.constexpr,
     ONE_PASS: tl.constexpr,
     TAIL_K: tl.constexpr,
+    FP8: tl.constexpr,
 ):
     """ONE_PASS: the row is held in registers as a BLOCK_K tile, plus (TAIL_K > 0) a second
-    TAIL_K tile at column BLOCK_K, so a K like 4608 = 4096 + 512 needs no half-masked 8192 tile."""
+    TAIL_K tile at column BLOCK_K, so a K like 4608 = 4096 + 512 needs no half-masked 8192 tile.
+    FP8: float8 e4m3 codes (scale = absmax / 448) instead of int8 (absmax / 127)."""
+    QMAX: tl.constexpr = 448.0 if FP8 else 127.0
     # One row in a head and a tail tile: its absmax, inv and ok are kept as scalars (see below).
     ROW_SCALARS: tl.constexpr = ONE_PASS and TAIL_K > 0 and BLOCK_M == 1
     rows = blk * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -191,7 +222,7 @@ def _quantize_block(
         for k0 in range(0, K, BLOCK_K):
             x, mask = _load_row_tile(x_ptr, smooth_ptr, rows, k0 + cols0, M, K, stride_xm, HAS_SMOOTH)
             amax = _max_nan(amax, _row_absmax(x))
-    inv, ok, scale = _row_scale(amax)
+    inv, ok, scale = _row_scale(amax, QMAX)
     tl.store(scale_ptr + rows, scale, mask=rows < M)
 
     if not ROW_SCALARS:
@@ -201,14 +232,14 @@ def _quantize_block(
     # Pass 2: quantize. Non-finite rows write zeros (their scale is NaN, so the output row is NaN).
     q_row = q_ptr + rows[:, None].to(tl.int64) * stride_qm
     if ONE_PASS:
-        tl.store(q_row + cols0[None, :], _quantize_tile(x, inv, ok), mask=mask)
+        tl.store(q_row + cols0[None, :], _quantize_tile(x, inv, ok, FP8), mask=mask)
         if TAIL_K > 0:
-            tl.store(q_row + cols_t[None, :], _quantize_tile(xt, inv, ok), mask=mask_t)
+            tl.store(q_row + cols_t[None, :], _quantize_tile(xt, inv, ok, FP8), mask=mask_t)
     else:
         for k0 in range(0, K, BLOCK_K):
             cols = k0 + cols0
             x, mask = _load_row_tile(x_ptr, smooth_ptr, rows, cols, M, K, stride_xm, HAS_SMOOTH)
-            tl.store(q_row + cols[None, :], _quantize_tile(x, inv, ok), mask=mask)
+            tl.store(q_row + cols[None, :], _quantize_tile(x, inv, ok, FP8), mask=mask)
 
 
 # -- ConvRot: the rotation inside the quantizer ------------------------------------------------------
@@ -344,11 +375,12 @@ def _programs(M: int, block_m: int, per_sm: int, num_sms: int | None) -> int:
     return min(blocks, num_sms * per_sm)
 
 
-def build_launch(x, smooth=None, params=None, num_sms=None, q=None, scale=None) -> tuple:
-    """(kernel, grid, args, kwargs) quantizing x [M, K] into q / scale (new ones when None). Device-free:
-    the offline compile check builds it from CPU tensors (``num_sms`` stands in for the device's)."""
+def build_launch(x, smooth=None, params=None, num_sms=None, q=None, scale=None, codes=torch.int8) -> tuple:
+    """(kernel, grid, args, kwargs) quantizing x [M, K] into q / scale (new ones when None; ``codes``: their
+    type, int8 or float8_e4m3fn, which q's type sets when given). Device-free: the offline compile check
+    builds it from CPU tensors (``num_sms`` stands in for the device's)."""
     M, K = x.shape
-    q = torch.empty((M, K), dtype=torch.int8, device=x.device) if q is None else q
+    q = torch.empty((M, K), dtype=codes, device=x.device) if q is None else q
     scale = torch.empty((M,), dtype=torch.float32, device=x.device) if scale is None else scale
     if num_sms is None and x.device.type == "cuda":
         num_sms = sm_count(x.device)
@@ -376,12 +408,15 @@ def build_launch(x, smooth=None, params=None, num_sms=None, q=None, scale=None) 
     return _quantize_rows_kernel, (grid,), args, dict(num_warps=warps)
 
 
-def quantize_rows_triton(x: torch.Tensor, smooth: torch.Tensor | None = None, params: dict | None = None):
-    """x [M, K] (row stride arbitrary, unit column stride) -> (int8 [M, K], float32 [M]).
+def quantize_rows_triton(
+    x: torch.Tensor, smooth: torch.Tensor | None = None, params: dict | None = None, codes=torch.int8
+):
+    """x [M, K] (row stride arbitrary, unit column stride) -> (codes [M, K], float32 [M]); ``codes``:
+    torch.int8 (scale = absmax / 127) or torch.float8_e4m3fn (absmax / 448).
 
     ``params`` overrides the launch heuristic (benchmark sweeps)."""
     M, K = x.shape
-    q = torch.empty((M, K), dtype=torch.int8, device=x.device)
+    q = torch.empty((M, K), dtype=codes, device=x.device)
     scale = torch.empty((M,), dtype=torch.float32, device=x.device)
     if M == 0:
         return q, scale

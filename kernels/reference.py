@@ -7,6 +7,8 @@ the test oracle:
     s[m]    = amax[m] / 127,   amax[m] = max_k |x[m,k] / smooth[k]|
     y[m,n]  = out_dtype((float(acc[m,n]) * s[m]) * w_scale[n] + bias[n]),  acc = sum_k q[m,k] w[n,k]
 
+The quantizer can also give float8 e4m3 codes: q = e4m3(x / smooth * (448 / amax)), half to even, s = amax / 448.
+
 Edge rows: an all-zero row gives s = 0 and q = 0, so y is exactly the bias (never NaN);
 a row holding NaN/Inf gives q = 0 and s = NaN, so its output row is NaN and no other row
 is touched.
@@ -24,8 +26,13 @@ QMAX = 127.0
 INT32_SAFE_MAX_K = (2**31 - 1) // (127 * 127)  # 133_144
 
 
-def quantize_per_token_ref(x: torch.Tensor, smooth: torch.Tensor | None = None):
-    """[M, K] float -> (int8 [M, K], float32 [M]); see the module docstring for the contract."""
+FP8_MAX = 448.0  # e4m3's largest finite value
+
+
+def quantize_per_token_ref(x: torch.Tensor, smooth: torch.Tensor | None = None, codes=torch.int8):
+    """[M, K] float -> (codes [M, K], float32 [M]); see the module docstring for the contract. ``codes``
+    torch.float8_e4m3fn: scale = absmax / 448 and the products rounded to e4m3, half to even."""
+    fp8 = codes == torch.float8_e4m3fn
     xf = x.float()
     if smooth is not None:
         xf = xf / smooth.float()
@@ -34,12 +41,14 @@ def quantize_per_token_ref(x: torch.Tensor, smooth: torch.Tensor | None = None):
     # 127 / amax is computed once per row (IEEE division), the elements are then multiplied:
     # the Triton kernel does exactly the same two roundings. Tensor / tensor on purpose: torch
     # computes `scalar / tensor` as scalar * reciprocal(tensor), a second rounding.
-    qmax = torch.full_like(amax, QMAX)
+    qmax = torch.full_like(amax, FP8_MAX if fp8 else QMAX)
     inv = qmax / torch.where(amax > 0, amax, torch.ones_like(amax))
-    # a row whose 127 / amax overflows (amax < 3.8e-37) quantizes to zeros, like an all-zero row
+    # a row whose qmax / amax overflows (amax < ~1e-36) quantizes to zeros, like an all-zero row
     inv = torch.where(finite & (amax > 0) & torch.isfinite(inv), inv, torch.zeros_like(amax))
-    q = torch.round(xf * inv[:, None]).clamp_(-QMAX, QMAX)
-    q = torch.where(torch.isfinite(q), q, torch.zeros_like(q)).to(torch.int8)
+    # rows without a scale (zero, non-finite, overflow) give +0 codes (e4m3 has a -0 code)
+    v = torch.where(inv[:, None] > 0, xf * inv[:, None], torch.zeros_like(xf))
+    # torch's e4m3 cast rounds half to even, and |v| <= 448 (1 + 2^-24)^2 rounds to at most 448
+    q = v.to(codes) if fp8 else torch.round(v).clamp_(-QMAX, QMAX).to(torch.int8)
     scale = torch.where(finite, amax / qmax, torch.full_like(amax, float("nan")))
     return q, scale
 

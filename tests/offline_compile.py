@@ -201,8 +201,9 @@ def gemm_launches(cfg, epilogue: str, cc: int):
     return T.build_launches(q, w, cfg, None if raw else sa, None if raw else sb, bias, out, raw, num_sms=132, up=up)
 
 
-def other_launches() -> list:
-    """(name, kernel, grid, args, kwargs) of the quantizer, the q/k norm + RoPE kernel and the block's norms."""
+def other_launches(cc: int = 90) -> list:
+    """(name, kernel, grid, args, kwargs) of the quantizer, the q/k norm + RoPE kernel and the block's norms on
+    compute capability ``cc`` (the quantizer's e4m3 codes from 89: Ada and Hopper have FP8)."""
     from comfyui_ideogram4_int8.kernels import qk_norm_rope_triton as R
     from comfyui_ideogram4_int8.kernels import quant_triton as Q
 
@@ -211,6 +212,11 @@ def other_launches() -> list:
         x = torch.empty(m, k, dtype=torch.bfloat16)
         (kernel, grid, args, kwargs) = Q.build_launch(x, x[0] if smooth else None, num_sms=132)
         cases.append((f"quantize {m}x{k}{' smooth' if smooth else ''}", kernel, grid, args, kwargs))
+    if cc >= 89:
+        for m, k in ((4608, 12288), (1000, 3000)):  # the protected w2's K as a head and a tail tile; two passes
+            x = torch.empty(m, k, dtype=torch.bfloat16)
+            (kernel, grid, args, kwargs) = Q.build_launch(x, num_sms=132, codes=torch.float8_e4m3fn)
+            cases.append((f"quantize {m}x{k} to e4m3", kernel, grid, args, kwargs))
     for group in Q.ROTATION_GROUPS:  # ConvRot inside the quantizer (int8_convrot files)
         x = torch.empty(4608, 4608, dtype=torch.bfloat16)
         kernel, grid, args, kwargs = Q.build_rotated_launch(x, group)
@@ -322,7 +328,7 @@ def sweep(archs=ARCHS, quick: bool = False, echo=print) -> list[dict]:
                     )
                 )
                 echo(_fmt(rows[-1]))
-        for name, kernel, _grid, args, kwargs in other_launches():
+        for name, kernel, _grid, args, kwargs in other_launches(cc):
             rows.append(check(name, kernel, args, kwargs, cc, None))
             echo(_fmt(rows[-1]))
     return rows

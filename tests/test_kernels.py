@@ -145,6 +145,51 @@ def test_quantize_extreme_rows_match_twin(k, gen):
     check_quantize_edge_rows(k, gen)
 
 
+FP8 = torch.float8_e4m3fn
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("m,k", [(3, 700), (2, 4608), (2, 12288), (5, 3000)])
+def test_fp8_codes_are_the_twins_bit_for_bit(dtype, m, k, gen):
+    """The quantizer's e4m3 codes (kernels/quant_triton.py, for FP8 GEMMs): one row in registers (700), a head and a
+    tail tile (4608, and w2's 12288 = 8192 + 4096), two passes (3000); outlier channels, a zero, a NaN and an Inf
+    row; codes, their round trip within half a step of e4m3's grid, scale = absmax / 448."""
+    from comfyui_ideogram4_int8.kernels.quant_triton import quantize_rows_triton
+
+    x = activations(m + 3, k, gen, dtype=dtype)
+    x[:, 7] *= 300.0
+    x[m] = 0.0
+    x[m + 1, 11] = float("nan")
+    x[m + 2, 5] = float("inf")
+    q, s = quantize_rows_triton(x, codes=FP8)  # the kernel itself (the interpreter here), not a dispatcher
+    qr, sr = K.quantize_per_token_ref(x, codes=FP8)
+    assert q.dtype == FP8 and s.dtype == torch.float32
+    assert torch.equal(q.view(torch.uint8), qr.view(torch.uint8)), f"seed {gen.initial_seed()}"
+    assert torch.equal(s.nan_to_num(-1.0), sr.nan_to_num(-1.0))
+    assert s[m] == 0 and not q[m].float().any() and s[m + 1].isnan() and s[m + 2].isnan()
+    assert not q[m + 1 :].float().any()
+    rows = x[:m].double()
+    assert torch.equal(s[:m].double(), (rows.abs().amax(1).float() / 448.0).double())
+    v = rows / s[:m, None].double()  # what was rounded, in float64
+    back = q[:m].double()
+    # e4m3: 3 mantissa bits (relative step 2^-3 above 2^-6, absolute 2^-9 below): within half a step
+    step = torch.where(v.abs() >= 2.0**-6, torch.exp2(torch.floor(torch.log2(v.abs().clamp_min(2.0**-6)))) / 8, 2.0**-9)
+    assert ((back - v).abs() <= step / 2 * (1 + 1e-6)).all()
+    assert back.abs().max() <= 448.0
+
+
+def test_fp8_codes_round_half_to_even_and_up_into_the_next_binade():
+    """Rows whose absmax is 448 (inv = 1): e4m3 spacing is 16 between 128 and 256, 32 above; halves go to the even
+    code, and 126.7 rounds up to 128 (the interpreter's own float32 -> e4m3 cast gave 64 there)."""
+    from comfyui_ideogram4_int8.kernels.quant_triton import quantize_rows_triton
+
+    x = torch.tensor([[448.0, 136.0, 152.0, 126.7, -126.7, 0.0009765625, 0.0029296875, 440.0]])
+    q, s = quantize_rows_triton(x, codes=FP8)
+    assert s.item() == 1.0
+    assert q.float().tolist() == [[448.0, 128.0, 160.0, 128.0, -128.0, 0.0, 0.00390625, 448.0]]
+    assert torch.equal(q.view(torch.uint8), K.quantize_per_token_ref(x, codes=FP8)[0].view(torch.uint8))
+
+
 def test_quantize_keeps_leading_dims(gen):
     x = activations(2 * 3, 64, gen).reshape(2, 3, 64)
     q, s = K.quantize_per_token(x)

@@ -574,3 +574,31 @@ def test_the_pre_norms_handed_quantization_on_the_gpu_is_the_quantizers(b, token
     got = K.w8a8_linear(out, wq, ws)
     assert launches("quant_handoff") == handed + 1 and not handoff.pending()
     assert torch.equal(got, K.w8a8_linear(out.clone(), wq, ws))
+
+
+@pytest.mark.parametrize(
+    ("m", "k", "dtype"),
+    [(4608, 12288, torch.bfloat16), (333, 4608, torch.float16), (77, 3000, torch.float32), (5, 53248, torch.bfloat16)],
+)
+def test_the_quantizers_fp8_codes_on_the_gpu_are_the_twins(m, k, dtype):
+    """The compiled kernel's e4m3 codes (its hardware cvt, not the interpreter's grid rounding) and scales equal the
+    twin's bit for bit, on the GPU and on the CPU: the protected w2's input, a head/tail row, two passes, long rows;
+    outlier channels, a zero row, NaN, -inf and -0.0 entries."""
+    from comfyui_ideogram4_int8.kernels.quant_triton import quantize_rows_triton
+
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("e4m3 codes need an Ada or Hopper GPU")
+    gen = torch.Generator().manual_seed(m + k)
+    x = torch.randn(m, k, generator=gen) * torch.randn(m, k, generator=gen).abs()
+    x[:, :8] *= 300.0
+    x[1] = 0.0
+    x[2, 9] = float("nan")
+    x[3, 4] = float("-inf")
+    x[4, :16] = -0.0
+    x = x.to(dtype)
+    fp8 = torch.float8_e4m3fn
+    q, s = quantize_rows_triton(x.cuda(), codes=fp8)
+    for twin_q, twin_s in (K.quantize_per_token_ref(x.cuda(), codes=fp8), K.quantize_per_token_ref(x, codes=fp8)):
+        assert torch.equal(q.view(torch.uint8).cpu(), twin_q.view(torch.uint8).cpu())
+        assert torch.equal(s.nan_to_num(-1.0).cpu(), twin_s.nan_to_num(-1.0).cpu())
+    assert s[1] == 0 and s[2].isnan() and s[3].isnan()

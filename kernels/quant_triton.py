@@ -49,8 +49,11 @@ if interpreter_mode():
         exponent = a.to(tl.int32, bitcast=True) >> 23
         step = ((tl.maximum(exponent, 121) - 3) << 23).to(tl.float32, bitcast=True)
         r = tl.minimum(((a / step + 12582912.0) - 12582912.0) * step, 448.0)
-        negative = v.to(tl.int32, bitcast=True) < 0  # the sign bit: -0.0 keeps its code, as the GPU's cvt does
-        return tl.where(ok, tl.where(negative, -r, r), 0.0).to(tl.float8e4nv)
+        # the sign goes on as a bit: a value that rounds to zero keeps its -0 code, as the GPU's cvt keeps it
+        # (Triton 3.4's interpreter casts -0.0 to +0)
+        sign = tl.where(ok, tl.where(v.to(tl.int32, bitcast=True) < 0, 128, 0), 0).to(tl.uint8)
+        code = tl.where(ok, r, 0.0).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        return (code | sign).to(tl.float8e4nv, bitcast=True)
 
     # The interpreter runs a custom-combine tl.reduce element by element in Python; the built-in
     # max over |x| with NaN mapped to inf gives the same amax test.

@@ -158,6 +158,7 @@ def test_fp8_codes_are_the_twins_bit_for_bit(dtype, m, k, gen):
 
     x = activations(m + 3, k, gen, dtype=dtype)
     x[:, 7] *= 300.0
+    x[0, :4] = -0.0  # e4m3 has a -0 code: the GPU's cvt keeps the sign, so the kernel must everywhere
     x[m] = 0.0
     x[m + 1, 11] = float("nan")
     x[m + 2, 5] = float("inf")

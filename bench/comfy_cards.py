@@ -61,6 +61,7 @@ def parent(a) -> dict:
             "size": f"{a.size or e2e.WIDTH}x{a.size or e2e.WIDTH}",
             "steps": a.steps,
             "setup": a.setup,
+            "sampler": a.sampler,
             "vram_gib": a.vram,
         },
         "runs": {},
@@ -135,6 +136,8 @@ def _spawn(
         str(a.seed),
         "--setup",
         a.setup,
+        "--sampler",
+        a.sampler,
         "--child",
         json.dumps(job),
     ]
@@ -223,8 +226,8 @@ def print_table(result: dict) -> None:
 
     print_runs(
         f"{info.get('gpu', '?')}, torch {info.get('torch', '?')}, triton {info.get('triton', '?')}, ComfyUI "
-        f"{info.get('comfyui', '?')}, {info['size']}, {info['steps']} steps, setup {info['setup']}, pinned H2D "
-        f"{info.get('pinned_gib_s', '?')} GiB/s",
+        f"{info.get('comfyui', '?')}, {info['size']}, {info['steps']} steps, setup {info['setup']}, sampler "
+        f"{info.get('sampler', 'pack')}, pinned H2D {info.get('pinned_gib_s', '?')} GiB/s",
         ("run", 34),
         f"{'min ms':>8}{'med ms':>8}{'x res':>7}{'x fp8':>7}{'x bf16':>7}{'x int8':>7}{'floor':>7}"
         f"{'GiB/st':>7}{'copy':>7}{'hid':>5}{'peak':>7}  dynvram",
@@ -518,7 +521,7 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str |
         torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         start.record()
-        latent = sampler_nodes.sample(models[0], models[1], [[ctx, {}]], plan, size, size, a.seed)
+        latent = e2e.sample_with(a.sampler, models, ctx, plan, size, a.seed)
         torch.cuda.synchronize()
         times = [a_.elapsed_time(b) for a_, b in zip([start, *marks[:-1]], marks, strict=True)]
         return latent, times

@@ -65,6 +65,7 @@ PEERS = {  # name: (layout, how it loads)
     "ours-w8a8-blocks": ("w8a8", "loader"),  # low-VRAM streaming of whole blocks (A/B against pieces)
     "ours-w8a8-comfy-norms": ("w8a8", "loader"),  # the blocks' norms as ComfyUI's ops (A/B against the fused kernel)
     "ours-w8a8-no-handoff": ("w8a8", "loader"),  # the fused norms, the linears quantize their inputs (A/B)
+    "ours-w8a8-conds-per-call": ("w8a8", "loader"),  # the context cast to the GPU in every call (A/B, --sampler native)
 }
 PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for the next)
     "ours-w8a8-graphs": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "1"},
@@ -72,6 +73,7 @@ PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for t
     "ours-w8a8-blocks": {"IDEOGRAM4_INT8_STREAM_PIECES": "0"},
     "ours-w8a8-comfy-norms": {"IDEOGRAM4_INT8_BLOCK_NORMS": "comfyui"},
     "ours-w8a8-no-handoff": {"IDEOGRAM4_INT8_BLOCK_NORMS": "no-handoff"},
+    "ours-w8a8-conds-per-call": {"IDEOGRAM4_INT8_RESIDENT_CONDS": "0"},
 }
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
 COMPILE_MODES = ("default", "cudagraphs", "blocks", "max-autotune-no-cudagraphs", "reduce-overhead")
@@ -135,6 +137,14 @@ def _parse(argv):
         "--host-profile",
         action="store_true",
         help="with --vram: the Python functions of one 2-step run by host time (cProfile) in each run's entry",
+    )
+    p.add_argument(
+        "--sampler",
+        default="pack",
+        choices=SAMPLERS,
+        help="pack (default): every peer through the pack's sampler node; native: through ComfyUI's own Dual Model "
+        "CFG Guider + SamplerCustomAdvanced (Euler, the same sigmas, a constant cfg), as native Ideogram 4 "
+        "workflows sample",
     )
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # JSON of one run (peer, cap, files)
     a = p.parse_args(argv)
@@ -318,9 +328,38 @@ def _comfy_kitchen_backend() -> str:
         return f"comfy-kitchen backend unknown: {type(exc).__name__}: {exc}"
 
 
-def _sample(models, ctx, steps: int, seed: int, size: int) -> tuple[torch.Tensor, float]:
-    from ..ideogram4 import sampling_args
+SAMPLERS = ("pack", "native")
+
+
+def sample_with(sampler: str, models, ctx, plan, size: int, seed: int) -> torch.Tensor:
+    """One run's latent through the pack's sampler node (``pack``) or as ComfyUI's own nodes run it (``native``):
+    *Dual Model CFG Guider* (the negative input unconnected: image-only) and *SamplerCustomAdvanced* with Euler on the
+    plan's sigmas, a constant cfg (the plan's first), the CONDITIONING where the text encoder left it."""
     from ..nodes import sampler_nodes
+
+    if sampler == "pack":
+        return sampler_nodes.sample(models[0], models[1], [[ctx, {}]], plan, size, size, seed)
+    import comfy.model_management
+    import comfy.samplers
+    from comfy_extras import nodes_custom_sampler as ncs
+
+    guider = ncs.DualModelGuider.execute(
+        model=models[0], positive=[[ctx, {}]], cfg=float(plan.guidance[0]), model_negative=models[1]
+    ).result[0]
+    channels = models[0].model.latent_format.latent_channels
+    latent = torch.zeros([1, channels, size // 16, size // 16], device=comfy.model_management.intermediate_device())
+    out = ncs.SamplerCustomAdvanced.execute(
+        noise=ncs.Noise_RandomNoise(seed),
+        guider=guider,
+        sampler=comfy.samplers.sampler_object("euler"),
+        sigmas=plan.sigmas,
+        latent_image={"samples": latent},
+    ).result[0]
+    return out["samples"]
+
+
+def _sample(models, ctx, steps: int, seed: int, size: int, sampler: str = "pack") -> tuple[torch.Tensor, float]:
+    from ..ideogram4 import sampling_args
 
     plan = (
         sampling_args.plan_sampling("Default 20", size, size)
@@ -329,7 +368,7 @@ def _sample(models, ctx, steps: int, seed: int, size: int) -> tuple[torch.Tensor
     )
     _sync()
     t0 = time.perf_counter()
-    latent = sampler_nodes.sample(models[0], models[1], [[ctx, {}]], plan, size, size, seed)
+    latent = sample_with(sampler, models, ctx, plan, size, seed)
     _sync()
     return latent.float().cpu(), (time.perf_counter() - t0) * 1e3
 
@@ -427,6 +466,7 @@ def run(argv=None) -> dict:
             "size": f"{size}x{size}",
             "text_tokens": TEXT_TOKENS,
             "steps": a.steps,
+            "sampler": a.sampler,
             "backends": kernels.backends.report(),
             "cached_launches": launch.status(),
         },
@@ -441,10 +481,12 @@ def run(argv=None) -> dict:
                 models, notes = _load(peer, files, config)
                 entry.update(load_s=round(time.perf_counter() - t0, 1), **notes)
                 kernels.REGISTRY.clear()
-                _, eager_warmup_ms = _sample(models, ctx, 2, a.seed, size)  # warm-up: autotuning, first loads
+                _, eager_warmup_ms = _sample(
+                    models, ctx, 2, a.seed, size, a.sampler
+                )  # warm-up: autotuning, first loads
                 _reset_peaks()
                 with ClockWatch() as watch:
-                    latent, ms = _sample(models, ctx, a.steps, a.seed, size)
+                    latent, ms = _sample(models, ctx, a.steps, a.seed, size, a.sampler)
                 entry.update(
                     sm_mhz_median=watch.sm_mhz,
                     watts_median=watch.watts,
@@ -502,12 +544,12 @@ def _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_war
         compiled = _compiled(models, mode)
         kernels.REGISTRY.clear()
         frames = compiled_frames()  # the process's count so far (dynamo's reset keeps its counters)
-        _, warm_ms = _sample(compiled, ctx, 2, a.seed, size)  # tracing, code generation, autotuning
+        _, warm_ms = _sample(compiled, ctx, 2, a.seed, size, a.sampler)  # tracing, code generation, autotuning
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         warm = compiled_frames()
         with ClockWatch() as watch:  # a compiled step is denser than eager: the board may sit lower on its clock
-            latent, ms = _sample(compiled, ctx, a.steps, a.seed, size)
+            latent, ms = _sample(compiled, ctx, a.steps, a.seed, size, a.sampler)
         entry.update(
             frames_compiled={"warmup": warm - frames, "timed_steps": compiled_frames() - warm},
             sm_mhz_median=watch.sm_mhz,

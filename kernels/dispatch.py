@@ -157,16 +157,36 @@ def _int_mm_padded(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 _EPILOGUE_SHAPE = ("epilogue",)  # the demotion key of the cuBLAS path's Triton epilogue (one kernel, any shape)
 
 
+def _unless_demoted(shape: tuple, what: str, run):
+    """``run()``, the Triton variant ``shape`` (its demotion key), unless it failed before; None where it fails now
+    (demoted with the error as its reason, ``DEMOTIONS``) or did: the caller runs the twin instead."""
+    if DEMOTIONS.get("triton", shape):
+        return None
+    try:
+        return run()
+    except Exception as exc:  # noqa: BLE001 - the caller's twin computes the same function
+        DEMOTIONS.demote("triton", shape, exc, what)
+        return None
+
+
+def _demotion_of(kernel: str) -> str | None:
+    """Why a variant of the Triton ``kernel`` (its demotion keys' first item) was demoted, or None."""
+    return next(
+        (d["reason"] for d in DEMOTIONS.items() if d["backend"] == "triton" and d["shape"][:1] == [kernel]), None
+    )
+
+
 def _cublas_linear(q, s, w, w_scale, bias, out_dtype):
     acc = _int_mm_padded(q, w)
     REGISTRY.count_launch("int_mm")
-    if acc.is_cuda and unavailable("triton", acc.device) is None and not DEMOTIONS.get("triton", _EPILOGUE_SHAPE):
+    if acc.is_cuda and unavailable("triton", acc.device) is None:
         from .gemm_triton import apply_epilogue
 
-        try:
-            return apply_epilogue(acc, s, w_scale, bias, out_dtype)
-        except Exception as exc:  # noqa: BLE001 - the torch epilogue below computes the same function
-            DEMOTIONS.demote("triton", _EPILOGUE_SHAPE, exc, "Triton epilogue kernel")
+        out = _unless_demoted(
+            _EPILOGUE_SHAPE, "Triton epilogue kernel", lambda: apply_epilogue(acc, s, w_scale, bias, out_dtype)
+        )
+        if out is not None:
+            return out
     return reference.epilogue_ref(acc, s, w_scale, bias, out_dtype)
 
 
@@ -272,9 +292,18 @@ def float_linear(
     return y
 
 
+QK_ROPE_KERNEL = "Triton q/k norm + RoPE kernel (qk_norm_rope)"  # the demotion record's name of the kernel
+
+
+def qk_rope_demotion() -> str | None:
+    """Why the q/k norm + RoPE kernel was demoted for some head size and dtype (calls there run the twin), or None."""
+    return _demotion_of("qk_norm_rope")
+
+
 def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, eps: float):
     """Per-head RMSNorm + split-half RoPE of q or k [B, N, H, D] (e.g. a strided view of the qkv
-    output) -> contiguous [B, N, H, D]. One Triton pass where it can run, else the twin."""
+    output) -> contiguous [B, N, H, D]. One Triton pass where it can run and has not failed for this head size and
+    dtype (else demoted with its reason, ``qk_rope_demotion``), else the twin."""
     if x.dim() != 4 or cos.shape != (x.shape[1], x.shape[3] // 2) or sin.shape != cos.shape:
         raise KernelInputError(
             f"qk_norm_rope: x must be [B, N, H, D] with cos/sin [N, D/2]; got {tuple(x.shape)}, {tuple(cos.shape)}"
@@ -287,12 +316,20 @@ def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: 
         and unavailable("triton", x.device) is None
         and weight.device == x.device
     )
-    if not fused_ok:
-        return reference.qk_norm_rope_ref(x, weight, cos, sin, eps)
-    from .qk_norm_rope_triton import qk_norm_rope_triton
+    out = None
+    if fused_ok:
+        shape = ("qk_norm_rope", x.shape[-1], str(x.dtype).removeprefix("torch."))
 
+        def run():
+            from .qk_norm_rope_triton import qk_norm_rope_triton
+
+            return qk_norm_rope_triton(x, weight.contiguous(), cos.float().contiguous(), sin.float().contiguous(), eps)
+
+        out = _unless_demoted(shape, QK_ROPE_KERNEL, run)
+    if out is None:
+        return reference.qk_norm_rope_ref(x, weight, cos, sin, eps)
     REGISTRY.count_launch("qk_norm_rope_triton")
-    return qk_norm_rope_triton(x, weight.contiguous(), cos.float().contiguous(), sin.float().contiguous(), eps)
+    return out
 
 
 def _modulation_rows(x: torch.Tensor, vector: torch.Tensor) -> torch.Tensor | None:
@@ -322,7 +359,7 @@ BLOCK_NORM_KERNEL = "Triton block-norm kernel (rms_modulate)"  # the demotion re
 
 def block_norm_demotion() -> str | None:
     """Why the block-norm kernel was demoted for some shape (its calls there run the twin), or None."""
-    return next((d["reason"] for d in DEMOTIONS.items() if d["shape"][:1] == ["rms_modulate"]), None)
+    return _demotion_of("rms_modulate")
 
 
 def _rms_modulate_rows(src, residual, weight, rows, eps: float, hand_off: bool = False) -> torch.Tensor | None:
@@ -330,16 +367,15 @@ def _rms_modulate_rows(src, residual, weight, rows, eps: float, hand_off: bool =
     the output's int8 form is offered to the next quantizer (handoff.py). None where the kernel failed for this
     variant, now or before (demoted with its reason, ``DEMOTIONS``): the caller runs the twin."""
     B, N, C = src.shape
-    shape = ("rms_modulate", C, residual is not None, hand_off)
-    if DEMOTIONS.get("triton", shape):
-        return None
-    from .rms_modulate_triton import rms_modulate_triton
-
     res = None if residual is None else residual.view(B * N, C)
-    try:
-        out = rms_modulate_triton(src.view(B * N, C), res, weight.to(src.dtype).contiguous(), rows, N, eps, hand_off)
-    except Exception as exc:  # noqa: BLE001 - the twin computes the same function
-        DEMOTIONS.demote("triton", shape, exc, BLOCK_NORM_KERNEL)
+
+    def run():
+        from .rms_modulate_triton import rms_modulate_triton
+
+        return rms_modulate_triton(src.view(B * N, C), res, weight.to(src.dtype).contiguous(), rows, N, eps, hand_off)
+
+    out = _unless_demoted(("rms_modulate", C, residual is not None, hand_off), BLOCK_NORM_KERNEL, run)
+    if out is None:
         return None
     REGISTRY.count_launch("rms_modulate_triton")
     if hand_off:

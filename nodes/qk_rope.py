@@ -13,7 +13,9 @@ rotation's cos / sin come from ComfyUI's matrix ([[c, -s], [s, c]] per pair: ``p
 the frequencies over both halves), read once per forward and shared by the blocks.
 
 ComfyUI's own step runs instead (the model note ``rope`` says why) when: training; a rotation that is not one
-[N, D/2] table (a batch of different positions); ``IDEOGRAM4_INT8_ROPE=comfyui`` (A/B measurements).
+[N, D/2] table (a batch of different positions); ``IDEOGRAM4_INT8_ROPE=comfyui`` (A/B measurements). The pack's op
+runs its pure-torch twin where the kernel cannot run (no Triton GPU) or failed to build or launch for this head size
+and dtype (demoted once, ``kernels.dispatch.qk_rope_demotion``); the note says which and why.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from comfy.ldm.ideogram4 import model as ideogram4_model
 from torch.utils.weak import WeakIdKeyDictionary
 
 from ..kernels import ops as kernel_ops
+from ..kernels.dispatch import qk_rope_demotion
 from . import swapped_blocks
 from .swapped_blocks import swap_class, write_note
 
@@ -31,7 +34,7 @@ ENV_ROPE = "IDEOGRAM4_INT8_ROPE"  # "comfyui": ComfyUI's own q/k norm + RoPE (A/
 NOTE_KIND = "rope"
 TOPIC = "q/k RMSNorm + RoPE"
 FUSED_NOTE = f"{TOPIC}: the pack's fused kernel (qk_norm_rope)"
-TWIN_NOTE = f"{TOPIC}: the pack's op (qk_norm_rope) as its pure-torch twin"  # + why the kernel cannot run
+TWIN_NOTE = f"{TOPIC}: the pack's op (qk_norm_rope) as its pure-torch twin"  # + why the kernel cannot or did not run
 _is_compiling = torch.compiler.is_compiling
 _TABLES = WeakIdKeyDictionary()  # ComfyUI's rotation matrix (by identity) -> ((tokens, head_dim), (cos, sin))
 
@@ -74,8 +77,8 @@ class FusedRopeAttention(ideogram4_model.Ideogram4Attention):
         tables = None if why else _tables(freqs_cis, tokens, self.head_dim)
         if why is None and tables is None:
             why = "the rotation is not one [tokens, D/2] table (a batch of different positions): ComfyUI's RoPE"
-        self._note(why, x.device)
         if why is not None:
+            self._note(why, x.device)
             return super().forward(x, attn_mask, freqs_cis, transformer_options=transformer_options)
         cos, sin = tables
         qkv = self.qkv(x).view(batch, tokens, 3, self.num_heads, self.head_dim)
@@ -86,6 +89,7 @@ class FusedRopeAttention(ideogram4_model.Ideogram4Attention):
         k = kernel_ops.qk_norm_rope(k, k_scale, cos, sin, self.norm_k.eps)
         comfy.ops.uncast_bias_weight(self.norm_q, q_scale, None, q_stream)
         comfy.ops.uncast_bias_weight(self.norm_k, k_scale, None, k_stream)
+        self._note(None, x.device)  # after the kernel ran: a variant it demoted just now shows in this note
         out = ideogram4_model.optimized_attention_masked(
             q.transpose(1, 2),
             k.transpose(1, 2),
@@ -98,9 +102,10 @@ class FusedRopeAttention(ideogram4_model.Ideogram4Attention):
         return self.o(out)
 
     def _note(self, why: str | None, device: torch.device) -> None:
-        """The model's ``rope`` note, written when it changes."""
+        """The model's ``rope`` note, written when it changes (the twin's, with the failure, once the kernel is
+        demoted)."""
         if not _is_compiling():
-            write_note(self.site_label, NOTE_KIND, TOPIC, why, device, FUSED_NOTE, TWIN_NOTE)
+            write_note(self.site_label, NOTE_KIND, TOPIC, why, device, FUSED_NOTE, TWIN_NOTE, qk_rope_demotion())
 
 
 def install(diffusion_model: torch.nn.Module, label: str | None) -> int:

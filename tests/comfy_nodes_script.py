@@ -2272,8 +2272,60 @@ def _rope_case(dtype, x, ctx, sigma):
     return res
 
 
+def check_rope_demotion():
+    """The q/k norm + RoPE kernel failing to build or launch inside ComfyUI's attention (nodes/qk_rope.py): with
+    Triton said to run here (its CPU interpreter) and the kernel made to raise, the attention returns what its twin
+    gives, the failing variant is tried once and demoted, and the model note names the failure."""
+    from comfyui_ideogram4_int8.kernels import backends
+    from comfyui_ideogram4_int8.kernels import qk_norm_rope_triton as R
+    from comfyui_ideogram4_int8.nodes import qk_rope
+
+    write_all()
+    x, ctx, sigma, _ = inputs(batch=1)
+    # dequant-bf16: the linears quantize no activations, so under TRITON_INTERPRET below only the rope step asks for
+    # a Triton kernel (this process's kernels were built for a GPU: any other would fail on its own)
+    cond, _, _ = load("i4_w8a8.safetensors", dtype="bf16", path="dequant-bf16")
+    dm = cond.model.diffusion_model
+    att, seen = dm.layers[0].attention, {}
+    hook = att.register_forward_pre_hook(lambda m, a: seen.update(args=a))
+    try:
+        with torch.no_grad():
+            dm(x.to(torch.bfloat16), sigma, context=ctx.to(torch.bfloat16))
+    finally:
+        hook.remove()
+    xa, mask, freqs = seen["args"]
+    real, tries = R.qk_norm_rope_triton, []
+
+    def fails(*a, **kw):
+        tries.append(a[0].shape)
+        raise RuntimeError("out of resources: shared memory")
+
+    res = {"twin_note": qk_rope.TWIN_NOTE}
+    R.qk_norm_rope_triton = fails
+    backends.DEMOTIONS.clear()
+    kernels.REGISTRY.clear()
+    try:
+        with torch.no_grad():
+            twin = att(xa, mask, freqs)  # no interpreter: the twin without trying the kernel
+            res["cpu_note"] = kernels.REGISTRY.model_notes("conditional").get(qk_rope.NOTE_KIND)
+            res["cpu_tries"] = len(tries)
+            with _env("TRITON_INTERPRET", "1"):
+                outs = [att(xa, mask, freqs)]  # the forward whose kernel fails: its own note says so
+                res["note"] = kernels.REGISTRY.model_notes("conditional").get(qk_rope.NOTE_KIND)
+                outs.append(att(xa, mask, freqs))
+                res["later_note"] = kernels.REGISTRY.model_notes("conditional").get(qk_rope.NOTE_KIND)
+    finally:
+        R.qk_norm_rope_triton = real
+        res["demoted"] = backends.DEMOTIONS.items()
+        backends.DEMOTIONS.clear()
+    res["tries"] = len(tries)
+    res["equal"] = [bool(torch.equal(o, twin)) for o in outs]
+    return res
+
+
 CHECKS = {
     "rope": check_rope,
+    "rope_demotion": check_rope_demotion,
     "parity": check_parity,
     "sampler": check_sampler,
     "interrupt": check_interrupt,

@@ -693,12 +693,61 @@ def test_qk_norm_rope_matches_twin_on_a_strided_qkv_view(dtype, gen):
     ref = K.qk_norm_rope_ref(q, w, ang.cos(), ang.sin(), 1e-5)
     assert out.is_contiguous() and out.dtype == dtype
     assert rel_err(out, ref) <= (1e-6 if dtype == torch.float32 else 8e-3)
-    # float64 check of the definition itself
+    assert rel_err(out, _qk_norm_rope64(q, w, ang, 1e-5)) <= (1e-6 if dtype == torch.float32 else 8e-3)
+
+
+def _qk_norm_rope64(q, w, ang, eps):
+    """The definition in float64: per-head RMSNorm, then pairs (i, i + D/2) rotated by the token's angle."""
     x = q.double()
-    y = x / (x.pow(2).mean(-1, keepdim=True) + 1e-5).sqrt() * w.double()
+    y = x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * w.double()
     c, s = ang.double().cos()[None, :, None], ang.double().sin()[None, :, None]
-    r64 = torch.cat((y[..., :32] * c - y[..., 32:] * s, y[..., 32:] * c + y[..., :32] * s), -1)
-    assert rel_err(out, r64) <= (1e-6 if dtype == torch.float32 else 8e-3)
+    h = y.shape[-1] // 2
+    return torch.cat((y[..., :h] * c - y[..., h:] * s, y[..., h:] * c + y[..., :h] * s), -1)
+
+
+def test_a_qk_norm_rope_kernel_that_fails_is_demoted_once_with_its_reason_and_the_twin_runs(gen, monkeypatch):
+    """A variant of the q/k norm + RoPE kernel that fails to build or launch never raises: the call returns the
+    twin's result, that variant (head size, dtype) is demoted with the error in its reason (the model note reads
+    ``qk_rope_demotion``), later calls go straight to the twin without trying the kernel again, and another dtype
+    keeps the kernel."""
+    from comfyui_ideogram4_int8.kernels import dispatch
+    from comfyui_ideogram4_int8.kernels import qk_norm_rope_triton as R
+
+    b, n, h, d = 1, 5, 2, 64
+    qkv = (torch.randn(b, n, 3 * h * d, generator=gen) * 3).view(b, n, 3, h, d)
+    w = torch.rand(d, generator=gen) + 0.5
+    ang = torch.rand(n, d // 2, generator=gen) * 6
+    cos, sin = ang.cos(), ang.sin()
+    real, tries = R.qk_norm_rope_triton, []
+
+    def fails_in_bf16(x, *args, **kwargs):
+        if x.dtype == torch.bfloat16:
+            tries.append(x.shape)
+            raise RuntimeError("out of resources: shared memory")
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(R, "qk_norm_rope_triton", fails_in_bf16)
+    backends.DEMOTIONS.clear()
+    try:
+        q = qkv.bfloat16()[:, :, 0]
+        before = launches("qk_norm_rope_triton")
+        for _ in range(3):
+            got = K.qk_norm_rope(q, w, cos, sin, 1e-5)
+            assert torch.equal(got, K.qk_norm_rope_ref(q, w, cos, sin, 1e-5))
+            assert rel_err(got, _qk_norm_rope64(q, w, ang, 1e-5)) <= 8e-3
+        assert len(tries) == 1, "the failing variant must be tried once, not on every call"
+        assert launches("qk_norm_rope_triton") == before
+        (demoted,) = backends.DEMOTIONS.items()
+        assert demoted["backend"] == "triton" and demoted["shape"] == ["qk_norm_rope", d, "bfloat16"]
+        why = dispatch.qk_rope_demotion()
+        assert why == demoted["reason"] and why.startswith(dispatch.QK_ROPE_KERNEL + " failed")
+        assert "RuntimeError: out of resources: shared memory" in why
+        assert dispatch.block_norm_demotion() is None  # each kernel reads only its own demotions
+        q32 = qkv[:, :, 0]  # float32: another variant, still the kernel
+        assert rel_err(K.qk_norm_rope(q32, w, cos, sin, 1e-5), _qk_norm_rope64(q32, w, ang, 1e-5)) <= 1e-6
+        assert launches("qk_norm_rope_triton") == before + 1 and len(tries) == 1
+    finally:
+        backends.DEMOTIONS.clear()
 
 
 # -- the block's modulated RMSNorms (rms_modulate_triton.py) ------------------------------------------------

@@ -417,6 +417,20 @@ def test_q_k_norm_and_rope_run_the_pack_kernel_in_native_models(run_check):
         assert r[f"{dtype}/tables_of_a_batch"] is None, dtype
 
 
+def test_a_q_k_rope_kernel_that_fails_is_demoted_once_and_the_attention_runs_its_twin(run_check):
+    """A q/k norm + RoPE kernel that fails to build or launch inside ComfyUI's attention never fails the forward:
+    the output is the twin's, the variant is tried once (q's call; k's and the next forward's go straight to the
+    twin) and demoted with the error, and the model note, from that forward on, says the twin runs because of it."""
+    r = run_check("rope_demotion")
+    assert r["cpu_tries"] == 0 and r["cpu_note"].startswith(r["twin_note"] + ": ") and "CUDA" in r["cpu_note"]
+    assert r["equal"] == [True, True]
+    assert r["tries"] == 1, r["tries"]
+    (demoted,) = r["demoted"]
+    assert demoted["backend"] == "triton" and demoted["shape"][::2] == ["qk_norm_rope", "bfloat16"]
+    assert "qk_norm_rope) failed (RuntimeError: out of resources: shared memory)" in demoted["reason"]
+    assert r["note"] == r["later_note"] == f"{r['twin_note']}: {demoted['reason']}", r["note"]
+
+
 def test_block_norms_run_the_pack_ops_in_native_models(run_check):
     """Every block's four modulated RMSNorms go through kernels.rms_norm_modulate / rms_norm_gated_residual
     (nodes/block_norms.py), twice each per block; on the CPU they run their twins, so the model's output equals

@@ -148,7 +148,7 @@ def _spawn(
     if a.latents:
         cmd += ["--latents", a.latents]
     if a.kernels:
-        cmd += ["--kernels"]
+        cmd += ["--kernels", "--kernel-steps", str(a.kernel_steps)]
     if a.host_profile:
         cmd += ["--host-profile"]
     t0 = time.perf_counter()
@@ -257,6 +257,8 @@ def print_passes(result: dict) -> None:
                 f"against {e.get('eager_sm_mhz', '-')}"
                 + (f"; frames compiled in the timed steps: {fc['timed_steps']}" if fc else "")
             )
+        if e.get("profile"):  # --kernels: which steps the per-step numbers cover, and the run's once-per-run work
+            print(f"{name:<34} {_per_run_line(e)}")
         b = e.get("bus")
         if b:  # --kernels: the profiled steps as a timeline (bench/kernel_table.py ``bus``)
             where = ", ".join(f"{k[:40]} {v}" for k, v in list(b["idle_at"].items())[:3])
@@ -274,6 +276,22 @@ def print_passes(result: dict) -> None:
         alloc = e.get("allocator")
         if alloc and any(alloc.values()):
             print(f"{name:<34} allocator in the timed steps: " + ", ".join(f"{k} {v}" for k, v in alloc.items()))
+
+
+def _per_run_line(e: dict) -> str:
+    from .kernel_table import coverage
+
+    r = e.get("per_run") or {}
+    rows = ", ".join(f"{k[:40]} {v['count']:+g} {v['ms']:+.2f}" for k, v in list(r.get("kernels", {}).items())[:3])
+    line = (
+        f"kernels and bus per step: {coverage(e['profile'])}; per run beyond: launches {r.get('launches_ms')} ms "
+        f"({rows or 'none'}), the same kernels {r.get('timing_ms')} ms"
+    )
+    b = r.get("bus")
+    if b:
+        gap = f", its largest bus gap {b['gaps'][0][0]} ms ({b['gaps'][0][3] or b['gaps'][0][2]})" if b["gaps"] else ""
+        line += f"; span {b['span_ms']:+} ms, neither busy {b['both_idle_ms']:+} ms{gap}"
+    return line
 
 
 # -- child -------------------------------------------------------------------------------------------------------------
@@ -472,6 +490,24 @@ def host_profile(run, steps: int, top: int = 80) -> dict:
     return {"self": rows(2), "cumulative": rows(3), "unit": "[ms per step, calls per step]"}
 
 
+def _profiled_run(sample, step_hooks: list, steps: int, count: int, activities=None) -> dict:
+    """A run of ``steps`` steps with ``count`` from its middle profiled (``step_profile``; ``activities``: the
+    profiler's, CUDA by default): ``kernels`` and ``bus`` (where a streaming step's bus sat idle) per profiled step,
+    ``profile`` (which steps), ``per_run`` (what the run had beyond its steps: the conditioning's copy, the set-up)."""
+    from torch.profiler import ProfilerActivity
+
+    from .step_profile import StepProfile, middle_steps
+
+    prof = StepProfile(middle_steps(steps, count), activities or [ProfilerActivity.CUDA])
+    step_hooks.append(prof.step_done)
+    try:
+        with prof:
+            sample(steps)
+    finally:
+        step_hooks.remove(prof.step_done)
+    return prof.report()
+
+
 ALLOCATOR_COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
 
 
@@ -498,6 +534,7 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str |
     _server_cleanup()
     marks: list = []
     peak = [0]
+    step_hooks: list = []  # more to do at each step's end (the profiled run's cuts): none in the timed steps
 
     def timing_callback(*_args, **_kw):
         # an event per finished step, no synchronize: a sampler without previews never makes the host wait for the
@@ -509,6 +546,8 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str |
             marks.append(ev)
             f, t = torch.cuda.mem_get_info()  # reserved memory only grows within a run: a late reading still sees it
             peak[0] = max(peak[0], t - f)
+            for hook in step_hooks:
+                hook(step)
 
         return cb
 
@@ -573,15 +612,8 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str |
         out["torch_peak_reserved_gib_per_card"] = {
             f"cuda:{i}": round(torch.cuda.max_memory_reserved(i) / GIB, 2) for i in range(1, torch.cuda.device_count())
         }
-    if a.kernels:  # one more 2-step run under the profiler: the kernels per step, for bench/kernel_table.py
-        from torch.profiler import ProfilerActivity, profile
-
-        from .kernel_table import bus, host_calls, spans, table
-
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            sample(2)
-        out["kernels"] = table(prof, steps=2)
-        out["bus"] = bus(spans(prof), steps=2, host=host_calls(prof))  # where a streaming step's bus sat idle
+    if a.kernels:  # one more run under the profiler: the kernels per step, for bench/kernel_table.py
+        out.update(_profiled_run(sample, step_hooks, a.steps, a.kernel_steps))
     if a.host_profile:  # one more 2-step run under cProfile: where the host's time goes (per step)
         out["host_profile"] = host_profile(lambda: sample(2), steps=2)
     streams = [streaming_patcher.stream_report(m) for m in models]

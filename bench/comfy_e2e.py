@@ -131,7 +131,15 @@ def _parse(argv):
     p.add_argument(
         "--kernels",
         action="store_true",
-        help="with --vram: a per-kernel table of one step in each run's entry (bench/kernel_table.py)",
+        help="with --vram: one more run of --steps steps with --kernel-steps steps from its middle profiled: their "
+        "per-kernel table per step in each run's entry, and what the run had beyond its steps (bench/kernel_table.py)",
+    )
+    p.add_argument(
+        "--kernel-steps",
+        type=int,
+        default=4,
+        help="with --kernels: how many steps to profile (default 4; fewer in a short run, the first step left out from "
+        "2 steps on, the last from 3 on)",
     )
     p.add_argument(
         "--host-profile",
@@ -155,6 +163,8 @@ def _parse(argv):
         p.error("--vram: a comma list of GiB numbers, e.g. 0,24,16,12,8")
     if any(v < 0 or (0 < v < 4) for v in a.vram):
         p.error("--vram: each size is 0 (the whole GPU) or at least 4 GiB")
+    if a.kernel_steps < 1:
+        p.error("--kernel-steps: at least 1")
     a.compile = [x for x in a.compile.split(",") if x]
     if [x for x in a.compile if x not in COMPILE_MODES]:
         p.error(f"--compile: choose from {list(COMPILE_MODES)}")

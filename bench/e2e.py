@@ -295,6 +295,7 @@ def run(args) -> dict:
             "watts_median": watch.watts,
             "profile_ms": split,
             "kernels": kernel_rows,  # per kernel, one step (bench/kernel_table.py compares two runs)
+            "profile": {"step_calls": 1},  # which steps the table covers (kernel_table.coverage)
             "peak_gib": peak,
             "weights_gib": weights_gib,
             "default20_sample_ms": sample_ms,

@@ -4,12 +4,15 @@ ComfyUI path and the reference DiT).
 ``table(prof, steps)`` turns a ``torch.profiler`` run into ``{kernel: {"count", "ms"}}`` per step, device kernels and
 copies only (on a CPU run: the operators, so the code is testable without a GPU); names are normalized (template
 arguments and numbers folded) so one kernel's launches of different shapes and tunings meet in one row.
-``bench/e2e.py --kernels`` (reference DiT) and ``bench/comfy_e2e.py --vram 0 --kernels`` (ComfyUI path) write a
-step's table into their JSON, each measured in its own process;
+``bench/e2e.py`` (reference DiT: one bare step call) and ``bench/comfy_e2e.py --vram 0 --kernels`` (ComfyUI path:
+steps from the middle of a run, ``bench/step_profile.py``) write a step's table into their JSON, each measured in its
+own process, with a ``profile`` entry saying which steps it covers; the ComfyUI path adds ``per_run``, what its run
+had beyond its steps (``beyond_steps``, ``bus_beyond``);
 
     python -m comfyui_ideogram4_int8.bench.kernel_table REF.json:paths/triton-int8 COMFY.json:runs/ours-w8a8@resident
 
-prints what one runs and the other does not, the largest differences first, with each side's busy time per step.
+prints what one runs and the other does not, the largest differences first, with each side's busy time per step and
+the steps it covers, then each side's once-per-run work where it has any.
 
 ``bus(prof, steps)`` reads the same run as a timeline (issue 26: a step that streams weights is as long as the bus is
 busy, and every idle stretch of the bus is time lost): how long host-to-device copies kept the bus busy, how long it
@@ -42,8 +45,8 @@ def events(prof, device: bool = True):
     """``(raw name, launches, us)`` of a profiler run: device kernels and copies with their device time
     (``device``), else every operator with its own CPU time; events without time left out."""
     for evt in prof.key_averages():
-        if device != ("CUDA" in str(getattr(evt, "device_type", ""))):
-            continue
+        if device != ("CUDA" in str(getattr(evt, "device_type", ""))) or evt.key.startswith("ProfilerStep"):
+            continue  # (the profiler's own mark of a scheduled step)
         if device:
             t = getattr(evt, "device_time_total", None)
             us = float(t if t is not None else getattr(evt, "cuda_time_total", 0.0))
@@ -62,6 +65,46 @@ def table(prof, steps: int = 1, device: bool = True) -> dict[str, dict[str, floa
         row["count"] += count / steps
         row["ms"] += us / 1e3 / steps
     return {k: {"count": round(v["count"], 2), "ms": round(v["ms"], 4)} for k, v in out.items()}
+
+
+def scaled(total: dict[str, dict[str, float]], steps: int) -> dict[str, dict[str, float]]:
+    """The totals of ``steps`` steps (``table(prof)``) per step, rounded as ``table`` rounds."""
+    return {k: {"count": round(v["count"] / steps, 2), "ms": round(v["ms"] / steps, 4)} for k, v in total.items()}
+
+
+def summed(*tables: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for t in tables:
+        for k, v in t.items():
+            row = out.setdefault(k, {"count": 0.0, "ms": 0.0})
+            row["count"] += v["count"]
+            row["ms"] += v["ms"]
+    return out
+
+
+_NONE = {"count": 0.0, "ms": 0.0}
+
+
+def beyond_steps(run: dict, profiled: dict, profiled_steps: int, run_steps: int, top: int = 20) -> dict:
+    """What a run of ``run_steps`` steps (``run``: its totals) ran beyond ``run_steps`` times the per-step rate of its
+    ``profiled_steps`` profiled ones (``profiled``: their totals): ``kernels``, the kernels launched more (or fewer)
+    times than that rate gives, with those launches' time, the ``top`` largest (the run's set-up, a copy made once per
+    run, a first step's capture); ``launches_ms``, their time; ``timing_ms``, the rest of the run's kernel time
+    beyond that rate (the same launches, slower or faster than in the profiled steps)."""
+    rows, timing = {}, 0.0
+    for name in set(run) | set(profiled):
+        r, p = run.get(name, _NONE), profiled.get(name, _NONE)
+        count = r["count"] - run_steps * p["count"] / profiled_steps
+        ms = r["ms"] - run_steps * p["ms"] / profiled_steps
+        if abs(count) >= 0.5:
+            rows[name] = {"count": round(count, 2), "ms": round(ms, 4)}
+        else:
+            timing += ms
+    return {
+        "kernels": dict(sorted(rows.items(), key=lambda kv: (-abs(kv[1]["ms"]), kv[0]))[:top]),
+        "launches_ms": round(sum(r["ms"] for r in rows.values()), 3),
+        "timing_ms": round(timing, 3),
+    }
 
 
 def spans(prof) -> list[tuple[str, float, float]]:
@@ -162,6 +205,21 @@ def bus(
     }
 
 
+BUS_TIMES = ("span_ms", "bus_busy_ms", "bus_idle_ms", "compute_busy_ms", "both_idle_ms")
+
+
+def bus_beyond(outside: dict[str, dict], per_step: dict, steps: int, top: int = 8) -> dict:
+    """The parts of a run outside its profiled steps (``outside``: part name -> ``bus`` of that part's timeline, as
+    totals) beyond ``steps`` (the steps those parts held) times the per-step ``per_step``: each time of ``bus``, and
+    the largest idle stretches of the bus in those parts, each ``bus``'s gap with its part's name added."""
+    out = {}
+    for key in BUS_TIMES:
+        out[key] = round(sum(b.get(key, 0.0) for b in outside.values()) - steps * per_step.get(key, 0.0), 2)
+    gaps = [[*g, part] for part, b in outside.items() for g in b.get("gaps", [])]
+    out["gaps"] = sorted(gaps, key=lambda g: -g[0])[:top]
+    return out
+
+
 def busy_ms(kernels: dict[str, dict[str, float]]) -> float:
     return round(sum(v["ms"] for v in kernels.values()), 3)
 
@@ -177,9 +235,26 @@ def diff(a: dict, b: dict, top: int = 40) -> list[tuple[str, float, float, float
     return rows[:top]
 
 
-def format_diff(a_name: str, a: dict, b_name: str, b: dict, top: int = 40) -> str:
+def coverage(profile: dict | None) -> str:
+    """Which steps a result's per-step tables come from (its ``profile`` entry), in words."""
+    if not profile:
+        return "profiled steps not recorded: an older result"
+    if "run_steps" in profile:
+        first, last = profile["steps"]
+        steps = f"step {first}" if first == last else f"steps {first}-{last}"
+        return f"{steps} of a {profile['run_steps']}-step run"
+    calls = profile.get("step_calls", 1)
+    return f"{calls} bare step call{'s' if calls != 1 else ''}"
+
+
+def format_diff(
+    a_name: str, a: dict, b_name: str, b: dict, top: int = 40, covers: tuple[str, str] | None = None
+) -> str:
+    """The ``diff`` of two per-step tables; ``covers``: the steps each comes from (``coverage``)."""
+    ac, bc = (f" ({c})" for c in covers) if covers else ("", "")
     lines = [
-        f"A = {a_name}: {busy_ms(a):.1f} ms of kernels per step; B = {b_name}: {busy_ms(b):.1f} ms",
+        f"A = {a_name}: {busy_ms(a):.1f} ms of kernels per step{ac}",
+        f"B = {b_name}: {busy_ms(b):.1f} ms of kernels per step{bc}",
         f"{'kernel':<90}{'A n':>7}{'A ms':>9}{'B n':>7}{'B ms':>9}{'B-A ms':>9}",
     ]
     for name, an, ams, bn, bms, d in diff(a, b, top):
@@ -187,8 +262,36 @@ def format_diff(a_name: str, a: dict, b_name: str, b: dict, top: int = 40) -> st
     return "\n".join(lines)
 
 
+def format_per_run(side: str, node: dict, top: int = 12) -> str:
+    """A result's once-per-run work (``per_run``: ``beyond_steps`` and ``bus_beyond``), or "" where it has none."""
+    per_run, profile = node.get("per_run"), node.get("profile") or {}
+    if not per_run:
+        return ""
+    steps = profile.get("run_steps", "?")
+    lines = [
+        f"{side} per run, beyond {steps} x its per-step table: {per_run['launches_ms']:.3f} ms in launches the steps "
+        f"do not account for; the same kernels {per_run['timing_ms']:+.3f} ms",
+        f"{'kernel':<90}{'launches':>9}{'ms':>10}",
+    ]
+    for name, row in list(per_run["kernels"].items())[:top]:
+        lines.append(f"{name[:89]:<90}{row['count']:>+9g}{row['ms']:>+10.3f}")
+    b = per_run.get("bus")
+    if b:
+        lines.append(
+            f"{side} bus per run, beyond {steps} x per step: span {b['span_ms']:+.2f} ms, bus busy "
+            f"{b['bus_busy_ms']:+.2f}, compute {b['compute_busy_ms']:+.2f}, neither {b['both_idle_ms']:+.2f}"
+        )
+        for ms, at, kernel, host, part in b["gaps"][:3]:
+            blocked = f", the host in {host}" if host else ""
+            lines.append(
+                f"  bus idle {ms} ms in the part {part} the profiled steps, {at} ms in, while {kernel} ran{blocked}"
+            )
+    return "\n".join(lines)
+
+
 def load(spec: str) -> tuple[str, dict]:
-    """``FILE.json:key/key`` -> (label, the ``kernels`` table found under that key path)."""
+    """``FILE.json:key/key`` -> (label, the entry found under that key path: its ``kernels`` table, ``profile``,
+    ``per_run``)."""
     path, _, keys = spec.partition(":")
     node = json.loads(pathlib.Path(path).read_text())
     for key in filter(None, keys.split("/")):
@@ -197,7 +300,7 @@ def load(spec: str) -> tuple[str, dict]:
         node = node[key]
     if "kernels" not in node:
         raise SystemExit(f"{spec}: no 'kernels' table (run the benchmark with --kernels)")
-    return keys or path, node["kernels"]
+    return keys or path, node
 
 
 def main(argv=None) -> int:
@@ -207,7 +310,12 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=40)
     args = p.parse_args(argv)
     (an, a), (bn, b) = load(args.a), load(args.b)
-    print(format_diff(an, a, bn, b, args.top))
+    covers = (coverage(a.get("profile")), coverage(b.get("profile")))
+    print(format_diff(an, a["kernels"], bn, b["kernels"], args.top, covers))
+    for side, node in (("A", a), ("B", b)):
+        text = format_per_run(side, node)
+        if text:
+            print("\n" + text)
     return 0
 
 

@@ -2213,6 +2213,48 @@ def check_resident_conds():
     return res
 
 
+def check_step_profile():
+    """bench/step_profile.py stepped from ComfyUI's per-step preview callback, as bench/comfy_cards.py steps it: the
+    pack's sampler calls it once per step, in order, after the step's model calls, so the middle steps' operators
+    (CPU profiler here) are the same per step in runs of different lengths, and the run's seeded noise, drawn once
+    before the first step, is no per-step row."""
+    import latent_preview
+    from comfyui_ideogram4_int8.bench.step_profile import StepProfile, middle_steps
+    from comfyui_ideogram4_int8.ideogram4 import sampling_args
+    from torch.profiler import ProfilerActivity
+
+    write_all()
+    cond, uncond, _ = load("i4_w8a8.safetensors")
+    _, ctx, _, _ = inputs(batch=1)
+    prepare, res = latent_preview.prepare_callback, {}
+    for steps in (5, 8):
+        prof, seen = StepProfile(middle_steps(steps, 2), [ProfilerActivity.CPU]), []
+
+        def hooked(model, total, x0_output_dict=None, prof=prof, seen=seen):
+            preview = prepare(model, total, x0_output_dict)
+
+            def each(step, x0, x, total_steps):
+                preview(step, x0, x, total_steps)
+                seen.append(step)
+                prof.step_done(step)
+
+            return each
+
+        latent_preview.prepare_callback = hooked
+        try:
+            plan = sampling_args.plan_sampling("custom", 256, 256, steps=steps, polish_steps=1)
+            with prof:
+                sampler_nodes.sample(cond, uncond, [[ctx, {}]], plan, 256, 256, seed)
+        finally:
+            latent_preview.prepare_callback = prepare
+        out = prof.report()
+        res[f"{steps}/seen"] = seen
+        res[f"{steps}/profile"] = out["profile"]
+        res[f"{steps}/per_step_counts"] = {k: v["count"] for k, v in out["kernels"].items()}
+        res[f"{steps}/per_run"] = out["per_run"]["kernels"]
+    return res
+
+
 def _rope_errors(att, xa, freqs):
     """q after norm + RoPE, the pack's kernel and ComfyUI's, each against float64 of the same q."""
     import comfy.quant_ops
@@ -2342,6 +2384,7 @@ CHECKS = {
     "block_norms": check_block_norms,
     "block_norm_handoff": check_block_norm_handoff,
     "resident_conds": check_resident_conds,
+    "step_profile": check_step_profile,
     "compile": check_compile,
     "streaming": check_streaming,
     "branch_device": check_branch_device,

@@ -4,6 +4,7 @@ bench/gemm._time_peers writes, and a peer that was not measured prints as '-'.""
 from __future__ import annotations
 
 import pytest
+import torch
 
 gemm = pytest.importorskip("comfyui_ideogram4_int8.bench.gemm")
 
@@ -134,6 +135,62 @@ def test_comfy_cards_prints_the_bus_line_of_a_profiled_run(capsys):
         "bus busy 270.5 / idle 13.5 of 284.0 ms; compute 200.1; neither 2.0; idle at: none 6.0, gemm_kernel_# 4.5"
         in out[0]
     )
+
+
+def test_comfy_cards_says_which_steps_a_profiled_run_covers_and_what_its_run_had_beyond(capsys):
+    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+    bus = {"span_ms": 180.0, "bus_busy_ms": 0.0, "bus_idle_ms": 180.0, "compute_busy_ms": 172.0, "both_idle_ms": 8.0}
+    bus["idle_at"] = {"none": 180.0}
+    per_run = {"kernels": {"Memcpy HtoD (Pageable -> Device)": {"count": 1.0, "ms": 4.4}}}
+    per_run.update(launches_ms=4.4, timing_ms=1.5)
+    per_run["bus"] = dict(bus, span_ms=430.0, both_idle_ms=427.0, gaps=[[427.5, 14.6, "none", "cudaMalloc", "before"]])
+    entry = {"bus": bus, "profile": {"steps": [8, 11], "run_steps": 20}, "per_run": per_run}
+    cards.print_passes({"runs": {"ours-w8a8@resident": entry}})
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 2 and "bus busy 0.0 / idle 180.0 of 180.0 ms" in out[1]
+    assert out[0].startswith("ours-w8a8@resident")
+    assert "kernels and bus per step: steps 8-11 of a 20-step run" in out[0]
+    assert "launches 4.4 ms (Memcpy HtoD (Pageable -> Device) +1 +4.40), the same kernels 1.5 ms" in out[0]
+    assert out[0].endswith("span +430.0 ms, neither busy +427.0 ms, its largest bus gap 427.5 ms (cudaMalloc)")
+
+
+def test_comfy_cards_profiled_run_cuts_at_the_samplers_step_callbacks():
+    """The --kernels run: the hooks the timing callback calls at each step's end drive the profiler, and are gone
+    after the run (the timed steps never see them), also when the run fails."""
+    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+    from torch.profiler import ProfilerActivity
+
+    hooks = []
+    a = torch.randn(16, 16)
+
+    def sample(steps):  # the set-up once, one matmul a step, each step's end told to the hooks
+        torch.cumsum(a, 0)
+        for i in range(steps):
+            torch.mm(a, a)
+            for hook in hooks:
+                hook(i)
+
+    out = cards._profiled_run(sample, hooks, steps=8, count=2, activities=[ProfilerActivity.CPU])
+    assert out["profile"] == {"steps": [3, 4], "run_steps": 8} and hooks == []
+    assert out["kernels"]["aten::mm"]["count"] == 1 and "aten::cumsum" not in out["kernels"]
+    assert out["per_run"]["kernels"]["aten::cumsum"]["count"] == 1
+
+    def failing(steps):
+        hooks[0](0)
+        raise RuntimeError("out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        cards._profiled_run(failing, hooks, steps=4, count=2, activities=[ProfilerActivity.CPU])
+    assert hooks == []
+
+
+def test_comfy_e2e_kernel_steps_option():
+    comfy_e2e = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_e2e")
+    base = ["--comfyui", "/c", "--workdir", "/w", "--vram", "0", "--kernels"]
+    assert comfy_e2e._parse(base).kernel_steps == 4
+    assert comfy_e2e._parse([*base, "--kernel-steps", "2"]).kernel_steps == 2
+    with pytest.raises(SystemExit):
+        comfy_e2e._parse([*base, "--kernel-steps", "0"])
 
 
 def test_clock_watch_reads_medians_and_gives_none_without_nvml(monkeypatch):

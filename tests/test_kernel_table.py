@@ -39,9 +39,86 @@ def test_cli_reads_tables_from_json_paths(tmp_path, capsys):
     (tmp_path / "c.json").write_text(json.dumps(comfy))
     kernel_table.main([f"{tmp_path}/r.json:paths/triton-int8", f"{tmp_path}/c.json:runs/ours@resident"])
     out = capsys.readouterr().out
-    assert "3.0 ms of kernels per step" in out and "4.5 ms" in out
     lines = out.splitlines()
-    assert lines[2].startswith("copy") and lines[3].startswith("gemm")
+    # results written before the profile entry existed still render, and say their steps are not known
+    assert (
+        lines[0] == "A = paths/triton-int8: 3.0 ms of kernels per step (profiled steps not recorded: an older result)"
+    )
+    assert lines[1].startswith("B = runs/ours@resident: 4.5 ms of kernels per step (profiled steps not recorded")
+    assert lines[3].startswith("copy") and lines[4].startswith("gemm")
+    assert "per run" not in out
+
+
+def test_cli_says_which_steps_each_table_covers_and_prints_the_once_per_run_work(tmp_path, capsys):
+    ref = {"paths": {"triton-int8": {"kernels": {"gemm": {"count": 2, "ms": 3.0}}, "profile": {"step_calls": 1}}}}
+    per_run = {
+        "kernels": {"Memcpy HtoD (Pageable -> Device)": {"count": 1.0, "ms": 4.4}},
+        "launches_ms": 4.4,
+        "timing_ms": -0.25,
+        "bus": {"span_ms": 430.0, "bus_busy_ms": 4.4, "bus_idle_ms": 425.6, "compute_busy_ms": 2.0},
+    }
+    per_run["bus"].update(both_idle_ms=427.0, gaps=[[427.5, 14.6, "none", "cudaMalloc", "before"]])
+    comfy = {"kernels": {"gemm": {"count": 2, "ms": 3.5}}, "profile": {"steps": [8, 11], "run_steps": 20}}
+    comfy["per_run"] = per_run
+    (tmp_path / "r.json").write_text(json.dumps(ref))
+    (tmp_path / "c.json").write_text(json.dumps({"runs": {"ours@resident": comfy}}))
+    kernel_table.main([f"{tmp_path}/r.json:paths/triton-int8", f"{tmp_path}/c.json:runs/ours@resident"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "A = paths/triton-int8: 3.0 ms of kernels per step (1 bare step call)"
+    assert lines[1] == "B = runs/ours@resident: 3.5 ms of kernels per step (steps 8-11 of a 20-step run)"
+    assert lines[3].startswith("gemm") and "Memcpy" not in lines[3]  # the copy is no per-step row
+    at = lines.index(next(ln for ln in lines if ln.startswith("B per run")))
+    assert "beyond 20 x its per-step table: 4.400 ms in launches" in lines[at] and "-0.250 ms" in lines[at]
+    assert lines[at + 2].startswith("Memcpy HtoD (Pageable -> Device)") and lines[at + 2].split()[-2:] == [
+        "+1",
+        "+4.400",
+    ]
+    assert "span +430.00 ms" in lines[at + 3] and "neither +427.00" in lines[at + 3]
+    assert (
+        "427.5 ms in the part before the profiled steps, 14.6 ms in, while none ran, the host in cudaMalloc"
+        in (lines[at + 4])
+    )
+    assert not any(ln.startswith("A per run") for ln in lines)  # a bare step call has no run around it
+
+
+def test_coverage_names_one_step_and_several():
+    assert kernel_table.coverage({"steps": [1, 1], "run_steps": 2}) == "step 1 of a 2-step run"
+    assert kernel_table.coverage({"step_calls": 3}) == "3 bare step calls"
+    assert kernel_table.coverage(None).startswith("profiled steps not recorded")
+
+
+def test_beyond_steps_counts_once_per_run_launches_apart_from_the_steps():
+    # a 10-step run, steps 4-5 profiled: a GEMM 3 times a step, 2.0 ms each step (2.5 in the slow first step), a
+    # quantizer on 2 of every 4 steps, and a copy once per run that a step-only rate must not absorb
+    profiled = {"gemm": {"count": 6, "ms": 4.0}, "quant": {"count": 1, "ms": 0.2}}
+    run = {
+        "gemm": {"count": 30, "ms": 20.5},
+        "quant": {"count": 5, "ms": 1.0},
+        "Memcpy HtoD (Pageable -> Device)": {"count": 1, "ms": 4.4},
+    }
+    out = kernel_table.beyond_steps(run, profiled, profiled_steps=2, run_steps=10)
+    assert out["kernels"] == {"Memcpy HtoD (Pageable -> Device)": {"count": 1.0, "ms": 4.4}}
+    assert out["launches_ms"] == 4.4
+    assert out["timing_ms"] == 0.5  # the slow first step's GEMM time; the quantizer matches its rate
+    # a kernel the profiled steps ran more often than the run's average shows with fewer launches
+    fewer = kernel_table.beyond_steps({"k": {"count": 2, "ms": 1.0}}, {"k": {"count": 2, "ms": 1.0}}, 2, 4)
+    assert fewer["kernels"] == {"k": {"count": -2.0, "ms": -1.0}}
+
+
+def test_bus_beyond_takes_the_parts_outside_the_steps_less_their_steps():
+    per_step = {"span_ms": 10.0, "bus_busy_ms": 8.0, "bus_idle_ms": 2.0, "compute_busy_ms": 6.0, "both_idle_ms": 0.5}
+    before = dict(per_step, span_ms=500.0, bus_idle_ms=492.0, both_idle_ms=470.0, gaps=[[427.5, 1.0, "none", "x"]])
+    after = dict(per_step, gaps=[[0.2, 3.0, "gemm", ""]])
+    out = kernel_table.bus_beyond({"before": before, "after": after}, per_step, steps=2)
+    assert out["span_ms"] == 490.0 and out["bus_busy_ms"] == 0.0 and out["bus_idle_ms"] == 490.0
+    assert out["both_idle_ms"] == 469.5 and out["compute_busy_ms"] == 0.0
+    assert out["gaps"] == [[427.5, 1.0, "none", "x", "before"], [0.2, 3.0, "gemm", "", "after"]]
+
+
+def test_scaled_and_summed_tables():
+    a, b = {"k": {"count": 4, "ms": 2.0}}, {"k": {"count": 2, "ms": 1.0}, "j": {"count": 1, "ms": 0.5}}
+    assert kernel_table.summed(a, b) == {"k": {"count": 6, "ms": 3.0}, "j": {"count": 1, "ms": 0.5}}
+    assert kernel_table.scaled(a, 4) == {"k": {"count": 1.0, "ms": 0.5}}
 
 
 def test_bus_timeline_finds_idle_stretches_and_the_kernel_running_then():

@@ -474,6 +474,19 @@ def test_the_context_is_cast_to_the_sampling_device_once_per_run(run_check):
     assert r["switched_off_same_tensor"] is True
 
 
+def test_step_profile_cuts_at_the_samplers_steps(run_check):
+    """bench/step_profile.py through the pack's sampler: one callback per step, in order; the profiled middle steps
+    run the same operators per step in a 5- and an 8-step run; the noise drawn once per run stays out of them."""
+    r = run_check("step_profile")
+    for steps, profiled in ((5, [2, 3]), (8, [3, 4])):
+        assert r[f"{steps}/seen"] == list(range(steps))
+        assert r[f"{steps}/profile"] == {"steps": profiled, "run_steps": steps}
+        assert "aten::normal_" not in r[f"{steps}/per_step_counts"]  # (randn's own time may read 0)
+        assert r[f"{steps}/per_run"]["aten::normal_"]["count"] == 1
+    assert r["5/per_step_counts"] == r["8/per_step_counts"]
+    assert r["5/per_step_counts"]["aten::_int_mm"] > 0  # the branches' int8 GEMMs are per-step rows
+
+
 def test_lora_merged_in_full_load_keeps_w1_w3_int8_and_fused(run_check):
     """A LoRA on w1 / w3 merged in full-load mode is requantized: the weights stay int8, the pair stays one fused
     call, equal to the merged modules' own forwards and close to the float reference of W + delta; in lowvram the

@@ -61,7 +61,8 @@ def quantize_per_token(x: torch.Tensor, smooth: torch.Tensor | None = None, conv
 
 def _quantize_rows(x2: torch.Tensor, smooth, group: int | None):
     """Per-token quantization of a validated [M, K] (unit column stride): the Triton kernel where it can run
-    (the plain or the rotating one), else the twin."""
+    (the plain or the rotating one), else the twin. A kernel variant that fails to build or launch is demoted with
+    its reason (``_unless_demoted``) and its calls take the twin: the same codes and scales."""
     if smooth is None and group is None:
         handed = handoff.claim(x2)  # its producer quantized it already (a block's pre-norm)
         if handed is not None:
@@ -70,28 +71,35 @@ def _quantize_rows(x2: torch.Tensor, smooth, group: int | None):
     fused = unavailable("triton", x2.device) is None
     if smooth is not None:
         REGISTRY.count_launch(QUANT_DIVIDE)
-    if group is None:
-        if fused:
-            from .quant_triton import quantize_rows_triton
-
-            REGISTRY.count_launch("quant_triton")
-            return quantize_rows_triton(x2, smooth)
-        REGISTRY.count_launch("quant_twin")
-        return reference.quantize_per_token_ref(x2, smooth)
-    if smooth is not None:  # SmoothQuant before the rotation (no file layout carries both today)
+    if group is not None and smooth is not None:  # SmoothQuant before the rotation (no file layout carries both)
         x2 = (x2.float() / smooth).to(x2.dtype)
-    if fused:
-        from .quant_triton import ROTATION_GROUPS, quantize_rotated_rows_triton
-
-        if group in ROTATION_GROUPS:
-            REGISTRY.count_launch("quant_rotated_triton")
-            return quantize_rotated_rows_triton(x2, group)
-        REGISTRY.count_launch("quant_triton")
-        from .quant_triton import quantize_rows_triton
-
-        return quantize_rows_triton(reference.rotate_ref(x2, group))
+        smooth = None
+    out = _quantize_rows_triton(x2, smooth, group) if fused else None
+    if out is not None:
+        return out
     REGISTRY.count_launch("quant_twin")
+    if group is None:
+        return reference.quantize_per_token_ref(x2, smooth)
     return reference.quantize_rotated_ref(x2, group)
+
+
+def _quantize_rows_triton(x2: torch.Tensor, smooth, group: int | None):
+    """The Triton quantizer for this call (the rotating kernel for ConvRot's groups it knows, the plain one after a
+    torch rotation for other groups), or None where its variant failed (now or before)."""
+    from . import quant_triton
+
+    variant = (x2.shape[1], str(x2.dtype).replace("torch.", ""), smooth is not None, group)
+    if group in quant_triton.ROTATION_GROUPS:
+        key, run = ("quantize_rotated", *variant), lambda: quant_triton.quantize_rotated_rows_triton(x2, group)
+        counter = "quant_rotated_triton"
+    else:
+        rows = x2 if group is None else reference.rotate_ref(x2, group)
+        key, run = ("quantize", *variant), lambda: quant_triton.quantize_rows_triton(rows, smooth)
+        counter = "quant_triton"
+    out = _unless_demoted(key, "Triton activation quantizer", run)
+    if out is not None:
+        REGISTRY.count_launch(counter)
+    return out
 
 
 def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, timed=None):

@@ -750,6 +750,53 @@ def test_a_qk_norm_rope_kernel_that_fails_is_demoted_once_with_its_reason_and_th
         backends.DEMOTIONS.clear()
 
 
+def test_a_quantizer_kernel_that_fails_is_demoted_once_and_the_linear_runs_on_the_twins_codes(gen, monkeypatch):
+    """A variant of the activation quantizer that fails to build or launch never raises out of a linear: the call
+    quantizes with the twin (the same codes and scales), that variant (K, dtype, smoothing, group) is demoted with
+    the error as its reason and not tried again, and another K keeps the kernel; a rotating (ConvRot) variant the
+    same way."""
+    from comfyui_ideogram4_int8.kernels import quant_triton as Q
+
+    real_rows, tries = Q.quantize_rows_triton, []
+
+    def fails_at_k300(x, *args, **kwargs):
+        if x.shape[1] == 300:
+            tries.append("rows")
+            raise RuntimeError("PassManager::run failed")
+        return real_rows(x, *args, **kwargs)
+
+    def rotating_fails(x, group):
+        tries.append("rotated")
+        raise RuntimeError("out of resources: registers")
+
+    monkeypatch.setattr(Q, "quantize_rows_triton", fails_at_k300)
+    monkeypatch.setattr(Q, "quantize_rotated_rows_triton", rotating_fails)
+    backends.DEMOTIONS.clear()
+    try:
+        x = activations(9, 300, gen)
+        for _ in range(3):
+            q, s = K.quantize_per_token(x)
+            qr, sr = K.quantize_per_token_ref(x)
+            assert torch.equal(q, qr) and torch.equal(s, sr)
+        assert tries == ["rows"], "the failing variant must be tried once, not on every call"
+        (demoted,) = backends.DEMOTIONS.items()
+        assert demoted["shape"] == ["quantize", 300, "float32", False, None]
+        assert demoted["reason"].startswith("Triton activation quantizer failed (RuntimeError: PassManager")
+        before = launches("quant_triton")
+        x2 = activations(9, 320, gen)  # another K: the kernel still runs
+        assert torch.equal(K.quantize_per_token(x2)[0], K.quantize_per_token_ref(x2)[0])
+        assert launches("quant_triton") == before + 1
+        xr = activations(5, 512, gen)  # ConvRot's group 256: the rotating kernel fails, the twin rotates
+        for _ in range(2):
+            q, s = K.quantize_per_token(xr, convrot_group=256)
+            qr, sr = K.reference.quantize_rotated_ref(xr, 256)
+            assert torch.equal(q, qr) and torch.equal(s, sr)
+        assert tries == ["rows", "rotated"]
+        assert len(backends.DEMOTIONS.items()) == 2
+    finally:
+        backends.DEMOTIONS.clear()
+
+
 # -- the block's modulated RMSNorms (rms_modulate_triton.py) ------------------------------------------------
 
 

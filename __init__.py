@@ -6,7 +6,12 @@ and ``WEB_DIRECTORY``; the nodes module, which needs ComfyUI, is imported only w
 calls the entry point.
 """
 
-from .ideogram4.lazy import lazy_getattr
+# ComfyUI and pip import this file as the package. pytest 9 also imports it to set the checkout's root up as a package,
+# and where the checkout's folder is no Python name (git's default clone folder, comfyui-ideogram4-int8) it runs it
+# as a bare module without a parent package: the relative import and the lazy names are skipped there (no test
+# needs them; the tests import the installed comfyui_ideogram4_int8).
+if __package__:
+    from .ideogram4.lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -43,7 +48,8 @@ _ERRORS = {
 }
 
 
-__getattr__ = lazy_getattr(__name__, _ERRORS)
+if __package__:
+    __getattr__ = lazy_getattr(__name__, _ERRORS)
 
 
 __all__ = ["WEB_DIRECTORY", "comfy_entrypoint", "__version__", *_ERRORS]

@@ -243,3 +243,23 @@ def test_demo_help_lists_the_presets_and_devices():
     for name in PRESET_NAMES:
         assert name in flat
     assert "cpu, cuda, cuda:N" in flat
+
+
+def test_the_root_init_imports_as_a_bare_module_as_pytest_9_does_in_a_clone_folder_with_dashes(tmp_path):
+    """git clones the repository into ``comfyui-ideogram4-int8``, no Python name: pytest 9 then sets the root up by
+    importing its ``__init__.py`` as a bare module, and a relative import there made every test of the README's test
+    command error. Imported that way it must load (WEB_DIRECTORY, the entry point) without the package's names; as
+    the package it keeps them."""
+    import importlib.util
+
+    clone = tmp_path / "comfyui-ideogram4-int8"
+    clone.mkdir()
+    (clone / "__init__.py").write_text((ROOT / "__init__.py").read_text())
+    spec = importlib.util.spec_from_file_location("__init__", clone / "__init__.py")
+    bare = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bare)
+    assert bare.WEB_DIRECTORY == "./web" and callable(bare.comfy_entrypoint)
+    assert not hasattr(bare, "__getattr__")
+    import comfyui_ideogram4_int8 as pack
+
+    assert pack.CheckpointError.__name__ == "CheckpointError"  # the lazy names, as the package

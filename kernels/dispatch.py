@@ -172,6 +172,8 @@ def _unless_demoted(shape: tuple, what: str, run):
         return None
     try:
         return run()
+    except torch.cuda.OutOfMemoryError:  # the card is short of memory now, not the variant: nothing to demote (the
+        raise  # twin would need more), the caller's OOM handling sees it as before
     except Exception as exc:  # noqa: BLE001 - the caller's twin computes the same function
         DEMOTIONS.demote("triton", shape, exc, what)
         return None

@@ -797,6 +797,36 @@ def test_a_quantizer_kernel_that_fails_is_demoted_once_and_the_linear_runs_on_th
         backends.DEMOTIONS.clear()
 
 
+def test_a_kernel_call_short_of_memory_raises_and_demotes_nothing(gen, monkeypatch):
+    """An out-of-memory error in a Triton kernel's call (its output's allocation, on a full card) says nothing about
+    the variant: it reaches the caller as before (ComfyUI's OOM handling), nothing is demoted, and the next call runs
+    the kernel again instead of the slower twin for the rest of the process."""
+    from comfyui_ideogram4_int8.kernels import quant_triton as Q
+
+    real_rows, tries = Q.quantize_rows_triton, []
+
+    def short_once(x, *args, **kwargs):
+        tries.append(x.shape[1])
+        if len(tries) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 54.00 MiB")
+        return real_rows(x, *args, **kwargs)
+
+    monkeypatch.setattr(Q, "quantize_rows_triton", short_once)
+    backends.DEMOTIONS.clear()
+    try:
+        x = activations(9, 300, gen)
+        with pytest.raises(torch.cuda.OutOfMemoryError):
+            K.quantize_per_token(x)
+        assert backends.DEMOTIONS.items() == []
+        before = launches("quant_triton")
+        q, s = K.quantize_per_token(x)
+        qr, sr = K.quantize_per_token_ref(x)
+        assert torch.equal(q, qr) and torch.equal(s, sr)
+        assert tries == [300, 300] and launches("quant_triton") == before + 1
+    finally:
+        backends.DEMOTIONS.clear()
+
+
 # -- the block's modulated RMSNorms (rms_modulate_triton.py) ------------------------------------------------
 
 

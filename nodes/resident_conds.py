@@ -7,7 +7,9 @@ that is 512 × 53248 features per conditional pass: a 54.5 MB pageable copy on t
 
 ``BaseModel.extra_conds`` runs once per sampling run (``samplers.encode_model_conds``) and is told the sampling
 device: wrapped here on the pack's models, the context it returns is already there in the model's inference dtype,
-so the per-call cast finds nothing to do. It lives as long as the run's conds, as ComfyUI's own copy of them does.
+so the per-call cast finds nothing to do. It lives as long as the encoded conds do: ComfyUI drops them after a run,
+but a guider whose run was interrupted (CFGGuider deletes them only after a clean run) or ComfyUI's dual-model
+guider's negative conds keep theirs, and so this copy (54.5 MB at 512 tokens), until that guider runs again.
 The pack's sampler node moves its CONDITIONING to the device once per run for any MODEL (``sampler_nodes``); this
 covers the pack's MODELs under every other sampler.
 """

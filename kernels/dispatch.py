@@ -93,8 +93,11 @@ def _quantize_rows_triton(x2: torch.Tensor, smooth, group: int | None):
         key, run = ("quantize_rotated", *variant), lambda: quant_triton.quantize_rotated_rows_triton(x2, group)
         counter = "quant_rotated_triton"
     else:
-        rows = x2 if group is None else reference.rotate_ref(x2, group)
-        key, run = ("quantize", *variant), lambda: quant_triton.quantize_rows_triton(rows, smooth)
+
+        def run():  # a group the rotating kernel does not know: rotated by torch first (only when the kernel runs)
+            return quant_triton.quantize_rows_triton(x2 if group is None else reference.rotate_ref(x2, group), smooth)
+
+        key = ("quantize", *variant)
         counter = "quant_triton"
     out = _unless_demoted(key, "Triton activation quantizer", run)
     if out is not None:

@@ -349,15 +349,13 @@ def sample_with(sampler: str, models, ctx, plan, size: int, seed: int) -> torch.
 
     if sampler == "pack":
         return sampler_nodes.sample(models[0], models[1], [[ctx, {}]], plan, size, size, seed)
-    import comfy.model_management
     import comfy.samplers
     from comfy_extras import nodes_custom_sampler as ncs
 
     guider = ncs.DualModelGuider.execute(
         model=models[0], positive=[[ctx, {}]], cfg=float(plan.guidance[0]), model_negative=models[1]
     ).result[0]
-    channels = models[0].model.latent_format.latent_channels
-    latent = torch.zeros([1, channels, size // 16, size // 16], device=comfy.model_management.intermediate_device())
+    latent = sampler_nodes.empty_latent(models[0], size, size)  # the pack sampler's start: the same A/B operands
     out = ncs.SamplerCustomAdvanced.execute(
         noise=ncs.Noise_RandomNoise(seed),
         guider=guider,
@@ -491,9 +489,8 @@ def run(argv=None) -> dict:
                 models, notes = _load(peer, files, config)
                 entry.update(load_s=round(time.perf_counter() - t0, 1), **notes)
                 kernels.REGISTRY.clear()
-                _, eager_warmup_ms = _sample(
-                    models, ctx, 2, a.seed, size, a.sampler
-                )  # warm-up: autotuning, first loads
+                # warm-up: autotuning, first loads
+                _, eager_warmup_ms = _sample(models, ctx, 2, a.seed, size, a.sampler)
                 _reset_peaks()
                 with ClockWatch() as watch:
                     latent, ms = _sample(models, ctx, a.steps, a.seed, size, a.sampler)

@@ -62,9 +62,9 @@ def table(prof, steps: int = 1, device: bool = True) -> dict[str, dict[str, floa
     out: dict[str, dict[str, float]] = {}
     for name, count, us in events(prof, device):
         row = out.setdefault(normalize(name), {"count": 0.0, "ms": 0.0})
-        row["count"] += count / steps
-        row["ms"] += us / 1e3 / steps
-    return {k: {"count": round(v["count"], 2), "ms": round(v["ms"], 4)} for k, v in out.items()}
+        row["count"] += count
+        row["ms"] += us / 1e3
+    return scaled(out, steps)
 
 
 def scaled(total: dict[str, dict[str, float]], steps: int) -> dict[str, dict[str, float]]:

@@ -88,7 +88,7 @@ def _quantize_rows_triton(x2: torch.Tensor, smooth, group: int | None):
     torch rotation for other groups), or None where its variant failed (now or before)."""
     from . import quant_triton
 
-    variant = (x2.shape[1], str(x2.dtype).replace("torch.", ""), smooth is not None, group)
+    variant = (x2.shape[1], str(x2.dtype).removeprefix("torch."), smooth is not None, group)
     if group in quant_triton.ROTATION_GROUPS:
         key, run = ("quantize_rotated", *variant), lambda: quant_triton.quantize_rotated_rows_triton(x2, group)
         counter = "quant_rotated_triton"

@@ -203,6 +203,16 @@ def _on_device(conditioning, device: torch.device):
     return [[c.to(device, non_blocking=True) if isinstance(c, torch.Tensor) else c, *rest] for c, *rest in conditioning]
 
 
+def empty_latent(model, width: int, height: int, batch_size: int = 1) -> torch.Tensor:
+    """The zero latent [B, C, H/16, W/16] a run of ``model`` starts from (float32, intermediate device): C the
+    model's input channels."""
+    channels = model.model.latent_format.latent_channels
+    in_ch = int(model.model.model_config.unet_config.get("in_channels", channels))
+    return torch.zeros(
+        [batch_size, in_ch, height // 16, width // 16], device=comfy.model_management.intermediate_device()
+    )
+
+
 def sample(
     model,
     model_negative,
@@ -217,11 +227,7 @@ def sample(
     """The latent [B, C, H/16, W/16] (float32, intermediate device) of one run.
 
     The GEMM-path panel is told after the run (``publish("run", labels of both MODELs, node_id)``)."""
-    channels = model.model.latent_format.latent_channels
-    in_ch = int(model.model.model_config.unet_config.get("in_channels", channels))
-    latent = torch.zeros(
-        [batch_size, in_ch, height // 16, width // 16], device=comfy.model_management.intermediate_device()
-    )
+    latent = empty_latent(model, width, height, batch_size)
     noise = comfy.sample.prepare_noise(latent, seed)
     guider = PerStepGuidanceGuider(model, model_negative, plan.guidance)
     guider.set_conds(_on_device(positive, model.load_device), UNCOND_IMAGE_ONLY)

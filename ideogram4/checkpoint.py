@@ -40,7 +40,7 @@ from .errors import (
     few,
 )
 from .formats.linear_plan import FLOAT_DTYPES, FP8_DTYPES, LinearPlan, check_float, classify, classify_bias
-from .formats.quantize_on_load import dequantize_fp8, quantize_weight
+from .formats.quantize_on_load import dequantize_fp8, quantize_fp8_tensorwise, quantize_weight
 from .formats.source import Source, open_source
 from .w8a8_module import name_filter
 
@@ -107,6 +107,7 @@ def read_branch(
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.bfloat16,
     quantize: bool | Iterable[str] | Callable[[str], bool] | None = None,
+    float_blocks_fp8: bool = False,
     config: Ideogram4Config | None = None,
     strict: bool = True,
     progress: Progress | None = None,
@@ -130,6 +131,9 @@ def read_branch(
             ``path`` holds no int8 layer at all (a bf16 / fp8 file), the block linears and
             llm_cond_proj (``Ideogram4Config.default_quantized``); otherwise none — layers a W8A8
             file stores as bf16 are protected on purpose. True / False / names / predicate.
+        float_blocks_fp8: the block linears that stay float (a W8A8 file's protected layers; fp8 / bf16 layers
+            ``quantize`` leaves out) are stored as float8 e4m3 with one scale per tensor (ComfyUI's
+            ``float8_e4m3fn`` form; an e4m3 layer with one scale keeps its codes), for the ``triton-fp8`` path.
         config: the architecture; default: the file's metadata, else inferred from the shapes.
         strict: refuse tensors the architecture does not use (else they are listed in ``.ignored``).
         progress: ``progress(done, total, name)`` after each layer / tensor (ComfyUI progress bar).
@@ -150,7 +154,7 @@ def read_branch(
     main = open_source(path, branch)
     base_src = open_source(base, branch, role="base") if base is not None else None
     with main.opened(device), base_src.opened(device) if base_src else _null():
-        plan = _plan(main, base_src, config, quantize, strict)
+        plan = _plan(main, base_src, config, quantize, strict, float_blocks_fp8)
         out = BranchStateDict()
         out.config, out.file, out.branch = plan.config, main.label if isinstance(path, dict) else str(path), branch
         out.layers = {p.name: p.describe() for p in plan.linears}
@@ -278,7 +282,7 @@ def _resolve_quantize(quantize, main: Source, config: Ideogram4Config):
     return name_filter(quantize)
 
 
-def _plan(main: Source, base: Source | None, config, quantize, strict) -> _Plan:
+def _plan(main: Source, base: Source | None, config, quantize, strict, float_blocks_fp8=False) -> _Plan:
     config = _config_for(main, base, config)
     if base is not None:
         _check_base_matches(main, base, config)
@@ -309,8 +313,9 @@ def _plan(main: Source, base: Source | None, config, quantize, strict) -> _Plan:
         plan.bias_source = bias_src
         if plan.kind in ("fp8", "float"):
             plan.quantize = bool(should_quantize(spec.name))
+            plan.fp8 = float_blocks_fp8 and not plan.quantize and spec.name.startswith("layers.")
             if not plan.quantize and plan.source is main and main_has_int8 and spec.name.startswith("layers."):
-                plan.notes.append("protected in checkpoint (kept float)")
+                plan.notes.append("protected in checkpoint (" + ("stored fp8 on load)" if plan.fp8 else "kept float)"))
         linears.append(plan)
     for key, shape in config.other_shapes().items():
         src = main if main.has(key) else (base if base is not None and base.has(key) else None)
@@ -441,6 +446,17 @@ def _load_linear(lp: LinearPlan, out: dict, device, dtype) -> None:
             q, s = quantize_weight(w, scale)
             del w
             out[f"{m}.weight"], out[f"{m}.weight_scale"] = q, s
+        elif lp.fp8:
+            try:
+                out[f"{m}.weight"], out[f"{m}.weight_scale"] = quantize_fp8_tensorwise(w, scale)
+            except ValueError as exc:
+                raise TensorMismatchError(
+                    f"cannot store this layer in fp8: {exc}",
+                    file=src.label,
+                    key=src.file_key(lp.weight),
+                    fix="the file is damaged or was written by a broken tool",
+                ) from None
+            del w
         elif lp.kind == "fp8":
             out[f"{m}.weight"] = dequantize_fp8(w, scale, dtype)
         else:

@@ -28,6 +28,7 @@ from .formats.comfy_quant import encode_comfy_quant
 SMOOTH_KEY = "input_smooth"
 FOLDED_KEY = "input_folded"
 INT8_FORMAT = "int8_tensorwise"
+FP8_FORMAT = "float8_e4m3fn"
 
 
 def int8_marker(convrot_groupsize: int | None) -> torch.Tensor:
@@ -82,6 +83,18 @@ def to_comfy_state_dict(state: Mapping[str, torch.Tensor], config: Ideogram4Conf
                 out[f"{m}.{SMOOTH_KEY}"] = smooth.float().reshape(spec.in_features)
             if folded is not None:
                 out[f"{m}.{FOLDED_KEY}"] = folded.float().reshape(spec.in_features)
+        elif w.dtype == torch.float8_e4m3fn:
+            if scale is None or scale.numel() != 1 or smooth is not None or group is not None or folded is not None:
+                raise TensorMismatchError(
+                    "a float8 e4m3 weight needs exactly one scale (ComfyUI's float8_e4m3fn form)",
+                    file="<state dict>",
+                    key=f"{m}.weight_scale",
+                    expected="float32 [] and no smoothing / ConvRot tensors",
+                    found="nothing" if scale is None else f"{scale.numel()} scale values",
+                    fix="pass a read_branch() result",
+                )
+            out[f"{m}.weight_scale"] = scale.float().reshape(())
+            out[f"{m}.comfy_quant"] = encode_comfy_quant({"format": FP8_FORMAT})
         elif scale is not None or smooth is not None or group is not None or folded is not None:
             raise TensorMismatchError(
                 "a float weight carries int8 scale / smoothing tensors",
@@ -132,6 +145,7 @@ class LinearInfo:
     smooth: bool = False
     convrot: int | None = None
     folded: bool = False
+    fp8: bool = False  # a float8 e4m3 weight (a protected layer stored fp8: read_branch's float_blocks_fp8)
 
     @property
     def top_level(self) -> bool:
@@ -157,6 +171,7 @@ def linear_infos(state: Mapping[str, torch.Tensor], config: Ideogram4Config) -> 
                 f"{spec.name}.{SMOOTH_KEY}" in state,
                 int(group) if group is not None else None,
                 f"{spec.name}.{FOLDED_KEY}" in state,
+                w.dtype == torch.float8_e4m3fn,
             )
         )
     return infos
@@ -170,4 +185,5 @@ __all__ = [
     "SMOOTH_KEY",
     "FOLDED_KEY",
     "INT8_FORMAT",
+    "FP8_FORMAT",
 ]

@@ -187,6 +187,7 @@ class BranchReport:
     compute_dtype: str
     paths: dict[str, tuple[str, str]]  # linear name -> (GEMM path, reason)
     protected: list[str] = dataclasses.field(default_factory=list)
+    protected_fp8: list[str] = dataclasses.field(default_factory=list)  # protected layers stored float8 e4m3
     top_float: list[str] = dataclasses.field(default_factory=list)
     quantized_on_load: list[str] = dataclasses.field(default_factory=list)
     int8_stored: int = 0
@@ -223,6 +224,8 @@ def format_summary(reports: Iterable[BranchReport], extra: Iterable[str] = ()) -
         )
         if r.protected:
             lines.append(f"  bf16-protected layers ({len(r.protected)}): {_names(r.protected)}")
+        if r.protected_fp8:
+            lines.append(f"  protected layers stored fp8 e4m3 ({len(r.protected_fp8)}): {_names(r.protected_fp8)}")
         if r.top_float:
             lines.append(f"  float top-level layers ({len(r.top_float)}): {_names(r.top_float)}")
         if r.int8_stored:
@@ -254,7 +257,9 @@ def branch_report(
     layers = getattr(state, "layers", {}) or {}
     rep = BranchReport(label, source, compute_dtype, dict(paths))
     for info in infos:
-        if not info.int8:
+        if info.fp8:
+            rep.protected_fp8.append(info.name)
+        elif not info.int8:
             (rep.top_float if info.top_level else rep.protected).append(info.name)
         rep.smooth += info.smooth
         rep.convrot += info.convrot is not None

@@ -18,12 +18,15 @@ from .dispatch import (
     w8a8_linear,
 )
 from .env import environment_report
+from .fp8_gemm import fp8_linear, fp8_matmul
 from .gate_up import swiglu_w8a8_pair
 from .operands import KernelInputError
 from .path_choice import ENV_PATH, GemmPathUnavailable, select_path
 from .reference import (
+    dequant_fp8_ref,
     dequant_linear_ref,
     epilogue_ref,
+    fp8_matmul_ref,
     int8_matmul_int32_ref,
     int8_matmul_ref,
     qk_norm_rope_ref,
@@ -32,7 +35,7 @@ from .reference import (
     rms_norm_gated_residual_ref,
     rms_norm_modulate_ref,
 )
-from .registry import PATH_BF16, PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
+from .registry import PATH_BF16, PATH_CUBLAS, PATH_DEQUANT, PATH_FP8, PATH_TRITON, PATHS, REGISTRY
 from .sites import SITES
 
 __all__ = [
@@ -42,6 +45,8 @@ __all__ = [
     "w8a8_linear",
     "swiglu_w8a8_pair",
     "float_linear",
+    "fp8_linear",
+    "fp8_matmul",
     "qk_norm_rope",
     "qk_norm_rope_ref",
     "rms_norm_modulate",
@@ -56,6 +61,7 @@ __all__ = [
     "SITES",
     "PATHS",
     "PATH_TRITON",
+    "PATH_FP8",
     "PATH_CUBLAS",
     "PATH_DEQUANT",
     "PATH_BF16",
@@ -67,5 +73,7 @@ __all__ = [
     "int8_matmul_int32_ref",
     "epilogue_ref",
     "dequant_linear_ref",
+    "dequant_fp8_ref",
+    "fp8_matmul_ref",
     "quantize_weight_ref",
 ]

@@ -105,6 +105,25 @@ def _quantize_rows_triton(x2: torch.Tensor, smooth, group: int | None):
     return out
 
 
+def _quantize_fp8_rows(x2: torch.Tensor):
+    """Per-token float8 e4m3 codes of a validated [M, K] (unit column stride) for the ``triton-fp8`` path
+    (fp8_gemm.py): the Triton quantizer where it runs and has not failed for this K and dtype, else the twin."""
+    from . import quant_triton
+
+    codes = torch.float8_e4m3fn
+    out = None
+    if unavailable("triton", x2.device) is None:
+        key = ("quantize", x2.shape[1], str(x2.dtype).removeprefix("torch."), "e4m3")
+        out = _unless_demoted(
+            key, "Triton activation quantizer", lambda: quant_triton.quantize_rows_triton(x2, codes=codes)
+        )
+    if out is not None:
+        REGISTRY.count_launch("quant_fp8_triton")
+        return out
+    REGISTRY.count_launch("quant_twin")
+    return reference.quantize_per_token_ref(x2, None, codes=codes)
+
+
 def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, timed=None):
     """The fused path (fused.run_fused) into ``out`` or a new buffer: (out, config, source)."""
     m, n = q.shape[0], w.shape[0]

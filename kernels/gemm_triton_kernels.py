@@ -89,7 +89,10 @@ def _w8a8_gemm_kernel(
     a_ptrs = a_ptr + ram[:, None].to(tl.int64) * stride_am + rk[None, :]
     b_ptrs = b_ptr + rbn[None, :].to(tl.int64) * stride_bn + rk[:, None]
 
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    # e4m3 codes (kernels.fp8_linear) accumulate in float32 (Hopper's fp8 MMA keeps fewer mantissa bits: the
+    # numerics contract of that path allows it), int8 codes in exact int32
+    FP8: tl.constexpr = a_ptr.dtype.element_ty == tl.float8e4nv
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32 if FP8 else tl.int32)
     k_end = tl.minimum(k_start + K_PER_SPLIT, K)
     for k0 in range(k_start, k_end, BLOCK_K):
         if EVEN_K:
@@ -97,8 +100,8 @@ def _w8a8_gemm_kernel(
             b = tl.load(b_ptrs)
         else:
             k_left = k_end - k0
-            a = tl.load(a_ptrs, mask=(rk[None, :] - k_start) < k_left, other=0)
-            b = tl.load(b_ptrs, mask=(rk[:, None] - k_start) < k_left, other=0)
+            a = tl.load(a_ptrs, mask=(rk[None, :] - k_start) < k_left, other=0.0)
+            b = tl.load(b_ptrs, mask=(rk[:, None] - k_start) < k_left, other=0.0)
         acc += tl.dot(a, b)
         a_ptrs += BLOCK_K
         b_ptrs += BLOCK_K

@@ -7,7 +7,7 @@ So each entry point is also a custom op, ``torch.ops.ideogram4_int8.<name>``, wh
 eager function itself: opaque to dynamo, it runs all that bookkeeping at run time, exactly as in eager mode.
 Each op has a fake implementation giving the output's shape, dtype and device, which is all the tracer needs.
 
-Module forwards call the helpers below (``w8a8_linear``, ``float_linear``, ``swiglu_w8a8_pair``,
+Module forwards call the helpers below (``w8a8_linear``, ``float_linear``, ``fp8_linear``, ``swiglu_w8a8_pair``,
 ``qk_norm_rope``): under ``torch.compiler.is_compiling()`` they emit the op, otherwise
 they call the eager function directly (no dispatcher round trip: a step's host time matters). Their string and
 int arguments (path, ConvRot group) are constants of the traced graph, read from module attributes that do not
@@ -19,6 +19,7 @@ op looks the site up by that weight at run time (``sites.py``; ``w8a8_linear``, 
 Ops (every output is a new contiguous tensor, never a view of an input):
   w8a8_linear(x, w, w_scale, bias?, smooth?, path?, site?, out_dtype?, convrot_group?)    [..., N]
   float_linear(x, weight, bias?, site?, reason)                                            [..., N]
+  fp8_linear(x, w, w_scale, bias?, site?, float_only?)                                      [..., N]
   swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth?, path?, site?, up_site?, out_dtype?, convrot_group?)  [..., F]
   qk_norm_rope(x, weight, cos, sin, eps)                                                   [B, N, H, D]
 
@@ -35,7 +36,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from . import dispatch, gate_up, operands
+from . import dispatch, fp8_gemm, gate_up, operands
 from .registry import REGISTRY
 from .sites import SITES
 
@@ -146,6 +147,20 @@ def _define() -> None:
         _fake_check(x, weight.shape[1], "float_linear")
         return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
+    @torch.library.custom_op(f"{NAMESPACE}::fp8_linear", mutates_args=())
+    def fp8_linear_op(
+        x: Tensor, w: Tensor, w_scale: Tensor, bias: Optional[Tensor], site: Optional[str], float_only: Optional[str]
+    ) -> Tensor:
+        sites = (site,) if site is not None else SITES.find_all(w)
+        site = sites[0] if sites else None
+        _count(*sites)
+        return fp8_gemm.fp8_linear(x, w, w_scale, bias, site=site, float_only=float_only)
+
+    @fp8_linear_op.register_fake
+    def _(x, w, w_scale, bias, site, float_only):
+        _fake_check(x, w.shape[1], "fp8_linear")
+        return x.new_empty((*x.shape[:-1], w.shape[0]))
+
     @torch.library.custom_op(f"{NAMESPACE}::swiglu_w8a8_pair", mutates_args=())
     def swiglu_w8a8_pair_op(
         x: Tensor,
@@ -188,6 +203,7 @@ def _define() -> None:
     for name in (
         "w8a8_linear",
         "float_linear",
+        "fp8_linear",
         "swiglu_w8a8_pair",
         "qk_norm_rope",
     ):
@@ -228,6 +244,14 @@ def float_linear(x, weight, bias=None, site=None, reason="unquantized layer"):
     return dispatch.float_linear(x, weight, bias, site=site, reason=reason)
 
 
+def fp8_linear(x, w, w_scale, bias=None, site=None, float_only=None):
+    """``fp8_gemm.fp8_linear`` (an e4m3 weight on the ``triton-fp8`` path, else dequantized, labelled): the op while
+    dynamo traces."""
+    if _is_compiling() and _OPS:
+        return _OPS["fp8_linear"](x, w, w_scale, bias, site, float_only)
+    return fp8_gemm.fp8_linear(x, w, w_scale, bias, site=site, float_only=float_only)
+
+
 def swiglu_w8a8_pair(
     x, w1, s1, w3, s3, smooth=None, path=None, site=None, up_site=None, out_dtype=None, convrot_group=None
 ):
@@ -253,6 +277,7 @@ __all__ = [
     "op",
     "w8a8_linear",
     "float_linear",
+    "fp8_linear",
     "swiglu_w8a8_pair",
     "qk_norm_rope",
     "w8a8_linear_impl",

@@ -53,6 +53,24 @@ def quantize_per_token_ref(x: torch.Tensor, smooth: torch.Tensor | None = None, 
     return q, scale
 
 
+def dequant_fp8_ref(w: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """An e4m3 weight [N, K] times its scale ([] / [1] / [N] float32) in ``dtype``: the float path of an fp8 layer."""
+    s = scale.float().reshape(-1)
+    s = s.reshape(()) if s.numel() == 1 else s[:, None]
+    return (w.float() * s).to(dtype)
+
+
+def fp8_matmul_ref(q, w, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16) -> torch.Tensor:
+    """Twin of ``fp8_gemm.fp8_matmul``: out = out_dtype((acc * q_scale[m]) * w_scale[n] + bias[n]) with acc the
+    float32 product of the e4m3 codes q [M, K], w [N, K] (exact products; the kernel's sums may round differently)."""
+    acc = q.float() @ w.float().t()
+    y = acc * q_scale.float()[:, None]
+    y = y * w_scale.float().reshape(-1)[None, :]
+    if bias is not None:
+        y = y + bias.float()[None, :]
+    return y.to(out_dtype)
+
+
 # ConvRot (ComfyUI's int8_tensorwise + convrot): activations rotated group by group along K by the
 # orthonormal, symmetric H_n = H4^{(x)k} / sqrt(n), n = 4**k, with the "regular" H4 below.
 _H4 = ((1, 1, 1, -1), (1, 1, -1, 1), (1, -1, 1, 1), (-1, 1, 1, 1))

@@ -19,10 +19,11 @@ import time
 import torch
 
 PATH_TRITON = "triton-int8"
+PATH_FP8 = "triton-fp8"  # a float8 e4m3 weight (a layer kept out of INT8) on fp8 tensor cores: fp8_gemm.py
 PATH_CUBLAS = "cublas-int8"
 PATH_DEQUANT = "dequant-bf16"
 PATH_BF16 = "bf16"
-PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT, PATH_BF16)
+PATHS = (PATH_TRITON, PATH_FP8, PATH_CUBLAS, PATH_DEQUANT, PATH_BF16)
 # Fastest first: used to say which faster path was not taken.
 PATH_RANK = {p: i for i, p in enumerate(PATHS)}
 
@@ -33,12 +34,14 @@ PATH_RANK = {p: i for i, p in enumerate(PATHS)}
 PATH_LABELS = {
     "cuda": {
         PATH_TRITON: "fused Triton INT8",
+        PATH_FP8: "fused Triton FP8 (e4m3, layers kept out of INT8)",
         PATH_CUBLAS: "cuBLAS INT8 (torch._int_mm, not fused)",
         PATH_DEQUANT: "dequant → bf16 (phantom INT8)",
         PATH_BF16: "bf16 (protected)",
     },
     "cpu": {
         PATH_TRITON: "fused Triton INT8 (CUDA GPUs only)",
+        PATH_FP8: "fused Triton FP8 (CUDA sm_89/sm_90 only)",
         PATH_CUBLAS: "CPU INT8 matmul (torch._int_mm)",
         PATH_DEQUANT: "CPU dequantized {dtype} matmul",
         PATH_BF16: "float (protected)",

@@ -13,7 +13,10 @@ What the Linear adds:
   QuantizedTensor weight goes to ``kernels.w8a8_linear`` (fused Triton GEMM where it can run;
   ConvRot activation rotation first), recorded as ``<label>/<module path>``; a float weight
   (bf16-protected / top-level layers, or a weight ComfyUI dequantized to apply a LoRA in lowvram
-  mode) goes to ``kernels.float_linear`` so the panel lists it as ``bf16`` with the reason.
+  mode) goes to ``kernels.float_linear`` so the panel lists it as ``bf16`` with the reason. A float8 e4m3
+  weight in ComfyUI's ``float8_e4m3fn`` form (a protected layer kept in fp8: ``ideogram4.protected``) goes to
+  ``kernels.fp8_linear`` (path ``triton-fp8``, or its labelled float fallback); ``forward`` hands it the
+  unquantized input, where ComfyUI's own forward would quantize it per tensor for its matmul.
 * ``input_smooth`` (SmoothQuant vector, no slot in ComfyUI's format): loaded from
   ``<m>.input_smooth``, saved back, moved with the module, cast to the input's device when the
   module is offloaded. The int8 weight stores W·diag(s), so ``convert_weight`` divides the
@@ -72,9 +75,12 @@ from ..ideogram4.smooth_fold import (
 )
 from ..ideogram4.w8a8_module import w8a8_forward
 from ..kernels import ops as kernel_ops
+from ..kernels.fp8_gemm import fp8_unavailable
 
 _is_compiling = torch.compiler.is_compiling  # True while dynamo traces: module counters are not touched then
 INT8_LAYOUT = "TensorWiseINT8Layout"
+FP8_LAYOUTS = ("TensorCoreFP8E4M3Layout", "TensorCoreFP8Layout")  # ComfyUI's float8_e4m3fn (per-tensor scale)
+REASON_FORCED_FLOAT = "forced by the GEMM path widget (dequant-bf16)"
 REASON_PROTECTED = "protected in checkpoint (stored bf16)"
 REASON_TOP = "unquantized top-level layer"
 REASON_DEQUANT = (
@@ -89,6 +95,10 @@ REASON_FULL_PRECISION = (
 
 def is_int8_weight(weight) -> bool:
     return isinstance(weight, QuantizedTensor) and _layout_name(weight) == INT8_LAYOUT
+
+
+def is_fp8_weight(weight) -> bool:
+    return isinstance(weight, QuantizedTensor) and _layout_name(weight) in FP8_LAYOUTS
 
 
 def _layout_name(qt) -> str:
@@ -199,6 +209,11 @@ class Int8Linear:
         )
 
     def forward(self, input, *args, **kwargs):
+        if is_fp8_weight(self.weight) and not self._float_path() and not isinstance(input, QuantizedTensor):
+            # ComfyUI's forward would quantize the input per tensor for its own fp8 matmul; the pack's op quantizes
+            # per token: the cast (offload, streaming) is ComfyUI's, as for an int8 weight
+            comfy.ops.run_every_op()
+            return self.forward_comfy_cast_weights(input, input.dtype, weight_only_quant=True)
         if not self._has_folds() or not self._float_path():
             return super().forward(input, *args, **kwargs)
         # ComfyUI will dequantize (the stored weight) and run the weight functions (LoRA) on it: undo the
@@ -229,6 +244,11 @@ class Int8Linear:
             if bias is not None and bias.dtype != input.dtype:
                 bias = bias.to(input.dtype)
             return w8a8_forward(input, qdata, scale, bias, smooth, group, path=self.gemm_path, site=site)
+        if is_fp8_weight(weight):
+            if _is_compiling() and weight.device == self.weight.device:
+                weight, site = self.weight, None  # as for an int8 weight above: the op finds the site
+            forced = REASON_FORCED_FLOAT if self.gemm_path == kernels.PATH_DEQUANT else None
+            return kernel_ops.fp8_linear(input, weight._qdata, weight._params.scale, bias, site, forced)
         if isinstance(weight, QuantizedTensor):
             weight = weight.dequantize()
         if not isinstance(self.weight, QuantizedTensor):
@@ -362,7 +382,7 @@ def site_label(diffusion_model: torch.nn.Module) -> str | None:
 def _site_tensors(m) -> tuple:
     """The tensor a compiled graph hands the pack's op for ``m`` (``kernels.sites``): its int8 data or its weight."""
     w = m.weight
-    return (w._qdata,) if is_int8_weight(w) else (w,)
+    return (w._qdata,) if is_int8_weight(w) or is_fp8_weight(w) else (w,)
 
 
 def link_folds(diffusion_model: torch.nn.Module, config, report=None) -> int:
@@ -397,9 +417,19 @@ def predicted_paths(diffusion_model: torch.nn.Module, device: torch.device) -> d
                 out[name] = kernels.select_path(device, m.out_features, m.in_features, m.gemm_path)
             except ValueError as exc:
                 out[name] = (kernels.PATH_DEQUANT, str(exc))
+        elif is_fp8_weight(m.weight):
+            out[name] = fp8_prediction(device, m.gemm_path)
         else:
             out[name] = (kernels.PATH_BF16, m.float_reason)
     return out
+
+
+def fp8_prediction(device: torch.device, gemm_path: str | None) -> tuple[str, str]:
+    """(path, reason) an fp8 layer will take on ``device`` (what ``kernels.fp8_linear`` decides per call)."""
+    why = REASON_FORCED_FLOAT if gemm_path == kernels.PATH_DEQUANT else fp8_unavailable(device)
+    if why is None:
+        return kernels.PATH_FP8, ""
+    return kernels.PATH_BF16, f"fp8 weight dequantized: {why}"
 
 
 def declare_sites(diffusion_model: torch.nn.Module, label: str, device: torch.device) -> dict[str, tuple[str, str]]:
@@ -420,6 +450,7 @@ __all__ = [
     "predicted_paths",
     "int8_linears",
     "is_int8_weight",
+    "is_fp8_weight",
     "link_folds",
     "op_calls",
     "compiled_calls",

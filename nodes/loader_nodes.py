@@ -29,7 +29,15 @@ from ..ideogram4.load_plan import (
 from . import ffn_fusion
 from .native_model import build_native_model, node_id_of, publish, resolve_compute_dtype
 from .streaming_patcher import streaming_summary
-from .widgets import COMPUTE_DTYPE, COMPUTE_DTYPE_TOOLTIP, GEMM_PATH, GEMM_PATH_TOOLTIP
+from .widgets import (
+    COMPUTE_DTYPE,
+    COMPUTE_DTYPE_TOOLTIP,
+    GEMM_PATH,
+    GEMM_PATH_TOOLTIP,
+    PROTECTED_CHOICES,
+    PROTECTED_LAYERS,
+    PROTECTED_LAYERS_TOOLTIP,
+)
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -92,14 +100,25 @@ class _LoadProgress:
         self.pbar.update_absolute(self.index * total + done, total * self.branches)
 
 
-def load_branch(path: str, branch: str, base: str | None, compute_dtype: str, gemm_path: str | None, progress=None):
+def load_branch(
+    path: str,
+    branch: str,
+    base: str | None,
+    compute_dtype: str,
+    gemm_path: str | None,
+    progress=None,
+    protected_layers: str = "bf16",
+):
     """(ModelPatcher, read_branch state, {linear: (GEMM path, reason)}, compute dtype) of one branch.
 
-    The state's tensors now belong to the model (the caller reports from it, then clears it).
+    ``protected_layers`` "fp8": the block layers that stay float are stored as float8 e4m3 (``read_branch``'s
+    ``float_blocks_fp8``). The state's tensors now belong to the model (the caller reports from it, then clears it).
     """
     load_device = comfy.model_management.get_torch_device()
     dtype = resolve_compute_dtype(compute_dtype, load_device, FULL_PARAMETERS)
-    state = read_branch(path, branch, base, device="cpu", dtype=dtype, progress=progress)
+    state = read_branch(
+        path, branch, base, device="cpu", dtype=dtype, progress=progress, float_blocks_fp8=protected_layers == "fp8"
+    )
     try:
         patcher, paths = build_native_model(
             state, state.config, label=branch, compute_dtype=dtype, gemm_path=gemm_path, load_device=load_device
@@ -107,13 +126,13 @@ def load_branch(path: str, branch: str, base: str | None, compute_dtype: str, ge
     except BaseException:
         state.clear()
         raise
-    patcher.cached_patcher_init = (reload_branch, (path, branch, base, compute_dtype, gemm_path))
+    patcher.cached_patcher_init = (reload_branch, (path, branch, base, compute_dtype, gemm_path, protected_layers))
     return patcher, state, paths, dtype
 
 
-def reload_branch(path, branch, base, compute_dtype, gemm_path, disable_dynamic=False):
+def reload_branch(path, branch, base, compute_dtype, gemm_path, protected_layers="bf16", disable_dynamic=False):
     """``cached_patcher_init`` factory: the same branch built again from its file (always non-dynamic)."""
-    patcher, state, _, _ = load_branch(path, branch, base, compute_dtype, gemm_path)
+    patcher, state, _, _ = load_branch(path, branch, base, compute_dtype, gemm_path, None, protected_layers)
     state.clear()
     return patcher
 
@@ -194,6 +213,12 @@ class Ideogram4Int8Loader(io.ComfyNode):
                     **GEMM_PATH,
                     tooltip=GEMM_PATH_TOOLTIP + "; the panel shows which path each layer ran and why.",
                 ),
+                io.Combo.Input(
+                    "protected_layers",
+                    **PROTECTED_LAYERS,
+                    optional=True,  # workflows saved before it load with the default
+                    tooltip=PROTECTED_LAYERS_TOOLTIP + ".",
+                ),
             ],
             outputs=[
                 io.Model.Output(display_name="conditional"),
@@ -214,6 +239,7 @@ class Ideogram4Int8Loader(io.ComfyNode):
         gemm_path,
         hf_repo_id="",
         hf_filename=DEFAULT_HF_FILE,
+        protected_layers="bf16",
     ) -> io.NodeOutput:
         shown: dict[str, str] = {}  # full path -> the name the user picked, for error messages
         if weights == HF_CHOICE:
@@ -233,6 +259,10 @@ class Ideogram4Int8Loader(io.ComfyNode):
         else:
             main = _full_path(weights, "weights")
             shown[main] = weights
+        if protected_layers not in PROTECTED_CHOICES:
+            raise ValueError(
+                f"{NODE_NAME}: protected_layers = {protected_layers!r}: pick one of {list(PROTECTED_CHOICES)}"
+            )
         forced = None if gemm_path == "auto" else gemm_path
         _check_forced_path(forced)
         picked = {
@@ -265,6 +295,7 @@ class Ideogram4Int8Loader(io.ComfyNode):
                         compute_dtype,
                         forced,
                         progress.callback,
+                        protected_layers,
                     )
                 except CheckpointError as exc:
                     where = "base" if src.branch == "conditional" else "unconditional_base"

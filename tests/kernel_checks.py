@@ -117,3 +117,35 @@ def check_rotated_quantizer(m, k, group, gen, device="cpu", dtype=torch.bfloat16
     err = (deq[ok] - rot[ok]).abs().amax(dim=1) / s.double()[ok]
     assert (err <= 0.5 + 1e-3).all(), f"seed {gen.initial_seed()}: {err.max()}"
     return q, s
+
+
+def fp8_weight(n, k, gen, device="cpu", outliers=True):
+    """An e4m3 weight with one scale (ComfyUI's float8_e4m3fn form): codes of a random float matrix whose channels
+    span ~30x in magnitude, as checkpoints' do."""
+    w = torch.randn(n, k, generator=gen) * 0.02
+    if outliers:
+        w[torch.randperm(n, generator=gen)[: max(1, n // 50)]] *= 30.0
+    scale = w.abs().amax() / 448.0
+    return (w / scale).to(torch.float8_e4m3fn).to(device), scale.to(device)
+
+
+def check_fp8_linear(m, n, k, gen, device="cpu", dtype=torch.float32, tol=1e-5):
+    """``kernels.fp8_linear`` on the fused path: recorded as triton-fp8, its output the float64 product of the same
+    e4m3 operands (the twin quantizer's codes, bit for bit the kernel's) within ``tol``, every element written,
+    and within fp8's own error of the unquantized product. Returns the relative errors."""
+    x = activations(m, k, gen, dtype=dtype, device=device)
+    w, s = fp8_weight(n, k, gen, device)
+    bias = (torch.randn(n, generator=gen) * 0.1).to(device=device, dtype=dtype)
+    site = f"test/fp8_{m}x{n}x{k}"
+    before = launches("quant_fp8_triton")
+    y = K.fp8_linear(x.reshape(1, m, k), w, s, bias, site=site).reshape(m, n)
+    assert K.REGISTRY.path_of(site) == K.PATH_FP8, K.REGISTRY.note_of(site) if hasattr(K.REGISTRY, "note_of") else ""
+    assert launches("quant_fp8_triton") == before + 1, "the Triton quantizer did not run"
+    assert y.dtype == dtype and torch.isfinite(y).all()
+    q, qs = K.quantize_per_token_ref(x, codes=torch.float8_e4m3fn)
+    same = reference_f64(q, qs, w, s.reshape(1).expand(n), bias)
+    exact = x.double() @ (w.double() * s.double()).t() + bias.double()
+    err_same, err_exact = rel_err(y, same), rel_err(y, exact)
+    assert err_same < tol, f"seed {gen.initial_seed()}: {err_same}"
+    assert err_exact < 0.06, f"seed {gen.initial_seed()}: {err_exact}"  # e4m3 rows: 3 mantissa bits
+    return err_same, err_exact

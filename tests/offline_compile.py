@@ -217,6 +217,16 @@ def other_launches(cc: int = 90) -> list:
             x = torch.empty(m, k, dtype=torch.bfloat16)
             (kernel, grid, args, kwargs) = Q.build_launch(x, num_sms=132, codes=torch.float8_e4m3fn)
             cases.append((f"quantize {m}x{k} to e4m3", kernel, grid, args, kwargs))
+    if cc >= 89:  # the triton-fp8 path: the portable GEMM fed e4m3 codes, its fixed tile (kernels/fp8_gemm.py)
+        from comfyui_ideogram4_int8.kernels import fp8_gemm
+        from comfyui_ideogram4_int8.kernels import gemm_triton as T
+
+        tile = fp8_gemm.FP8_TILES[(cc // 10, cc % 10)]
+        for m, n, k in ((4608, 4608, 12288), (1000, 200, 1000)):  # the protected w2; a masked K tail
+            q, w = torch.empty(m, k, dtype=torch.float8_e4m3fn), torch.empty(n, k, dtype=torch.float8_e4m3fn)
+            out = torch.empty(m, n, dtype=torch.bfloat16)
+            ((kernel, grid, args, kwargs),) = T.build_launches(q, w, tile, torch.empty(m), torch.empty(n), None, out)
+            cases.append((f"fp8 GEMM {m}x{n}x{k}", kernel, grid, args, kwargs))
     for group in Q.ROTATION_GROUPS:  # ConvRot inside the quantizer (int8_convrot files)
         x = torch.empty(4608, 4608, dtype=torch.bfloat16)
         kernel, grid, args, kwargs = Q.build_rotated_launch(x, group)

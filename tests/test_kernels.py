@@ -14,9 +14,11 @@ from comfyui_ideogram4_int8.kernels import configs as C
 from comfyui_ideogram4_int8.kernels.gemm_triton import launch_gemm
 from kernel_checks import (
     activations,
+    check_fp8_linear,
     check_quantize_edge_rows,
     check_rotated_quantizer,
     cosine,
+    fp8_weight,
     int8,
     launches,
     reference_f64,
@@ -191,6 +193,76 @@ def test_fp8_codes_round_half_to_even_and_up_into_the_next_binade():
     assert torch.equal(q.view(torch.uint8), K.quantize_per_token_ref(x, codes=FP8)[0].view(torch.uint8))
 
 
+@pytest.mark.parametrize("m", [1, 17, 130])
+@pytest.mark.parametrize("n,k", [(40, 64), (200, 96), (72, 1000)])
+def test_fp8_linear_is_the_float64_product_of_its_e4m3_operands(m, n, k, gen):
+    """The ``triton-fp8`` path (kernels/fp8_gemm.py): per-token e4m3 rows times an e4m3 weight with one scale, float32
+    accumulation, scales and bias in the epilogue; K not a multiple of the tile (1000) takes the masked loop."""
+    check_fp8_linear(m, n, k, gen)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_fp8_matmul_writes_every_element(out_dtype, gen):
+    m, n, k = 45, 72, 192
+    q, qs = K.quantize_per_token_ref(activations(m, k, gen), codes=FP8)
+    w, s = fp8_weight(n, k, gen)
+    ws = (torch.rand(n, generator=gen) + 0.5) * s  # per-channel scales work too
+    out = torch.full((m, n), float("nan"), dtype=out_dtype)
+    got = K.fp8_matmul(q, w, qs, ws, None, out_dtype=out_dtype, out=out)
+    assert got.data_ptr() == out.data_ptr() and torch.isfinite(got).all()
+    ref = K.fp8_matmul_ref(q, w, qs, ws, None, out_dtype=torch.float64)
+    assert rel_err(got, ref) < (1e-5 if out_dtype == torch.float32 else 4e-3)
+
+
+def test_fp8_linear_float_fallback_is_the_dequantized_product_and_says_why(gen):
+    x = activations(9, 64, gen)
+    w, s = fp8_weight(24, 64, gen)
+    y = K.fp8_linear(x, w, s, site="test/fp8_forced", float_only="forced for the test")
+    assert K.REGISTRY.path_of("test/fp8_forced") == K.PATH_BF16
+    rec = next(r for r in K.REGISTRY.layers() if r.site == "test/fp8_forced")
+    assert rec.reason == "fp8 weight dequantized: forced for the test"
+    assert torch.equal(y, torch.nn.functional.linear(x, K.dequant_fp8_ref(w, s, x.dtype)))
+
+
+def test_fp8_gemm_failure_is_demoted_once_and_the_layer_runs_float(gen, monkeypatch):
+    from comfyui_ideogram4_int8.kernels import fp8_gemm
+
+    tries = []
+
+    def fails(*a, **kw):
+        tries.append(1)
+        raise RuntimeError("out of resources: shared memory")
+
+    monkeypatch.setattr(fp8_gemm, "fp8_matmul", fails)
+    x = activations(5, 128, gen)
+    w, s = fp8_weight(32, 128, gen)
+    try:
+        ys = [K.fp8_linear(x, w, s, site="test/fp8_demoted") for _ in range(2)]
+        rec = next(r for r in K.REGISTRY.layers() if r.site == "test/fp8_demoted")
+        assert rec.path == K.PATH_BF16 and "out of resources: shared memory" in rec.reason
+        assert len(tries) == 1, "a demoted shape must not be tried again"
+        ref = torch.nn.functional.linear(x, K.dequant_fp8_ref(w, s, x.dtype))
+        assert all(torch.equal(y, ref) for y in ys)
+    finally:
+        K.DEMOTIONS.clear()
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (lambda x, w, s: (x, w.float(), s), "float8_e4m3fn"),
+        (lambda x, w, s: (x[:, :-1], w, s), "last dim must be K"),
+        (lambda x, w, s: (x.to(torch.int8), w, s), "float32/float16/bfloat16"),
+        (lambda x, w, s: (x, w, torch.ones(3)), "w_scale has 3 values"),
+    ],
+)
+def test_fp8_linear_refuses_bad_operands(bad, match, gen):
+    x = activations(4, 64, gen)
+    w, s = fp8_weight(16, 64, gen)
+    with pytest.raises(K.KernelInputError, match=match):
+        K.fp8_linear(*bad(x, w, s))
+
+
 def test_quantize_keeps_leading_dims(gen):
     x = activations(2 * 3, 64, gen).reshape(2, 3, 64)
     q, s = K.quantize_per_token(x)
@@ -363,7 +435,7 @@ def test_registry_counts_and_models(gen):
     K.w8a8_linear(x, w, ws, path="dequant-bf16", site="regtest/b")
     K.float_linear(x, torch.randn(16, 64, generator=gen), site="regtest/c", reason="protected layer")
     counts = K.REGISTRY.counts("regtest")
-    assert counts == {"triton-int8": 1, "cublas-int8": 0, "dequant-bf16": 1, "bf16": 1}
+    assert counts == {"triton-int8": 1, "triton-fp8": 0, "cublas-int8": 0, "dequant-bf16": 1, "bf16": 1}
     assert "regtest" in K.REGISTRY.models()
     rec = {r.layer: r for r in K.REGISTRY.layers("regtest")}
     assert rec["a"].config is not None and rec["a"].config_source

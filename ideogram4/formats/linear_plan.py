@@ -39,11 +39,15 @@ class LinearPlan:
     group: int | None = None
     comfy_format: str | None = None
     quantize: bool = False
+    fp8: bool = False  # not quantized to W8A8: kept / stored as float8 e4m3 with a per-tensor scale
     notes: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def _fp8_or(self, otherwise: str) -> str:
+        return " -> float8 e4m3 (one scale per tensor)" if self.fp8 else otherwise
 
     def describe(self) -> str:
         """One line for logs / the panel: how the layer was stored and what it became."""
@@ -56,10 +60,10 @@ class LinearPlan:
             what += ", smoothing folded upstream)" if self.folded else ")"
         elif self.kind == "fp8":
             dt = str(self.source.dtype(self.weight)).replace("torch.", "")
-            what = f"{dt} scaled" + (" -> W8A8, quantized on load" if self.quantize else " -> float")
+            what = f"{dt} scaled" + (" -> W8A8, quantized on load" if self.quantize else self._fp8_or(" -> float"))
         else:
             dt = str(self.source.dtype(self.weight)).replace("torch.", "")
-            what = dt + (" -> W8A8, quantized on load" if self.quantize else "")
+            what = dt + (" -> W8A8, quantized on load" if self.quantize else self._fp8_or(""))
         text = f"{what} from {src}"
         return text + ("; " + "; ".join(self.notes) if self.notes else "")
 

@@ -1,4 +1,5 @@
-"""Float / fp8 weights -> W8A8 form, row chunk by row chunk on the target device.
+"""Float / fp8 weights -> W8A8 form (or float8 e4m3 with a per-tensor scale), row chunk by row chunk on the target
+device.
 
 Per output channel, symmetric, round half to even (``kernels.quantize_weight_ref``), with the
 optional SmoothQuant vector folded into the weight first. Float32 temporaries are bounded by
@@ -49,6 +50,33 @@ def quantize_weight(
     for start in range(0, n, rows):
         stop = min(n, start + rows)
         q[start:stop], s[start:stop] = kernels.quantize_weight_ref(_scaled_rows(weight, scale, start, stop), smooth)
+    return q, s
+
+
+FP8_MAX = 448.0  # e4m3's largest finite value
+
+
+def quantize_fp8_tensorwise(
+    weight: torch.Tensor, scale: torch.Tensor | None = None, max_chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """W = weight * scale -> (float8_e4m3fn [N, K], float32 []) with W ~= codes * s, s = absmax(W) / 448 (ComfyUI's
+    ``float8_e4m3fn`` form: one scale per tensor). An e4m3 weight with one scale is returned as it is (the file's own
+    codes). An all-zero W gets s = 1. Raises ValueError when W holds NaN/Inf (the caller names the key)."""
+    if weight.dtype == torch.float8_e4m3fn and (scale is None or scale.numel() == 1):
+        s = torch.ones((), dtype=torch.float32) if scale is None else scale.float().reshape(())
+        return weight.contiguous(), s.to(weight.device)
+    n, k = weight.shape
+    rows = _rows_per_chunk(k, max_chunk_bytes)
+    amax = torch.zeros((), dtype=torch.float32, device=weight.device)
+    for start in range(0, n, rows):
+        amax = torch.maximum(amax, _scaled_rows(weight, scale, start, min(n, start + rows)).abs().amax())
+    if not bool(torch.isfinite(amax)):
+        raise ValueError("the weight holds NaN or Inf values")
+    s = amax / FP8_MAX if bool(amax > 0) else torch.ones((), dtype=torch.float32, device=weight.device)
+    q = torch.empty((n, k), dtype=torch.float8_e4m3fn, device=weight.device)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        q[start:stop] = (_scaled_rows(weight, scale, start, stop) / s).to(torch.float8_e4m3fn)
     return q, s
 
 

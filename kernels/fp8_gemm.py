@@ -1,0 +1,150 @@
+"""The ``triton-fp8`` path: a linear with a float8 e4m3 weight on the GPU's fp8 tensor cores.
+
+For the layers a checkpoint keeps out of INT8 (Ideogram 4's 17 protected FFN w2, whose SwiGLU inputs carry outlier
+channels: per-token int8 rows lose ~10% of them, e4m3 rows ~3%; docs/performance.md, "Session 18"):
+
+    q[m, k]   = e4m3(x[m, k] * (448 / amax[m])),  s[m] = amax[m] / 448          (the pack's quantizer, fp8 codes)
+    out[m, n] = out_dtype((acc[m, n] * s[m]) * w_scale[n] + bias[n]),  acc = sum_k q[m, k] w[n, k] in float32
+
+``w`` is e4m3 [N, K] with a per-tensor or per-channel scale (ComfyUI's ``float8_e4m3fn`` layers are per-tensor).
+The GEMM is the portable W8A8 kernel fed e4m3 codes (gemm_triton_kernels.py accumulates them in float32): one
+8-bit GEMM kernel for both code types, with a fixed tile per architecture (``FP8_TILES``). Where the path cannot
+run (no fp8 tensor cores, no Triton, a CPU, a failed kernel) the weight is dequantized and the unquantized input
+multiplies it in the input's dtype: path ``bf16``, with the reason. Twin: ``reference.fp8_linear_ref``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import reference
+from .backends import unavailable
+from .configs import GemmConfig, m_bucket
+from .env import capability
+from .operands import _FLOAT_DTYPES, KernelInputError, _vector
+from .registry import PATH_BF16, PATH_FP8, REGISTRY
+
+FP8_CODES = torch.float8_e4m3fn
+# Measured on the H100 at the w2 shapes (M 4096-4608, N 4608, K 12288; bench/results/fp8-w2-probe-*-s18.log):
+# 128x256x128, 8 warps, 3 stages 0.358 ms against cuBLAS bf16's 0.635. Ada (~99 KB of shared memory per block):
+# a 128x128x64 tile in 4 stages fits (64 KiB); reasoned, not measured here.
+FP8_TILES = {
+    (9, 0): GemmConfig(kernel="triton", block_m=128, block_n=256, block_k=128, group_m=8, num_warps=8, num_stages=3),
+    (8, 9): GemmConfig(kernel="triton", block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4),
+}
+# the CPU interpreter (tests): a small tile
+_INTERPRETER_TILE = GemmConfig(
+    kernel="triton", block_m=32, block_n=32, block_k=64, group_m=4, num_warps=4, num_stages=2
+)
+TILE_SOURCE = "fixed fp8 tile (kernels/fp8_gemm.py)"
+KERNEL_NAME = "Triton FP8 GEMM"
+
+
+def fp8_unavailable(device: torch.device) -> str | None:
+    """None when the ``triton-fp8`` path can run on ``device``, else why not (the panel's words)."""
+    why = unavailable("triton", device)
+    if why:
+        return why
+    if device.type != "cuda":
+        return None  # the CPU interpreter (tests)
+    cc = capability(device)
+    if cc not in FP8_TILES:
+        return (
+            f"GPU is sm_{cc[0]}{cc[1]}: the fused FP8 GEMM runs on sm_89 / sm_90 (Ada, Hopper) fp8 tensor cores"
+            if cc is not None
+            else "no CUDA capability reported"
+        )
+    return None
+
+
+def _tile(device: torch.device) -> GemmConfig:
+    return FP8_TILES[capability(device)] if device.type == "cuda" else _INTERPRETER_TILE
+
+
+def fp8_matmul(q, w, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, out=None) -> torch.Tensor:
+    """The fused kernel on e4m3 operands q [M, K], w [N, K] with scales q_scale [M], w_scale [N] (float32):
+    out = out_dtype((acc * q_scale[m]) * w_scale[n] + bias[n]). Raises where it cannot run (``fp8_unavailable``)."""
+    from .gemm_triton import launch_gemm
+
+    why = fp8_unavailable(q.device)
+    if why:
+        raise KernelInputError(f"fp8_matmul: the fused FP8 GEMM cannot run here: {why}")
+    if q.dtype != FP8_CODES or w.dtype != FP8_CODES or q.dim() != 2 or w.dim() != 2 or q.shape[1] != w.shape[1]:
+        raise KernelInputError(
+            f"fp8_matmul: q [M, K] and w [N, K] must be float8_e4m3fn with one K; got {q.dtype} {tuple(q.shape)}, "
+            f"{w.dtype} {tuple(w.shape)}"
+        )
+    m, n = q.shape[0], w.shape[0]
+    if out is None:
+        out = torch.empty((m, n), dtype=out_dtype, device=q.device)
+    if m == 0:
+        return out
+    return launch_gemm(q.contiguous(), w.contiguous(), _tile(q.device), q_scale, w_scale, bias, out)
+
+
+def fp8_linear(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    site: str | None = None,
+    float_only: str | None = None,
+) -> torch.Tensor:
+    """y = x . dequant(w)^T + bias for x [..., K] float and an e4m3 weight w [N, K] (``w_scale``: [] / [1] / [N]).
+
+    The ``triton-fp8`` path where it runs, else the dequantized weight in x's dtype (path ``bf16``, the reason
+    recorded). ``float_only``: a reason to take the float path regardless (a forced path). Output in x's dtype."""
+    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOAT_DTYPES:
+        raise KernelInputError(f"fp8_linear: x must be float32/float16/bfloat16; got {getattr(x, 'dtype', x)}")
+    if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.dtype != FP8_CODES:
+        raise KernelInputError(f"fp8_linear: w must be a float8_e4m3fn [N, K] matrix; got {getattr(w, 'dtype', w)}")
+    n, k = w.shape
+    if x.dim() < 1 or x.shape[-1] != k:
+        raise KernelInputError(f"fp8_linear: x is {tuple(x.shape)} but w is [N={n}, K={k}]; x's last dim must be K")
+    if x.device != w.device:
+        raise KernelInputError(f"fp8_linear: x on {x.device}, w on {w.device}; move the weight to the input's device")
+    scale = w_scale.to(device=x.device, dtype=torch.float32).reshape(-1)
+    if scale.numel() not in (1, n):
+        raise KernelInputError(f"fp8_linear: w_scale has {scale.numel()} values; expected 1 or N={n}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    m = x2.shape[0]
+    why = float_only or fp8_unavailable(x.device)
+    if why is None:
+        y = _fused(x2, w, scale.expand(n).contiguous(), bias, n, k, m)
+        if y is not None:
+            REGISTRY.record(
+                site, PATH_FP8, "", m, n, k, dtype=x.dtype, config=_tile(x.device).key(), config_source=TILE_SOURCE
+            )
+            return y.reshape(*lead, n)
+        why = _demotion(n, k, m)
+    with REGISTRY.timed(PATH_BF16, x.device):
+        y = F.linear(x2, reference.dequant_fp8_ref(w, scale, x.dtype), None if bias is None else bias.to(x.dtype))
+    REGISTRY.record(site, PATH_BF16, f"fp8 weight dequantized: {why}", m, n, k, dtype=x.dtype)
+    return y.reshape(*lead, n)
+
+
+def _shape(n: int, k: int, m: int) -> tuple:
+    return ("fp8_gemm", n, k, m_bucket(m))
+
+
+def _demotion(n: int, k: int, m: int) -> str:
+    from .backends import DEMOTIONS
+
+    return DEMOTIONS.get("triton", _shape(n, k, m)) or "the fused FP8 GEMM failed"
+
+
+def _fused(x2, w, w_scale, bias, n, k, m) -> torch.Tensor | None:
+    """Quantize x2 to e4m3 rows and run the kernel; None where the GEMM failed for this shape (demoted with its
+    reason). The quantizer has its own demotion (to its twin), as on the INT8 path."""
+    from .dispatch import _quantize_fp8_rows, _unless_demoted
+
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    bias_v = _vector(bias, n, "fp8_linear: bias", x2.device, keep_half=True)
+    with REGISTRY.timed(PATH_FP8, x2.device):
+        q, s = _quantize_fp8_rows(x2)
+        return _unless_demoted(
+            _shape(n, k, m), KERNEL_NAME, lambda: fp8_matmul(q, w, s, w_scale, bias_v, out_dtype=x2.dtype)
+        )

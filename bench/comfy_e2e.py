@@ -59,6 +59,7 @@ PEERS = {  # name: (layout, how it loads)
     "ours-int8-convrot": ("int8_convrot", "loader"),
     "ours-w8a8": ("w8a8", "loader"),
     "ours-w8a8-lora": ("w8a8", "loader-lora"),
+    "ours-w8a8-fp8-protected": ("w8a8", "loader-fp8"),  # the loader's protected_layers = fp8 (triton-fp8 w2)
     "ours-w8a8-two-gpus": ("w8a8", "loader-two-gpus"),  # the unconditional MODEL on cuda:1 (Branch Device node)
     "ours-w8a8-graphs": ("w8a8", "loader"),  # one card with CUDA graphs (by default only two cards use them)
     "ours-w8a8-two-gpus-eager": ("w8a8", "loader-two-gpus"),  # two cards without them
@@ -284,7 +285,8 @@ def _load(peer: str, files: dict, config):
 
     out = []
     for b in ("conditional", "unconditional"):
-        patcher, state, paths, dtype = load_branch(str(files[b]), b, None, "auto", None)
+        protected = "fp8" if how == "loader-fp8" else "bf16"
+        patcher, state, paths, dtype = load_branch(str(files[b]), b, None, "auto", None, None, protected)
         state.clear()
         out.append(patcher)
     if how == "loader-lora":

@@ -20,6 +20,8 @@ sys.argv = [sys.argv[0]] if GPU else [sys.argv[0], "--cpu"]
 os.environ["HF_HUB_OFFLINE"] = "1"  # no network in tests: a hub request must be answered from the (empty) cache
 os.environ["HF_HOME"] = os.path.join(work, "hf_home")
 
+if check == "protected_fp8":  # the triton-fp8 path on the CPU interpreter: set before any kernel is built
+    os.environ["TRITON_INTERPRET"] = "1"
 import torch  # noqa: E402
 from comfy.cli_args import args  # noqa: E402
 
@@ -74,7 +76,7 @@ def write_all():
     return {k: str(v) for k, v in out.items()}, w
 
 
-def load(weights_name, uncond_name=loader_nodes.SAME_FILE, dtype="fp32", path="auto", base="none"):
+def load(weights_name, uncond_name=loader_nodes.SAME_FILE, dtype="fp32", path="auto", base="none", **extra):
     out = loader_nodes.Ideogram4Int8Loader.execute(
         weights=weights_name,
         unconditional_weights=uncond_name,
@@ -82,6 +84,7 @@ def load(weights_name, uncond_name=loader_nodes.SAME_FILE, dtype="fp32", path="a
         unconditional_base="none",
         compute_dtype=dtype,
         gemm_path=path,
+        **extra,
     )
     return out.result
 
@@ -2365,11 +2368,57 @@ def check_rope_demotion():
     return res
 
 
+def check_protected_fp8():
+    """The loader's protected_layers = fp8 (run on the Triton interpreter): the W8A8 file's bf16-protected w2 load as
+    ComfyUI float8_e4m3fn weights; the fused path (triton-fp8) runs them and stays within fp8's error of the same
+    model with those weights dequantized; a forced dequant-bf16 runs the dequantized weights exactly (labelled);
+    the summary, the saved form and the model's size say so."""
+    write_all()
+    x, ctx, sigma, mask = inputs(batch=1)
+    res = {}
+    lin = {}
+    for tag, path, protected in (
+        ("plain", "dequant-bf16", "bf16"),
+        ("fp8", "auto", "fp8"),
+        ("fp8_forced", "dequant-bf16", "fp8"),
+    ):
+        cond, _, summary = load("i4_w8a8.safetensors", path=path, protected_layers=protected)
+        res[f"{tag}_summary_fp8_line"] = "protected layers stored fp8 e4m3" in summary
+        res[f"{tag}_bytes"] = cond.model_size()
+        lin[tag] = (cond, int8_ops.int8_linears(cond.model.diffusion_model))
+    plain = lin["plain"][1]
+    protected = [n for n, m in plain.items() if n.startswith("layers.") and not int8_ops.is_int8_weight(m.weight)]
+    res["protected"] = protected
+    res["fp8_weights"] = [int8_ops.is_fp8_weight(lin["fp8"][1][n].weight) for n in protected]
+    res["fp8_scales"] = [lin["fp8"][1][n].weight._params.scale.numel() for n in protected]
+    # the plain model with the protected weights replaced by their fp8 codes, dequantized: what fp8 stores
+    for n in protected:
+        plain[n].weight.data.copy_(lin["fp8"][1][n].weight.dequantize().to(plain[n].weight.dtype))
+    outs = {}
+    for tag in ("plain", "fp8", "fp8_forced"):
+        kernels.REGISTRY.clear()
+        dm = lin[tag][0].model.diffusion_model
+        outs[tag] = forward_cases(dm, x, ctx, sigma, mask)
+        recs = {r.site.split("/", 1)[1]: r for r in kernels.REGISTRY.layers("conditional")}
+        res[f"{tag}_paths"] = sorted({recs[n].path for n in protected if n in recs})
+        res[f"{tag}_reasons"] = sorted({recs[n].reason for n in protected if n in recs})
+        res[f"{tag}_recorded"] = sum(n in recs for n in protected)
+    res["rel_fp8"] = {c: rel(outs["fp8"][c], outs["plain"][c]) for c in CASES}
+    res["rel_forced"] = {c: rel(outs["fp8_forced"][c], outs["plain"][c]) for c in CASES}
+    sd = lin["fp8"][0].model.diffusion_model.state_dict()
+    from comfyui_ideogram4_int8.ideogram4.formats.comfy_quant import decode_comfy_quant
+
+    res["saved_format"] = decode_comfy_quant(sd[f"{protected[0]}.comfy_quant"])["format"] if protected else None
+    res["saved_dtype"] = str(sd[f"{protected[0]}.weight"].dtype) if protected else None
+    return res
+
+
 CHECKS = {
     "rope": check_rope,
     "rope_demotion": check_rope_demotion,
     "parity": check_parity,
     "sampler": check_sampler,
+    "protected_fp8": check_protected_fp8,
     "interrupt": check_interrupt,
     "lora": check_lora,
     "smooth": check_smooth,

@@ -94,6 +94,26 @@ def test_sampler_node_equals_reference_sampler_and_native_graph(run_check):
         assert r[f"preset/{name}/sigma_max_abs"] <= 1e-6, name
 
 
+def test_protected_layers_in_fp8_run_the_fp8_path_within_fp8s_error(run_check):
+    """protected_layers = fp8: the W8A8 file's bf16 w2 load as ComfyUI float8_e4m3fn weights (one scale each), run
+    the fused FP8 GEMM (the interpreter here), within fp8's activation rounding of the same weights dequantized; a
+    forced dequant-bf16 runs exactly those weights, labelled; saved back in ComfyUI's fp8 form; a smaller model."""
+    r = run_check("protected_fp8")
+    seed = r["__seed__"]
+    assert len(r["protected"]) == 2 and r["fp8_weights"] == [True, True] and r["fp8_scales"] == [1, 1]
+    assert r["plain_paths"] == ["bf16"] and r["plain_recorded"] == 2
+    assert r["fp8_paths"] == ["triton-fp8"] and r["fp8_recorded"] == 2 and r["fp8_reasons"] == [""]
+    assert r["fp8_forced_paths"] == ["bf16"]
+    assert r["fp8_forced_reasons"] == ["fp8 weight dequantized: forced by the GEMM path widget (dequant-bf16)"]
+    for case, err in r["rel_forced"].items():
+        assert err <= 1e-6, (seed, case)
+    for case, err in r["rel_fp8"].items():
+        assert 0 < err <= 0.03, (seed, case)  # e4m3 activation rows on 2 of 4 blocks' w2
+    assert r["fp8_summary_fp8_line"] and not r["plain_summary_fp8_line"]
+    assert r["saved_format"] == "float8_e4m3fn" and r["saved_dtype"] == "torch.float8_e4m3fn"
+    assert r["fp8_bytes"] < r["plain_bytes"]
+
+
 def test_interrupting_a_run_leaves_the_models_usable(run_check):
     r = run_check("interrupt")
     assert r["interrupted"] is True

@@ -96,7 +96,7 @@ function injectCss() {
 .ig4i8-bar{display:flex;height:8px;border-radius:3px;overflow:hidden;margin:6px 0 2px;background:var(--comfy-input-bg,#333)}
 .ig4i8-legend{display:flex;flex-wrap:wrap;gap:4px 10px;font-size:11px;color:var(--descrip-text,#999)}
 .ig4i8-dot{display:inline-block;width:8px;height:8px;border-radius:2px;margin-right:4px;vertical-align:middle}
-.ig4i8-p-triton-int8{background:#2e9d5b}.ig4i8-p-cublas-int8{background:#c98a00}.ig4i8-p-dequant-bf16{background:#d8433a}.ig4i8-p-bf16{background:#6d7f99}
+.ig4i8-p-triton-int8{background:#2e9d5b}.ig4i8-p-triton-fp8{background:#1f8a9e}.ig4i8-p-cublas-int8{background:#c98a00}.ig4i8-p-dequant-bf16{background:#d8433a}.ig4i8-p-bf16{background:#6d7f99}
 .ig4i8-details{margin-top:6px}
 .ig4i8-details summary{cursor:pointer;color:var(--descrip-text,#aaa);font-size:12px}
 .ig4i8-table{border-collapse:collapse;width:100%;font-size:11px;margin-top:4px}

@@ -135,7 +135,8 @@ test("fixture: conditional is a notice (one cuBLAS layer), unconditional a warni
   const cond = summarizeModel(byLabel(r, "conditional"));
   const unc = summarizeModel(byLabel(r, "unconditional"));
   const c = byLabel(r, "conditional").counts;
-  assert.equal(cond.total, c["triton-int8"] + c["cublas-int8"] + c["dequant-bf16"] + c.bf16);
+  assert.equal(cond.total, c["triton-int8"] + c["triton-fp8"] + c["cublas-int8"] + c["dequant-bf16"] + c.bf16);
+  assert.ok(c["triton-fp8"] > 0 && cond.headline.includes(`${c["triton-fp8"]} on fused FP8`), cond.headline);
   assert.equal(cond.severity, "notice");
   assert.equal(unc.severity, "warning");
   assert.match(unc.headline, /^unconditional: \d+\/\d+ linears dequantized to bf16 \(phantom INT8\)/);
@@ -305,7 +306,14 @@ test("layer rows and filters", () => {
   assert.equal(dq.length, unc.counts["dequant-bf16"]);
   assert.ok(dq.every((r) => r.severity === "warning" && r.pathLabel === "dequant-bf16"));
   const cond = byLabel(sample(), "conditional");
-  assert.equal(layerRows(cond, "not-fused").length, cond.layers_total - cond.counts["triton-int8"]);
+  // the fused FP8 path (protected layers stored fp8) is fused too
+  assert.equal(
+    layerRows(cond, "not-fused").length,
+    cond.layers_total - cond.counts["triton-int8"] - cond.counts["triton-fp8"],
+  );
+  const fp8Row = layerRows(cond).find((row) => row.path === "triton-fp8");
+  assert.equal(fp8Row.pathLabel, "fused FP8");
+  assert.equal(fp8Row.reason, "");
   const first = layerRows(cond)[0];
   assert.equal(first.shape, `${cond.layers[0].N}×${cond.layers[0].K}`);
   assert.match(first.config, /\(autotuned \(412 us\)\)$/);

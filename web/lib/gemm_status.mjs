@@ -8,13 +8,18 @@ export const ROUTE = "/ideogram4_int8/status";
 export const TIMING_ROUTE = "/ideogram4_int8/timing";
 
 // Fastest first, as in kernels/registry.py PATHS.
-export const PATHS = ["triton-int8", "cublas-int8", "dequant-bf16", "bf16"];
+export const PATHS = ["triton-int8", "triton-fp8", "cublas-int8", "dequant-bf16", "bf16"];
 
 export const PATH_INFO = {
   "triton-int8": {
     short: "fused INT8",
     label: "fused Triton INT8",
     help: "int8 x int8 on the INT8 tensor cores, dequant and bias fused in the epilogue",
+  },
+  "triton-fp8": {
+    short: "fused FP8",
+    label: "fused Triton FP8 (protected layers)",
+    help: "a layer kept out of INT8, stored float8 e4m3: e4m3 x e4m3 on the FP8 tensor cores, scales fused in the epilogue",
   },
   "cublas-int8": {
     short: "cuBLAS INT8",
@@ -50,7 +55,7 @@ const BADGE_MAX = 48; // keep badges short on the title bar
 // On a CPU the words come from the report (`path_labels`: what each path id runs on the models' device); short
 // forms here, for badges. `deviceLabels`: those of the report read last (every report-level function below reads
 // it first); null: the CUDA words above.
-const CPU_SHORT = { "triton-int8": "fused INT8", "cublas-int8": "CPU INT8", "dequant-bf16": "CPU float", bf16: "float" };
+const CPU_SHORT = { "triton-int8": "fused INT8", "triton-fp8": "fused FP8", "cublas-int8": "CPU INT8", "dequant-bf16": "CPU float", bf16: "float" };
 let deviceLabels = null;
 
 export function useLabels(report) {
@@ -124,6 +129,7 @@ export function modelSeverity(model) {
 
 const PART_TEXT = {
   "triton-int8": (n) => `${n} on fused INT8`,
+  "triton-fp8": (n) => `${n} on fused FP8`,
   "cublas-int8": (n) => `${n} on cuBLAS INT8 (not fused)`,
   "dequant-bf16": (n) => `${n} dequantized to bf16 (phantom INT8)`,
   bf16: (n) => `${n} bf16-protected`,
@@ -131,6 +137,7 @@ const PART_TEXT = {
 
 const FIRST_PART_TEXT = {
   "triton-int8": (n, t) => `${n}/${t} linears on fused INT8`,
+  "triton-fp8": (n, t) => `${n}/${t} linears on fused FP8`,
   "cublas-int8": (n, t) => `${n}/${t} linears on cuBLAS INT8 (not fused)`,
   "dequant-bf16": (n, t) => `${n}/${t} linears dequantized to bf16 (phantom INT8)`,
   bf16: (n, t) => `${n}/${t} linears bf16 (no INT8 layer)`,
@@ -389,9 +396,11 @@ export function timingRows(timing) {
   return { rows, message, wall: formatMs(last.wall_ms) };
 }
 
+const FUSED = new Set(["triton-int8", "triton-fp8"]); // the pack's fused kernels: no reason to give
+
 export const LAYER_FILTERS = {
   all: () => true,
-  "not-fused": (l) => l.path !== "triton-int8",
+  "not-fused": (l) => !FUSED.has(l.path),
   "dequant-bf16": (l) => l.path === "dequant-bf16",
 };
 
@@ -412,7 +421,7 @@ export function layerRows(model, filter = "all") {
     calls: l.calls > 0 ? String(l.calls) : "not run",
     // "calls" adds up every run since load; the last run's own count is shown next to it, each labelled
     callsText: callsText(l.calls_last_run, l.calls),
-    reason: l.reason ? String(l.reason) : l.path === "triton-int8" ? "" : "—",
+    reason: l.reason ? String(l.reason) : FUSED.has(l.path) ? "" : "—",
     // true when the row above (after filtering) gives the same reason: the table prints a ditto mark
     sameReasonAsAbove: (() => {
       const same = previous !== null && !!l.reason && l.reason === previous;

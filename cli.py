@@ -140,6 +140,11 @@ def info_report() -> dict:
     else:
         report.update(backend="float matmul", backend_reason=f"int8 operands dequantized to {dtype}, then a float GEMM")
     report["path_label"] = path_labels(device.type, dtype)[path]  # what the path id runs on this device
+    from .kernels.fp8_gemm import fp8_unavailable
+
+    fp8_why = fp8_unavailable(device)  # the loader's protected_layers = fp8
+    report["fp8_protected_path"] = "triton-fp8" if fp8_why is None else "bf16"
+    report["fp8_protected_reason"] = "fused FP8 GEMM" if fp8_why is None else f"fp8 weight dequantized: {fp8_why}"
     return report
 
 
@@ -164,6 +169,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"  backend    {report['backend']}: {report['backend_reason']}")
     if report["gemm_path"] == "triton-int8":
         print(f"  launches   cached compiled-kernel launches {report['cached_launches']}")
+    print(
+        f"  fp8 layers {report['fp8_protected_path']}: {report['fp8_protected_reason']} "
+        "(protected layers stored fp8: the loader's protected_layers = fp8)"
+    )
     print("  (--json for the same as JSON; IDEOGRAM4_INT8_GEMM_PATH forces a path)")
     return 0
 

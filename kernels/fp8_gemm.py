@@ -44,10 +44,10 @@ KERNEL_NAME = "Triton FP8 GEMM"
 def fp8_unavailable(device: torch.device) -> str | None:
     """None when the ``triton-fp8`` path can run on ``device``, else why not (the panel's words)."""
     why = unavailable("triton", device)
+    if device.type != "cuda":  # None: the CPU interpreter (tests)
+        return why and f"{device.type.upper()} tensors: the fused FP8 GEMM needs an Ada or Hopper GPU (sm_89 / sm_90)"
     if why:
         return why
-    if device.type != "cuda":
-        return None  # the CPU interpreter (tests)
     cc = capability(device)
     if cc not in FP8_TILES:
         return (

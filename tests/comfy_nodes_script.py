@@ -2410,6 +2410,23 @@ def check_protected_fp8():
 
     res["saved_format"] = decode_comfy_quant(sd[f"{protected[0]}.comfy_quant"])["format"] if protected else None
     res["saved_dtype"] = str(sd[f"{protected[0]}.weight"].dtype) if protected else None
+    # a LoRA on a protected fp8 layer, full load: merged, requantized in ComfyUI's fp8 layout, still on triton-fp8
+    cond8, key = lin["fp8"][0], protected[0]
+    w0 = lin["fp8"][1][key].weight.dequantize().float()
+    delta = 0.5 * w0.std() * torch.randn(w0.shape, generator=G)
+    lora = cond8.clone()
+    lora.add_patches({f"diffusion_model.{key}.weight": (delta,)}, 1.0)
+    comfy.model_management.load_models_gpu([lora])
+    merged = int8_ops.int8_linears(lora.model.diffusion_model)[key]
+    res["lora_fp8"] = int8_ops.is_fp8_weight(merged.weight)
+    res["lora_merged_vs_w_plus_delta"] = rel(merged.weight.dequantize().float(), w0 + delta)
+    res["lora_w_vs_w_plus_delta"] = rel(w0, w0 + delta)
+    kernels.REGISTRY.clear()
+    with torch.no_grad():
+        lora.model.diffusion_model(x, sigma, context=ctx)
+    res["lora_path"] = kernels.REGISTRY.path_of(f"conditional/{key}")
+    comfy.model_management.unload_all_models()
+    res["after_unpatch_vs_w"] = rel(lin["fp8"][1][key].weight.dequantize().float(), w0)
     return res
 
 

@@ -21,7 +21,10 @@ from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters
 
 BRANCHES = ("conditional", "unconditional")
-OUR_OPS = {f"{ops.NAMESPACE}::{name}" for name in ("w8a8_linear", "float_linear", "swiglu_w8a8_pair", "qk_norm_rope")}
+OUR_OPS = {
+    f"{ops.NAMESPACE}::{name}"
+    for name in ("w8a8_linear", "float_linear", "fp8_linear", "swiglu_w8a8_pair", "qk_norm_rope")
+}
 
 
 @pytest.fixture(autouse=True)
@@ -216,6 +219,9 @@ def _op_cases(gen, dtype):
             ("swiglu_w8a8_pair", (x, w1, s1, w3, s3, smooth, path, "opcheck/w13", None, None, None)),
         ]
     cases.append(("float_linear", (x, torch.randn(n, k, generator=gen), bias, "opcheck/float", "protected")))
+    w8 = (torch.randn(n, k, generator=gen) * 8).to(torch.float8_e4m3fn)  # a protected layer stored fp8
+    for float_only in (None, "forced for the test"):  # the fused path (the interpreter here), its float fallback
+        cases.append(("fp8_linear", (x, w8, torch.tensor(0.01), bias, "opcheck/fp8", float_only)))
     qkv = torch.randn(2, 5, 3, 2, 32, generator=gen).to(dtype)  # q/k as strided views of a qkv output
     cos, sin = torch.randn(5, 16, generator=gen), torch.randn(5, 16, generator=gen)
     for view in qkv.unbind(2)[:2]:
@@ -243,7 +249,9 @@ def test_fake_implementations_match_the_real_outputs(gen, dtype):
             real.stride(),
         ), where
         assert real.is_contiguous() and not torch.isnan(real).any(), where
-        torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
+        # opcheck's schema test multiplies the inputs, which CPU torch cannot do in float8 (the fake test still runs)
+        utils = ("test_faketensor",) if name == "fp8_linear" else ("test_schema", "test_faketensor")
+        torch.library.opcheck(op, args, test_utils=utils)
 
 
 def test_ops_equal_the_eager_functions(gen):
@@ -253,11 +261,15 @@ def test_ops_equal_the_eager_functions(gen):
             "w8a8_linear": ops.w8a8_linear_impl,
             "swiglu_w8a8_pair": ops.swiglu_w8a8_pair_impl,
             "float_linear": kernels.float_linear,
+            "fp8_linear": kernels.fp8_linear,
             "qk_norm_rope": kernels.qk_norm_rope,
         }[name]
         if name == "float_linear":
             x, w, b, site, reason = args
             want = direct(x, w, b, site=site, reason=reason)
+        elif name == "fp8_linear":
+            x, w, s, b, site, float_only = args
+            want = direct(x, w, s, b, site=site, float_only=float_only)
         else:
             want = direct(*args)
         assert torch.equal(ops.op(name)(*args), want), name

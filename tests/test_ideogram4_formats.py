@@ -8,6 +8,7 @@ from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.ideogram4 import convrot
 from comfyui_ideogram4_int8.ideogram4.checkpoint import read_branch, write_branch_form
 from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT
+from comfyui_ideogram4_int8.ideogram4.errors import TensorMismatchError
 from comfyui_ideogram4_int8.ideogram4.formats import detect_format
 from comfyui_ideogram4_int8.ideogram4.formats.quantize_on_load import quantize_weight
 from comfyui_ideogram4_int8.ideogram4.synthetic import (
@@ -189,6 +190,71 @@ def test_float_file_quantized_on_load_and_selection(tmp_path, gen):
     assert only.quantized_layers() == ["layers.0.attention.o"]
     with pytest.raises(ValueError, match="not linears"):
         read_branch(path, "conditional", quantize=["layers.9.attention.o"])
+
+
+def test_protected_layers_stored_fp8_on_load(tmp_path, gen):
+    """read_branch(float_blocks_fp8=True) on a W8A8 file: the bf16-protected w2 become e4m3 codes with one scale
+    (absmax / 448), every element within half an e4m3 step of the stored weight; int8 and top-level layers as before;
+    the comfy_quant form carries ComfyUI's float8_e4m3fn marker; the summary says fp8."""
+    from comfyui_ideogram4_int8.ideogram4.comfy_form import linear_infos, to_comfy_state_dict
+    from comfyui_ideogram4_int8.ideogram4.formats.comfy_quant import decode_comfy_quant
+
+    path = write_w8a8(tmp_path / "w.safetensors", tiny_weights(gen), TINY)
+    plain = read_branch(path, "conditional", dtype=F32)
+    sd = read_branch(path, "conditional", dtype=F32, float_blocks_fp8=True)
+    protected = default_protected(TINY)
+    for name in protected:
+        w = plain[name + ".weight"].double()
+        q, s = sd[name + ".weight"], sd[name + ".weight_scale"]
+        assert q.dtype == torch.float8_e4m3fn and s.dtype == F32 and s.dim() == 0
+        assert s.item() == pytest.approx(w.abs().max().item() / 448.0, rel=1e-6)
+        v = w / s.double()
+        step = torch.where(
+            v.abs() >= 2.0**-6, torch.exp2(torch.floor(torch.log2(v.abs().clamp_min(2.0**-6)))) / 8, 2.0**-9
+        )
+        assert ((q.double() - v).abs() <= step / 2 * (1 + 1e-6)).all()
+        assert "stored fp8 on load" in sd.layers[name] and "float8 e4m3" in sd.layers[name]
+    for spec in TINY.linears():
+        if spec.name not in protected:
+            assert torch.equal(sd[spec.name + ".weight"], plain[spec.name + ".weight"]), spec.name
+    comfy = to_comfy_state_dict(sd, TINY)
+    assert decode_comfy_quant(comfy[protected[0] + ".comfy_quant"])["format"] == "float8_e4m3fn"
+    assert comfy[protected[0] + ".weight_scale"].shape == ()
+    assert [i.name for i in linear_infos(sd, TINY) if i.fp8] == protected
+    assert "kept float" in plain.layers[protected[0]]  # without the option: the file's bf16, as before
+
+
+def test_fp8_file_layers_kept_fp8_keep_the_files_codes(tmp_path, gen):
+    path = write_comfy_fp8(tmp_path / "f.safetensors", tiny_weights(gen)["conditional"], TINY)
+    stored = raw(path)
+    sd = read_branch(path, "conditional", dtype=F32, quantize=False, float_blocks_fp8=True)
+    name = "layers.0.attention.qkv"
+    assert torch.equal(sd[name + ".weight"].view(torch.uint8), stored[name + ".weight"].view(torch.uint8))
+    assert torch.equal(sd[name + ".weight_scale"], stored[name + ".weight_scale"].float().reshape(()))
+    top = next(s.name for s in TINY.linears() if not s.name.startswith("layers."))
+    assert sd[top + ".weight"].dtype == F32  # top-level layers stay float
+
+
+def test_a_protected_layer_with_nan_is_refused_when_stored_fp8(tmp_path, gen):
+    weights = tiny_weights(gen)
+    name = default_protected(TINY)[0]
+    weights["conditional"][name + ".weight"][3, 5] = float("nan")
+    path = write_w8a8(tmp_path / "w.safetensors", weights, TINY)
+    with pytest.raises(TensorMismatchError, match="cannot store this layer in fp8: the weight holds NaN") as exc:
+        read_branch(path, "conditional", dtype=F32, float_blocks_fp8=True)
+    assert name in str(exc.value)
+
+
+def test_to_comfy_state_dict_refuses_an_fp8_weight_with_per_channel_scales(tmp_path, gen):
+    from comfyui_ideogram4_int8.ideogram4.comfy_form import to_comfy_state_dict
+
+    path = write_w8a8(tmp_path / "w.safetensors", tiny_weights(gen), TINY)
+    sd = read_branch(path, "conditional", dtype=F32, float_blocks_fp8=True)
+    name = default_protected(TINY)[0]
+    n = sd[name + ".weight"].shape[0]
+    sd[name + ".weight_scale"] = sd[name + ".weight_scale"].expand(n).clone()
+    with pytest.raises(TensorMismatchError, match="exactly one scale"):
+        to_comfy_state_dict(sd, TINY)
 
 
 def test_chunked_quantization_is_bit_identical(gen):

@@ -10,8 +10,8 @@ pack's path.
 
 How: each of the pack's Linears counts the calls that reach the op (``op_calls``; the fused gate/up call counts on
 both projections; in a torch.compile'd graph the registered ops count them per call site: ``int8_ops.op_calls``).
-Forward hooks on the diffusion model read the counters of its quantized linears (int8 weight) before and after the
-forward; a linear that should have run and did not is a bypass. ``llm_cond_proj`` runs only when the forward has a
+Forward hooks on the diffusion model read the counters of its quantized linears (int8 or fp8 weight) before and after
+the forward; a linear that should have run and did not is a bypass. ``llm_cond_proj`` runs only when the forward has a
 text context (the image-only pass never runs it). Cost: two reads of ~220 integers per forward of hundreds of
 milliseconds.
 
@@ -49,7 +49,7 @@ import torch
 
 from .. import kernels
 from .after_forward import after_forward, on_after_forward
-from .int8_ops import compiled_calls, int8_linears, is_int8_weight, op_calls
+from .int8_ops import compiled_calls, int8_linears, is_fp8_weight, is_int8_weight, op_calls
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -152,12 +152,17 @@ def graph_trees_live() -> bool:
         return False
 
 
+def _quantized(weight) -> bool:
+    """A weight the pack's op must run: int8, or fp8 (a protected layer stored fp8, the triton-fp8 path)."""
+    return is_int8_weight(weight) or is_fp8_weight(weight)
+
+
 def _check(state: Coverage, before: list[int], compiled: bool = False) -> None:
     now = state.counts()
     expected, missing, replayed = 0, [], []
     trees = None  # looked up only when a compiled forward left a layer unmoved
     for (name, m), n0, n in zip(state.linears, before, now, strict=True):
-        if not is_int8_weight(m.weight) or (not state.context and name.startswith(CONTEXT_ONLY)):
+        if not _quantized(m.weight) or (not state.context and name.startswith(CONTEXT_ONLY)):
             continue
         expected += 1
         if n != n0:

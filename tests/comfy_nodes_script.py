@@ -2403,6 +2403,26 @@ def check_protected_fp8():
         res[f"{tag}_paths"] = sorted({recs[n].path for n in protected if n in recs})
         res[f"{tag}_reasons"] = sorted({recs[n].reason for n in protected if n in recs})
         res[f"{tag}_recorded"] = sum(n in recs for n in protected)
+    # no silent bypass covers the fp8 layers too: one routed around its forward is named
+    import torch.nn.functional as F
+    from comfyui_ideogram4_int8.nodes import op_coverage
+
+    dm8 = lin["fp8"][0].model.diffusion_model
+    cov = op_coverage.coverage(dm8)
+    with torch.no_grad():
+        dm8(x, sigma, context=ctx)
+    res["coverage"] = cov.last
+    res["linears_checked"] = [
+        n for n, m in lin["fp8"][1].items() if int8_ops.is_int8_weight(m.weight) or int8_ops.is_fp8_weight(m.weight)
+    ]
+    w2 = lin["fp8"][1][protected[0]]
+    w2.forward = lambda inp: F.linear(inp, w2.weight.dequantize().to(inp.dtype))
+    try:
+        with torch.no_grad():
+            dm8(x, sigma, context=ctx)
+        res["bypass_missing"] = cov.last["missing"]
+    finally:
+        del w2.forward
     res["rel_fp8"] = {c: rel(outs["fp8"][c], outs["plain"][c]) for c in CASES}
     res["rel_forced"] = {c: rel(outs["fp8_forced"][c], outs["plain"][c]) for c in CASES}
     sd = lin["fp8"][0].model.diffusion_model.state_dict()

@@ -112,6 +112,11 @@ def test_protected_layers_in_fp8_run_the_fp8_path_within_fp8s_error(run_check):
     assert r["fp8_summary_fp8_line"] and not r["plain_summary_fp8_line"]
     assert r["saved_format"] == "float8_e4m3fn" and r["saved_dtype"] == "torch.float8_e4m3fn"
     assert r["fp8_bytes"] < r["plain_bytes"]
+    # the bypass check counts the fp8 layers as layers the op must run, and names one routed around it
+    cov = r["coverage"]
+    assert cov["missing"] == [] and cov["ran"] == cov["expected"] == len(r["linears_checked"])
+    assert set(r["protected"]) <= set(r["linears_checked"])
+    assert r["bypass_missing"] == [r["protected"][0]]
     # a LoRA merged in full-load mode: requantized to fp8 (within e4m3's rounding of W + delta), same path, undone
     assert r["lora_fp8"] is True and r["lora_path"] == "triton-fp8"
     assert r["lora_merged_vs_w_plus_delta"] <= 0.06 < r["lora_w_vs_w_plus_delta"], seed  # ComfyUI rounds stochastically

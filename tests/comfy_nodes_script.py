@@ -1365,9 +1365,11 @@ def check_compile():
         ("w8a8", "i4_w8a8.safetensors", loader_nodes.SAME_FILE, ""),
         ("w8a8_ratio", "i4_w8a8.safetensors", loader_nodes.SAME_FILE, "ratio"),
         ("int8_convrot", "i4_int8_convrot.safetensors", "i4_unconditional_int8_convrot.safetensors", ""),
+        ("w8a8_fp8_protected", "i4_w8a8.safetensors", loader_nodes.SAME_FILE, ""),  # the fp8 op in the graph
     ):
+        extra = {"protected_layers": "fp8"} if fmt.endswith("fp8_protected") else {}
         with _env(smooth_fold.ENV_MODE, mode):
-            cond, uncond, _ = load(cf, uf)
+            cond, uncond, _ = load(cf, uf, **extra)
         for branch, patcher, cases in (
             (
                 "conditional",
@@ -1379,10 +1381,17 @@ def check_compile():
             dm = patcher.model.diffusion_model
             opts = dict(patcher.model_options.get("transformer_options", {}))  # the pack's attention override
             label = op_coverage.coverage(dm).label
-            quantized = {n for n, m in int8_ops.int8_linears(dm).items() if int8_ops.is_int8_weight(m.weight)}
+            quantized = {
+                n
+                for n, m in int8_ops.int8_linears(dm).items()
+                if int8_ops.is_int8_weight(m.weight) or int8_ops.is_fp8_weight(m.weight)
+            }
             if not any(kw for _, kw in cases):
                 quantized -= {"llm_cond_proj"}
             res[f"{fmt}/{branch}/quantized"] = len(quantized)
+            res[f"{fmt}/{branch}/fp8"] = sum(
+                int8_ops.is_fp8_weight(m.weight) for m in int8_ops.int8_linears(dm).values()
+            )
             res[f"{fmt}/{branch}/override"] = sorted(opts)
             for case, kw in cases:
                 r, _, _ = _compile_case(dm, opts, label, 3, kw, quantized)

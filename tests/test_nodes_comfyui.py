@@ -600,9 +600,13 @@ def test_native_model_compiles_in_one_graph_without_recompiles(run_check):
     recompile on the next steps or the next run."""
     r = run_check("compile")
     seed = r["__seed__"]
-    quantized = {"w8a8": 23, "w8a8_ratio": 23, "int8_convrot": 25}
+    # w8a8_fp8_protected: the loader's protected_layers = fp8 (its 2 protected w2 run the fp8 op: the float fallback
+    # on this CPU, the same opaque op in the graph)
+    quantized = {"w8a8": 23, "w8a8_ratio": 23, "int8_convrot": 25, "w8a8_fp8_protected": 25}
     for fmt, q in quantized.items():
         assert r[f"{fmt}/conditional/quantized"] == q and r[f"{fmt}/unconditional/quantized"] == q - 1
+        fp8 = 2 if fmt == "w8a8_fp8_protected" else 0
+        assert r[f"{fmt}/conditional/fp8"] == fp8 and r[f"{fmt}/unconditional/fp8"] == fp8
         assert r[f"{fmt}/conditional/override"] == ["optimized_attention_override"]
         for case in ("conditional", "conditional_masked", "image_only"):
             key = f"{fmt}/{case}"
@@ -621,10 +625,12 @@ def test_native_model_compiles_in_one_graph_without_recompiles(run_check):
                 f"ideogram4_int8.{n}.default" for n in ("w8a8_linear", "float_linear", "after_forward", "qk_norm_rope")
             }
             pair = "ideogram4_int8.swiglu_w8a8_pair.default"
+            if fmt == "w8a8_fp8_protected":
+                ops |= {"ideogram4_int8.fp8_linear.default"}
             assert set(r[f"{key}/ops_in_graph"]) == (ops if fmt == "w8a8_ratio" else ops | {pair}), (seed, key)
     # each block compiled on its own (KJNodes' "transformer blocks only"): one frame per kind of block, not per block
     # (the W8A8 file's odd blocks keep w2 in bf16: two kinds), every layer recorded under its own site as in eager
-    for fmt, kinds in (("w8a8", 2), ("w8a8_ratio", 2), ("int8_convrot", 1)):
+    for fmt, kinds in (("w8a8", 2), ("w8a8_ratio", 2), ("int8_convrot", 1), ("w8a8_fp8_protected", 2)):
         for branch in ("conditional", "unconditional"):
             key = f"{fmt}/{branch}/per_block"
             assert r[f"{key}/blocks"] == 4 and r[f"{key}/frames"] == kinds, (seed, key)

@@ -140,11 +140,11 @@ def info_report() -> dict:
     else:
         report.update(backend="float matmul", backend_reason=f"int8 operands dequantized to {dtype}, then a float GEMM")
     report["path_label"] = path_labels(device.type, dtype)[path]  # what the path id runs on this device
-    from .kernels.fp8_gemm import fp8_unavailable
+    from .kernels.fp8_gemm import select_fp8_path
 
-    fp8_why = fp8_unavailable(device)  # the loader's protected_layers = fp8
-    report["fp8_protected_path"] = "triton-fp8" if fp8_why is None else "bf16"
-    report["fp8_protected_reason"] = "fused FP8 GEMM" if fp8_why is None else f"fp8 weight dequantized: {fp8_why}"
+    fp8_path, fp8_why = select_fp8_path(device)  # the loader's protected_layers = fp8
+    report["fp8_protected_path"] = fp8_path
+    report["fp8_protected_reason"] = fp8_why or "fused FP8 GEMM"
     return report
 
 

@@ -58,6 +58,16 @@ def fp8_unavailable(device: torch.device) -> str | None:
     return None
 
 
+FLOAT_REASON = "fp8 weight dequantized"
+
+
+def select_fp8_path(device: torch.device, float_only: str | None = None) -> tuple[str, str]:
+    """(path, reason) of an fp8 layer on ``device``: ``triton-fp8``, or ``bf16`` and why (``float_only``: a reason
+    to run float regardless, a forced path). The one answer the calls, the loader's prediction and ``info`` give."""
+    why = float_only or fp8_unavailable(device)
+    return (PATH_FP8, "") if why is None else (PATH_BF16, f"{FLOAT_REASON}: {why}")
+
+
 def _tile(device: torch.device) -> GemmConfig:
     return FP8_TILES[capability(device)] if device.type == "cuda" else _INTERPRETER_TILE
 
@@ -110,18 +120,18 @@ def fp8_linear(
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
-    why = float_only or fp8_unavailable(x.device)
-    if why is None:
+    path, reason = select_fp8_path(x.device, float_only)
+    if path == PATH_FP8:
         y = _fused(x2, w, scale.expand(n).contiguous(), bias, n, k, m)
         if y is not None:
             REGISTRY.record(
                 site, PATH_FP8, "", m, n, k, dtype=x.dtype, config=_tile(x.device).key(), config_source=TILE_SOURCE
             )
             return y.reshape(*lead, n)
-        why = _demotion(n, k, m)
+        reason = f"{FLOAT_REASON}: {_demotion(n, k, m)}"
     with REGISTRY.timed(PATH_BF16, x.device):
         y = F.linear(x2, reference.dequant_fp8_ref(w, scale, x.dtype), None if bias is None else bias.to(x.dtype))
-    REGISTRY.record(site, PATH_BF16, f"fp8 weight dequantized: {why}", m, n, k, dtype=x.dtype)
+    REGISTRY.record(site, PATH_BF16, reason, m, n, k, dtype=x.dtype)
     return y.reshape(*lead, n)
 
 

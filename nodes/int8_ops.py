@@ -75,7 +75,7 @@ from ..ideogram4.smooth_fold import (
 )
 from ..ideogram4.w8a8_module import w8a8_forward
 from ..kernels import ops as kernel_ops
-from ..kernels.fp8_gemm import fp8_unavailable
+from ..kernels.fp8_gemm import select_fp8_path
 
 _is_compiling = torch.compiler.is_compiling  # True while dynamo traces: module counters are not touched then
 INT8_LAYOUT = "TensorWiseINT8Layout"
@@ -95,6 +95,11 @@ REASON_FULL_PRECISION = (
 
 def is_int8_weight(weight) -> bool:
     return isinstance(weight, QuantizedTensor) and _layout_name(weight) == INT8_LAYOUT
+
+
+def _forced_float(gemm_path: str | None) -> str | None:
+    """The reason an fp8 layer runs float (the model's GEMM path forced to dequant-bf16), else None."""
+    return REASON_FORCED_FLOAT if gemm_path == kernels.PATH_DEQUANT else None
 
 
 def is_fp8_weight(weight) -> bool:
@@ -247,7 +252,7 @@ class Int8Linear:
         if is_fp8_weight(weight):
             if _is_compiling() and weight.device == self.weight.device:
                 weight, site = self.weight, None  # as for an int8 weight above: the op finds the site
-            forced = REASON_FORCED_FLOAT if self.gemm_path == kernels.PATH_DEQUANT else None
+            forced = _forced_float(self.gemm_path)
             return kernel_ops.fp8_linear(input, weight._qdata, weight._params.scale, bias, site, forced)
         if isinstance(weight, QuantizedTensor):
             weight = weight.dequantize()
@@ -418,18 +423,10 @@ def predicted_paths(diffusion_model: torch.nn.Module, device: torch.device) -> d
             except ValueError as exc:
                 out[name] = (kernels.PATH_DEQUANT, str(exc))
         elif is_fp8_weight(m.weight):
-            out[name] = fp8_prediction(device, m.gemm_path)
+            out[name] = select_fp8_path(device, _forced_float(m.gemm_path))
         else:
             out[name] = (kernels.PATH_BF16, m.float_reason)
     return out
-
-
-def fp8_prediction(device: torch.device, gemm_path: str | None) -> tuple[str, str]:
-    """(path, reason) an fp8 layer will take on ``device`` (what ``kernels.fp8_linear`` decides per call)."""
-    why = REASON_FORCED_FLOAT if gemm_path == kernels.PATH_DEQUANT else fp8_unavailable(device)
-    if why is None:
-        return kernels.PATH_FP8, ""
-    return kernels.PATH_BF16, f"fp8 weight dequantized: {why}"
 
 
 def declare_sites(diffusion_model: torch.nn.Module, label: str, device: torch.device) -> dict[str, tuple[str, str]]:

@@ -20,6 +20,7 @@ import os
 import pathlib
 from collections.abc import Iterable, Mapping
 
+from ..kernels.fp8_gemm import FLOAT_REASON as FP8_FLOAT_REASON
 from .errors import PICK_IDEOGRAM4, CheckpointError
 from .formats.detect import detect_format
 
@@ -238,7 +239,8 @@ def format_summary(reports: Iterable[BranchReport], extra: Iterable[str] = ()) -
             lines.append(f"  from the base checkpoint: {len(r.from_base)} tensors ({_names(r.from_base, 4)})")
         reasons: dict[str, int] = {}
         for path, why in r.paths.values():
-            if why and path != "bf16":
+            # a bf16 layer's reason is why it is float, except a layer stored fp8 that runs float here (say why)
+            if why and (path != "bf16" or why.startswith(FP8_FLOAT_REASON)):
                 reasons[f"{path}: {why}"] = reasons.get(f"{path}: {why}", 0) + 1
         for text, n in sorted(reasons.items()):
             lines.append(f"  why not faster ({n} layers) {text}")

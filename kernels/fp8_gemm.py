@@ -7,23 +7,27 @@ channels: per-token int8 rows lose ~10% of them, e4m3 rows ~3%; docs/performance
     out[m, n] = out_dtype((acc[m, n] * s[m]) * w_scale[n] + bias[n]),  acc = sum_k q[m, k] w[n, k] in float32
 
 ``w`` is e4m3 [N, K] with a per-tensor or per-channel scale (ComfyUI's ``float8_e4m3fn`` layers are per-tensor).
-The GEMM is the portable W8A8 kernel fed e4m3 codes (gemm_triton_kernels.py accumulates them in float32): one
-8-bit GEMM kernel for both code types, with a fixed tile per architecture (``FP8_TILES``). Where the path cannot
-run (no fp8 tensor cores, no Triton, a CPU, a failed kernel) the weight is dequantized and the unquantized input
-multiplies it in the input's dtype: path ``bf16``, with the reason. Twin: ``reference.fp8_linear_ref``.
+The GEMM is the portable W8A8 kernel fed e4m3 codes (gemm_triton_kernels.py, a float32 accumulator; Hopper's fp8
+MMA adds its products with fewer mantissa bits inside the chain: ~0.5% of the product at K = 12288, measured in
+bench/results/fp8-w2-probe-H100-2026-11-27-s18.log): one 8-bit GEMM kernel for both code types, with a fixed tile
+per architecture (``FP8_TILES``). Where the path cannot run (no fp8 tensor cores, no Triton, a CPU, a failed kernel,
+a forced dequant-bf16) the unquantized input multiplies the e4m3 codes in its own dtype (exact: e4m3 values are bf16
+values) and the scale is applied to the product: path ``bf16``, with the reason. Twin: ``reference.fp8_matmul_ref``.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 
-from . import reference
 from .backends import unavailable
 from .configs import GemmConfig, m_bucket
 from .env import capability
 from .operands import _FLOAT_DTYPES, KernelInputError, _vector
-from .registry import PATH_BF16, PATH_FP8, REGISTRY
+from .path_choice import ENV_PATH
+from .registry import PATH_BF16, PATH_DEQUANT, PATH_FP8, REGISTRY
 
 FP8_CODES = torch.float8_e4m3fn
 # Measured on the H100 at the w2 shapes (M 4096-4608, N 4608, K 12288; bench/results/fp8-w2-probe-*-s18.log):
@@ -63,7 +67,10 @@ FLOAT_REASON = "fp8 weight dequantized"
 
 def select_fp8_path(device: torch.device, float_only: str | None = None) -> tuple[str, str]:
     """(path, reason) of an fp8 layer on ``device``: ``triton-fp8``, or ``bf16`` and why (``float_only``: a reason
-    to run float regardless, a forced path). The one answer the calls, the loader's prediction and ``info`` give."""
+    to run float regardless, a forced path; ``IDEOGRAM4_INT8_GEMM_PATH=dequant-bf16`` forces it too). The one answer
+    the calls, the loader's prediction and ``info`` give."""
+    if float_only is None and os.environ.get(ENV_PATH, "").strip() == PATH_DEQUANT:
+        float_only = f"forced by {ENV_PATH}={PATH_DEQUANT}"
     why = float_only or fp8_unavailable(device)
     return (PATH_FP8, "") if why is None else (PATH_BF16, f"{FLOAT_REASON}: {why}")
 
@@ -86,8 +93,20 @@ def fp8_matmul(q, w, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, out=
             f"{w.dtype} {tuple(w.shape)}"
         )
     m, n = q.shape[0], w.shape[0]
+    if isinstance(w_scale, torch.Tensor) and w_scale.numel() == 1 and n != 1:  # one scale for the tensor
+        w_scale = w_scale.reshape(1).expand(n)
+    q_scale = _vector(q_scale, m, "fp8_matmul: q_scale", q.device)
+    w_scale = _vector(w_scale, n, "fp8_matmul: w_scale", q.device)
+    bias = _vector(bias, n, "fp8_matmul: bias", q.device, keep_half=True)
+    if q_scale is None or w_scale is None:
+        raise KernelInputError("fp8_matmul: q_scale and w_scale are required")
     if out is None:
         out = torch.empty((m, n), dtype=out_dtype, device=q.device)
+    elif out.shape != (m, n) or out.dtype not in _FLOAT_DTYPES or out.device != q.device or out.stride(-1) != 1:
+        raise KernelInputError(
+            f"fp8_matmul: out must be a float [M, N] = [{m}, {n}] tensor on {q.device} with unit column stride; "
+            f"got {out.dtype} {tuple(out.shape)}"
+        )
     if m == 0:
         return out
     return launch_gemm(q.contiguous(), w.contiguous(), _tile(q.device), q_scale, w_scale, bias, out)
@@ -130,9 +149,18 @@ def fp8_linear(
             return y.reshape(*lead, n)
         reason = f"{FLOAT_REASON}: {_demotion(n, k, m)}"
     with REGISTRY.timed(PATH_BF16, x.device):
-        y = F.linear(x2, reference.dequant_fp8_ref(w, scale, x.dtype), None if bias is None else bias.to(x.dtype))
+        y = _float_product(x2, w, scale, bias)
     REGISTRY.record(site, PATH_BF16, reason, m, n, k, dtype=x.dtype)
     return y.reshape(*lead, n)
+
+
+def _float_product(x2, w, scale, bias) -> torch.Tensor:
+    """x2 . (w * scale)^T + bias in x2's dtype, without a dequantized float32 copy of the weight: the codes in x2's
+    dtype (exact), the scale applied to the float32 product (one rounding more than the dequantized weight's)."""
+    y = F.linear(x2, w.to(x2.dtype)).float() * (scale.reshape(()) if scale.numel() == 1 else scale)
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(x2.dtype)
 
 
 def _shape(n: int, k: int, m: int) -> tuple:

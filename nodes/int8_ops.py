@@ -87,6 +87,10 @@ REASON_DEQUANT = (
     "weight dequantized by ComfyUI for a float GEMM (LoRA applied on the fly in lowvram mode, or a "
     "forced cast); merge LoRAs in full-load mode to keep INT8"
 )
+REASON_DEQUANT_FP8 = (
+    "fp8 weight dequantized by ComfyUI for a float GEMM (LoRA applied on the fly in lowvram mode, or a forced "
+    "cast); merge LoRAs in full-load mode to keep the fused FP8 GEMM"
+)
 REASON_FULL_PRECISION = (
     "weight dequantized by ComfyUI before the pack's op: this layer has ComfyUI's "
     "full-precision matmul set (_full_precision_mm), a float GEMM"
@@ -268,7 +272,7 @@ class Int8Linear:
         elif self._full_precision_mm:
             reason = REASON_FULL_PRECISION
         else:
-            reason = REASON_DEQUANT
+            reason = REASON_DEQUANT_FP8 if is_fp8_weight(self.weight) else REASON_DEQUANT
         return kernel_ops.float_linear(input, weight, bias, site, reason)
 
 

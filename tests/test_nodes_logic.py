@@ -330,6 +330,30 @@ def test_summary_lists_paths_protected_layers_and_reasons(files):
     assert f"quantized to W8A8 on load: {len(rep.quantized_on_load)} layers" in format_summary([rep])
 
 
+def test_summary_of_protected_layers_stored_fp8_says_where_they_run_float(files):
+    """protected_layers = fp8: the summary lists them as stored fp8, and where a GPU runs them float (no fp8 tensor
+    cores) says why — a bf16 layer's reason is otherwise not a 'why not faster'."""
+    st = read_branch(files["two"], "conditional", dtype=F32, float_blocks_fp8=True)
+    protected = default_protected(TINY)
+    why = (
+        "fp8 weight dequantized: GPU is sm_86: the fused FP8 GEMM runs on sm_89 / sm_90 (Ada, Hopper) fp8 tensor cores"
+    )
+    paths = {
+        s.name: ("bf16", why)
+        if s.name in protected
+        else ("bf16", "kept float")
+        if s.name not in st.quantized_layers()
+        else ("triton-int8", "")
+        for s in TINY.linears()
+    }
+    rep = branch_report("conditional", "two.safetensors [W8A8]", "bfloat16", paths, st, TINY)
+    assert rep.protected == [] and rep.protected_fp8 == protected
+    text = format_summary([rep])
+    assert f"protected layers stored fp8 e4m3 ({len(protected)}): layers.1.feed_forward.w2" in text
+    assert f"why not faster ({len(protected)} layers) bf16: {why}" in text
+    assert "kept float" not in text
+
+
 # -- the node modules (static) -------------------------------------------------------------------------------------
 
 NODE_FILES = ("loader_nodes.py", "patch_nodes.py", "sampler_nodes.py")

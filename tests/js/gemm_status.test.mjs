@@ -26,6 +26,7 @@ import {
   summarizeModel,
   summarizeReport,
   timingRows,
+  useLabels,
   wantsBadge,
   warningText,
 } from "../../web/lib/gemm_status.mjs";
@@ -465,4 +466,26 @@ test("on a CPU the panel names the CPU matmul that ran; only a forced slower one
   } finally {
     useLabels(null); // the CUDA words for the other tests
   }
+});
+
+test("protected layers stored fp8 that run float on this GPU are a notice that says why", () => {
+  useLabels({}); // a GPU report: the CUDA words
+  const why = "GPU is sm_86: the fused FP8 GEMM runs on sm_89 / sm_90 (Ada, Hopper) fp8 tensor cores";
+  const layers = [
+    { layer: "layers.0.attention.qkv", path: "triton-int8", reason: "" },
+    { layer: "layers.1.feed_forward.w2", path: "bf16", reason: `fp8 weight dequantized: ${why}` },
+    { layer: "layers.3.feed_forward.w2", path: "bf16", reason: `fp8 weight dequantized: ${why}` },
+    { layer: "final_layer.linear", path: "bf16", reason: "unquantized top-level layer" },
+  ];
+  const counts = { "triton-int8": 1, "triton-fp8": 0, "cublas-int8": 0, "dequant-bf16": 0, bf16: 3 };
+  const model = { label: "conditional", counts, counts_run: counts, layers };
+  assert.equal(modelSeverity(model), "notice");
+  assert.equal(
+    warningText(model),
+    `2 layers stored fp8 run dequantized to bf16 here, not on the fused FP8 GEMM (the loader's protected_layers = ` +
+      `bf16 runs them as fast, exactly as stored). Why: ${why}.`,
+  );
+  const plain = { ...model, layers: layers.map((l) => (l.path === "bf16" ? { ...l, reason: "protected" } : l)) };
+  assert.equal(modelSeverity(plain), "ok");
+  assert.equal(warningText(plain), null);
 });

@@ -124,7 +124,15 @@ export function modelSeverity(model) {
   if (c["dequant-bf16"] > 0) return "warning";
   if (c["cublas-int8"] > 0) return "notice";
   if (c["triton-int8"] === 0) return "notice";
+  if (fp8FloatGroups(model).length) return "notice";
   return "ok";
+}
+
+// kernels/fp8_gemm.py FLOAT_REASON: a layer stored fp8 (protected_layers = fp8) that runs float on this device
+const FP8_FLOAT = "fp8 weight dequantized: ";
+
+function fp8FloatGroups(model) {
+  return reasonGroups(model).filter((g) => g.path === "bf16" && g.reason.startsWith(FP8_FLOAT));
 }
 
 const PART_TEXT = {
@@ -206,6 +214,15 @@ export function warningText(model) {
     const reasons = reasonGroups(model).filter((g) => g.path === "cublas-int8" && g.reason);
     const why = reasons.length ? ` Why: ${reasons.slice(0, 3).map((g) => g.reason).join("; ")}.` : "";
     return `${c["cublas-int8"]} linear${c["cublas-int8"] === 1 ? "" : "s"} on cuBLAS INT8: real INT8, but not the fused kernel.${why}`;
+  }
+  const fp8 = fp8FloatGroups(model);
+  if (fp8.length) {
+    const k = fp8.reduce((a, g) => a + g.count, 0);
+    const why = fp8.slice(0, 3).map((g) => g.reason.slice(FP8_FLOAT.length)).join("; ");
+    return (
+      `${k} layer${k === 1 ? "" : "s"} stored fp8 run${k === 1 ? "s" : ""} dequantized to bf16 here, not on the fused ` +
+      `FP8 GEMM (the loader's protected_layers = bf16 runs them as fast, exactly as stored). Why: ${why}.`
+    );
   }
   if (total(c) > 0 && c["triton-int8"] === 0) {
     return "No quantized linear in this model: it runs entirely in bf16.";

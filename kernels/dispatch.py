@@ -59,11 +59,13 @@ def quantize_per_token(x: torch.Tensor, smooth: torch.Tensor | None = None, conv
     return q.reshape(*lead, k), s.reshape(lead)
 
 
-def _quantize_rows(x2: torch.Tensor, smooth, group: int | None):
+def _quantize_rows(x2: torch.Tensor, smooth, group: int | None, codes=torch.int8):
     """Per-token quantization of a validated [M, K] (unit column stride): the Triton kernel where it can run
     (the plain or the rotating one), else the twin. A kernel variant that fails to build or launch is demoted with
-    its reason (``_unless_demoted``) and its calls take the twin: the same codes and scales."""
-    if smooth is None and group is None:
+    its reason (``_unless_demoted``) and its calls take the twin: the same codes and scales. ``codes``
+    torch.float8_e4m3fn: e4m3 codes for the ``triton-fp8`` path (fp8_gemm.py; nothing to divide or rotate there, and
+    a pre-norm's handed-over rows are int8: none claimed)."""
+    if smooth is None and group is None and codes == torch.int8:
         handed = handoff.claim(x2)  # its producer quantized it already (a block's pre-norm)
         if handed is not None:
             REGISTRY.count_launch(QUANT_HANDOFF)
@@ -74,16 +76,16 @@ def _quantize_rows(x2: torch.Tensor, smooth, group: int | None):
     if group is not None and smooth is not None:  # SmoothQuant before the rotation (no file layout carries both)
         x2 = (x2.float() / smooth).to(x2.dtype)
         smooth = None
-    out = _quantize_rows_triton(x2, smooth, group) if fused else None
+    out = _quantize_rows_triton(x2, smooth, group, codes) if fused else None
     if out is not None:
         return out
     REGISTRY.count_launch("quant_twin")
     if group is None:
-        return reference.quantize_per_token_ref(x2, smooth)
+        return reference.quantize_per_token_ref(x2, smooth, codes=codes)
     return reference.quantize_rotated_ref(x2, group)
 
 
-def _quantize_rows_triton(x2: torch.Tensor, smooth, group: int | None):
+def _quantize_rows_triton(x2: torch.Tensor, smooth, group: int | None, codes=torch.int8):
     """The Triton quantizer for this call (the rotating kernel for ConvRot's groups it knows, the plain one after a
     torch rotation for other groups), or None where its variant failed (now or before)."""
     from . import quant_triton
@@ -95,33 +97,16 @@ def _quantize_rows_triton(x2: torch.Tensor, smooth, group: int | None):
     else:
 
         def run():  # a group the rotating kernel does not know: rotated by torch first (only when the kernel runs)
-            return quant_triton.quantize_rows_triton(x2 if group is None else reference.rotate_ref(x2, group), smooth)
+            rows = x2 if group is None else reference.rotate_ref(x2, group)
+            return quant_triton.quantize_rows_triton(rows, smooth, codes=codes)
 
-        key = ("quantize", *variant)
-        counter = "quant_triton"
+        fp8 = codes != torch.int8
+        key = ("quantize", *variant, "e4m3") if fp8 else ("quantize", *variant)
+        counter = "quant_fp8_triton" if fp8 else "quant_triton"
     out = _unless_demoted(key, "Triton activation quantizer", run)
     if out is not None:
         REGISTRY.count_launch(counter)
     return out
-
-
-def _quantize_fp8_rows(x2: torch.Tensor):
-    """Per-token float8 e4m3 codes of a validated [M, K] (unit column stride) for the ``triton-fp8`` path
-    (fp8_gemm.py): the Triton quantizer where it runs and has not failed for this K and dtype, else the twin."""
-    from . import quant_triton
-
-    codes = torch.float8_e4m3fn
-    out = None
-    if unavailable("triton", x2.device) is None:
-        key = ("quantize", x2.shape[1], str(x2.dtype).removeprefix("torch."), "e4m3")
-        out = _unless_demoted(
-            key, "Triton activation quantizer", lambda: quant_triton.quantize_rows_triton(x2, codes=codes)
-        )
-    if out is not None:
-        REGISTRY.count_launch("quant_fp8_triton")
-        return out
-    REGISTRY.count_launch("quant_twin")
-    return reference.quantize_per_token_ref(x2, None, codes=codes)
 
 
 def _launch_fused(q, w, q_scale, w_scale, bias, out_dtype, raw_int32, out=None, timed=None):

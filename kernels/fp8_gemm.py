@@ -22,7 +22,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from .backends import unavailable
+from .backends import DEMOTIONS, unavailable
 from .configs import GemmConfig, m_bucket
 from .env import capability
 from .operands import _FLOAT_DTYPES, KernelInputError, _vector
@@ -136,12 +136,13 @@ def fp8_linear(
     scale = w_scale.to(device=x.device, dtype=torch.float32).reshape(-1)
     if scale.numel() not in (1, n):
         raise KernelInputError(f"fp8_linear: w_scale has {scale.numel()} values; expected 1 or N={n}")
+    bias = _vector(bias, n, "fp8_linear: bias", x.device, keep_half=True)  # checked before either path runs
     lead = x.shape[:-1]
     x2 = x.reshape(-1, k)
     m = x2.shape[0]
     path, reason = select_fp8_path(x.device, float_only)
     if path == PATH_FP8:
-        y = _fused(x2, w, scale.expand(n).contiguous(), bias, n, k, m)
+        y = _fused(x2, w, scale, bias, n, k, m)
         if y is not None:
             REGISTRY.record(
                 site, PATH_FP8, "", m, n, k, dtype=x.dtype, config=_tile(x.device).key(), config_source=TILE_SOURCE
@@ -168,21 +169,19 @@ def _shape(n: int, k: int, m: int) -> tuple:
 
 
 def _demotion(n: int, k: int, m: int) -> str:
-    from .backends import DEMOTIONS
-
     return DEMOTIONS.get("triton", _shape(n, k, m)) or "the fused FP8 GEMM failed"
 
 
 def _fused(x2, w, w_scale, bias, n, k, m) -> torch.Tensor | None:
-    """Quantize x2 to e4m3 rows and run the kernel; None where the GEMM failed for this shape (demoted with its
-    reason). The quantizer has its own demotion (to its twin), as on the INT8 path."""
-    from .dispatch import _quantize_fp8_rows, _unless_demoted
+    """Quantize x2 to e4m3 rows and run the kernel (which takes the scale and bias as given); None where the GEMM
+    failed for this shape (demoted with its reason). The quantizer has its own demotion (to its twin), as on the INT8
+    path."""
+    from .dispatch import _quantize_rows, _unless_demoted
 
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
-    bias_v = _vector(bias, n, "fp8_linear: bias", x2.device, keep_half=True)
     with REGISTRY.timed(PATH_FP8, x2.device):
-        q, s = _quantize_fp8_rows(x2)
+        q, s = _quantize_rows(x2, None, None, codes=FP8_CODES)
         return _unless_demoted(
-            _shape(n, k, m), KERNEL_NAME, lambda: fp8_matmul(q, w, s, w_scale, bias_v, out_dtype=x2.dtype)
+            _shape(n, k, m), KERNEL_NAME, lambda: fp8_matmul(q, w, s, w_scale, bias, out_dtype=x2.dtype)
         )

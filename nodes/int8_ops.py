@@ -14,8 +14,8 @@ What the Linear adds:
   ConvRot activation rotation first), recorded as ``<label>/<module path>``; a float weight
   (bf16-protected / top-level layers, or a weight ComfyUI dequantized to apply a LoRA in lowvram
   mode) goes to ``kernels.float_linear`` so the panel lists it as ``bf16`` with the reason. A float8 e4m3
-  weight in ComfyUI's ``float8_e4m3fn`` form (a protected layer kept in fp8: ``ideogram4.protected``) goes to
-  ``kernels.fp8_linear`` (path ``triton-fp8``, or its labelled float fallback); ``forward`` hands it the
+  weight in ComfyUI's ``float8_e4m3fn`` form (a protected layer stored fp8: ``read_branch(float_blocks_fp8=True)``)
+  goes to ``kernels.fp8_linear`` (path ``triton-fp8``, or its labelled float fallback); ``forward`` hands it the
   unquantized input, where ComfyUI's own forward would quantize it per tensor for its matmul.
 * ``input_smooth`` (SmoothQuant vector, no slot in ComfyUI's format): loaded from
   ``<m>.input_smooth``, saved back, moved with the module, cast to the input's device when the
@@ -108,6 +108,11 @@ def _forced_float(gemm_path: str | None) -> str | None:
 
 def is_fp8_weight(weight) -> bool:
     return isinstance(weight, QuantizedTensor) and _layout_name(weight) in FP8_LAYOUTS
+
+
+def runs_packs_op(weight) -> bool:
+    """A weight whose linear runs through the pack's quantized op: int8, or fp8 (a protected layer stored fp8)."""
+    return is_int8_weight(weight) or is_fp8_weight(weight)
 
 
 def _layout_name(qt) -> str:
@@ -391,7 +396,7 @@ def site_label(diffusion_model: torch.nn.Module) -> str | None:
 def _site_tensors(m) -> tuple:
     """The tensor a compiled graph hands the pack's op for ``m`` (``kernels.sites``): its int8 data or its weight."""
     w = m.weight
-    return (w._qdata,) if is_int8_weight(w) or is_fp8_weight(w) else (w,)
+    return (w._qdata,) if runs_packs_op(w) else (w,)
 
 
 def link_folds(diffusion_model: torch.nn.Module, config, report=None) -> int:
@@ -452,6 +457,7 @@ __all__ = [
     "int8_linears",
     "is_int8_weight",
     "is_fp8_weight",
+    "runs_packs_op",
     "link_folds",
     "op_calls",
     "compiled_calls",

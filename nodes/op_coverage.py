@@ -49,7 +49,7 @@ import torch
 
 from .. import kernels
 from .after_forward import after_forward, on_after_forward
-from .int8_ops import compiled_calls, int8_linears, is_fp8_weight, is_int8_weight, op_calls
+from .int8_ops import compiled_calls, int8_linears, op_calls, runs_packs_op
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
@@ -152,17 +152,12 @@ def graph_trees_live() -> bool:
         return False
 
 
-def _quantized(weight) -> bool:
-    """A weight the pack's op must run: int8, or fp8 (a protected layer stored fp8, the triton-fp8 path)."""
-    return is_int8_weight(weight) or is_fp8_weight(weight)
-
-
 def _check(state: Coverage, before: list[int], compiled: bool = False) -> None:
     now = state.counts()
     expected, missing, replayed = 0, [], []
     trees = None  # looked up only when a compiled forward left a layer unmoved
     for (name, m), n0, n in zip(state.linears, before, now, strict=True):
-        if not _quantized(m.weight) or (not state.context and name.startswith(CONTEXT_ONLY)):
+        if not runs_packs_op(m.weight) or (not state.context and name.startswith(CONTEXT_ONLY)):
             continue
         expected += 1
         if n != n0:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ... import kernels
+from ...kernels.reference import FP8_MAX  # e4m3's largest finite value, as the activation quantizer uses it
 
 DEFAULT_CHUNK_BYTES = 1 << 28  # 256 MiB of float32 rows at a time
 
@@ -51,9 +52,6 @@ def quantize_weight(
         stop = min(n, start + rows)
         q[start:stop], s[start:stop] = kernels.quantize_weight_ref(_scaled_rows(weight, scale, start, stop), smooth)
     return q, s
-
-
-FP8_MAX = 448.0  # e4m3's largest finite value
 
 
 def quantize_fp8_tensorwise(

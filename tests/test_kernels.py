@@ -971,14 +971,20 @@ def test_rms_norm_modulate_and_gated_residual_match_float64_and_the_twin(dtype, 
         t = t.double()
         return _rounded64(t / (t.pow(2).mean(-1, keepdim=True) + eps).sqrt() * w.double(), dtype)
 
+    def ulp(t):
+        return torch.finfo(dtype).eps * t.abs().clamp_min(torch.finfo(dtype).tiny)
+
     pre64 = _rounded64(norm64(x) * scale.double(), dtype)
-    res64 = _rounded64(x.double() + _rounded64(gate.double() * norm64(y), dtype), dtype)
-    for got, want, twin in (
-        (pre, pre64, K.rms_norm_modulate_ref(x, w, scale, eps)),
-        (res, res64, K.rms_norm_gated_residual_ref(x, y, w, gate, eps)),
+    added64 = _rounded64(gate.double() * norm64(y), dtype)
+    res64 = _rounded64(x.double() + added64, dtype)
+    # A one-ulp move of a normalized value carries into the residual sum as an ulp of the added term, which is
+    # larger than the sum's own where x cancels it (seed-found: 0.2043 against 0.2039 for x = -0.188).
+    for got, want, slack, twin in (
+        (pre, pre64, 2 * ulp(pre64), K.rms_norm_modulate_ref(x, w, scale, eps)),
+        (res, res64, 2 * ulp(res64) + 2 * ulp(added64), K.rms_norm_gated_residual_ref(x, y, w, gate, eps)),
     ):
-        ulp = torch.finfo(dtype).eps * want.abs().clamp_min(torch.finfo(dtype).tiny)
-        assert ((got.double() - want).abs() <= 2 * ulp).all()
+        err = (got.double() - want).abs()
+        assert (err <= slack).all(), f"seed {gen.initial_seed()}: worst excess {(err - slack).max().item():.3g}"
         assert (got.double() != want).float().mean().item() <= 0.01 and (got != twin).float().mean().item() <= 0.01
 
 

@@ -442,25 +442,24 @@ def _load_linear(lp: LinearPlan, out: dict, device, dtype) -> None:
         scale = src.load(lp.scale, device).to(device) if lp.scale is not None else None
         if scale is not None:
             _finite_positive(scale.float(), lp, lp.scale, "fp8 weight scale", allow_zero=True)
-        if lp.quantize:
-            q, s = quantize_weight(w, scale)
-            del w
-            out[f"{m}.weight"], out[f"{m}.weight_scale"] = q, s
-        elif lp.fp8:
-            try:
+        try:
+            if lp.quantize:
+                out[f"{m}.weight"], out[f"{m}.weight_scale"] = quantize_weight(w, scale)
+            elif lp.fp8:
                 out[f"{m}.weight"], out[f"{m}.weight_scale"] = quantize_fp8_tensorwise(w, scale)
-            except ValueError as exc:
-                raise TensorMismatchError(
-                    f"cannot store this layer in fp8: {exc}",
-                    file=src.label,
-                    key=src.file_key(lp.weight),
-                    fix="the file is damaged or was written by a broken tool",
-                ) from None
-            del w
-        elif lp.kind == "fp8":
-            out[f"{m}.weight"] = dequantize_fp8(w, scale, dtype)
-        else:
-            out[f"{m}.weight"] = _to(w, device, dtype)
+            elif lp.kind == "fp8":
+                out[f"{m}.weight"] = dequantize_fp8(w, scale, dtype)
+            else:
+                out[f"{m}.weight"] = _to(w, device, dtype)
+        except ValueError as exc:  # NaN / Inf met while converting (quantize_on_load)
+            what = "quantize this layer" if lp.quantize else ("store this layer in fp8" if lp.fp8 else "read it")
+            raise TensorMismatchError(
+                f"cannot {what}: {exc}",
+                file=src.label,
+                key=src.file_key(lp.weight),
+                fix="the file is damaged or was written by a broken tool",
+            ) from None
+        del w
     if lp.bias_source is not None:
         out[f"{m}.bias"] = _to(lp.bias_source.load(f"{m}.bias", device), device, dtype)
 

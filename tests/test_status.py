@@ -263,6 +263,15 @@ def test_model_filter_and_layers_flag(tmp_path, gen):
     assert [m["label"] for m in only["models"]] == ["unconditional"]
     assert only["models"][0]["layers"] is None
     assert only["models"][0]["layers_total"] > 0
+    # without the table, the per-(path, reason) counts still say why: the table's own groups, most first
+    full = status.status_report(model="unconditional")["models"][0]
+    counted: dict = {}
+    for layer in full["layers"]:
+        counted[(layer["path"], layer["reason"])] = counted.get((layer["path"], layer["reason"]), 0) + 1
+    reasons = only["models"][0]["reasons"]
+    assert {(r["path"], r["reason"]): r["layers"] for r in reasons} == counted and len(reasons) == len(counted)
+    assert [r["layers"] for r in reasons] == sorted((r["layers"] for r in reasons), reverse=True)
+    assert sum(r["layers"] for r in reasons) == only["models"][0]["layers_total"]
     with pytest.raises(status.StatusQueryError) as err:
         status.status_report(model="conditional#2")
     assert err.value.status == 404 and err.value.parameter == "model"

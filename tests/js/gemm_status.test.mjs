@@ -488,4 +488,14 @@ test("protected layers stored fp8 that run float on this GPU are a notice that s
   const plain = { ...model, layers: layers.map((l) => (l.path === "bf16" ? { ...l, reason: "protected" } : l)) };
   assert.equal(modelSeverity(plain), "ok");
   assert.equal(warningText(plain), null);
+  // a websocket push: no layer table, its per-reason counts instead; the badge says the same without a fetch
+  const reasons = [
+    { path: "bf16", reason: `fp8 weight dequantized: ${why}`, layers: 2 },
+    { path: "triton-int8", reason: "", layers: 1 },
+    { path: "bf16", reason: "unquantized top-level layer", layers: 1 },
+  ];
+  const pushed = { label: "conditional", counts, counts_run: counts, layers: null, reasons };
+  assert.equal(modelSeverity(pushed), "notice");
+  assert.equal(warningText(pushed), warningText(model));
+  assert.equal(modelSeverity({ ...pushed, reasons: undefined }), "ok"); // an older pack's push: nothing to go on
 });

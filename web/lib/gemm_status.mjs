@@ -242,14 +242,16 @@ export function modelNotes(model) {
 
 /** Layers grouped by (path, reason), slowest path first, biggest group first (needs the layer table). */
 export function reasonGroups(model) {
-  const layers = Array.isArray(model?.layers) ? model.layers : [];
   const groups = new Map();
-  for (const l of layers) {
-    const key = `${l.path}\u0000${l.reason ?? ""}`;
-    const g = groups.get(key) ?? { path: l.path, reason: l.reason ?? "", count: 0 };
-    g.count += 1;
+  const add = (path, reason, count) => {
+    const key = `${path}\u0000${reason ?? ""}`;
+    const g = groups.get(key) ?? { path, reason: reason ?? "", count: 0 };
+    g.count += count;
     groups.set(key, g);
-  }
+  };
+  if (Array.isArray(model?.layers)) for (const l of model.layers) add(l.path, l.reason, 1);
+  // a websocket push has no layer table; its per-reason counts say the same (reports of older packs lack them)
+  else if (Array.isArray(model?.reasons)) for (const r of model.reasons) add(r.path, r.reason, Number(r.layers) || 0);
   return [...groups.values()].sort(
     (a, b) => PATHS.indexOf(b.path) - PATHS.indexOf(a.path) || b.count - a.count || a.reason.localeCompare(b.reason),
   );

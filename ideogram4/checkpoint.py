@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import time
 import traceback
 from collections.abc import Callable, Iterable
 
@@ -57,12 +58,14 @@ class BranchStateDict(dict):
         layers: ``{linear name: one-line description of its storage}`` (for logs / the panel).
         from_base: keys taken from the base checkpoint.
         ignored: file keys not used (only with strict=False).
+        load_seconds: wall time of reading and converting the layers (quantize-on-load included).
     """
 
     config: Ideogram4Config | None = None
     file: str | None = None
     branch: str | None = None
     layers: dict[str, str]
+    load_seconds: float | None = None
     from_base: list[str]
     ignored: list[str]
 
@@ -160,12 +163,14 @@ def read_branch(
         out.layers = {p.name: p.describe() for p in plan.linears}
         out.from_base = plan.from_base
         out.ignored = plan.ignored
+        started = time.perf_counter()
         try:
             _load(plan, out, device, dtype, progress)
         except BaseException as exc:
             out.clear()  # no half-built branch survives ...
             traceback.clear_frames(exc.__traceback__)  # ... nor a tensor held by a finished frame's locals
             raise
+        out.load_seconds = time.perf_counter() - started
     return out
 
 

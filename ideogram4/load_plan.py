@@ -196,6 +196,7 @@ class BranchReport:
     smooth: int = 0
     convrot: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)
+    load_seconds: float | None = None  # reading the branch's layers, quantize-on-load included
 
     def path_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -232,7 +233,8 @@ def format_summary(reports: Iterable[BranchReport], extra: Iterable[str] = ()) -
         if r.int8_stored:
             lines.append(f"  int8 layers used as stored: {r.int8_stored}")
         if r.quantized_on_load:
-            lines.append(f"  quantized to W8A8 on load: {len(r.quantized_on_load)} layers")
+            took = f" (the branch read in {r.load_seconds:.1f} s)" if r.load_seconds is not None else ""
+            lines.append(f"  quantized to W8A8 on load: {len(r.quantized_on_load)} layers{took}")
         if r.smooth or r.convrot:
             lines.append(f"  SmoothQuant-smoothed layers: {r.smooth}; ConvRot layers: {r.convrot}")
         if r.from_base:
@@ -270,6 +272,7 @@ def branch_report(
         elif info.int8:
             rep.int8_stored += 1
     rep.from_base = list(getattr(state, "from_base", []) or [])
+    rep.load_seconds = getattr(state, "load_seconds", None)
     smoothing = getattr(state, "smoothing", None)  # smooth_fold.FoldReport, set when the model was built
     if smoothing is not None:
         rep.notes.extend(smoothing.summary_lines())

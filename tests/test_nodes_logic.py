@@ -327,7 +327,11 @@ def test_summary_lists_paths_protected_layers_and_reasons(files):
     fp8 = read_branch(files["fp8"], "conditional", dtype=F32)
     rep = branch_report("conditional", "fp8", "bfloat16", paths, fp8, TINY)
     assert sorted(rep.quantized_on_load) == sorted(TINY.default_quantized()) and rep.int8_stored == 0
-    assert f"quantized to W8A8 on load: {len(rep.quantized_on_load)} layers" in format_summary([rep])
+    assert fp8.load_seconds is not None and fp8.load_seconds > 0 and rep.load_seconds == fp8.load_seconds
+    took = (
+        f"quantized to W8A8 on load: {len(rep.quantized_on_load)} layers (the branch read in {fp8.load_seconds:.1f} s)"
+    )
+    assert took in format_summary([rep])
 
 
 def test_summary_of_protected_layers_stored_fp8_says_where_they_run_float(files):

@@ -14,8 +14,9 @@ from ... import kernels
 from ...kernels.reference import FP8_MAX  # e4m3's largest finite value, as the activation quantizer uses it
 
 DEFAULT_CHUNK_BYTES = 1 << 28  # 256 MiB of float32 rows at a time
-# On a CPU the passes over a chunk are bound by memory: a chunk that stays in the caches between them is ~4x faster
-# than one of 256 MiB ([4608, 12288] bf16 -> int8 on 2 cores: 79 ms against 175; smaller ones pay per-op overhead)
+# On a CPU the passes over a chunk are bound by memory: a chunk that stays in the caches between them is ~6x faster
+# than one of 256 MiB ([4608, 12288] bf16 -> int8 on 2 cores: 34 ms against 214; 1 MiB pays per-op overhead: 118 ms;
+# bench/results/quantize-on-load-cpu-2026-11-27-s20-ops.log)
 CPU_CHUNK_BYTES = 1 << 22
 
 

@@ -41,7 +41,7 @@ from .errors import (
     few,
 )
 from .formats.linear_plan import FLOAT_DTYPES, FP8_DTYPES, LinearPlan, check_float, classify, classify_bias
-from .formats.quantize_on_load import dequantize_fp8, quantize_fp8_tensorwise, quantize_weight
+from .formats.quantize_on_load import NonFiniteWeightError, dequantize_fp8, quantize_fp8_tensorwise, quantize_weight
 from .formats.source import Source, open_source
 from .w8a8_module import name_filter
 
@@ -456,8 +456,12 @@ def _load_linear(lp: LinearPlan, out: dict, device, dtype) -> None:
                 out[f"{m}.weight"] = dequantize_fp8(w, scale, dtype)
             else:
                 out[f"{m}.weight"] = _to(w, device, dtype)
-        except ValueError as exc:  # NaN / Inf met while converting (quantize_on_load)
-            what = "quantize this layer" if lp.quantize else ("store this layer in fp8" if lp.fp8 else "read it")
+        except NonFiniteWeightError as exc:
+            what = (
+                "quantize this layer"
+                if lp.quantize
+                else ("store this layer in fp8" if lp.fp8 else "widen this fp8 layer")
+            )
             raise TensorMismatchError(
                 f"cannot {what}: {exc}",
                 file=src.label,

@@ -11,6 +11,7 @@ from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT
 from comfyui_ideogram4_int8.ideogram4.errors import TensorMismatchError
 from comfyui_ideogram4_int8.ideogram4.formats import detect_format
 from comfyui_ideogram4_int8.ideogram4.formats.quantize_on_load import (
+    NonFiniteWeightError,
     dequantize_fp8,
     quantize_fp8_tensorwise,
     quantize_weight,
@@ -298,12 +299,13 @@ def test_quantize_on_load_reads_every_fp8_code_as_torch_converts_it(fp8, chunk_r
         for got, want in (
             (quantize_weight(w, scale, **chunk), kernels.quantize_weight_ref(scaled)),
             (quantize_weight(w, scale, smooth, **chunk), kernels.quantize_weight_ref(scaled, smooth)),
-        ):
-            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
-        assert torch.equal(dequantize_fp8(w, scale, torch.bfloat16, **chunk), scaled.to(torch.bfloat16))
+        ):  # scales compared by their bits: torch.equal takes -0.0 for 0.0
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1].view(torch.int32), want[1].view(torch.int32))
+        widened = dequantize_fp8(w, scale, torch.bfloat16, **chunk)
+        assert torch.equal(widened.view(torch.int16), scaled.to(torch.bfloat16).view(torch.int16))
         q, s = quantize_fp8_tensorwise(w, scale, **chunk)
         s_want = scaled.abs().amax() / 448
-        assert torch.equal(s, s_want)
+        assert torch.equal(s.view(torch.int32), s_want.view(torch.int32))
         assert torch.equal(q.view(torch.uint8), (scaled / s_want).to(torch.float8_e4m3fn).view(torch.uint8))
 
 
@@ -320,10 +322,14 @@ def test_quantize_on_load_refuses_nan_and_inf_by_key(tmp_path, gen):
     w5.view(torch.uint8)[7, 3] = 0x7C  # +Inf, in the last of four chunks
     with pytest.raises(ValueError, match="NaN or Inf"):
         quantize_weight(w5, None, max_chunk_bytes=4 * 40 * 2)
+    with pytest.raises(NonFiniteWeightError, match="NaN or Inf"):  # a layer kept float: refused alike
+        dequantize_fp8(w5, torch.tensor(2.0), torch.bfloat16)
     wb = torch.randn(8, 40, generator=gen).to(torch.bfloat16)
     wb[5, 0] = float("-inf")
-    with pytest.raises(ValueError, match="NaN or Inf"):
+    with pytest.raises(NonFiniteWeightError, match="NaN or Inf"):
         quantize_weight(wb)
+    zero_rows = torch.full((3, 40), -0.0)  # a zero row's scale is +0.0, as abs().amax() gives it
+    assert quantize_weight(zero_rows)[1].view(torch.int32).tolist() == [0, 0, 0]
 
     weights = tiny_weights(gen)["conditional"]
     path = write_comfy_fp8(tmp_path / "f.safetensors", weights, TINY)

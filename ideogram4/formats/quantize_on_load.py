@@ -20,6 +20,10 @@ DEFAULT_CHUNK_BYTES = 1 << 28  # 256 MiB of float32 rows at a time
 CPU_CHUNK_BYTES = 1 << 22
 
 
+class NonFiniteWeightError(ValueError):
+    """A weight to convert holds NaN or Inf (the caller names the file and key)."""
+
+
 def _rows_per_chunk(k: int, max_chunk_bytes: int) -> int:
     return max(1, max_chunk_bytes // max(1, 4 * k))
 
@@ -41,7 +45,7 @@ class _Rows:
         n, k = weight.shape
         if weight.device.type == "cpu":
             max_chunk_bytes = min(max_chunk_bytes, CPU_CHUNK_BYTES)
-        self.weight, self.n, self.step = weight, n, min(n, _rows_per_chunk(k, max_chunk_bytes))
+        self.weight, self.n, self.step = weight, n, max(1, min(n, _rows_per_chunk(k, max_chunk_bytes)))
         self.scale = None if scale is None else scale.float().to(weight.device)
         self.buf = torch.empty((self.step, k), dtype=torch.float32, device=weight.device)
         self.by_bits = weight.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and weight.device.type == "cpu"
@@ -66,6 +70,8 @@ class _Rows:
         return out
 
     def _fp8_to_float(self, codes: torch.Tensor, out: torch.Tensor) -> None:
+        if codes.numel() == 0:
+            return
         bits = self.bits[: codes.shape[0]]
         bits.copy_(codes.view(torch.int8))  # sign-extended: bit 15 set for a negative code
         if codes.dtype == torch.float8_e5m2:  # e5m2 is float16's top byte (its Inf and NaN too)
@@ -75,19 +81,26 @@ class _Rows:
         torch.bitwise_and(bits, -0x8000, out=sign)
         bits.bitwise_and_(0x7F)
         if int(bits.amax()) == 0x7F:  # the largest magnitude code is NaN's (a reduction: ~5x faster than eq + any)
-            raise ValueError("the weight holds NaN values")
+            raise NonFiniteWeightError("the weight holds NaN values")
         bits.mul_(128).bitwise_or_(sign)  # exponent and mantissa 7 bits up: the float16 of value / 256
         out.copy_(bits.view(torch.float16)).mul_(256.0)
 
 
 def _row_absmax(rows: torch.Tensor) -> torch.Tensor:
-    # amax and amin apart: one pass each, vectorized (abs() would write a temporary, aminmax is ~4x slower on a CPU)
-    return torch.maximum(rows.amax(dim=1), rows.amin(dim=1).neg_())
+    # amax and amin apart: one pass each, vectorized (abs() would write a temporary, aminmax is ~4x slower on a CPU);
+    # abs_: maximum(0.0, -0.0) may be -0.0 where abs().amax() is +0.0 (a zero row's scale keeps its sign bit)
+    return torch.maximum(rows.amax(dim=1), rows.amin(dim=1).neg_()).abs_()
+
+
+def _absmax(rows: torch.Tensor) -> torch.Tensor:
+    if rows.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=rows.device)
+    return torch.maximum(rows.amax(), rows.amin().neg()).abs_()
 
 
 def _check_finite(t: torch.Tensor) -> None:
     if not bool(torch.isfinite(t).all()):
-        raise ValueError("the weight holds NaN or Inf values")
+        raise NonFiniteWeightError("the weight holds NaN or Inf values")
 
 
 def quantize_weight(
@@ -100,7 +113,7 @@ def quantize_weight(
 
     ``weight`` may be float32/bf16/fp16/fp8; the result equals
     ``kernels.quantize_weight_ref(weight.float() * scale, smooth)`` bit for bit (the same operations, in place on
-    a reused buffer). Raises ValueError when W holds NaN/Inf (the caller names the key).
+    a reused buffer). Raises NonFiniteWeightError when W holds NaN/Inf (the caller names the key).
     """
     n, k = weight.shape
     rows = _Rows(weight, scale, max_chunk_bytes)
@@ -124,7 +137,7 @@ def quantize_fp8_tensorwise(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """W = weight * scale -> (float8_e4m3fn [N, K], float32 []) with W ~= codes * s, s = absmax(W) / 448 (ComfyUI's
     ``float8_e4m3fn`` form: one scale per tensor). An e4m3 weight with one scale is returned as it is (the file's own
-    codes). An all-zero W gets s = 1. Raises ValueError when W holds NaN/Inf (the caller names the key)."""
+    codes). An all-zero W gets s = 1. Raises NonFiniteWeightError when W holds NaN/Inf (the caller names the key)."""
     if weight.dtype == torch.float8_e4m3fn and (scale is None or scale.numel() == 1):
         s = torch.ones((), dtype=torch.float32) if scale is None else scale.float().reshape(())
         return weight.contiguous(), s.to(weight.device)
@@ -132,7 +145,7 @@ def quantize_fp8_tensorwise(
     rows = _Rows(weight, scale, max_chunk_bytes)
     amax = torch.zeros((), dtype=torch.float32, device=weight.device)
     for _, _, wf in rows.chunks():
-        amax = torch.maximum(amax, torch.maximum(wf.amax(), wf.amin().neg()))
+        amax = torch.maximum(amax, _absmax(wf))
     _check_finite(amax)
     s = amax / FP8_MAX if bool(amax > 0) else torch.ones((), dtype=torch.float32, device=weight.device)
     q = torch.empty((n, k), dtype=torch.float8_e4m3fn, device=weight.device)
@@ -144,9 +157,11 @@ def quantize_fp8_tensorwise(
 def dequantize_fp8(
     weight: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype, max_chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> torch.Tensor:
-    """fp8 weight * scale -> ``dtype`` (for fp8 layers that stay float)."""
+    """fp8 weight * scale -> ``dtype`` (for fp8 layers that stay float). Raises NonFiniteWeightError for NaN/Inf, as
+    the conversions to int8 and e4m3 do (on every device and fp8 format)."""
     n, k = weight.shape
     out = torch.empty((n, k), dtype=dtype, device=weight.device)
     for start, stop, wf in _Rows(weight, scale, max_chunk_bytes).chunks():
+        _check_finite(_absmax(wf))
         out[start:stop].copy_(wf)
     return out

@@ -148,31 +148,41 @@ HOST_BYTES_PER_LINEAR_PARAMETER = 1.11
 HOST_HEADROOM = 1 << 30  # bytes left for ComfyUI, the text encoder's and VAE's host copies, Python
 
 
+def host_bytes_of(config) -> int:
+    """Host memory one loaded branch of architecture ``config`` holds."""
+    return int(config.linear_parameter_count() * HOST_BYTES_PER_LINEAR_PARAMETER)
+
+
 def host_bytes_needed(sources: Iterable[BranchSource]) -> int:
     """Host memory the loaded branches hold together (each built in host memory before ComfyUI moves or streams it
     to the card, and kept there while it streams)."""
     from .checkpoint import check_architecture
 
-    total = 0
-    for src in sources:
-        config = check_architecture(src.path, src.branch)
-        total += int(config.linear_parameter_count() * HOST_BYTES_PER_LINEAR_PARAMETER)
-    return total
+    return sum(host_bytes_of(check_architecture(src.path, src.branch)) for src in sources)
 
 
-def check_host_memory(needed: int, available: int) -> None:
+LOAD_RAM_WHY = (
+    "to load both branches: their weights live in host memory while ComfyUI moves them to the card or streams them "
+    "from there"
+)
+LOAD_RAM_FIX = (
+    "close other programs or unload models ComfyUI keeps in memory, then queue again; a machine with 32 GB of RAM "
+    "holds the full Ideogram 4 at INT8"
+)
+
+
+def check_host_memory(needed: int, available: int, why: str = LOAD_RAM_WHY, fix: str = LOAD_RAM_FIX) -> None:
     """A clear error before loading when the branches cannot fit the system memory (not the OS's out-of-memory kill
-    halfway through). ``available``: free RAM plus free swap."""
+    halfway through). ``available``: free RAM plus free swap; ``why`` / ``fix``: what needs the memory and what to do
+    (the loader's by default)."""
     if needed + HOST_HEADROOM <= available:
         return
     gb = 1e9
     raise CheckpointError(
-        "not enough free system memory (RAM) to load both branches: their weights live in host memory while "
-        "ComfyUI moves them to the card or streams them from there",
+        f"not enough free system memory (RAM) {why}",
         expected=f"at least {(needed + HOST_HEADROOM) / gb:.1f} GB free",
         found=f"{available / gb:.1f} GB free (RAM + swap)",
-        fix="close other programs or unload models ComfyUI keeps in memory, then queue again; a machine with 32 GB "
-        "of RAM holds the full Ideogram 4 at INT8",
+        fix=fix,
     )
 
 
@@ -279,4 +289,14 @@ def branch_report(
     return rep
 
 
-__all__ = ["BranchSource", "plan_branches", "BranchReport", "branch_report", "format_summary", "BRANCHES"]
+__all__ = [
+    "BranchSource",
+    "plan_branches",
+    "host_bytes_of",
+    "host_bytes_needed",
+    "check_host_memory",
+    "BranchReport",
+    "branch_report",
+    "format_summary",
+    "BRANCHES",
+]

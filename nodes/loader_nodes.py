@@ -11,7 +11,6 @@ import logging
 import comfy.model_management
 import comfy.utils
 import folder_paths
-import psutil
 from comfy_api.v0_0_2 import io, ui
 
 from .. import kernels
@@ -26,7 +25,7 @@ from ..ideogram4.load_plan import (
     host_bytes_needed,
     plan_branches,
 )
-from . import ffn_fusion
+from . import ffn_fusion, native_model
 from .native_model import build_native_model, node_id_of, publish, resolve_compute_dtype
 from .streaming_patcher import streaming_summary
 from .widgets import (
@@ -73,11 +72,6 @@ def _full_path(name: str, input_name: str) -> str:
 
 def _optional(name: str, sentinel: str, input_name: str) -> str | None:
     return None if not name or name == sentinel else _full_path(name, input_name)
-
-
-def _free_host_memory() -> int:
-    """Free RAM plus free swap, in bytes (what the loaded branches can take)."""
-    return psutil.virtual_memory().available + psutil.swap_memory().free
 
 
 def _as_listed(text: str, shown: dict[str, str]) -> str:
@@ -279,7 +273,7 @@ class Ideogram4Int8Loader(io.ComfyNode):
                 shown[picked[key]] = value
         try:
             sources = plan_branches(main, picked["unconditional_weights"], picked["base"], picked["unconditional_base"])
-            check_host_memory(host_bytes_needed(sources), _free_host_memory())
+            check_host_memory(host_bytes_needed(sources), native_model.free_host_memory())
         except CheckpointError as exc:
             raise ValueError(f"{NODE_NAME}: {_as_listed(str(exc), shown)}") from None
         progress = _LoadProgress(len(sources))

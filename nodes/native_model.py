@@ -27,6 +27,7 @@ import os
 import comfy.model_base
 import comfy.model_management
 import comfy.supported_models
+import psutil
 import torch
 
 from ..ideogram4 import smooth_fold
@@ -41,6 +42,11 @@ from .streaming_patcher import Ideogram4ModelPatcher
 log = logging.getLogger("comfyui_ideogram4_int8")
 
 COMPUTE_DTYPES = {"auto": None, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def free_host_memory() -> int:
+    """Free RAM plus free swap, in bytes (what a loaded or patched branch can take)."""
+    return psutil.virtual_memory().available + psutil.swap_memory().free
 
 
 def resolve_compute_dtype(name: str | None, load_device: torch.device, parameters: int = 0) -> torch.dtype:

@@ -20,8 +20,8 @@ from comfy_api.v0_0_2 import io, ui
 from .. import kernels
 from ..ideogram4.checkpoint import read_branch
 from ..ideogram4.errors import CheckpointError
-from ..ideogram4.load_plan import branch_report, format_summary
-from . import ffn_fusion
+from ..ideogram4.load_plan import branch_report, check_host_memory, format_summary, host_bytes_of
+from . import ffn_fusion, native_model
 from .attention_override import install as install_attention
 from .int8_ops import int8_linears
 from .native_model import build_native_model, config_of, node_id_of, publish, require_ideogram4
@@ -32,6 +32,11 @@ log = logging.getLogger("comfyui_ideogram4_int8")
 CATEGORY = "Ideogram 4 INT8/model"
 NODE_NAME = "Ideogram 4 INT8 Patch"
 LABELS = ("conditional", "unconditional")
+PATCH_RAM_WHY = "to patch this branch: its W8A8 copy is built in host memory next to the source MODEL's weights"
+PATCH_RAM_FIX = (
+    "close other programs or unload models ComfyUI keeps in memory, then queue again; or load the file with the "
+    "Ideogram 4 INT8 Loader instead, which reads it without a source MODEL held next to it"
+)
 
 
 def _compute_dtype(source) -> torch.dtype:
@@ -45,6 +50,9 @@ def patch_model(source, label: str, gemm_path: str | None, progress=None):
     dtype = _compute_dtype(source)
     # a MODEL that ran before may still hold merged LoRA weights / object patches: read the pristine weights
     comfy.model_management.unload_model_and_clones(source)
+    # the W8A8 copy is built in host memory next to the source's weights (now off the card): refuse before an
+    # out-of-memory kill of the server halfway through
+    check_host_memory(host_bytes_of(config), native_model.free_host_memory(), PATCH_RAM_WHY, PATCH_RAM_FIX)
     sd = source.model.diffusion_model.state_dict()
     try:
         state = read_branch(

@@ -43,7 +43,7 @@ from comfyui_ideogram4_int8.ideogram4 import make_noise, read_branch, sample, sm
 from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import dequantize_entries, w8a8_linears  # noqa: E402
-from comfyui_ideogram4_int8.nodes import int8_ops, loader_nodes, patch_nodes, sampler_nodes  # noqa: E402
+from comfyui_ideogram4_int8.nodes import int8_ops, loader_nodes, native_model, patch_nodes, sampler_nodes  # noqa: E402
 
 MODELS = os.path.join(work, "models", "diffusion_models")
 os.makedirs(MODELS, exist_ok=True)
@@ -823,12 +823,17 @@ def check_bad_inputs():
         ),
     )
     expect("forced_triton_on_cpu", lambda: load("i4_w8a8.safetensors", path=kernels.PATH_TRITON))
-    free_host = loader_nodes._free_host_memory
-    loader_nodes._free_host_memory = lambda: 5 * 10**8  # 0.5 GB free: refused before reading anything
+    free_host = native_model.free_host_memory
+    native_model.free_host_memory = lambda: 5 * 10**8  # 0.5 GB free: refused before reading anything
     try:
         expect("too_little_ram", lambda: load("i4_w8a8.safetensors"))
+        native = native_unet(os.path.join(MODELS, "i4_fp8_scaled.safetensors"), None)
+        expect(
+            "patch_too_little_ram",
+            lambda: patch_nodes.Ideogram4Int8Patch.execute(model=native, label="conditional", gemm_path="auto"),
+        )
     finally:
-        loader_nodes._free_host_memory = free_host
+        native_model.free_host_memory = free_host
     errors["free_host_positive"] = free_host() > 0
     cond, uncond, _ = load("i4_w8a8.safetensors")
     other_cfg = comfy.supported_models.SD15({"disable_unet_model_creation": True, "in_channels": 4})

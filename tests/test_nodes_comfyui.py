@@ -353,6 +353,12 @@ def test_bad_inputs_give_errors_that_say_what_to_do(run_check):
     ram = r["too_little_ram"]
     assert ram.startswith("ValueError: Ideogram 4 INT8 Loader: not enough free system memory"), ram
     assert "0.5 GB free (RAM + swap)" in ram and "at least 1.1 GB free" in ram and "close other programs" in ram
+    patch_ram = r["patch_too_little_ram"]  # the Patch node builds its W8A8 copy next to the source MODEL's weights
+    assert patch_ram.startswith("ValueError: Ideogram 4 INT8 Patch: the MODEL's weights cannot be converted: "), (
+        patch_ram
+    )
+    assert "not enough free system memory (RAM) to patch this branch" in patch_ram and "0.5 GB free" in patch_ram
+    assert "Ideogram 4 INT8 Loader instead" in patch_ram
     assert r["free_host_positive"]
     for key in ("patch_non_ideogram", "sampler_non_ideogram", "sampler_non_ideogram_negative"):
         assert "not an Ideogram 4 diffusion model" in r[key] and "Ideogram 4 INT8 Loader" in r[key], key

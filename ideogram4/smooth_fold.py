@@ -56,6 +56,7 @@ from collections.abc import Mapping, MutableMapping
 import torch
 
 from .config import Ideogram4Config
+from .formats.quantize_on_load import CPU_CHUNK_BYTES, row_absmax
 
 SMOOTH = "input_smooth"
 FOLDED = "input_folded"
@@ -264,7 +265,7 @@ def _combine(mode: str, s1: torch.Tensor, s3: torch.Tensor) -> torch.Tensor:
     raise ValueError(f"unknown gate/up mode {mode!r}")
 
 
-REQUANT_CHUNK_ELEMENTS = 1 << 22  # float32 temporaries of at most 16 MiB per chunk
+REQUANT_CHUNK_ELEMENTS = 1 << 22  # float32 rows of at most 16 MiB per chunk (a GPU's)
 
 
 def requantize_columns(q: torch.Tensor, ws: torch.Tensor, ratio: torch.Tensor):
@@ -276,20 +277,24 @@ def requantize_columns(q: torch.Tensor, ws: torch.Tensor, ratio: torch.Tensor):
     n, k = q.shape
     q2 = torch.empty_like(q)
     ws2 = ws.float().clone().reshape(n)
-    # chunks of at most 1/32 of the rows: the float32 temporaries (a few per chunk) stay a small part of one int8
-    # layer, so a load through the fold still holds at most one layer beyond the final model
-    rows = max(1, min(n // 32, REQUANT_CHUNK_ELEMENTS // max(1, k)))
-    r = ratio.float().reshape(1, k)
+    # chunks of at most 1/32 of the rows: the float32 rows stay a small part of one int8 layer, so a load through
+    # the fold holds at most one layer beyond the final model; on a CPU, rows that stay in the caches, worked in
+    # place on one buffer (the arithmetic of quantize-on-load: formats/quantize_on_load.py says why)
+    limit = REQUANT_CHUNK_ELEMENTS if q.device.type != "cpu" else CPU_CHUNK_BYTES // 4
+    rows = max(1, min(n // 32, limit // max(1, k)))
+    r = ratio.float().reshape(1, k).to(q.device)
+    buf = torch.empty((min(rows, n), k), dtype=torch.float32, device=q.device)
     for a in range(0, n, rows):
         b = min(n, a + rows)
-        v = q[a:b].float() * r
-        amax = v.abs().amax(dim=1)
+        v = buf[: b - a]
+        v.copy_(q[a:b]).mul_(r)
+        amax = row_absmax(v)
         over = amax > 127.0
         if bool(over.any()):
             inv = torch.where(over, 127.0 / amax.clamp_min(1e-30), torch.ones_like(amax))
-            v = v * inv[:, None]
+            v.mul_(inv[:, None])
             ws2[a:b] = torch.where(over, ws2[a:b] * (amax / 127.0), ws2[a:b])
-        q2[a:b] = torch.round(v).clamp_(-127, 127).to(torch.int8)
+        q2[a:b].copy_(v.round_().clamp_(-127, 127))
     return q2, ws2
 
 

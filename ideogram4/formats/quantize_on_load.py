@@ -86,7 +86,7 @@ class _Rows:
         out.copy_(bits.view(torch.float16)).mul_(256.0)
 
 
-def _row_absmax(rows: torch.Tensor) -> torch.Tensor:
+def row_absmax(rows: torch.Tensor) -> torch.Tensor:
     # amax and amin apart: one pass each, vectorized (abs() would write a temporary, aminmax is ~4x slower on a CPU);
     # abs_: maximum(0.0, -0.0) may be -0.0 where abs().amax() is +0.0 (a zero row's scale keeps its sign bit)
     return torch.maximum(rows.amax(dim=1), rows.amin(dim=1).neg_()).abs_()
@@ -123,7 +123,7 @@ def quantize_weight(
     for start, stop, wf in rows.chunks():
         if smooth is not None:
             wf.mul_(smooth)
-        amax = _row_absmax(wf)
+        amax = row_absmax(wf)
         _check_finite(amax)
         qmax = torch.full_like(amax, kernels.reference.QMAX)
         inv = torch.where(amax > 0, qmax / amax, torch.zeros_like(amax))

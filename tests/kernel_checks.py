@@ -147,7 +147,15 @@ def check_fp8_linear(m, n, k, gen, device="cpu", dtype=torch.float32, tol=1e-5):
     exact = x.double() @ (w.double() * s.double()).t() + bias.double()
     err_same, err_exact = rel_err(y, same), rel_err(y, exact)
     assert err_same < tol, f"seed {gen.initial_seed()}: {err_same}"
-    # e4m3 keeps 3 mantissa bits: each operand within 2^-4 of itself, their product within ~2^-3 (a single row of
-    # outlier activations measured 6.7%)
-    assert err_exact < 0.125, f"seed {gen.initial_seed()}: {err_exact}"
+    # against the unquantized product, element by element: the weight is e4m3 already, so only the activations were
+    # rounded, each by at most half an e4m3 ulp (2^-4 of itself) or, below e4m3's normals, half its subnormal step
+    # (2^-10 of the row's scale absmax / 448). A norm-wise bound flaked: a one-row draw where cancellation shrank the
+    # output measured 13.8% against 12.5%.
+    xd, wd = x.double(), w.double() * s.double()
+    step = torch.maximum(xd.abs() * 2.0**-4, xd.abs().amax(dim=1, keepdim=True) / 448.0 * 2.0**-10)
+    rounded = (q.double() * qs.double()[:, None] - xd).abs()  # the operands the kernel multiplied (err_same above)
+    assert (rounded <= step * (1 + 1e-6)).all(), f"seed {gen.initial_seed()}: an activation off by more than its step"
+    bound = step @ wd.abs().t() + (torch.finfo(dtype).eps + 1e-6) * exact.abs() + 1e-30
+    over = (y.double() - exact).abs() - bound
+    assert (over <= 0).all(), f"seed {gen.initial_seed()}: worst excess over e4m3's bound {over.max().item():.3g}"
     return err_same, err_exact

@@ -177,7 +177,8 @@ def test_fp8_codes_are_the_twins_bit_for_bit(dtype, m, k, gen):
     back = q[:m].double()
     # e4m3: 3 mantissa bits (relative step 2^-3 above 2^-6, absolute 2^-9 below): within half a step
     step = torch.where(v.abs() >= 2.0**-6, torch.exp2(torch.floor(torch.log2(v.abs().clamp_min(2.0**-6)))) / 8, 2.0**-9)
-    assert ((back - v).abs() <= step / 2 * (1 + 1e-6)).all()
+    # the kernel rounds fl32(x * fl32(448 / amax)), not x / s in float64: up to 3 float32 ulps of v apart
+    assert ((back - v).abs() <= step / 2 + 2.0**-22 * v.abs()).all(), f"seed {gen.initial_seed()}"
     assert back.abs().max() <= 448.0
 
 

@@ -165,10 +165,8 @@ LOAD_RAM_WHY = (
     "to load both branches: their weights live in host memory while ComfyUI moves them to the card or streams them "
     "from there"
 )
-LOAD_RAM_FIX = (
-    "close other programs or unload models ComfyUI keeps in memory, then queue again; a machine with 32 GB of RAM "
-    "holds the full Ideogram 4 at INT8"
-)
+FREE_SOME_RAM = "close other programs or unload models ComfyUI keeps in memory, then queue again"
+LOAD_RAM_FIX = f"{FREE_SOME_RAM}; a machine with 32 GB of RAM holds the full Ideogram 4 at INT8"
 
 
 def check_host_memory(needed: int, available: int, why: str = LOAD_RAM_WHY, fix: str = LOAD_RAM_FIX) -> None:

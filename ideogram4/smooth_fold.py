@@ -56,7 +56,7 @@ from collections.abc import Mapping, MutableMapping
 import torch
 
 from .config import Ideogram4Config
-from .formats.quantize_on_load import CPU_CHUNK_BYTES, row_absmax
+from .formats.quantize_on_load import row_absmax, rows_per_chunk
 
 SMOOTH = "input_smooth"
 FOLDED = "input_folded"
@@ -280,8 +280,7 @@ def requantize_columns(q: torch.Tensor, ws: torch.Tensor, ratio: torch.Tensor):
     # chunks of at most 1/32 of the rows: the float32 rows stay a small part of one int8 layer, so a load through
     # the fold holds at most one layer beyond the final model; on a CPU, rows that stay in the caches, worked in
     # place on one buffer (the arithmetic of quantize-on-load: formats/quantize_on_load.py says why)
-    limit = REQUANT_CHUNK_ELEMENTS if q.device.type != "cpu" else CPU_CHUNK_BYTES // 4
-    rows = max(1, min(n // 32, limit // max(1, k)))
+    rows = max(1, min(n // 32, rows_per_chunk(k, q.device, 4 * REQUANT_CHUNK_ELEMENTS)))
     r = ratio.float().reshape(1, k).to(q.device)
     buf = torch.empty((min(rows, n), k), dtype=torch.float32, device=q.device)
     for a in range(0, n, rows):

@@ -20,7 +20,7 @@ from comfy_api.v0_0_2 import io, ui
 from .. import kernels
 from ..ideogram4.checkpoint import read_branch
 from ..ideogram4.errors import CheckpointError
-from ..ideogram4.load_plan import branch_report, check_host_memory, format_summary, host_bytes_of
+from ..ideogram4.load_plan import FREE_SOME_RAM, branch_report, check_host_memory, format_summary, host_bytes_of
 from . import ffn_fusion, native_model
 from .attention_override import install as install_attention
 from .int8_ops import int8_linears
@@ -34,8 +34,8 @@ NODE_NAME = "Ideogram 4 INT8 Patch"
 LABELS = ("conditional", "unconditional")
 PATCH_RAM_WHY = "to patch this branch: its W8A8 copy is built in host memory next to the source MODEL's weights"
 PATCH_RAM_FIX = (
-    "close other programs or unload models ComfyUI keeps in memory, then queue again; or load the file with the "
-    "Ideogram 4 INT8 Loader instead, which reads it without a source MODEL held next to it"
+    f"{FREE_SOME_RAM}; or load the file with the Ideogram 4 INT8 Loader instead, which reads it without a source "
+    "MODEL held next to it"
 )
 
 

@@ -24,7 +24,10 @@ class NonFiniteWeightError(ValueError):
     """A weight to convert holds NaN or Inf (the caller names the file and key)."""
 
 
-def _rows_per_chunk(k: int, max_chunk_bytes: int) -> int:
+def rows_per_chunk(k: int, device: torch.device, max_chunk_bytes: int) -> int:
+    """Rows of K float32 values per chunk: at most ``max_chunk_bytes``, and on a CPU at most ``CPU_CHUNK_BYTES``."""
+    if device.type == "cpu":
+        max_chunk_bytes = min(max_chunk_bytes, CPU_CHUNK_BYTES)
     return max(1, max_chunk_bytes // max(1, 4 * k))
 
 
@@ -43,9 +46,7 @@ class _Rows:
 
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor | None, max_chunk_bytes: int):
         n, k = weight.shape
-        if weight.device.type == "cpu":
-            max_chunk_bytes = min(max_chunk_bytes, CPU_CHUNK_BYTES)
-        self.weight, self.n, self.step = weight, n, max(1, min(n, _rows_per_chunk(k, max_chunk_bytes)))
+        self.weight, self.n, self.step = weight, n, max(1, min(n, rows_per_chunk(k, weight.device, max_chunk_bytes)))
         self.scale = None if scale is None else scale.float().to(weight.device)
         self.buf = torch.empty((self.step, k), dtype=torch.float32, device=weight.device)
         self.by_bits = weight.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and weight.device.type == "cpu"

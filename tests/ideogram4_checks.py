@@ -39,6 +39,43 @@ def inputs(gen, cfg: Ideogram4Config = TINY, batch=2, gh=4, gw=6, n_text=5):
     return x, ctx, sigma
 
 
+def linear_io(model, x, sigma, context=None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{name: (input, output)} of every linear of ``model`` in one forward: what each layer was given and gave."""
+    seen = {}
+
+    def keep(name):
+        def hook(module, args, out):
+            seen.setdefault(name, (args[0].detach(), out.detach()))
+
+        return hook
+
+    hooks = [m.register_forward_hook(keep(n)) for n, m in model.linear_modules().items()]
+    try:
+        with torch.no_grad():
+            model(x, sigma, context=context)
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
+
+
+def worst_layer_vs_float(model, ref, x, sigma, context=None) -> tuple[float, str]:
+    """The largest rel err of a linear of ``model``, on the input the model gave it, against ``ref``'s layer (the
+    original float weights) on the same input, and that layer's name. Per layer, quantization error does not compound
+    through the network, whose amplification of it varies a lot from draw to draw (a tiny random DiT). A fold into a
+    producer's output scales (attention.o's or w2's vector) would show up here as an error: none of the callers' files
+    smooth those."""
+    floats, mods = ref.linear_modules(), model.linear_modules()
+    worst = (0.0, "")
+    for name, (xin, y) in linear_io(model, x, sigma, context).items():
+        folded = getattr(mods[name], "input_folded", None)
+        if folded is not None:  # a SmoothQuant vector folded upstream: the input arrives divided by it
+            xin = xin * folded
+        with torch.no_grad():
+            worst = max(worst, (rel_err(y, floats[name](xin)), name))
+    return worst
+
+
 def assert_names(err: BaseException, *parts: str) -> None:
     """The error message names every part (file, key, expected, found ...)."""
     msg = str(err)

@@ -13,7 +13,7 @@ from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
 from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT, timestep_embedding
 from comfyui_ideogram4_int8.ideogram4.synthetic import write_w8a8
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import W8A8Linear, dequant_linears, float_linears, w8a8_linears
-from ideogram4_checks import TINY, cosine, inputs, rel_err, tiny_weights
+from ideogram4_checks import TINY, cosine, inputs, linear_io, rel_err, tiny_weights, worst_layer_vs_float
 
 # ComfyUI's native Ideogram 4 state dict (the keys of ComfyUI 0.33's comfy/ldm/ideogram4), written out by hand
 TOP = {
@@ -183,6 +183,28 @@ def _activation_outlier_ratio(model, x, sigma, ctx):
     return (amax.max() / amax.median()).item()
 
 
+def _assert_layers_match_phantom(w8, dq, x, sigma, context, where):
+    """Each W8A8 layer of ``w8`` against the same layer of ``dq`` (phantom path) on the input it was given: the same
+    int8 codes and scales, so only float32 roundings differ (the exact int32 product times two scales, against a K-term
+    float32 dot product of the dequantized operands): within (K + 8) u (|q s|.|w ws|^T + |b|) element by element."""
+    twins = dq.linear_modules()
+    seen = {n: io for n, io in linear_io(w8, x, sigma, context).items() if isinstance(twins[n], W8A8Linear)}
+    assert "layers.0.attention.qkv" in seen and (context is None) == ("llm_cond_proj" not in seen), where
+    for name, (xin, a) in seen.items():
+        twin = twins[name]
+        with torch.no_grad():
+            d = twin(xin)
+        k = twin.in_features
+        q, s = kernels.quantize_per_token_ref(xin.reshape(-1, k), twin.input_divisor)
+        wd = twin.weight.double() * twin.weight_scale.double()[:, None]
+        size = (q.double().abs() * s.double()[:, None]) @ wd.abs().T
+        if twin.bias is not None:
+            size = size + twin.bias.double().abs()
+        err = (a.double().reshape(size.shape) - d.double().reshape(size.shape)).abs()
+        tol = (k + 8) * 2.0**-24 * size
+        assert (err <= tol).all(), f"{where} {name}: {(err / tol).max().item():.3g}x the float32 bound"
+
+
 @pytest.mark.parametrize("smooth", ["auto", None])
 def test_w8a8_dit_matches_float_dit_with_outliers(gen, tmp_path, smooth):
     weights = tiny_weights(gen, outlier_gain=24.0)
@@ -199,11 +221,17 @@ def test_w8a8_dit_matches_float_dit_with_outliers(gen, tmp_path, smooth):
         assert ratio > 5.0, f"seed {gen.initial_seed()} {branch}: the test model lost its outlier channels ({ratio})"
         with torch.no_grad():
             r, a, d = ref(x, sigma, context=c), w8(x, sigma, context=c), dq(x, sigma, context=c)
-        assert cosine(a, r) >= 0.99, f"seed {gen.initial_seed()} {branch}: {cosine(a, r)}"
-        # the same quantized operands through the phantom path: equal up to float rounding and the activation-rounding
-        # flips it causes downstream, so far closer than W8A8 is to float: over 400 draws (seeds 0-199, no smoothing)
-        # the ratio was 0.013x or less in 97%, with a tail of flips to 0.136x (0.144x once in a full run)
-        assert rel_err(a, d) < 0.3 * rel_err(a, r), f"seed {gen.initial_seed()} {branch}"
+        # each layer on its own input: 1.9% median, 3.8% worst over 2000 draws
+        worst, layer = worst_layer_vs_float(w8, ref, x, sigma, c)
+        assert worst < 0.08, f"seed {gen.initial_seed()} {branch} {layer}: {worst}"
+        # end to end the tiny random DiT amplifies those errors by a factor that varies a lot with the draw (a one-row
+        # adaln_modulation can set it: cos 0.987 once in 6800 draws, 0.997 the next lowest), hence only loosely
+        assert cosine(a, r) >= 0.9, f"seed {gen.initial_seed()} {branch}: {cosine(a, r)}"
+        _assert_layers_match_phantom(w8, dq, x, sigma, c, f"seed {gen.initial_seed()} {branch}")
+        # end to end the two differ by float roundings plus the activation-rounding flips those cause downstream: one
+        # flip in a one-row layer (t_embedding, adaln) moves every token. 1e-5x without flips, 0.31x seen with them
+        # (2400 draws); closer than W8A8 is to float is what stays true with a wide margin
+        assert rel_err(a, d) < rel_err(a, r), f"seed {gen.initial_seed()} {branch}"
         paths = {rec.layer: rec.path for rec in kernels.REGISTRY.layers(branch)}
         assert paths["layers.0.attention.qkv"] == kernels.PATH_CUBLAS  # CPU: labelled fallback
         assert paths["layers.1.feed_forward.w2"] == kernels.PATH_BF16  # protected

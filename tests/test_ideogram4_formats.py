@@ -26,7 +26,7 @@ from comfyui_ideogram4_int8.ideogram4.synthetic import (
     write_w8a8,
 )
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import W8A8Linear, float_linears, w8a8_linears
-from ideogram4_checks import TINY, cosine, inputs, raw, rel_err, tiny_weights
+from ideogram4_checks import TINY, cosine, inputs, raw, rel_err, tiny_weights, worst_layer_vs_float
 
 BRANCHES = ("conditional", "unconditional")
 F32 = torch.float32
@@ -152,9 +152,18 @@ def test_comfy_int8_roundtrip_and_forward(tmp_path, gen, mode):
             ref = ref + mod.bias.double()
         got = mod(x)
         assert rel_err(got, ref) < 1e-5, name
-        # and it is the original float layer, up to W8A8 error
+        # and it is the original float layer, up to W8A8 error element by element: each stored weight within half its
+        # channel's step of the (rotated) float weight, each activation within half its row's, so |got - x.W^T - b| <=
+        # s/2 sum|w ws| + ws/2 sum|x_rot| (H orthonormal); +1% for float32 roundings (< 0.2% of a step). A norm-wise
+        # cosine > 0.999 came within 3e-5 of failing in 1000 draws (tensorwise) and passed a 5% scale error.
         w = weights[name + ".weight"].double()
-        assert cosine(got, x.double() @ w.T + (mod.bias.double() if mod.bias is not None else 0)) > 0.999
+        w_rot = convrot.rotate_weight(w, mod.convrot_groupsize) if mod.convrot_groupsize else w
+        ws = mod.weight_scale.double()
+        wd = mod.weight.double() * ws[:, None]
+        assert ((wd - w_rot).abs() <= ws[:, None] / 2 * 1.01).all(), (name, gen.initial_seed())
+        want = x.double() @ w.T + (mod.bias.double() if mod.bias is not None else 0)
+        tol = (s.double()[:, None] * wd.abs().sum(1) + xr.double().abs().sum(1)[:, None] * ws) / 2 * 1.01
+        assert ((got.double() - want).abs() <= tol).all(), (name, gen.initial_seed())
 
 
 @pytest.mark.parametrize("legacy", [False, True])
@@ -217,7 +226,8 @@ def test_protected_layers_stored_fp8_on_load(tmp_path, gen):
         step = torch.where(
             v.abs() >= 2.0**-6, torch.exp2(torch.floor(torch.log2(v.abs().clamp_min(2.0**-6)))) / 8, 2.0**-9
         )
-        assert ((q.double() - v).abs() <= step / 2 * (1 + 1e-6)).all()
+        # the codes are e4m3(fl32(w / s)): v rounded once to float32 first, so up to a float32 ulp of v past half a step
+        assert ((q.double() - v).abs() <= step / 2 + 2.0**-23 * v.abs()).all(), f"seed {gen.initial_seed()}"
         assert "stored fp8 on load" in sd.layers[name] and "float8 e4m3" in sd.layers[name]
     for spec in TINY.linears():
         if spec.name not in protected:
@@ -380,9 +390,14 @@ def test_every_format_runs_the_w8a8_dit_close_to_float(tmp_path, gen, fmt):
     model = Ideogram4DiT.from_state_dict(sd, w8a8_linears(), label=f"fmt-{fmt}")
     ref = Ideogram4DiT(TINY, float_linears(), state_dict=w)
     x, ctx, sigma = inputs(gen)
-    with torch.no_grad():
-        for c in (ctx, None):
-            assert cosine(model(x, sigma, context=c), ref(x, sigma, context=c)) >= 0.99
+    for c in (ctx, None):
+        # each layer on its own input: int8 formats 2.8%, fp8 (e4m3 then int8) 4.7% at most over 300 draws
+        worst, layer = worst_layer_vs_float(model, ref, x, sigma, c)
+        assert worst < (0.1 if fmt == "fp8" else 0.06), (layer, worst, gen.initial_seed())
+        # end to end the tiny random DiT amplifies those by a factor that varies a lot with the draw (fp8 at cos 0.992
+        # once in 400 draws, a median of 0.99985): only loosely
+        with torch.no_grad():
+            assert cosine(model(x, sigma, context=c), ref(x, sigma, context=c)) >= 0.9, gen.initial_seed()
     assert kernels.REGISTRY.counts(f"fmt-{fmt}")[kernels.PATH_CUBLAS] >= 2 * TINY.num_layers
 
 

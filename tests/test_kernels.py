@@ -222,7 +222,14 @@ def test_fp8_linear_float_fallback_is_the_dequantized_product_and_says_why(gen):
     assert K.REGISTRY.path_of("test/fp8_forced") == K.PATH_BF16
     rec = next(r for r in K.REGISTRY.layers() if r.site == "test/fp8_forced")
     assert rec.reason == "fp8 weight dequantized: forced for the test"
-    assert rel_err(y, x.double() @ K.dequant_fp8_ref(w, s, torch.float64).t()) < 1e-6
+    assert _is_float32_dot_of(y, x, K.dequant_fp8_ref(w, s, torch.float64)), f"seed {gen.initial_seed()}"
+
+
+def _is_float32_dot_of(y, x, wd):
+    """y = x . wd^T in float32 (a K-term dot product, then one scale multiply): element by element within
+    (K + 2) u |x|.|wd|^T of the float64 product (a norm-wise 1e-6 failed ~6e-5 of draws on cancellation)."""
+    tol = (x.shape[-1] + 2) * 2.0**-24 * (x.double().abs() @ wd.abs().t())
+    return bool(((y.double() - x.double() @ wd.t()).abs() <= tol).all())
 
 
 def test_fp8_layers_follow_the_forced_dequant_path(gen, monkeypatch):
@@ -277,8 +284,8 @@ def test_fp8_gemm_failure_is_demoted_once_and_the_layer_runs_float(gen, monkeypa
         rec = next(r for r in K.REGISTRY.layers() if r.site == "test/fp8_demoted")
         assert rec.path == K.PATH_BF16 and "out of resources: shared memory" in rec.reason
         assert len(tries) == 1, "a demoted shape must not be tried again"
-        ref = x.double() @ K.dequant_fp8_ref(w, s, torch.float64).t()
-        assert all(rel_err(y, ref) < 1e-6 for y in ys)
+        wd = K.dequant_fp8_ref(w, s, torch.float64)
+        assert all(_is_float32_dot_of(y, x, wd) for y in ys), f"seed {gen.initial_seed()}"
     finally:
         K.DEMOTIONS.clear()
 

@@ -167,8 +167,11 @@ def test_each_folded_layer_kind_is_as_close_to_float64_as_unfolded(gen, kind, ga
     weight with the input the unfolded model feeds it. A fold changes roundings only (norm weights are stored
     in bf16; scale folds change the float epilogue): the folded error stays within 1.25x the unfolded one.
     w1 / w3 with one shared vector (mode 'min') are re-quantized, a real second rounding: their error is what
-    bench/smooth_gate_up.py measures at full size (+9-11% on the FFN hidden state); on a tiny layer (K = 64,
-    strong outliers, weight absmax over 128 rows only) up to 1.8x was seen: it must stay within 2x."""
+    bench/smooth_gate_up.py measures at full size (+9-11% on the FFN hidden state). Here each folded weight must be
+    within half a step of its own grid from the unfolded one (exact: one rounding of q * s_new / s_old), that
+    re-rounding's cost on this input is computed in float64 and added to the bound, and the factor is 2x: min(s1, s3)
+    smooths less, so the activation is quantized in a less smoothed basis (up to 1.7x seen on a tiny layer, K = 64,
+    strong outliers). A blanket 2x failed ~0.25% of draws (2.05x seen): the re-rounding alone costs up to 5%."""
     cfg = SMALL
     weights, state, targets = _outlier_state(gen, cfg, kind, torch.bfloat16)
     name = "llm_cond_proj" if kind == "llm_cond_proj" else f"layers.0.{kind}"
@@ -183,9 +186,9 @@ def test_each_folded_layer_kind_is_as_close_to_float64_as_unfolded(gen, kind, ga
     want = smooth_fold.PARTLY if (gate_up, kind) == ("ratio", "feed_forward.w3") else smooth_fold.FOLDED_STATUS
     assert models["folded"].smoothing.layers[name].status == want
     x, ctx, sigma = inputs(gen, cfg, batch=2, gh=4, gw=4, n_text=4)
-    seen = {}
+    seen, mods = {}, {}
     for label, model in models.items():
-        mod = dict(model.named_modules())[name]
+        mod = mods[label] = dict(model.named_modules())[name]
 
         def hook(m, a, out, label=label):
             seen.setdefault(label, (a[0], out))  # (returns None: the output stays as it is)
@@ -203,8 +206,15 @@ def test_each_folded_layer_kind_is_as_close_to_float64_as_unfolded(gen, kind, ga
         f"\n{name} ({gate_up}): rel err vs float64 unfolded {err['unfolded']:.3e} folded {err['folded']:.3e} "
         f"(seed {gen.initial_seed()})"
     )
+    # the float64 weight each layer applies to the unfolded input (int8 * scale / the vector of its grid): equal but
+    # for a re-quantization, which rounds q * s_new / s_old once on the folded grid (float32: < 1e-4 step more)
+    real = {k: m.weight.double() * m.weight_scale.double()[:, None] / m.input_smooth.double() for k, m in mods.items()}
+    step = mods["folded"].weight_scale.double()[:, None] / mods["folded"].input_smooth.double()
+    moved = real["folded"] - real["unfolded"]
+    assert (moved.abs() <= step * (0.5 + 1e-4)).all(), f"seed {gen.initial_seed()}: {(moved.abs() / step).max()}"
+    requant = ((x_in @ moved.T).norm() / ref.norm()).item()  # 0 without a re-quantization
     bound = 2.0 if gate_up == "min" else 1.25
-    assert err["folded"] <= bound * err["unfolded"] + 2e-3, (err, gen.initial_seed())
+    assert err["folded"] <= bound * err["unfolded"] + requant + 2e-3, (err, requant, gen.initial_seed())
     assert isinstance(dict(models["folded"].named_modules())[name], W8A8Linear)
 
 

@@ -391,11 +391,11 @@ def test_every_format_runs_the_w8a8_dit_close_to_float(tmp_path, gen, fmt):
     ref = Ideogram4DiT(TINY, float_linears(), state_dict=w)
     x, ctx, sigma = inputs(gen)
     for c in (ctx, None):
-        # each layer on its own input: int8 formats 2.8%, fp8 (e4m3 then int8) 4.7% at most over 300 draws
+        # each layer on its own input: int8 formats 3.5%, fp8 (e4m3 then int8) 5.2% at most over 600 draws
         worst, layer = worst_layer_vs_float(model, ref, x, sigma, c)
         assert worst < (0.1 if fmt == "fp8" else 0.06), (layer, worst, gen.initial_seed())
-        # end to end the tiny random DiT amplifies those by a factor that varies a lot with the draw (fp8 at cos 0.992
-        # once in 400 draws, a median of 0.99985): only loosely
+        # end to end the tiny random DiT amplifies those by a factor that varies a lot with the draw (fp8: cos 0.992
+        # once in 1400 draws, median 0.99986): only loosely
         with torch.no_grad():
             assert cosine(model(x, sigma, context=c), ref(x, sigma, context=c)) >= 0.9, gen.initial_seed()
     assert kernels.REGISTRY.counts(f"fmt-{fmt}")[kernels.PATH_CUBLAS] >= 2 * TINY.num_layers

@@ -18,6 +18,12 @@ IDEOGRAM_SHAPES = {
 M_COND, M_UNCOND, M_TEXT = 4608, 4096, 512
 
 
+def e4m3_step(v: torch.Tensor) -> torch.Tensor:
+    """The spacing of float8 e4m3 values at ``v`` (in code units): 3 mantissa bits, so 2^-3 of its binade above
+    2^-6 and the subnormal step 2^-9 below."""
+    return torch.where(v.abs() >= 2.0**-6, torch.exp2(torch.floor(torch.log2(v.abs().clamp_min(2.0**-6)))) / 8, 2.0**-9)
+
+
 def activations(m, k, gen, dtype=torch.float32, device="cpu", outliers=True):
     """Random activations with a few outlier channels (as DiT activations have)."""
     x = torch.randn(m, k, generator=gen) * 0.5

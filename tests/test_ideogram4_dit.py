@@ -170,16 +170,8 @@ def test_image_only_branch_never_runs_the_text_projection(gen, tmp_path):
 
 def _activation_outlier_ratio(model, x, sigma, ctx):
     """max / median of the per-channel absmax of the qkv input (what SmoothQuant is for)."""
-    seen = {}
-
-    def hook(mod, args):
-        seen["x"] = args[0].detach()
-
-    h = model.layers[0].attention.qkv.register_forward_pre_hook(hook)
-    with torch.no_grad():
-        model(x, sigma, context=ctx)
-    h.remove()
-    amax = seen["x"].abs().flatten(0, -2).amax(dim=0)
+    qkv_in, _ = linear_io(model, x, sigma, ctx)["layers.0.attention.qkv"]
+    amax = qkv_in.abs().flatten(0, -2).amax(dim=0)
     return (amax.max() / amax.median()).item()
 
 

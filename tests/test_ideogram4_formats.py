@@ -27,6 +27,7 @@ from comfyui_ideogram4_int8.ideogram4.synthetic import (
 )
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import W8A8Linear, float_linears, w8a8_linears
 from ideogram4_checks import TINY, cosine, inputs, raw, rel_err, tiny_weights, worst_layer_vs_float
+from kernel_checks import e4m3_step
 
 BRANCHES = ("conditional", "unconditional")
 F32 = torch.float32
@@ -223,11 +224,8 @@ def test_protected_layers_stored_fp8_on_load(tmp_path, gen):
         assert q.dtype == torch.float8_e4m3fn and s.dtype == F32 and s.dim() == 0
         assert s.item() == pytest.approx(w.abs().max().item() / 448.0, rel=1e-6)
         v = w / s.double()
-        step = torch.where(
-            v.abs() >= 2.0**-6, torch.exp2(torch.floor(torch.log2(v.abs().clamp_min(2.0**-6)))) / 8, 2.0**-9
-        )
         # the codes are e4m3(fl32(w / s)): v rounded once to float32 first, so up to a float32 ulp of v past half a step
-        assert ((q.double() - v).abs() <= step / 2 + 2.0**-23 * v.abs()).all(), f"seed {gen.initial_seed()}"
+        assert ((q.double() - v).abs() <= e4m3_step(v) / 2 + 2.0**-23 * v.abs()).all(), f"seed {gen.initial_seed()}"
         assert "stored fp8 on load" in sd.layers[name] and "float8 e4m3" in sd.layers[name]
     for spec in TINY.linears():
         if spec.name not in protected:

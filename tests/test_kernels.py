@@ -18,6 +18,7 @@ from kernel_checks import (
     check_quantize_edge_rows,
     check_rotated_quantizer,
     cosine,
+    e4m3_step,
     fp8_weight,
     int8,
     launches,
@@ -175,10 +176,9 @@ def test_fp8_codes_are_the_twins_bit_for_bit(dtype, m, k, gen):
     assert torch.equal(s[:m].double(), (rows.abs().amax(1).float() / 448.0).double())
     v = rows / s[:m, None].double()  # what was rounded, in float64
     back = q[:m].double()
-    # e4m3: 3 mantissa bits (relative step 2^-3 above 2^-6, absolute 2^-9 below): within half a step
-    step = torch.where(v.abs() >= 2.0**-6, torch.exp2(torch.floor(torch.log2(v.abs().clamp_min(2.0**-6)))) / 8, 2.0**-9)
-    # the kernel rounds fl32(x * fl32(448 / amax)), not x / s in float64: up to 3 float32 ulps of v apart
-    assert ((back - v).abs() <= step / 2 + 2.0**-22 * v.abs()).all(), f"seed {gen.initial_seed()}"
+    # within half an e4m3 step; the kernel rounds fl32(x * fl32(448 / amax)), not x / s in float64: up to 3 float32
+    # ulps of v apart
+    assert ((back - v).abs() <= e4m3_step(v) / 2 + 2.0**-22 * v.abs()).all(), f"seed {gen.initial_seed()}"
     assert back.abs().max() <= 448.0
 
 

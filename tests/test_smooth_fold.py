@@ -29,7 +29,7 @@ from comfyui_ideogram4_int8.ideogram4.synthetic import (
 )
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import W8A8Linear, float_linears, w8a8_linears
 from comfyui_ideogram4_int8.kernels.dispatch import QUANT_DIVIDE
-from ideogram4_checks import TINY, inputs, rel_err, seed_of
+from ideogram4_checks import TINY, inputs, linear_io, rel_err, seed_of
 
 SMALL = dataclasses.replace(TINY, num_layers=2)
 KINDS = ("attention.qkv", "attention.o", "feed_forward.w1", "feed_forward.w3", "feed_forward.w2", "llm_cond_proj")
@@ -186,16 +186,8 @@ def test_each_folded_layer_kind_is_as_close_to_float64_as_unfolded(gen, kind, ga
     want = smooth_fold.PARTLY if (gate_up, kind) == ("ratio", "feed_forward.w3") else smooth_fold.FOLDED_STATUS
     assert models["folded"].smoothing.layers[name].status == want
     x, ctx, sigma = inputs(gen, cfg, batch=2, gh=4, gw=4, n_text=4)
-    seen, mods = {}, {}
-    for label, model in models.items():
-        mod = mods[label] = dict(model.named_modules())[name]
-
-        def hook(m, a, out, label=label):
-            seen.setdefault(label, (a[0], out))  # (returns None: the output stays as it is)
-
-        h = mod.register_forward_hook(hook)
-        forward(model, x, ctx, sigma)
-        h.remove()
+    seen = {label: linear_io(model, x, sigma, ctx)[name] for label, model in models.items()}
+    mods = {label: dict(model.named_modules())[name] for label, model in models.items()}
     w_true = weights[name + ".weight"].double()
     x_in = seen["unfolded"][0].double()
     ref = x_in @ w_true.T

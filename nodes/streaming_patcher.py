@@ -41,7 +41,7 @@ import comfy.model_patcher
 import torch
 
 from .. import kernels
-from ..ideogram4 import streaming
+from ..ideogram4 import graph_replay, streaming
 from . import stream_pieces
 from .int8_ops import site_label
 from .op_coverage import CONTEXT_ONLY
@@ -228,7 +228,15 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         self._apply(device_to, plan)
         return None
 
+    def _weights_move(self) -> None:
+        """ComfyUI is about to move or re-patch this model's weights: CUDA graphs that read them where they are go
+        (``nodes/cuda_graphs.py``), with every graph sharing their pool, and the pool's memory with them."""
+        freed = graph_replay.release_graphs_of(getattr(self.model, "diffusion_model", None))
+        if freed:
+            log.debug("ideogram4-int8: CUDA graphs released (%.2f GiB)", freed / streaming.GIB)
+
     def partially_unload(self, device_to, memory_to_free=0, force_patch_weights=False):
+        self._weights_move()
         device = self.load_device
         log.debug(
             "ideogram4-int8: partially_unload %s: %.2f GiB asked, %.2f loaded",
@@ -259,6 +267,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if unpatch_weights and self.stream is not None:
             log.debug("ideogram4-int8: unpatch %s: streaming stops", site_label(self.model.diffusion_model))
         if unpatch_weights:
+            self._weights_move()
             self._stop_stream(release=True)
         return super().unpatch_model(device_to, unpatch_weights)
 
@@ -268,6 +277,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         device = torch.device(device)
         if self.stream is not None and self.stream.plan == plan and self.stream.device == device:
             return
+        self._weights_move()
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
@@ -336,6 +346,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         every host copy (before ComfyUI restores or drops them); neither: they stay pinned for the next plan."""
         stream = self.stream
         if stream is not None:
+            self._weights_move()
             stream.stop()
             self.model.ideogram4_stream = None
             names = getattr(self.model, "ideogram4_streamed_modules", None) or set()
@@ -389,6 +400,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         return freed
 
     def detach(self, unpatch_all=True):
+        if unpatch_all:
+            self._weights_move()
         out = super().detach(unpatch_all)
         if unpatch_all:
             _ON_DEVICE.discard(self)

@@ -1991,17 +1991,22 @@ def check_cuda_graphs():
         clock = iter([0.0, host_ms / 1e3])
         torch.cuda.Event, torch.cuda.current_stream = _Event, lambda device=None: None
         cuda_graphs._clock = lambda clock=clock: next(clock)
+        dm = cond.model.diffusion_model
+        dm.__dict__.pop(cuda_graphs.PACE_ATTR, None)  # never timed
         try:
-            w = cuda_graphs._GraphWrapper(cond, {}, "conditional", cuda_graphs.run_reason([cond, uncond]), probe=True)
+            w = cuda_graphs._GraphWrapper(cond, "conditional", cuda_graphs.run_reason([cond, uncond]), probe=True)
             outs = [w._timed(lambda: "ran", "cuda") for _ in range(3)]  # pass 1, the timed pass 2, pass 3 (not done)
             _Event.done = True
             outs.append(w._timed(lambda: "ran", "cuda"))  # events done: decided, this pass goes the normal way
+            # the next run of the same model: the decision is kept, nothing is timed again
+            later = cuda_graphs._GraphWrapper(cond, "conditional", cuda_graphs.run_reason([cond, uncond]), probe=True)
             seen["timed"][f"{host_ms:g}/{gpu_ms:g}"] = {
                 "outs": outs,
                 "probe": w.probe,
                 "run_off": w.run_off,
                 "eager": w.modes["eager"],
                 "timed": list(w.timed),
+                "later": {"probe": later.probe, "run_off": later.run_off},
             }
         finally:
             torch.cuda.Event, torch.cuda.current_stream = real_event, real_stream
@@ -2019,10 +2024,23 @@ def check_cuda_graphs():
         seen["auto_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
         seen["auto_equal"] = bool(torch.equal(auto, off))
         kernels.REGISTRY.clear()
+        from comfyui_ideogram4_int8.ideogram4 import graph_replay
+
+        cuda_graphs.release(cond)  # what the auto run captured: the next run starts with none
         replayed_before = op_coverage.coverage(cond.model.diffusion_model).replayed
         with _env(cuda_graphs.ENV_GRAPHS, "1"):  # one card: graphs only when asked for
             on = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
+        graphs = graph_replay.graphs_of(cond.model.diffusion_model)
+        captures = graphs.stats.captures
+        with _env(cuda_graphs.ENV_GRAPHS, "1"):  # the next prompt: the graphs of the first run replay from pass 1
+            again = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
+        again_notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
+        pool = graphs._pool
+        held = {"graphs": graphs.graphs, "pool_bytes": pool.bytes, "reserved": cuda_graphs.reserved_for_graphs()}
+        reserved_before = torch.cuda.memory_reserved()
+        comfy.model_management.unload_all_models()  # ComfyUI unloads the MODELs: the pool goes with them
+        comfy.model_management.soft_empty_cache()
         seen["gpu"] = {
             "device": str(on.device),
             "equal": bool(torch.equal(on, off)),
@@ -2033,9 +2051,61 @@ def check_cuda_graphs():
             "paths": {k: sorted({r.path for r in kernels.REGISTRY.layers(k)}) for k in notes},
             "wrappers_after": keys(cond),
             "rope_launches": kernels.REGISTRY.launches["qk_norm_rope_triton"],
+            "again_equal": bool(torch.equal(again, on)),
+            "again_notes": {k: v.get(cuda_graphs.NOTE_KIND) for k, v in again_notes.items()},
+            "again_captures": graphs.stats.captures - captures,
+            "held": held,
+            "after_unload": {
+                "graphs": graphs.graphs,
+                "pool_bytes": pool.bytes,
+                "reserved": cuda_graphs.reserved_for_graphs(),
+                "card_bytes_returned": reserved_before - torch.cuda.memory_reserved(),
+            },
         }
     seen["cpu_finite"] = bool(torch.isfinite(eager).all())
+    seen["release"] = _graph_release_cases(cond)
     return seen
+
+
+def _graph_release_cases(model):
+    """The graphs a MODEL keeps between runs go when ComfyUI moves its weights (partial unload, unload, unpatch), not
+    when ComfyUI detaches it to load it again (every load_models_gpu call does), and their pool's bytes are counted in
+    ComfyUI's reserved VRAM while they live. A CPU has no graphs: a stand-in pool and entries are put on the model."""
+    import comfy.model_management as mm
+    from comfyui_ideogram4_int8.ideogram4 import graph_replay
+    from comfyui_ideogram4_int8.nodes import cuda_graphs
+
+    dm = model.model.diffusion_model
+    base = mm.EXTRA_RESERVED_VRAM
+    out = {}
+
+    def hold():
+        graphs = graph_replay.graphs_of(dm)
+        pool = graph_replay.GraphPool(torch.device("cpu"))
+        pool.join(graphs)
+        graphs._pool = pool
+        graphs._entries[("signature",)] = graph_replay._Entry(graph=object())
+        pool.add_bytes(5 << 20)
+        return graphs
+
+    for case, move in (
+        ("detach_for_reload", lambda: model.detach(unpatch_all=False)),
+        ("partially_unload", lambda: model.partially_unload(model.offload_device, 1 << 20)),
+        ("unpatch", lambda: model.unpatch_model(model.offload_device, unpatch_weights=True)),
+        ("detach", lambda: model.detach(unpatch_all=True)),
+    ):
+        graphs = hold()
+        reserved = mm.EXTRA_RESERVED_VRAM - base
+        move()
+        out[case] = {
+            "reserved_while_held": reserved,
+            "graphs_after": graphs.graphs,
+            "reserved_after": mm.EXTRA_RESERVED_VRAM - base,
+            "counted": cuda_graphs.reserved_for_graphs().get("cpu", 0),
+        }
+        graph_replay.release_graphs_of(dm)
+    out["reserved_end"] = mm.EXTRA_RESERVED_VRAM - base
+    return out
 
 
 def check_rope():

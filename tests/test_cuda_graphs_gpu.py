@@ -92,8 +92,17 @@ def test_sampler_with_cuda_graphs_equals_eager_through_comfyui(tmp_path):
     assert res["auto_equal"]
     for label, note in gpu["notes"].items():
         # Turbo 12: 12 passes per branch, the first eager, the second captured, ten replayed
-        assert note.startswith("CUDA graphs: 10 of 12 passes replayed (1 captured after 1 eager)"), (label, note)
+        assert note.startswith("CUDA graphs: 10 of 12 passes replayed (1 captured, 1 eager)"), (label, note)
     assert gpu["replayed"] == 10 and gpu["bypass"] == {"conditional": None, "unconditional": None}
+    # the next prompt replays every pass from the graphs of the first run, bit for bit
+    assert gpu["again_equal"] and gpu["again_captures"] == 0
+    for label, note in gpu["again_notes"].items():
+        assert note.startswith("CUDA graphs: 12 of 12 passes replayed (no capture: graphs kept"), (label, note)
+    # while kept, the pool is counted in ComfyUI's reserved VRAM; unloading the MODELs frees it
+    held, after = gpu["held"], gpu["after_unload"]
+    assert held["graphs"] == 1 and held["pool_bytes"] > 0 and held["reserved"] == {"cuda:0": held["pool_bytes"]}
+    assert after["graphs"] == 0 and after["pool_bytes"] == 0 and after["reserved"] == {}
+    assert after["card_bytes_returned"] >= held["pool_bytes"] // 2, (after, held)
     assert all("triton-int8" in paths for paths in gpu["paths"].values()), gpu["paths"]
     assert gpu["wrappers_after"] == []
     assert gpu["rope_launches"] > 0  # q/k norm + RoPE through the pack's Triton kernel (nodes/qk_rope.py)

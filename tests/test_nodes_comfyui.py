@@ -309,6 +309,22 @@ def test_cuda_graph_wrapper_goes_on_the_packs_models_for_one_run(run_check):
     assert bound["eager"] == 3
     assert gpu_paced["probe"] is False and gpu_paced["timed"] == [10.0, 40.0]
     assert gpu_paced["run_off"].startswith("both passes on one card and the GPU sets the pace (host 10 ms for 40 ms")
+    # the decision stays with the model: its next run times nothing and starts where this one ended
+    assert bound["later"] == {"probe": False, "run_off": None}
+    assert gpu_paced["later"]["probe"] is False and gpu_paced["later"]["run_off"] == gpu_paced["run_off"]
+    # graphs kept between runs go when ComfyUI moves the weights, not when it detaches the MODEL to load it again;
+    # while they live, their pool's bytes are in ComfyUI's reserved VRAM
+    release = r["release"]
+    held = 5 << 20
+    assert release["detach_for_reload"] == {
+        "reserved_while_held": held,
+        "graphs_after": 1,
+        "reserved_after": held,
+        "counted": held,
+    }
+    for case in ("partially_unload", "unpatch", "detach"):
+        assert release[case] == {"reserved_while_held": held, "graphs_after": 0, "reserved_after": 0, "counted": 0}
+    assert release["reserved_end"] == 0
     # a pass: another node's block patches, torch.compile, the panel's timing
     assert reasons["pass_plain"] is None
     assert "patches_replace" in reasons["patches"] and reasons["empty_patches"] is None

@@ -61,7 +61,8 @@ PEERS = {  # name: (layout, how it loads)
     "ours-w8a8-lora": ("w8a8", "loader-lora"),
     "ours-w8a8-fp8-protected": ("w8a8", "loader-fp8"),  # the loader's protected_layers = fp8 (triton-fp8 w2)
     "ours-w8a8-two-gpus": ("w8a8", "loader-two-gpus"),  # the unconditional MODEL on cuda:1 (Branch Device node)
-    "ours-w8a8-graphs": ("w8a8", "loader"),  # one card with CUDA graphs (by default only two cards use them)
+    "ours-w8a8-graphs": ("w8a8", "loader"),  # one card with CUDA graphs asked for (the default: on)
+    "ours-w8a8-eager": ("w8a8", "loader"),  # one card without CUDA graphs (the eager pass's host time)
     "ours-w8a8-two-gpus-eager": ("w8a8", "loader-two-gpus"),  # two cards without them
     "ours-w8a8-blocks": ("w8a8", "loader"),  # low-VRAM streaming of whole blocks (A/B against pieces)
     "ours-w8a8-comfy-norms": ("w8a8", "loader"),  # the blocks' norms as ComfyUI's ops (A/B against the fused kernel)
@@ -70,6 +71,7 @@ PEERS = {  # name: (layout, how it loads)
 }
 PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for the next)
     "ours-w8a8-graphs": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "1"},
+    "ours-w8a8-eager": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "0"},
     "ours-w8a8-two-gpus-eager": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "0"},
     "ours-w8a8-blocks": {"IDEOGRAM4_INT8_STREAM_PIECES": "0"},
     "ours-w8a8-comfy-norms": {"IDEOGRAM4_INT8_BLOCK_NORMS": "comfyui"},
@@ -155,6 +157,32 @@ def _parse(argv):
         "CFG Guider + SamplerCustomAdvanced (Euler, the same sigmas, a constant cfg), as native Ideogram 4 "
         "workflows sample",
     )
+    p.add_argument(
+        "--images",
+        type=int,
+        default=3,
+        help="with --vram: sampling runs after the load, back to back as a user makes them (each a new seed, the last "
+        "with the first's again, to check a replayed run gives the same latent): the first after the load and the "
+        "warm ones, in seconds per image (default 3)",
+    )
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="with --vram: one more run of the first pack peer, first, with empty kernel caches (autotuning and "
+        "compilation in its first image), reported as the first-ever image",
+    )
+    p.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="with --vram: no throw-away run before the reported ones (the kernel caches in --workdir are warm from an "
+        "earlier run on this machine)",
+    )
+    p.add_argument(
+        "--reuse-files",
+        action="store_true",
+        help="with --vram: keep the synthetic files in --workdir after the run and use them when they are there "
+        "(written by an earlier run with the same --seed and --layers)",
+    )
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # JSON of one run (peer, cap, files)
     a = p.parse_args(argv)
     a.peers = [x for x in a.peers.split(",") if x]
@@ -166,6 +194,8 @@ def _parse(argv):
         p.error("--vram: each size is 0 (the whole GPU) or at least 4 GiB")
     if a.kernel_steps < 1:
         p.error("--kernel-steps: at least 1")
+    if a.images < 1:
+        p.error("--images: at least 1")
     a.compile = [x for x in a.compile.split(",") if x]
     if [x for x in a.compile if x not in COMPILE_MODES]:
         p.error(f"--compile: choose from {list(COMPILE_MODES)}")
@@ -201,22 +231,18 @@ def _write_layout(layout: str, config, workdir: pathlib.Path, seed: int) -> dict
         b: synthetic.RandomWeights(config, seed + i, device=gen) for i, b in enumerate(("conditional", "unconditional"))
     }
     t0 = time.perf_counter()
+    files = layout_files(layout, workdir)
     if layout == "w8a8":
-        path = workdir / "ideogram4-int8-w8a8.safetensors"
-        synthetic.write_w8a8(path, weights, config, protected=synthetic.default_protected(config))
-        files = {b: path for b in weights}
+        synthetic.write_w8a8(files["conditional"], weights, config, protected=synthetic.default_protected(config))
     else:
-        files = {}
         for b, w in weights.items():
-            tag = "" if b == "conditional" else "_unconditional"
-            path = workdir / f"ideogram4{tag}_{layout}.safetensors"
+            path = files[b]
             if layout == "bf16":
                 synthetic.write_float(path, w, config)
             elif layout == "fp8":
                 synthetic.write_comfy_fp8(path, w, config, quantized=_block_linears(config))
             else:
                 synthetic.write_comfy_int8(path, w, config, quantized=_block_linears(config))
-            files[b] = path
     size = sum(f.stat().st_size for f in set(files.values())) / GIB
     print(f"[{layout}] wrote {size:.1f} GiB in {time.perf_counter() - t0:.0f} s", flush=True)
     return files
@@ -230,9 +256,10 @@ def config_for(a):
     return dataclasses.replace(config, num_layers=a.layers) if a.layers else config
 
 
-def each_layout(peers: list[str], write):
+def each_layout(peers: list[str], write, keep: bool = False):
     """(layout, its peers, its files) for every layout some peer of ``peers`` loads, files from ``write(layout)``;
-    a layout's files are deleted when the caller moves on to the next (or stops), so only one is on disk at a time."""
+    a layout's files are deleted when the caller moves on to the next (or stops), so only one is on disk at a time,
+    unless ``keep``."""
     for layout in LAYOUTS:
         mine = [p for p in peers if PEERS[p][0] == layout]
         if not mine:
@@ -241,8 +268,19 @@ def each_layout(peers: list[str], write):
         try:
             yield layout, mine, files
         finally:
-            for f in set(files.values()):
+            for f in set(files.values()) if not keep else ():
                 f.unlink(missing_ok=True)
+
+
+def layout_files(layout: str, workdir: pathlib.Path) -> dict[str, pathlib.Path]:
+    """{branch: file} where ``_write_layout`` writes ``layout``."""
+    if layout == "w8a8":
+        path = workdir / "ideogram4-int8-w8a8.safetensors"
+        return {"conditional": path, "unconditional": path}
+    return {
+        b: workdir / f"ideogram4{'' if b == 'conditional' else '_unconditional'}_{layout}.safetensors"
+        for b in ("conditional", "unconditional")
+    }
 
 
 def _block_linears(config) -> list[str]:

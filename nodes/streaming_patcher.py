@@ -301,6 +301,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             self.model.ideogram4_stream = stream
             self.model.model_lowvram = True  # ComfyUI offers more memory later (partially_load) instead of skipping
             self.model.model_loaded_weight_memory = plan.device_bytes
+            self.model.ideogram4_plan_changes = getattr(self.model, "ideogram4_plan_changes", 0) + 1
             _ON_DEVICE.add(self)
         stream.publish()
         log.info("ideogram4-int8: %s %s", stream.label or "model", plan.describe())

@@ -937,13 +937,17 @@ def _quant_calls():
 
 @contextlib.contextmanager
 def _env(name, value):
+    """``name`` set to ``value`` (None: unset) for the block."""
     old = os.environ.get(name)
-    os.environ[name] = value
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
     try:
         yield
     finally:
         if old is None:
-            del os.environ[name]
+            os.environ.pop(name, None)
         else:
             os.environ[name] = old
 
@@ -1912,9 +1916,10 @@ def _branch_device_gpu(cond, uncond, ctx, s):
 def check_cuda_graphs():
     """The sampler's CUDA graphs (nodes/cuda_graphs.py). Anywhere: the wrapper goes on the pack's MODELs for the run
     only (never on a native MODEL) and comes off after it, also when the run fails; a pass on a CPU runs as it
-    always does, with no note; the reasons a pass stays eager. With COMFY_GPU=1: the latent with graphs equals the
-    eager one (IDEOGRAM4_INT8_CUDA_GRAPHS=0) bit for bit on one card where they are asked for (=1), passes were
-    replayed, the bypass check saw no bypass, the fused path ran; by default (one card) the passes stay eager."""
+    always does, with no note; the reasons a pass stays eager; the graphs kept between runs go when ComfyUI moves the
+    weights. With COMFY_GPU=1: the latent with graphs (the default) equals the eager one (IDEOGRAM4_INT8_CUDA_GRAPHS=0)
+    bit for bit, passes were replayed, the bypass check saw no bypass, the fused path ran; the next run replays every
+    pass from the first run's graphs, bit for bit; unloading the MODELs frees their pool."""
     import comfy.patcher_extension
     from comfyui_ideogram4_int8.nodes import cuda_graphs, op_coverage
 
@@ -1939,18 +1944,15 @@ def check_cuda_graphs():
     except RuntimeError:
         pass
     seen["after_failure"] = {"cond": keys(cond), "uncond": keys(uncond)}
-    # why a run or a pass stays eager: the setting and the cards (run_reason), then the checks before each pass
-    import types
+    # why a run or a pass stays eager: the setting (run_reason), then the checks before each pass
 
-    two_cards = [types.SimpleNamespace(load_device="cuda:0"), types.SimpleNamespace(load_device="cuda:1")]
     reasons = {}
     with _env(cuda_graphs.ENV_GRAPHS, "0"):
-        reasons["env_off"] = cuda_graphs.run_reason(two_cards)
+        reasons["env_off"] = cuda_graphs.run_reason()
     with _env(cuda_graphs.ENV_GRAPHS, "1"):
-        reasons["env_on_one_card"] = cuda_graphs.run_reason([cond, uncond])
-    with _env(cuda_graphs.ENV_GRAPHS, "auto"):
-        reasons["auto_one_card"] = cuda_graphs.run_reason([cond, uncond])
-        reasons["auto_two_cards"] = cuda_graphs.run_reason(two_cards)
+        reasons["env_on"] = cuda_graphs.run_reason()
+    with _env(cuda_graphs.ENV_GRAPHS, None):
+        reasons["default"] = cuda_graphs.run_reason()
     reasons["pass_plain"] = cuda_graphs._off_reason(cond, {})
     reasons["patches"] = cuda_graphs._off_reason(cond, {"patches_replace": {"dit": {("double_block", 0): len}}})
     reasons["empty_patches"] = cuda_graphs._off_reason(cond, {"patches": {}, "patches_replace": {}})
@@ -1962,55 +1964,6 @@ def check_cuda_graphs():
     finally:
         kernels.REGISTRY.enable_timing(False)
     seen["reasons"] = reasons
-    # auto on one card: each branch times its second pass and decides once the events are done (fake events here)
-    with _env(cuda_graphs.ENV_GRAPHS, "auto"):
-        seen["probe"] = {
-            "one_card": cuda_graphs.one_card_auto([cond, uncond]),
-            "two": cuda_graphs.one_card_auto(two_cards),
-        }
-    seen["launch_bound"] = [cuda_graphs.launch_bound(h, g) for h, g in ((136, 137), (76, 101), (93, 104), (5, 0))]
-    seen["timed"] = {}
-    for host_ms, gpu_ms in ((40.0, 41.0), (10.0, 40.0)):
-
-        class _Event:
-            done = False
-
-            def __init__(self, enable_timing=False):
-                pass
-
-            def record(self, stream=None):
-                pass
-
-            def query(self):
-                return _Event.done
-
-            def elapsed_time(self, other, gpu_ms=gpu_ms):
-                return gpu_ms
-
-        real_event, real_stream, real_clock = torch.cuda.Event, torch.cuda.current_stream, cuda_graphs._clock
-        clock = iter([0.0, host_ms / 1e3])
-        torch.cuda.Event, torch.cuda.current_stream = _Event, lambda device=None: None
-        cuda_graphs._clock = lambda clock=clock: next(clock)
-        dm = cond.model.diffusion_model
-        dm.__dict__.pop(cuda_graphs.PACE_ATTR, None)  # never timed
-        try:
-            w = cuda_graphs._GraphWrapper(cond, "conditional", cuda_graphs.run_reason([cond, uncond]), probe=True)
-            outs = [w._timed(lambda: "ran", "cuda") for _ in range(3)]  # pass 1, the timed pass 2, pass 3 (not done)
-            _Event.done = True
-            outs.append(w._timed(lambda: "ran", "cuda"))  # events done: decided, this pass goes the normal way
-            # the next run of the same model: the decision is kept, nothing is timed again
-            later = cuda_graphs._GraphWrapper(cond, "conditional", cuda_graphs.run_reason([cond, uncond]), probe=True)
-            seen["timed"][f"{host_ms:g}/{gpu_ms:g}"] = {
-                "outs": outs,
-                "probe": w.probe,
-                "run_off": w.run_off,
-                "eager": w.modes["eager"],
-                "timed": list(w.timed),
-                "later": {"probe": later.probe, "run_off": later.run_off},
-            }
-        finally:
-            torch.cuda.Event, torch.cuda.current_stream = real_event, real_stream
-            cuda_graphs._clock = real_clock
     kernels.REGISTRY.clear()
     eager = _latent_node(cond, uncond, ctx, s)
     seen["cpu_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
@@ -2019,14 +1972,14 @@ def check_cuda_graphs():
         with _env(cuda_graphs.ENV_GRAPHS, "0"):
             off = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         seen["off_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
-        with _env(cuda_graphs.ENV_GRAPHS, "auto"):
+        with _env(cuda_graphs.ENV_GRAPHS, None):  # the default: graphs on
             auto = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         seen["auto_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
         seen["auto_equal"] = bool(torch.equal(auto, off))
         kernels.REGISTRY.clear()
         from comfyui_ideogram4_int8.ideogram4 import graph_replay
 
-        cuda_graphs.release(cond)  # what the auto run captured: the next run starts with none
+        cuda_graphs.release(cond)  # what the default run captured: the next run starts with none
         replayed_before = op_coverage.coverage(cond.model.diffusion_model).replayed
         with _env(cuda_graphs.ENV_GRAPHS, "1"):  # one card: graphs only when asked for
             on = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)

@@ -293,3 +293,43 @@ def test_quantize_on_load_bench_times_the_shapes_it_is_given_and_checks_the_bits
     assert "| adaln_modulation | fp8 | 18432 x 512 | 34 |" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="unknown \\['qkvv'\\]"):
         qol.main(["--shapes", "qkvv"])
+
+
+def test_comfy_cards_image_floor_and_ratios_per_card(capsys):
+    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+
+    def run(step, first, warm, streamed=0.0, bw=50.0):
+        images = [{"seconds": first, "steps": 20, "graph_captures": 2, "plan_changes": 1}]
+        images += [{"seconds": w, "steps": 20, "graph_captures": 0, "plan_changes": 0} for w in warm]
+        return {
+            "step_ms_median": step,
+            "images": images,
+            "image_s_first": first,
+            "image_s_warm_median": sorted(warm)[len(warm) // 2],
+            "gib_streamed_per_step": streamed,
+            "pinned_gib_s": bw,
+            "latent_equal_first": True,
+        }
+
+    runs = {
+        "native-fp8@resident": run(260.0, 6.0, [5.4, 5.2]),
+        "ours-w8a8@resident": run(170.0, 4.4, [3.5, 3.6]),
+        "native-fp8@12GB": run(330.0, 7.0, [6.8, 6.6]),
+        "ours-w8a8@12GB": run(280.0, 6.5, [6.0, 6.2], streamed=10.0),
+    }
+    result = {"info": {"steps": 20, "images": 3, "size": "1024x1024", "setup": "server"}, "runs": runs}
+    cards.ratios(result)
+    res, capped = runs["ours-w8a8@resident"], runs["ours-w8a8@12GB"]
+    assert res["image_s_floor"] == 3.4  # 20 x the resident step
+    assert res["image_x_floor"] == round(3.6 / 3.4, 3) and res["image_x_steps"] == round(3.6 / 3.4, 3)
+    assert res["image_speedup_vs_native-fp8"] == round(5.4 / 3.6, 3)
+    # streamed: 10 GiB per step at 50 GiB/s is 200 ms, above the 170 ms resident step
+    assert capped["image_s_floor"] == 4.0 and capped["image_x_floor"] == round(6.2 / 4.0, 3)
+    assert capped["image_speedup_vs_native-fp8"] == round(6.8 / 6.2, 3)  # against native fp8 on the same card
+    assert "image_speedup_vs_native-fp8" not in runs["native-fp8@resident"] or (
+        runs["native-fp8@resident"]["image_speedup_vs_native-fp8"] == 1.0
+    )
+    cards.print_images(result)
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("ours-w8a8@12GB"))
+    assert line.split()[1:4] == ["6.50", "6.20", "4.00"] and "1.10" in line.split()

@@ -141,6 +141,7 @@ class GraphPool:
         self._handle = None
         self._members: weakref.WeakSet = weakref.WeakSet()
         self.bytes = 0  # what captures into this pool reserved (the allocator's growth across each capture)
+        self.live = 0  # graphs captured into it and not dropped
         self.releases = 0
         self._lock = threading.Lock()
 
@@ -153,24 +154,37 @@ class GraphPool:
     def join(self, graphs: PassGraphs) -> None:
         self._members.add(graphs)
 
-    def add_bytes(self, nbytes: int) -> None:
-        if nbytes:
+    def captured(self, nbytes: int) -> None:
+        """A graph was captured into the pool; the allocator grew by ``nbytes`` across the capture."""
+        with self._lock:
+            self.live += 1
             self.bytes += nbytes
+        if nbytes:
             for fn in list(_LISTENERS):
                 fn(self.device, nbytes)
+
+    def dropped(self, graphs: int) -> None:
+        """``graphs`` of its graphs were dropped. Once none is left the pool's memory is free and the pool starts anew
+        at the next capture (a capture into a pool whose every graph is gone failed on a GPU)."""
+        with self._lock:
+            self.live = max(0, self.live - graphs)
+            freed = self.bytes if self.live == 0 else 0
+            if self.live == 0:
+                self.bytes, self._handle = 0, None
+                self.releases += 1 if freed else 0
+        if freed:
+            for fn in list(_LISTENERS):
+                fn(self.device, -freed)
 
     def release(self) -> int:
         """Drop every graph captured into this pool (each model captures again at its next pass); returns the bytes
         its captures had reserved, which go back to the caching allocator (and to the card at its next
         ``empty_cache``)."""
+        freed = self.bytes
         for member in list(self._members):
             member.clear()
-        with self._lock:
-            freed, self.bytes, self._handle = self.bytes, 0, None
-            self.releases += 1 if freed else 0
-        if freed:
-            for fn in list(_LISTENERS):
-                fn(self.device, -freed)
+        with self._lock:  # members' graphs all dropped: ``dropped`` emptied the pool
+            self.live, self._handle = 0, None
         return freed
 
 
@@ -298,9 +312,15 @@ class PassGraphs:
             _, old = self._entries.popitem(last=False)
             if old.graph is not None:
                 self.stats.evictions += 1
+                old.graph = None
+                if self._pool is not None:
+                    self._pool.dropped(1)
 
     def _clear_locked(self) -> None:
+        held = self.graphs
         self._entries.clear()
+        if held and self._pool is not None:
+            self._pool.dropped(held)
 
     def _pool_of(self, device) -> GraphPool:
         if self._pool is None:
@@ -344,7 +364,7 @@ class PassGraphs:
             self.stats.eager += 1
             return fn(*args, **kwargs), "eager"
         entry.graph, entry.inputs, entry.output = graph, statics, out
-        pool.add_bytes(grown)
+        pool.captured(grown)
         self.stats.captures += 1
         graph.replay()  # the capture recorded the pass without running it
         self.stats.replays += 1

@@ -1984,6 +1984,7 @@ def check_cuda_graphs():
         with _env(cuda_graphs.ENV_GRAPHS, "1"):  # one card: graphs only when asked for
             on = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
+        replayed = op_coverage.coverage(cond.model.diffusion_model).replayed - replayed_before
         graphs = graph_replay.graphs_of(cond.model.diffusion_model)
         captures = graphs.stats.captures
         with _env(cuda_graphs.ENV_GRAPHS, "1"):  # the next prompt: the graphs of the first run replay from pass 1
@@ -2000,7 +2001,7 @@ def check_cuda_graphs():
             "max_abs": (on.double() - off.double()).abs().max().item(),
             "notes": {k: v.get(cuda_graphs.NOTE_KIND) for k, v in notes.items()},
             "bypass": {k: v.get(op_coverage.NOTE_KIND) for k, v in notes.items()},
-            "replayed": op_coverage.coverage(cond.model.diffusion_model).replayed - replayed_before,
+            "replayed": replayed,
             "paths": {k: sorted({r.path for r in kernels.REGISTRY.layers(k)}) for k in notes},
             "wrappers_after": keys(cond),
             "rope_launches": kernels.REGISTRY.launches["qk_norm_rope_triton"],
@@ -2038,7 +2039,7 @@ def _graph_release_cases(model):
         pool.join(graphs)
         graphs._pool = pool
         graphs._entries[("signature",)] = graph_replay._Entry(graph=object())
-        pool.add_bytes(5 << 20)
+        pool.captured(5 << 20)
         return graphs
 
     for case, move in (

@@ -157,7 +157,17 @@ def test_one_pool_per_device_released_as_a_whole_with_its_bytes_reported(fake_cu
     assert _FakeGraph.alive == 0  # nothing holds a graph (its memory returns to the allocator)
     assert graph_replay.release_graphs_of(cond) == 0 and len(deltas) == 3  # nothing left: nothing reported
     assert graph_replay.release_graphs_of(torch.nn.Linear(2, 2)) == 0  # a model that never captured
-    assert [_pass(b, torch.randn(4, 8))[1] for _ in range(2)] == ["eager", "captured"]
+    handles = []
+    real = torch.cuda.graph_pool_handle
+    torch.cuda.graph_pool_handle = lambda: handles.append(object()) or handles[-1]
+    try:
+        assert [_pass(b, torch.randn(4, 8))[1] for _ in range(2)] == ["eager", "captured"]
+        # the graphs of one model dropped (its weights moved) with none left in the pool: the pool starts anew
+        assert _pass(b, torch.randn(4, 8), fp=("w", 9))[1] == "eager" and fake_cuda.live == 0
+        assert fake_cuda.bytes == 0 and deltas[-1] == -_FakeGraph.grow
+        assert _pass(b, torch.randn(4, 8), fp=("w", 9))[1] == "captured" and len(handles) == 2
+    finally:
+        torch.cuda.graph_pool_handle = real
 
 
 def test_a_failed_capture_leaves_its_signature_eager_with_the_reason(fake_cuda, monkeypatch):

@@ -35,7 +35,8 @@ a multiple of the file's own ("stored": two dividing quantizer passes): ratio 1.
 outliers); whole DiT (demo config) output: ratio 1.001-1.003x, min 1.020-1.025x. ``DEFAULT_GATE_UP`` = "min": the
 only one of these that makes the pair cost nothing at run time (no divide, one quantizer pass, the fused SwiGLU
 GEMM) while staying the most accurate shared vector in both scenarios (worst seed 1.12x); "ratio" (no extra error,
-but one dividing pass and two GEMMs per FFN) stays one switch away (``gate_up=`` / ``ENV_MODE``).
+but one dividing pass and two GEMMs per FFN) stays one switch away (``gate_up=``; in ComfyUI the experiment
+``smooth-fold=ratio``).
 
 State after the fold (this module's output is still the in-memory form, ``w8a8_module``): a folded linear keeps
 ``<m>.input_smooth`` = s (its int8 weight still stores W·diag(s): LoRA conversions need it) and gains
@@ -69,9 +70,6 @@ GATE_UP_MODES = {
     "ratio": "w1's vector folded; w3 divides by s3 / s1 at run time (two quantizer passes)",
 }
 DEFAULT_GATE_UP = "min"
-# Environment switch the ComfyUI loader reads (the Python API takes ``gate_up=`` / ``fold=``): a mode name, or
-# "off" to keep every divide at run time (the layout as stored).
-ENV_MODE = "IDEOGRAM4_INT8_SMOOTH_FOLD"
 
 # status of a layer that carries a smoothing vector
 FOLDED_STATUS = "folded"  # no divide at run time
@@ -523,18 +521,6 @@ def folded_rows(rows: torch.Tensor | None, n: int, site: FoldSite, f: torch.Tens
     return rows
 
 
-def gate_up_mode_from_env(value: str | None) -> str:
-    """The mode named by ``ENV_MODE``'s value ('' / None: the default). Raises ValueError naming the choices."""
-    v = (value or "").strip().lower()
-    if not v:
-        return DEFAULT_GATE_UP
-    if v in ("0", "false", "no"):
-        return "off"
-    if v == "off" or v in GATE_UP_MODES:
-        return v
-    raise ValueError(f"{ENV_MODE}={value!r}: choose one of {[*GATE_UP_MODES, 'off']}")
-
-
 __all__ = [
     "fold_smoothing",
     "fold_sites",
@@ -544,10 +530,8 @@ __all__ = [
     "runtime_divisor",
     "GATE_UP_MODES",
     "DEFAULT_GATE_UP",
-    "ENV_MODE",
     "KEPT",
     "kept_reason",
-    "gate_up_mode_from_env",
     "stored_to_real",
     "real_to_stored",
     "real_to_input",

@@ -17,11 +17,10 @@ values) and the scale is applied to the product: path ``bf16``, with the reason.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 
+from . import settings
 from .backends import DEMOTIONS, unavailable
 from .configs import GemmConfig, m_bucket
 from .env import capability
@@ -69,7 +68,7 @@ def select_fp8_path(device: torch.device, float_only: str | None = None) -> tupl
     """(path, reason) of an fp8 layer on ``device``: ``triton-fp8``, or ``bf16`` and why (``float_only``: a reason
     to run float regardless, a forced path; ``IDEOGRAM4_INT8_GEMM_PATH=dequant-bf16`` forces it too). The one answer
     the calls, the loader's prediction and ``info`` give."""
-    if float_only is None and os.environ.get(ENV_PATH, "").strip() == PATH_DEQUANT:
+    if float_only is None and settings.gemm_path() == PATH_DEQUANT:
         float_only = f"forced by {ENV_PATH}={PATH_DEQUANT}"
     why = float_only or fp8_unavailable(device)
     return (PATH_FP8, "") if why is None else (PATH_BF16, f"{FLOAT_REASON}: {why}")

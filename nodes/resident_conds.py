@@ -16,11 +16,11 @@ covers the pack's MODELs under every other sampler.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-ENV_RESIDENT = "IDEOGRAM4_INT8_RESIDENT_CONDS"  # "0": ComfyUI's per-call cast (A/B measurements); read at each run
+from ..kernels import settings
+
+EXPERIMENT = "no-resident-conds"  # ComfyUI's per-call cast (A/B measurements)
 CONTEXT_KEY = "c_crossattn"  # what _apply_model casts to (device, inference dtype) on every call
 
 
@@ -33,7 +33,7 @@ def install(model) -> None:
 
     def extra_conds(**kwargs):
         out = inner(**kwargs)
-        if os.environ.get(ENV_RESIDENT, "").strip() == "0":
+        if settings.flag(EXPERIMENT):
             return out
         cond = out.get(CONTEXT_KEY)
         device = kwargs.get("device")

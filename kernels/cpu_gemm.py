@@ -1,12 +1,12 @@
 """What a CPU multiplies fast: torch._int_mm (path ``cublas-int8``) or a dequantized float matmul (``dequant-bf16``).
 
 There are no INT8 tensor cores on a CPU. torch._int_mm is fast only where the CPU has int8 dot products (VNNI, AMX);
-without them it was ~30-50x slower than a float32 matmul of the same shape (2-core AMD Zen 3, AVX2, torch 2.13 CPU:
-63.6 vs 1.36 ms at M, K, N = 280, 256, 768; 960 vs 21 ms at M = 4096), and a bf16 matmul there is ~10x slower than
-float32 too. So the CPU's answer is measured once, by a bounded micro-benchmark at ``SHAPE`` (about a second at most),
-and cached next to the GPU autotune cache (``IDEOGRAM4_INT8_CACHE_DIR``), keyed by torch and the CPU. It runs on one
-thread, the candidates taking turns: on a busy machine several threads wait on each other and times of 90 ms were
-seen for a 1.4 ms matmul (the ratio between the kernels, which is what decides, is a property of one core).
+without them it is tens of times slower than a float32 matmul of the same shape, and a bf16 matmul there is slower
+than float32 too (docs/design/measurements.md). So the CPU's answer is measured once, by a bounded micro-benchmark
+at ``SHAPE`` (about a second at most), and cached next to the GPU autotune cache (``IDEOGRAM4_INT8_CACHE_DIR``),
+keyed by torch and the CPU. It runs on one thread, the candidates taking turns: on a busy machine several threads
+wait on each other and a matmul's time swings many-fold, while the ratio between the kernels, which is what
+decides, is a property of one core.
 
 This module only measures; the path decision stays in ``path_choice._auto``, which asks ``choice().why_not_int_mm()``.
 The dequantized path computes in ``choice().float_dtype`` on the CPU (float32, or bf16 where bf16 measured faster).

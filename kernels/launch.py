@@ -1,8 +1,8 @@
 """Launch compiled Triton kernels without re-binding every argument on each call.
 
 ``kernel[grid](*args)`` binds and specializes every argument and rebuilds its cache key on each call;
-a W8A8 linear launches two kernels, and at Ideogram 4's sizes the host then falls behind the GPU (a
-full 1024 px step on the H100: 219 ms with plain launches against ~200 ms of GPU work). ``Launcher`` keeps
+a W8A8 linear launches two kernels, and at Ideogram 4's sizes the host then falls behind the GPU: a step's
+launches take longer than its GPU work (docs/design/measurements.md). ``Launcher`` keeps
 the ``CompiledKernel`` that ``kernel[grid]`` returned per argument signature and launches it again
 through ``CompiledKernel[grid](*args)`` (the same launch: launch hooks and profilers still see it).
 

@@ -1,8 +1,8 @@
 """Attention for the pack's MODELs: PyTorch SDPA with cuDNN attention first, where it runs.
 
 ComfyUI asks SDPA for FlashAttention-2 first (comfy/ops.py ``SDPA_BACKEND_PRIORITY``). At Ideogram 4's head
-dim 256 on Hopper, cuDNN's attention does the same unmasked attention in about half the time (an H100 1024 px
-step: ~78 ms of FlashAttention-2 against ~37 ms of cuDNN, both bf16). The pack's MODELs therefore carry an
+dim 256 on Hopper, cuDNN's attention does the same unmasked attention in about half the time
+(docs/design/measurements.md). The pack's MODELs therefore carry an
 ``optimized_attention_override`` (ComfyUI's own extension point in ``transformer_options``) that runs an
 unmasked CUDA attention through SDPA with cuDNN first and FlashAttention-2 next; anything else (a mask, the
 CPU, other dtypes, a torch without backend priorities) goes to ComfyUI's function unchanged.

@@ -2,9 +2,8 @@
 
 ComfyUI's ``Ideogram4TransformerBlock`` normalizes, then multiplies by ``1 + scale`` before its attention and its FFN,
 and normalizes, multiplies by ``tanh(gate)`` and adds the residual after them: per site two or three elementwise
-kernels, each a round trip of a [tokens, 4608] bf16 tensor. Profiled on an H100 at 1024² (one step, both branches,
-``bench/results/kernel-table-H100-2026-11-26-s14-1024-rope.txt``): 9.2 ms of RMSNorm, 15.7 ms of broadcast multiplies
-and 5.5 ms of adds per step, the largest share of the step after the GEMMs and the attention.
+kernels, each a round trip of a [tokens, 4608] bf16 tensor: together the largest share of a step after the GEMMs and
+the attention (docs/design/measurements.md).
 ``kernels.rms_norm_modulate`` / ``rms_norm_gated_residual`` read each row once, with the unfused ops' roundings.
 
 ``install`` swaps the class of each block for ``FusedNormBlock``, a subclass whose ``forward`` does what ComfyUI's

@@ -1,10 +1,9 @@
 """ComfyUI's Ideogram 4 attention with the q / k RMSNorm + split-half RoPE through the pack's fused kernel.
 
 ComfyUI's ``Ideogram4Attention`` normalizes and rotates q and k with comfy-kitchen's ``rms_rope_split_half``, which
-reads the rotation as a [.., D/2, 2, 2] float32 matrix per token. Profiled on an H100 at 1024² (one step, both
-branches, ``bench/results/kernel-table-H100-2026-11-26-s14-1024.txt``): 9.3 ms per step there against 4.3 ms for
-the pack's ``qk_norm_rope`` kernel (``kernels/qk_norm_rope_triton.py``), which the reference DiT runs: the largest
-kernel difference between the ComfyUI path and the reference DiT.
+reads the rotation as a [.., D/2, 2, 2] float32 matrix per token: about twice the time of the pack's
+``qk_norm_rope`` kernel (``kernels/qk_norm_rope_triton.py``), which the reference DiT runs, and the largest kernel
+difference between the ComfyUI path and the reference DiT (docs/design/measurements.md).
 
 ``install`` swaps the class of each block's ``attention`` for ``FusedRopeAttention``, a subclass whose ``forward``
 does what ComfyUI's does with that one step replaced: the same modules, parameters and state-dict keys, the norms'

@@ -2,8 +2,8 @@
 
 ComfyUI keeps a CONDITIONING's tensors where the text encoder left them (the CPU, pageable memory), and its model
 base casts the context to the GPU in every call (``BaseModel._apply_model`` → ``cast_to_device``). For Ideogram 4
-that is 512 × 53248 features per conditional pass: a 54.5 MB pageable copy on the compute stream at every step
-(~4 ms at the 12 GiB/s pageable rate the H100 machine measured), under ComfyUI's own samplers and guiders.
+that is 512 × 53248 features per conditional pass: a 54.5 MB pageable copy on the compute stream, milliseconds of
+every step (docs/design/measurements.md), under ComfyUI's own samplers and guiders.
 
 ``BaseModel.extra_conds`` runs once per sampling run (``samplers.encode_model_conds``) and is told the sampling
 device: wrapped here on the pack's models, the context it returns is already there in the model's inference dtype,

@@ -24,9 +24,8 @@ call: they get no hooks), so the latent is the resident run's bit for bit.
   card to shares proportional to their sizes (the sum ComfyUI allowed is kept).
 * Pinned memory goes through ComfyUI's ``pin_memory`` (bounded by its ``MAX_PINNED_MEMORY``); a tensor it will not
   pin streams from pageable memory, labelled as such.
-* ``IDEOGRAM4_INT8_STREAM=off`` keeps ComfyUI's own partial load (for comparisons); the experiment
-  ``stream-whole-blocks`` streams whole blocks through 2 slots (the unit before pieces, for A/B measurements);
-  ``IDEOGRAM4_INT8_STREAM_SLOTS`` sets the slots per model (default 3 for pieces, 2 for whole blocks).
+* ``IDEOGRAM4_INT8_STREAM=off`` keeps ComfyUI's own partial load; ``IDEOGRAM4_INT8_STREAM_SLOTS`` sets the slots per
+  model (default 3 for pieces, 2 for whole blocks); the experiment ``stream-whole-blocks`` streams whole blocks (A/B).
 """
 
 from __future__ import annotations

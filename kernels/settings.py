@@ -51,7 +51,8 @@ MAX_SHOWN = 60  # characters of a value quoted in a warning
 @dataclasses.dataclass(frozen=True)
 class Switch:
     """One user switch. ``kind``: "on-off" (a bool), "choice" (one of ``choices``), "count" (an int >= 1) or
-    "folder" (any text); ``default``: the value when unset or not understood; ``what``: for warnings and docs."""
+    "folder" (any text); ``default``: the value when unset or not understood; ``what``: what it sets, for the
+    warning about a value not understood."""
 
     kind: str
     default: object
@@ -126,7 +127,9 @@ def read(environ: Mapping[str, str]) -> Settings:
             raw[name] = text
         values[name], problem = _parse(switch, text)
         if problem:
-            problems[name] = f"{name}={_shown(text)} is not understood: {problem}; using {_default_text(switch)}"
+            problems[name] = (
+                f"{name}={_shown(text)} is not understood: {problem} ({switch.what}); using {_default_text(switch)}"
+            )
     text = environ.get(EXPERIMENTS_VAR, "").strip()
     if text:
         raw[EXPERIMENTS_VAR] = text

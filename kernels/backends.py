@@ -23,11 +23,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-import os
 import threading
 
 import torch
 
+from . import settings
 from .configs import BACKEND_OF, KERNELS
 from .env import capability, interpreter_mode, triton_line, triton_version, version_tuple
 
@@ -37,7 +37,6 @@ MIN_TRITON = (3, 4)
 # Triton lines the Gluon kernels are compiled for (CI) and run on an H100/H200 (GPU tests, benchmarks).
 # Another line runs the portable kernel until it is checked on a GPU: Gluon's API moves between releases.
 GLUON_TRITON_LINES = ("3.6",)
-ENV_GLUON = "IDEOGRAM4_INT8_GLUON"  # "0": never the Gluon kernels (the portable Triton kernel instead)
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,7 +89,7 @@ def unavailable(backend: str, device: torch.device) -> str | None:
     if backend == "triton":
         return _triton_unavailable(device)
     if backend == "gluon":
-        return _gluon_unavailable(device, os.environ.get(ENV_GLUON, "1").strip(), interpreter_mode())
+        return _gluon_unavailable(device, settings.gluon(), interpreter_mode())
     if backend == "cublas":
         return _cublas_unavailable(device)
     if backend == "reference":
@@ -126,9 +125,9 @@ def _triton_unavailable(device: torch.device) -> str | None:
 
 
 @functools.lru_cache(maxsize=64)
-def _gluon_unavailable(device: torch.device, switch: str, interpreting: bool) -> str | None:
-    if switch == "0":
-        return f"{ENV_GLUON}=0 is set"
+def _gluon_unavailable(device: torch.device, allowed: bool, interpreting: bool) -> str | None:
+    if not allowed:
+        return f"{settings.GLUON} is off"
     if device.type != "cuda" or interpreting:
         return "the Gluon kernels need a CUDA device (sm_90)"
     why = _triton_unavailable(device) or gluon_import_error()

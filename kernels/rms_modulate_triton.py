@@ -16,8 +16,8 @@ same values the quantizer would read back: the int8 row and its scale are bit fo
 gives for the stored output, without its second read of the row and its launch.
 
 A row is held as a power-of-two head tile and, where the width is a power of two more (Ideogram 4's 4608 = 4096 +
-512), a tail tile, with its sums as scalars, as the activation quantizer holds it: one 8192-wide tile left 44% of the
-lanes masked and ran at ~1500 GB/s on an H100 (``bench/block_norms.py``).
+512), a tail tile, with its sums as scalars, as the activation quantizer holds it: one 8192-wide tile would leave
+almost half of the lanes masked, and ran well below the memory bandwidth (docs/design/measurements.md).
 """
 
 from __future__ import annotations

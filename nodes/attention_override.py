@@ -1,8 +1,8 @@
 """Attention for the pack's MODELs: PyTorch SDPA with cuDNN attention first, where it runs.
 
 ComfyUI asks SDPA for FlashAttention-2 first (comfy/ops.py ``SDPA_BACKEND_PRIORITY``). At Ideogram 4's head
-dim 256 on Hopper, cuDNN's attention does the same unmasked attention in about half the time (an H100 1024 px
-step: ~78 ms of FlashAttention-2 against ~37 ms of cuDNN, both bf16). The pack's MODELs therefore carry an
+dim 256 on Hopper, cuDNN's attention does the same unmasked attention in about half the time
+(docs/design/measurements.md). The pack's MODELs therefore carry an
 ``optimized_attention_override`` (ComfyUI's own extension point in ``transformer_options``) that runs an
 unmasked CUDA attention through SDPA with cuDNN first and FlashAttention-2 next; anything else (a mask, the
 CPU, other dtypes, a torch without backend priorities) goes to ComfyUI's function unchanged.
@@ -13,12 +13,12 @@ SageAttention patch on the MODEL) replaces this one.
 from __future__ import annotations
 
 import inspect
-import os
 
 import torch
 import torch.nn.functional as F
 
-ENV_ATTENTION = "IDEOGRAM4_INT8_ATTENTION"
+from ..kernels import settings
+
 KEY = "optimized_attention_override"
 
 
@@ -73,8 +73,8 @@ def install(model_options: dict, device: torch.device | None = None) -> str:
     """Put the override into a ModelPatcher's ``model_options`` (unless switched off); what it says for the
     loader's summary about the model's ``device`` (the override serves CUDA only: elsewhere ComfyUI's attention
     runs, and the summary says so)."""
-    if os.environ.get(ENV_ATTENTION, "").strip().lower() == "comfyui":
-        return f"attention: ComfyUI's own ({ENV_ATTENTION}=comfyui)"
+    if settings.attention() == "comfyui":
+        return f"attention: ComfyUI's own ({settings.said(settings.ATTENTION)})"
     if _PRIORITY is None:
         return "attention: ComfyUI's own (this torch cannot order SDPA backends)"
     options = model_options.setdefault("transformer_options", {})

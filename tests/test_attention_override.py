@@ -35,7 +35,7 @@ def test_everything_it_does_not_serve_goes_to_comfyuis_function_unchanged(gen):
     assert len(calls) == len(cases)
 
 
-def test_install_respects_the_switch_and_an_earlier_override(monkeypatch):
+def test_install_respects_the_switch_and_an_earlier_override(setting):
     opts: dict = {}
     said = A.install(opts)
     if A._PRIORITY is None:
@@ -44,7 +44,7 @@ def test_install_respects_the_switch_and_an_earlier_override(monkeypatch):
     assert opts["transformer_options"][A.KEY] is A.cudnn_first_attention and "cuDNN" in said
     theirs = {"transformer_options": {A.KEY: lambda *a, **k: None}}
     assert "kept" in A.install(theirs) and theirs["transformer_options"][A.KEY] is not A.cudnn_first_attention
-    monkeypatch.setenv(A.ENV_ATTENTION, "comfyui")
+    setting("IDEOGRAM4_INT8_ATTENTION", "comfyui")
     off: dict = {}
     assert "comfyui" in A.install(off) and off == {}
 

@@ -238,7 +238,7 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert r["report"]["streamed_blocks"] == 3 and r["report"]["forwards"] == 3
     assert r["report"]["pieces"] == 9 and r["report"]["slots"] == 3
     assert r["report"]["slot_mib"] == round(r["largest_piece"] / 2**20, 3)
-    # IDEOGRAM4_INT8_STREAM_PIECES=0: whole blocks through two slots, the same latent, the pair still fused
+    # the experiment stream-whole-blocks: whole blocks through two slots, the same latent, the pair still fused
     w = r["whole"]
     assert w["units"] == [[i, "block"] for i in w["streamed"]] and len(w["streamed"]) == 3 and w["in_order"]
     assert w["slots"] == 2 and w["slot_bytes"] == w["largest_block"] == r["largest_block"]
@@ -450,7 +450,7 @@ def test_q_k_norm_and_rope_run_the_pack_kernel_in_native_models(run_check):
         assert r[f"{dtype}/vs_comfyui"] <= tol, (seed, dtype, r[f"{dtype}/vs_comfyui"])
         assert r[f"{dtype}/q_err_ours"] <= min(q_tol, r[f"{dtype}/q_err_comfyui"] * 1.0001), (seed, dtype)
         assert r[f"{dtype}/switch_equal"] is True, dtype
-        assert "IDEOGRAM4_INT8_ROPE=comfyui" in r[f"{dtype}/switch_note"], dtype
+        assert "IDEOGRAM4_INT8_EXPERIMENTS has rope=comfyui" in r[f"{dtype}/switch_note"], dtype
         assert r[f"{dtype}/tables_of_a_batch"] is None, dtype
 
 
@@ -478,14 +478,14 @@ def test_block_norms_run_the_pack_ops_in_native_models(run_check):
         assert r[f"{dtype}/calls"] == [2 * 4, 2 * 4], dtype
         assert r[f"{dtype}/equal"] is True and r[f"{dtype}/switch_equal"] is True, dtype
         assert r[f"{dtype}/note"].startswith(r["twin_note"] + ": ") and "CUDA" in r[f"{dtype}/note"], dtype
-        assert "IDEOGRAM4_INT8_BLOCK_NORMS=comfyui" in r[f"{dtype}/switch_note"], dtype
+        assert "IDEOGRAM4_INT8_EXPERIMENTS has block-norms=comfyui" in r[f"{dtype}/switch_note"], dtype
     assert "pack's fused kernel" in r["fused_note"]
 
 
 def test_the_pre_norms_hand_off_only_to_linears_that_quantize_plain_rows(run_check):
     """The blocks ask their pre-norms for the quantization handoff (kernels/handoff.py) for qkv and w1 where those
     quantize plain rows (W8A8 with folded smoothing, bf16 quantized on load), never for int8_convrot (its quantizer
-    rotates) or with IDEOGRAM4_INT8_BLOCK_NORMS=no-handoff; no offer is left after a forward."""
+    rotates) or with the experiment block-norms=no-handoff; no offer is left after a forward."""
     r = run_check("block_norm_handoff")
     seed = r["__seed__"]
     for fmt, plain in (("w8a8", True), ("bf16", True), ("int8_convrot", False)):

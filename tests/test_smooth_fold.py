@@ -400,12 +400,10 @@ def test_quant_divide_counter_counts_every_dividing_pass(gen):
     assert kernels.REGISTRY.launches[QUANT_DIVIDE] == before + 1
 
 
-def test_modes_and_env_values():
+def test_modes_and_the_experiment_values():
+    from comfyui_ideogram4_int8.kernels import settings
+
     assert smooth_fold.DEFAULT_GATE_UP in smooth_fold.GATE_UP_MODES
-    assert smooth_fold.gate_up_mode_from_env(None) == smooth_fold.DEFAULT_GATE_UP
-    assert smooth_fold.gate_up_mode_from_env(" Ratio ") == "ratio"
-    assert smooth_fold.gate_up_mode_from_env("0") == "off"
-    with pytest.raises(ValueError, match="choose one of"):
-        smooth_fold.gate_up_mode_from_env("sqrt")
+    assert settings.SMOOTH_FOLD_MODES == (*smooth_fold.GATE_UP_MODES, "off")  # what the experiment smooth-fold takes
     with pytest.raises(ValueError, match="choose one of"):
         smooth_fold.fold_smoothing({}, SMALL, gate_up="avg")

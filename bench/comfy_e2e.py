@@ -70,13 +70,13 @@ PEERS = {  # name: (layout, how it loads)
     "ours-w8a8-conds-per-call": ("w8a8", "loader"),  # the context cast to the GPU in every call (A/B, --sampler native)
 }
 PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for the next)
-    "ours-w8a8-graphs": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "1"},
-    "ours-w8a8-eager": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "0"},
-    "ours-w8a8-two-gpus-eager": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "0"},
-    "ours-w8a8-blocks": {"IDEOGRAM4_INT8_STREAM_PIECES": "0"},
-    "ours-w8a8-comfy-norms": {"IDEOGRAM4_INT8_BLOCK_NORMS": "comfyui"},
-    "ours-w8a8-no-handoff": {"IDEOGRAM4_INT8_BLOCK_NORMS": "no-handoff"},
-    "ours-w8a8-conds-per-call": {"IDEOGRAM4_INT8_RESIDENT_CONDS": "0"},
+    "ours-w8a8-graphs": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "on"},
+    "ours-w8a8-eager": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "off"},
+    "ours-w8a8-two-gpus-eager": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "off"},
+    "ours-w8a8-blocks": {"IDEOGRAM4_INT8_EXPERIMENTS": "stream-whole-blocks"},
+    "ours-w8a8-comfy-norms": {"IDEOGRAM4_INT8_EXPERIMENTS": "block-norms=comfyui"},
+    "ours-w8a8-no-handoff": {"IDEOGRAM4_INT8_EXPERIMENTS": "block-norms=no-handoff"},
+    "ours-w8a8-conds-per-call": {"IDEOGRAM4_INT8_EXPERIMENTS": "no-resident-conds"},
 }
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
 COMPILE_MODES = ("default", "cudagraphs", "blocks", "max-autotune-no-cudagraphs", "reduce-overhead")
@@ -293,11 +293,14 @@ def _load(peer: str, files: dict, config):
     import comfy.sd
     from comfy.cli_args import PerformanceFeature, args
 
+    from ..kernels import settings
+
     layout, how = PEERS[peer]
     notes = {}
     for name in {n for env in PEER_ENV.values() for n in env}:  # read at load and at each run
         os.environ.pop(name, None)
     os.environ.update(PEER_ENV.get(peer, {}))
+    settings.reload()
     if how.startswith("native"):
         fast = args.fast
         args.fast = {PerformanceFeature.Fp8MatrixMultiplication} if how == "native-fast" else set()

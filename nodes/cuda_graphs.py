@@ -1,40 +1,34 @@
 """CUDA graphs for the pack's MODELs inside the pack's sampler: each branch's pass captured once, replayed after.
 
-What it buys: the host work of a pass (Python and about 1700 launches) shrinks to the input copies and one replay.
-With one branch per card (``branch_device_nodes.py``) the two passes then stop taking turns on one interpreter, which
-is what lets them overlap; on one card, a host slower than the GPU stops setting the pace of every step. A capture
-costs about one pass's Python, once per model load and resolution (the graphs outlive a run), so graphs are on by
-default wherever a pass can run as one; ``IDEOGRAM4_INT8_CUDA_GRAPHS=0`` turns them off.
+A replay shrinks a pass's host work (Python, about 1700 launches) to the input copies and one call: two cards stop
+taking turns on one interpreter, and on one card a host slower than the GPU stops setting the pace. A capture costs
+about one pass's Python once per model load and resolution (the graphs outlive a run), so graphs are on wherever a
+pass can run as one; ``IDEOGRAM4_INT8_CUDA_GRAPHS=off`` turns them off.
 
-Graphs outlive a run: a model's graphs (``ideogram4.graph_replay.PassGraphs``, kept on its diffusion model) replay
-from the first pass of the next prompt while the inputs' shapes and the weights stay the same. Their key holds the
-weights' addresses and the MODEL's patch set (``patches_uuid``): a LoRA or a move gets a new capture, never a stale
-replay. Every graph on a card shares one memory pool; the pack's ModelPatcher releases it whenever ComfyUI moves the
-weights (partial unload, unload, unpatch: ``streaming_patcher``), and while graphs hold memory its size is added to
-ComfyUI's reserved VRAM (``comfy.model_management.EXTRA_RESERVED_VRAM``), so ComfyUI's loading decisions do not count
-the pool's free blocks as free memory.
+A model's graphs (``ideogram4.graph_replay.PassGraphs``, kept on its diffusion model) replay from the first pass of
+the next prompt while the inputs' shapes and the weights stay the same. Their key holds the weights' addresses and
+the MODEL's patch set (``patches_uuid``): a LoRA or a move gets a new capture, never a stale replay. The graphs of a
+card share one memory pool; the pack's ModelPatcher releases it when ComfyUI moves the weights (``streaming_patcher``)
+and, while it lives, its size is in ComfyUI's reserved VRAM (``model_management.EXTRA_RESERVED_VRAM``): ComfyUI would
+otherwise count the pool's free blocks as free memory.
 
-How, on ComfyUI's interfaces: for each run of the sampler, ``pass_graphs`` adds a ``DIFFUSION_MODEL`` wrapper
-(ComfyUI's wrapper mechanism, the one TorchCompileModel's helpers use) to each of the pack's MODELs and takes it off
-after.
+For each run, ``pass_graphs`` adds a ``DIFFUSION_MODEL`` wrapper (ComfyUI's wrapper mechanism, as TorchCompileModel's
+helpers use it) to each of the pack's MODELs and takes it off after.
 
-When a pass stays eager, and the panel says why (model note ``cuda_graphs``): the setting (``=0``); the first pass
-of a model at a resolution (it autotunes: nothing may benchmark during a capture); low-VRAM streaming (blocks are
-copied in per pass by Python hooks); weights not all on the card; another node's block patches (``patches`` /
-``patches_replace``: their Python would run only at capture); torch.compile (TorchCompileModel's wrapper); the
-panel's per-GEMM timing (events per call); an input that is not a tensor or a plain value; a capture that failed.
-Natives (MODELs without the pack's linears) are never touched: they run as ComfyUI runs them.
+A pass stays eager, and the panel says why (model note ``cuda_graphs``), under: the setting; the first pass of a
+model at a resolution (it autotunes: nothing may benchmark during a capture); low-VRAM streaming (Python hooks copy
+blocks in); weights not all on the card; another node's block patches (their Python would run only at capture);
+torch.compile; the panel's per-GEMM timing; an input that is not a tensor or a plain value; a failed capture.
+Natives (MODELs without the pack's linears) are never touched.
 
 The registry records the calls of the eager and captured passes only (no Python runs in a replay); the note says how
-many passes were replayed, and the bypass check (``op_coverage``) skips replays (the captured pass, which ran the same
-ops, was checked).
+many passes were replayed, and the bypass check (``op_coverage``) skips replays.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import threading
 
 import comfy.model_management
@@ -44,10 +38,11 @@ import torch
 from .. import kernels
 from ..ideogram4 import graph_replay
 from ..ideogram4.graph_replay import graphs_of
+from ..kernels import settings
 from . import op_coverage
 from .native_model import model_labels
 
-ENV_GRAPHS = "IDEOGRAM4_INT8_CUDA_GRAPHS"
+ENV_GRAPHS = settings.CUDA_GRAPHS
 NOTE_KIND = "cuda_graphs"
 WRAPPER_KEY = "ideogram4_int8_cuda_graphs"
 BLOCK_PATCHES = ("patches", "patches_replace")
@@ -55,16 +50,13 @@ COMPILE_KEY = "torch.compile"  # the key of ComfyUI's TorchCompileModel wrapper 
 
 
 def setting() -> str:
-    """``IDEOGRAM4_INT8_CUDA_GRAPHS``: "off" (0/off/false/no), else "on" (graphs wherever a pass can run as one)."""
-    value = os.environ.get(ENV_GRAPHS, "").strip().lower()
-    return "off" if value in ("0", "off", "false", "no") else "on"
+    """``IDEOGRAM4_INT8_CUDA_GRAPHS``: "off", else "on" (auto and on: graphs wherever a pass can run as one)."""
+    return "off" if settings.cuda_graphs() == "off" else "on"
 
 
 def run_reason() -> str | None:
     """Why no pass of this run may use graphs (the setting), or None."""
-    if setting() == "off":
-        return f"{ENV_GRAPHS}={os.environ.get(ENV_GRAPHS)}"
-    return None
+    return settings.said(ENV_GRAPHS) if setting() == "off" else None
 
 
 def _off_reason(patcher, transformer_options: dict) -> str | None:

@@ -145,7 +145,15 @@ def info_report() -> dict:
     fp8_path, fp8_why = select_fp8_path(device)  # the loader's protected_layers = fp8
     report["fp8_protected_path"] = fp8_path
     report["fp8_protected_reason"] = fp8_why or "fused FP8 GEMM"
+    report.update(_family_report(device, report["arch"]))
     return report
+
+
+def _family_report(device, arch: str) -> dict:
+    """The GPU's config-space family in words."""
+    from .kernels import configs
+
+    return {"family": configs.FAMILIES.get(arch, "no config space of its own: the portable defaults")}
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -160,6 +168,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"  torch      {report['torch']}")
     print(f"  triton     {report['triton'] or 'not installed'}")
     print(f"  GPU        {gpu}")
+    if report["compute_capability"]:
+        print(f"  family     {report['arch']}: {report['family']}")
     n, k = INFO_SHAPE
     print(
         f"  GEMM path  {report['gemm_path']} on {report['device']}: {report['path_label']} "

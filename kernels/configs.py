@@ -14,6 +14,10 @@ Search spaces (what autotuning may try), by architecture family:
   num_warps % 4 == 0 and BLOCK_K >= 32 so Triton emits int8 wgmma.
 * ``sm80`` (A100, 163 KB): reasoned, not measured here (no Ampere GPU at hand).
 * ``sm86`` / ``sm89`` (RTX 30xx/A40, RTX 40xx/L40, ~99 KB smem/block): reasoned, not measured.
+* ``sm100`` (B200/B300, 227 KB smem/block, tcgen05 tensor cores): Hopper's portable space (TMA and pointer
+  kernels; Triton emits tcgen05 int8 MMA from 3.8, mma.sync before); reasoned, not measured.
+* ``sm120`` (RTX 50, GB10: ~99 KB smem/block, mma.sync int8/fp8 tensor cores, no wgmma): Ada's space; reasoned,
+  not measured.
 Small-M tiles (BLOCK_M 16/32) compile to mma.sync everywhere; they serve M <= 64.
 
 Nothing here imports Triton: the offline compile check and the tuning table use it on any machine.
@@ -250,9 +254,26 @@ CONFIG_SPACES: dict[str, list[GemmConfig]] = {
     "sm80": _LARGE_SM80 + _SPLITK_AMPERE + _SMALL_M,
     "sm86": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,
     "sm89": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,
+    "sm120": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,
 }
 # Shared memory per block (opt-in) when the device cannot be asked: conservative.
-SMEM_LIMIT = {"sm80": 163 * 1024, "sm86": 99 * 1024, "sm89": 99 * 1024, "sm90": 227 * 1024, "sm100": 227 * 1024}
+SMEM_LIMIT = {
+    "sm80": 163 * 1024,
+    "sm86": 99 * 1024,
+    "sm89": 99 * 1024,
+    "sm90": 227 * 1024,
+    "sm100": 227 * 1024,
+    "sm120": 99 * 1024,
+}
+# What each family is, in words (`info`)
+FAMILIES = {
+    "sm80": "Ampere A100: 163 KB shared memory per block, mma.sync int8",
+    "sm86": "Ampere RTX 30xx / A40 / Orin: ~99 KB shared memory per block, mma.sync int8",
+    "sm89": "Ada RTX 40xx / L40: ~99 KB shared memory per block, mma.sync int8 and e4m3",
+    "sm90": "Hopper H100 / H200: 227 KB shared memory per block, wgmma + TMA",
+    "sm100": "datacenter Blackwell B200 / B300: 227 KB shared memory per block, tcgen05 tensor cores",
+    "sm120": "consumer Blackwell RTX 50 / GB10: ~99 KB shared memory per block, mma.sync int8 and e4m3, no wgmma",
+}
 
 
 def m_bucket(M: int) -> int:
@@ -280,7 +301,8 @@ def heuristic_config(arch: str, M: int, N: int, K: int) -> GemmConfig:
         return _c("triton", "16x128x128", stages=4, group_m=1)
     if M <= 64:
         return _c("triton", f"{32 if M <= 32 else 64}x128x128", stages=3, group_m=1)
-    base = _c("triton", "128x128x64", stages=4) if arch in ("sm80", "sm86", "sm89") else _c("triton", "128x128x128")
+    mma_sync = arch in ("sm80", "sm86", "sm89", "sm120")  # the mma.sync families: a 64-deep K step in 4 stages
+    base = _c("triton", "128x128x64", stages=4) if mma_sync else _c("triton", "128x128x128")
     tiles = -(-M // base.block_m) * -(-N // base.block_n)
     if K >= 16384 and tiles < 256:
         # few output tiles and a long K: split K so every SM gets work

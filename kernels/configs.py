@@ -14,8 +14,9 @@ Search spaces (what autotuning may try), by architecture family:
   num_warps % 4 == 0 and BLOCK_K >= 32 so Triton emits int8 wgmma.
 * ``sm80`` (A100, 163 KB): reasoned, not measured here (no Ampere GPU at hand).
 * ``sm86`` / ``sm89`` (RTX 30xx/A40, RTX 40xx/L40, ~99 KB smem/block): reasoned, not measured.
-* ``sm100`` (B200/B300, 227 KB smem/block, tcgen05 tensor cores): Hopper's portable space (TMA and pointer
-  kernels; Triton emits tcgen05 int8 MMA from 3.8, mma.sync before); reasoned, not measured.
+* ``sm100`` (B200/B300, 227 KB smem/block, tcgen05 tensor cores): Hopper's portable space (Triton emits tcgen05
+  int8 MMA from 3.8, mma.sync before) but for the persistent TMA kernel's 128x256 / 256x128 tiles, whose int32
+  output needs 272 KB under Triton 3.8's tcgen05 lowering (offline compile); reasoned, not measured.
 * ``sm120`` (RTX 50, GB10: ~99 KB smem/block, mma.sync int8/fp8 tensor cores, no wgmma): Ada's space; reasoned,
   not measured.
 Small-M tiles (BLOCK_M 16/32) compile to mma.sync everywhere; they serve M <= 64.
@@ -209,6 +210,7 @@ _TMA_SM90 = [  # best portable kernel on the H100 at every large shape: 128x256x
     _c("triton-tma", "256x128x128", warps=8, stages=3, subtile=True),
     _c("triton-tma", "128x128x128", warps=4, stages=4, subtile=True),
 ]
+_TMA_SM100 = [c for c in _TMA_SM90 if c.block_m * c.block_n <= 128 * 128]
 _POINTER_SM90 = [
     _c("triton", "128x128x128", warps=4, stages=3),
     _c("triton", "128x128x128", warps=4, stages=4),
@@ -250,7 +252,7 @@ _SMALL_M = [  # M <= 64 (adaLN modulation, short prompts): mma.sync tiles
 
 CONFIG_SPACES: dict[str, list[GemmConfig]] = {
     "sm90": _GLUON_SM90 + _TMA_SM90 + _POINTER_SM90 + _SMALL_M,
-    "sm100": _TMA_SM90 + _POINTER_SM90 + _SMALL_M,
+    "sm100": _TMA_SM100 + _POINTER_SM90 + _SMALL_M,
     "sm80": _LARGE_SM80 + _SPLITK_AMPERE + _SMALL_M,
     "sm86": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,
     "sm89": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,

@@ -150,10 +150,17 @@ def info_report() -> dict:
 
 
 def _family_report(device, arch: str) -> dict:
-    """The GPU's config-space family in words."""
-    from .kernels import configs
+    """The GPU's config-space family in words, and the kernels' first-use self-check on it (asked above already)."""
+    from .kernels import configs, self_check, settings
 
-    return {"family": configs.FAMILIES.get(arch, "no config space of its own: the portable defaults")}
+    return {
+        "family": configs.FAMILIES.get(arch, "no config space of its own: the portable defaults"),
+        "self_check": {
+            "runs": self_check.applies(device)
+            or f"not on this device ({settings.EXPERIMENTS_VAR}=self-check=on turns it on)",
+            "results": self_check.results(device),
+        },
+    }
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -183,6 +190,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
         f"  fp8 layers {report['fp8_protected_path']}: {report['fp8_protected_reason']} "
         "(protected layers stored fp8: the loader's protected_layers = fp8)"
     )
+    check = report["self_check"]
+    done = ", ".join(
+        f"{r['family']} {'passed' if r['passed'] else 'FAILED: ' + r['why']}"
+        + (" (earlier, cached)" if r["from_cache"] else f" ({r['seconds']:.2f} s)")
+        for r in check["results"]
+    )
+    print(f"  self-check {done or 'none run'}; runs: {check['runs']}")
     print("  (--json for the same as JSON; IDEOGRAM4_INT8_GEMM_PATH forces a path)")
     return 0
 

@@ -19,7 +19,8 @@ Search spaces (what autotuning may try), by architecture family:
   output needs 272 KB under Triton 3.8's tcgen05 lowering (offline compile); reasoned, not measured.
 * ``sm120`` (RTX 50, GB10: ~99 KB smem/block, mma.sync int8/fp8 tensor cores, no wgmma): Ada's space; reasoned,
   not measured.
-Small-M tiles (BLOCK_M 16/32) compile to mma.sync everywhere; they serve M <= 64.
+Small-M tiles (BLOCK_M 16/32) compile to mma.sync everywhere; they serve M <= 64. On a family this repository has
+not measured, the kernels check themselves against their twins before first use (self_check.py).
 
 Nothing here imports Triton: the offline compile check and the tuning table use it on any machine.
 """
@@ -276,6 +277,22 @@ FAMILIES = {
     "sm100": "datacenter Blackwell B200 / B300: 227 KB shared memory per block, tcgen05 tensor cores",
     "sm120": "consumer Blackwell RTX 50 / GB10: ~99 KB shared memory per block, mma.sync int8 and e4m3, no wgmma",
 }
+
+
+# The fp8 GEMM's one tile per family (fp8_gemm.py). Measured on the H100 at the w2 shapes (M 4096-4608, N 4608,
+# K 12288; bench/results/fp8-w2-probe-*-s18.log): 128x256x128, 8 warps, 3 stages 0.358 ms against cuBLAS bf16's
+# 0.635. The ~99 KB families (Ada, consumer Blackwell): a 128x128x64 tile in 4 stages fits (64 KiB); B200 (227 KB)
+# takes Hopper's tile. Reasoned, not measured, on every family but sm90: those check themselves first (self_check.py).
+_FP8_LARGE = _c("triton", "128x256x128", warps=8, stages=3)
+_FP8_SMALL_SMEM = _c("triton", "128x128x64", warps=4, stages=4)
+FP8_TILES = {"sm89": _FP8_SMALL_SMEM, "sm90": _FP8_LARGE, "sm100": _FP8_LARGE, "sm120": _FP8_SMALL_SMEM}
+_FP8_INTERPRETER_TILE = _c("triton", "32x32x64", warps=4, stages=2, group_m=4)  # the CPU interpreter (tests)
+
+
+def fp8_tile(arch: str) -> GemmConfig:
+    """The fp8 GEMM's tile on family ``arch`` ("cpu": the interpreter's small tile); KeyError for a family without
+    one (fp8_gemm.fp8_tile_problem says why)."""
+    return _FP8_INTERPRETER_TILE if arch == "cpu" else FP8_TILES[arch]
 
 
 def m_bucket(M: int) -> int:

@@ -239,7 +239,7 @@ def other_launches(cc: int = 90) -> list:
     if fp8_gemm.fp8_tile_problem(_arch(cc), triton_line()) is None:  # the triton-fp8 path: its fixed tile
         from comfyui_ideogram4_int8.kernels import gemm_triton as T
 
-        tile = fp8_gemm.FP8_TILES[_arch(cc)]
+        tile = fp8_gemm.fp8_tile(_arch(cc))
         for m, n, k in ((4608, 4608, 12288), (1000, 200, 1000)):  # the protected w2; a masked K tail
             q, w = torch.empty(m, k, dtype=torch.float8_e4m3fn), torch.empty(n, k, dtype=torch.float8_e4m3fn)
             out = torch.empty(m, n, dtype=torch.bfloat16)

@@ -51,8 +51,8 @@ def test_every_config_of_a_family_fits_its_shared_memory(family):
     for m in (1, 64, 512, 4608):
         assert C.config_space(family, m), (family, m)
         assert C.heuristic_config(family, m, 4608, 53248).smem_bytes() <= limit, (family, m)
-    if family in fp8_gemm.FP8_TILES:
-        assert fp8_gemm.FP8_TILES[family].smem_bytes(2) <= limit
+    if family in C.FP8_TILES:
+        assert C.FP8_TILES[family].smem_bytes(2) <= limit
 
 
 def test_an_unknown_family_gets_the_portable_defaults_within_a_conservative_limit():

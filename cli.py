@@ -153,8 +153,9 @@ def _family_report(device, arch: str) -> dict:
     """The GPU's config-space family in words, and the kernels' first-use self-check on it (asked above already)."""
     from .kernels import configs, self_check, settings
 
+    family = configs.FAMILIES.get(arch, "no config space of its own: the portable defaults")
     return {
-        "family": configs.FAMILIES.get(arch, "no config space of its own: the portable defaults"),
+        "family": None if arch == "cpu" else family,
         "self_check": {
             "runs": self_check.applies(device)
             or f"not on this device ({settings.EXPERIMENTS_VAR}=self-check=on turns it on)",
@@ -262,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.set_defaults(func=_cmd_demo)
 
     p_bench = sub.add_parser(
-        "bench", help="time whole W8A8 linears against bf16 / dequant / cuBLAS INT8 / FP8 / comfy-kitchen peers"
+        "bench",
+        help="time whole W8A8 linears against bf16 / dequant / cuBLAS INT8 / FP8 / comfy-kitchen peers; ends with a "
+        "report to paste (GPU, paths, self-check, ratios to cuBLAS bf16 and torch._int_mm per shape)",
     )
     p_bench.add_argument("--out", default=None, help="JSON results file (default: bench/results/gemm-<gpu>.json)")
     p_bench.add_argument("--shapes", default=None, help="comma list of shape names (default: all)")

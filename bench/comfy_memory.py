@@ -26,7 +26,8 @@ import time
 
 import torch
 
-from .comfy_e2e import GIB, comfy_parser
+from .comfy.cli import comfy_parser
+from .comfy.device import GIB
 
 
 def _parse(argv):

@@ -340,3 +340,21 @@ def test_comfy_vram_image_floor_and_ratios_per_card(capsys):
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("ours-w8a8@12GB"))
     assert line.split()[1:4] == ["6.50", "6.20", "4.00"] and "1.10" in line.split()
+
+
+def test_e2e_prints_its_runs_and_a_failed_compiled_run_on_the_shared_table(capsys):
+    """bench/e2e.py's result has the shared shape (``runs``; a compiled run that failed is an entry with ``error``)
+    and prints through the shared table: the run's row under the header, the failure as FAILED with its error."""
+    from comfyui_ideogram4_int8.bench import e2e
+
+    ok = {"step_ms_median": 200.0, "step_speedup_vs_bf16": 1.5, "default20_sample_ms": 4000.0, "peak_gib": 30.0}
+    ok["profile_ms"] = {"gemm": 100.0, "act-quant": 5.0, "attention": 40.0, "other": 10.0}
+    info = {"gpu": "G", "torch": "t", "triton": "tr", "layers": 34, "size": "1024x1024", "text_tokens": 512}
+    failed = {"compiled": "default", "error": "RuntimeError: boom"}
+    e2e.print_table({"info": info, "runs": {"triton-int8": ok, "triton-int8 compiled:default": failed}})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "G, torch t, triton tr, 34 blocks, 1024x1024, 512 text tokens"
+    assert lines[2].startswith(f"{'path':<30}{'step ms':>9}{'x bf16':>8}")
+    row = ["triton-int8", "200.0", "1.50x", "0.00x", "4.00", "100.0", "5.0", "40.0", "10.0", "30.00", "nan"]
+    assert lines[3].split() == row
+    assert lines[4] == f"{'triton-int8 compiled:default':<30} FAILED: RuntimeError: boom"

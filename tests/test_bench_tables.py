@@ -288,7 +288,7 @@ def test_quantize_on_load_bench_times_the_shapes_it_is_given_and_checks_the_bits
     twin give the same bits, the branch total is left out for a partial run, an unknown shape is refused by name."""
     import json
 
-    from comfyui_ideogram4_int8.bench import quantize_on_load as qol
+    from comfyui_ideogram4_int8.bench.probes import quantize_on_load as qol
 
     out = tmp_path / "q.json"
     assert qol.main(["--shapes", "adaln_modulation", "--reps", "1", "--out", str(out)]) == 0

@@ -145,7 +145,23 @@ def info_report() -> dict:
     fp8_path, fp8_why = select_fp8_path(device)  # the loader's protected_layers = fp8
     report["fp8_protected_path"] = fp8_path
     report["fp8_protected_reason"] = fp8_why or "fused FP8 GEMM"
+    report.update(_family_report(device, report["arch"]))
     return report
+
+
+def _family_report(device, arch: str) -> dict:
+    """The GPU's config-space family in words, and the kernels' first-use self-check on it (asked above already)."""
+    from .kernels import configs, self_check, settings
+
+    family = configs.FAMILIES.get(arch, "no config space of its own: the portable defaults")
+    return {
+        "family": None if arch == "cpu" else family,
+        "self_check": {
+            "runs": self_check.applies(device)
+            or f"not on this device ({settings.EXPERIMENTS_VAR}=self-check=on turns it on)",
+            "results": self_check.results(device),
+        },
+    }
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -160,6 +176,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"  torch      {report['torch']}")
     print(f"  triton     {report['triton'] or 'not installed'}")
     print(f"  GPU        {gpu}")
+    if report["compute_capability"]:
+        print(f"  family     {report['arch']}: {report['family']}")
     n, k = INFO_SHAPE
     print(
         f"  GEMM path  {report['gemm_path']} on {report['device']}: {report['path_label']} "
@@ -173,6 +191,13 @@ def _cmd_info(args: argparse.Namespace) -> int:
         f"  fp8 layers {report['fp8_protected_path']}: {report['fp8_protected_reason']} "
         "(protected layers stored fp8: the loader's protected_layers = fp8)"
     )
+    check = report["self_check"]
+    done = ", ".join(
+        f"{r['family']} {'passed' if r['passed'] else 'FAILED: ' + r['why']}"
+        + (" (earlier, cached)" if r["from_cache"] else f" ({r['seconds']:.2f} s)")
+        for r in check["results"]
+    )
+    print(f"  self-check {done or 'none run'}; runs: {check['runs']}")
     print("  (--json for the same as JSON; IDEOGRAM4_INT8_GEMM_PATH forces a path)")
     return 0
 
@@ -238,7 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.set_defaults(func=_cmd_demo)
 
     p_bench = sub.add_parser(
-        "bench", help="time whole W8A8 linears against bf16 / dequant / cuBLAS INT8 / FP8 / comfy-kitchen peers"
+        "bench",
+        help="time whole W8A8 linears against bf16 / dequant / cuBLAS INT8 / FP8 / comfy-kitchen peers; ends with a "
+        "report to paste (GPU, paths, self-check, ratios to cuBLAS bf16 and torch._int_mm per shape)",
     )
     p_bench.add_argument("--out", default=None, help="JSON results file (default: bench/results/gemm-<gpu>.json)")
     p_bench.add_argument("--shapes", default=None, help="comma list of shape names (default: all)")

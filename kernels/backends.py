@@ -12,7 +12,9 @@ Whether a backend can run on a device with this machine's torch and Triton is on
 (``runnable_kernels`` asks it per tile kernel); every other module asks it here. Each backend's availability
 comes from importing it, once, on first use (never at package import): a Triton that is missing, too old, or
 whose API changed under the pack's kernels makes that backend unavailable with the reason, never an exception in
-the user's run. Whether a kernel takes one call's operands (TMA addressing, cuBLASLt alignment) is an operand
+the user's run. On a GPU family this repository has not measured, each backend's kernels also check themselves
+against their twins before first use (self_check.py): a mismatch makes that backend unavailable on that device, with
+the reason. Whether a kernel takes one call's operands (TMA addressing, cuBLASLt alignment) is an operand
 question (operands.py). A backend that imports but fails to compile or launch for a shape is *demoted* for that
 shape (``DEMOTIONS``): the call runs the next backend and every later call of that shape goes straight there; the
 registry carries the reason to the panel.
@@ -27,7 +29,7 @@ import threading
 
 import torch
 
-from . import settings
+from . import self_check, settings
 from .configs import BACKEND_OF, KERNELS
 from .env import capability, interpreter_mode, triton_line, triton_version, version_tuple
 
@@ -87,11 +89,12 @@ def unavailable(backend: str, device: torch.device) -> str | None:
     """None when ``backend`` (one of ``BACKENDS``) can run on ``device`` with this machine's torch and Triton;
     else why not, in words for the panel. Asked on every GEMM call: the Gluon answer is cached per switch."""
     if backend == "triton":
-        return _triton_unavailable(device)
+        return _triton_unavailable(device) or self_check.verdict("triton", device)
     if backend == "gluon":
-        return _gluon_unavailable(device, settings.gluon(), interpreter_mode())
+        why = _gluon_unavailable(device, settings.gluon(), interpreter_mode())
+        return why or self_check.verdict("gluon", device)
     if backend == "cublas":
-        return _cublas_unavailable(device)
+        return _cublas_unavailable(device) or self_check.verdict("cublas", device)
     if backend == "reference":
         return None
     raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
@@ -196,4 +199,5 @@ def report() -> dict:
         "triton_kernels": unavailable("triton", device) or "available",
         "cublas_int8": unavailable("cublas", device) or "available",
         "demoted": DEMOTIONS.items(),
+        "self_check": self_check.results(device),
     }

@@ -29,7 +29,7 @@ import time
 import torch
 
 from . import reference, settings
-from .tuning import cache_dir
+from .env import cache_dir
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import os
 
 import torch
 
-from . import cpu_gemm, settings
+from . import cpu_gemm, self_check, settings
 from .backends import unavailable
 from .operands import cublas_shape_problem
 from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON
@@ -70,6 +70,9 @@ def _select_path_cached(device, n, k, path, forced, problem, _switches) -> tuple
             return forced, _forced_reason(forced, f"{ENV_PATH}={forced}")
         return _auto(device, n, k, note=f"{ENV_PATH}={forced} requested, but {why}")
     return _auto(device, n, k, note=problem or "")
+
+
+self_check.on_reset(_select_path_cached.cache_clear)  # a path chosen from verdicts that are forgotten
 
 
 def _forced_reason(path: str, how: str) -> str:

@@ -11,7 +11,7 @@ panel lists it among its notes.
 User switches (``SWITCHES``):
   IDEOGRAM4_INT8_GEMM_PATH     auto | triton-int8 | cublas-int8 | dequant-bf16: force one GEMM path where it can run
   IDEOGRAM4_INT8_GEMM_TIMING   on | off: per-path GEMM timing from the start (unset: the panel's setting decides)
-  IDEOGRAM4_INT8_CACHE_DIR     a folder for the autotune and CPU GEMM caches
+  IDEOGRAM4_INT8_CACHE_DIR     a folder for the autotune, CPU GEMM and self-check caches
   IDEOGRAM4_INT8_CUDA_GRAPHS   auto | on | off: replay each sampling pass as a CUDA graph
   IDEOGRAM4_INT8_STREAM        on | off: stream the blocks that do not fit (off: ComfyUI's own partial load)
   IDEOGRAM4_INT8_STREAM_SLOTS  a whole number >= 1: device slots per streamed model
@@ -68,7 +68,7 @@ SWITCHES = {
         "choice", "auto", "the GEMM path every quantized linear takes where it can", ("auto", *GEMM_PATHS)
     ),
     GEMM_TIMING: Switch("on-off", None, "per-path GEMM timing from the start (unset: the panel's setting decides)"),
-    CACHE_DIR: Switch("folder", None, "the folder of the autotune and CPU GEMM caches"),
+    CACHE_DIR: Switch("folder", None, "the folder of the autotune, CPU GEMM and self-check caches"),
     CUDA_GRAPHS: Switch("choice", "auto", "replay each sampling pass as a CUDA graph", ("auto", "on", "off")),
     STREAM: Switch("on-off", True, "stream the blocks that do not fit on the card (off: ComfyUI's partial load)"),
     STREAM_SLOTS: Switch("count", None, "device slots per streamed model (unset: 3 for pieces, 2 for whole blocks)"),
@@ -104,6 +104,10 @@ EXPERIMENTS = {
     "stream-whole-blocks": Experiment("low-VRAM streaming of whole blocks through 2 slots instead of pieces"),
     "pass-estimate": Experiment("ComfyUI's doubled-batch memory estimate under the pack's sampler", ("comfyui",)),
     "no-resident-conds": Experiment("the text context cast to the device in every model call, as ComfyUI does"),
+    "self-check": Experiment(
+        "the kernels' first-use check against their twins on every GPU, the measured ones too (on), or on none (off)",
+        ("on", "off"),
+    ),
 }
 
 

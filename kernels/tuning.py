@@ -18,7 +18,6 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import pathlib
 import threading
 
@@ -27,7 +26,7 @@ import torch
 from . import settings
 from .backends import runnable_kernels
 from .configs import GemmConfig, config_space, heuristic_config, m_bucket
-from .env import arch_name, capability, gpu_name, triton_line, triton_version
+from .env import arch_name, cache_dir, capability, gpu_name, triton_line, triton_version
 
 log = logging.getLogger(__name__)
 
@@ -84,14 +83,6 @@ def shipped_config(arch: str, gpu: str | None, line: str, M: int, N: int, K: int
     e = hits[0]
     where = e["gpu"] if e["gpu"] == gpu else f"{e['gpu']}, same arch"
     return GemmConfig.from_dict(e["config"]), f"shipped table ({where}, Triton {line})"
-
-
-def cache_dir() -> pathlib.Path:
-    """The pack's cache folder: IDEOGRAM4_INT8_CACHE_DIR, else $XDG_CACHE_HOME (~/.cache)/comfyui_ideogram4_int8."""
-    base = settings.cache_dir() or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "comfyui_ideogram4_int8"
-    )
-    return pathlib.Path(base)
 
 
 def _cache_file() -> pathlib.Path:

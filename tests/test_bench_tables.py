@@ -358,3 +358,47 @@ def test_e2e_prints_its_runs_and_a_failed_compiled_run_on_the_shared_table(capsy
     row = ["triton-int8", "200.0", "1.50x", "0.00x", "4.00", "100.0", "5.0", "40.0", "10.0", "30.00", "nan"]
     assert lines[3].split() == row
     assert lines[4] == f"{'triton-int8 compiled:default':<30} FAILED: RuntimeError: boom"
+
+
+def _report_result():
+    info = {"gpu": "NVIDIA GeForce RTX 4090", "cc": "8.9", "torch": "2.13.0", "cuda": "12.8", "triton": "3.7.1"}
+    info.update(copy_gbps=880.0, command="python -m comfyui_ideogram4_int8 bench")
+    pack = {"version": "0.1.0", "arch": "sm89", "family": "Ada", "gemm_path": "triton-int8", "backend": "triton"}
+    pack["self_check"] = {
+        "runs": "sm89 is not measured in this repository",
+        "results": [
+            {"family": "triton", "passed": True, "why": None, "seconds": 0.84, "from_cache": False},
+            {
+                "family": "fp8",
+                "passed": False,
+                "why": "fp8 GEMM: 3 of 9 outputs differ",
+                "seconds": 0.2,
+                "from_cache": False,
+            },
+        ],
+    }
+    qkv = {"shape": "qkv", "M": 4608, "N": 13824, "K": 4608, "triton-int8_gpu_ms": 0.5, "gpu_speedup_vs_bf16": 1.7}
+    qkv.update({"triton-gemm-only_gpu_ms": 0.4, "gemm_gpu_speedup_vs_int_mm": 0.93, "int32_bit_exact_vs_int_mm": False})
+    qkv.update(triton_config="triton/128x128x64/g8/w4/s4", triton_config_source="autotuned (412 us)")
+    pair = {
+        "shape": "ffn_swiglu",
+        "M": 4608,
+        "N": 24576,
+        "K": 4608,
+        "triton-int8_gpu_ms": 0.9,
+        "gpu_speedup_vs_bf16": 2.0,
+    }
+    return {"info": info, "pack": pack, "rows": [qkv, pair], "failed": {"w2": "GemmPathUnavailable: self-check"}}
+
+
+def test_the_report_to_paste_names_the_gpu_paths_self_check_and_each_shapes_ratios():
+    text = gemm.report_markdown(_report_result())
+    assert "RTX 4090, sm_89 (sm89: Ada)" in text and "Triton 3.7.1" in text
+    assert "self-check: triton passed in 0.84 s; fp8 FAILED (fp8 GEMM: 3 of 9 outputs differ)" in text
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    cells = [c.strip() for c in rows["qkv"].split("|")[1:-1]]
+    assert cells[4:9] == ["0.500", "1.70", "0.400", "0.93", "NO"]
+    assert "autotuned (412 us)" in cells[9]
+    pair = [c.strip() for c in rows["ffn_swiglu"].split("|")[1:-1]]
+    assert pair[5] == "2.00" and pair[6:9] == ["-", "-", "-"]  # no GEMM-alone peer for the pair: '-', not a crash
+    assert "failed: GemmPathUnavailable: self-check" in rows["w2"]

@@ -50,7 +50,7 @@ def test_pyproject_metadata():
         assert comfy.get(key), key
     assert comfy["requires-comfyui"].startswith(">=0.33")
     markers = data["tool"]["pytest"]["ini_options"]["markers"]
-    assert {m.split(":")[0] for m in markers} >= {"cuda", "comfyui", "slow"}
+    assert {m.split(":")[0] for m in markers} >= {"cuda", "comfyui"}
     assert "--strict-markers" in data["tool"]["pytest"]["ini_options"]["addopts"]
     assert project["urls"]["Repository"]
 

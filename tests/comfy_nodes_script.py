@@ -2253,7 +2253,7 @@ def check_resident_conds():
 
 
 def check_step_profile():
-    """bench/step_profile.py stepped from ComfyUI's per-step preview callback, as bench/comfy_cards.py steps it: the
+    """bench/step_profile.py stepped from ComfyUI's per-step preview callback, as bench/comfy/child.py steps it: the
     pack's sampler calls it once per step, in order, after the step's model calls, so the middle steps' operators
     (CPU profiler here) are the same per step in runs of different lengths, and the run's seeded noise, drawn once
     before the first step, is no per-step row."""

@@ -1,5 +1,5 @@
-"""The ComfyUI benchmark's smoke run (``comfy_e2e --config demo``: the tiny demo model on the CPU, inside ComfyUI's own
-Python) through both samplers it measures: the pack's sampler node and ComfyUI's own Dual Model CFG Guider +
+"""The ComfyUI benchmark's smoke run (``bench.comfy --config demo``: the tiny demo model on the CPU, inside ComfyUI's
+own Python) through both samplers it measures: the pack's sampler node and ComfyUI's own Dual Model CFG Guider +
 SamplerCustomAdvanced. Numbers from it mean nothing; what is checked is that each sampler ran the pack's MODELs to a
 finite latent, that the run says which sampler it used, and that the native one reached the pack's linears."""
 
@@ -28,7 +28,7 @@ def test_the_demo_benchmark_samples_through_each_sampler(tmp_path, sampler):
     cmd = [
         python,
         "-m",
-        "comfyui_ideogram4_int8.bench.comfy_e2e",
+        "comfyui_ideogram4_int8.bench.comfy",
         "--comfyui",
         str(comfy_dir),
         "--workdir",

@@ -1,7 +1,7 @@
 """Probe (not product code): 8-bit attention at Ideogram 4's shapes against cuDNN's bf16 SDPA (issue 28's
 attention share: 35-38 ms of a ~170 ms step).
 
-    python -m comfyui_ideogram4_int8.bench.attention_probe        (a CUDA GPU with Triton; ~1 min)
+    python -m comfyui_ideogram4_int8.bench.probes.attention_probe        (a CUDA GPU with Triton; ~1 min)
 
 One Triton flash-attention kernel in four variants: QK in bf16 or int8 (per-token scales, K smoothed by its mean
 over tokens, which softmax ignores), PV in bf16 or fp8 e4m3 (V with a per-channel scale, stored transposed so the

@@ -1,6 +1,7 @@
 """Wall time of quantize-on-load on the CPU, per layer shape of Ideogram 4, against the twin's torch ops.
 
-    python -m comfyui_ideogram4_int8.bench.quantize_on_load [--shapes qkv,w2] [--reps 3] [--threads N] [--out FILE]
+    python -m comfyui_ideogram4_int8.bench.probes.quantize_on_load [--shapes qkv,w2] [--reps 3] [--threads N]
+        [--out FILE]
 
 A bf16 or fp8 Ideogram 4 file (ComfyUI's fp8_scaled: e4m3 codes with one scale per layer) is quantized to W8A8 on
 load, on the CPU, by the loader and the Patch node: 9.3B weights per branch. For each distinct shape of the layers
@@ -25,10 +26,10 @@ import time
 
 import torch
 
-from .. import kernels
-from ..ideogram4.config import Ideogram4Config
-from ..ideogram4.formats.quantize_on_load import quantize_fp8_tensorwise, quantize_weight
-from ..ideogram4.synthetic import default_protected
+from ... import kernels
+from ...ideogram4.config import Ideogram4Config
+from ...ideogram4.formats.quantize_on_load import quantize_fp8_tensorwise, quantize_weight
+from ...ideogram4.synthetic import default_protected
 
 
 def _shapes(config: Ideogram4Config) -> dict[str, tuple[int, int, int]]:

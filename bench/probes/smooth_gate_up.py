@@ -1,6 +1,6 @@
 """w1 / w3 with different SmoothQuant vectors: the error of each way to fold them, against float64.
 
-`python -m comfyui_ideogram4_int8.bench.smooth_gate_up [--tokens 512] [--seeds 3] [--out FILE]`
+`python -m comfyui_ideogram4_int8.bench.probes.smooth_gate_up [--tokens 512] [--seeds 3] [--out FILE]`
 
 One norm (ffn_norm1) feeds both FFN projections, so only one vector can be folded into it. The transformerlab file
 gives w1 and w3 their own (s1, s3). The ways out (``ideogram4.smooth_fold.GATE_UP_MODES``), each run through the
@@ -302,7 +302,7 @@ def print_table(summary: dict, file=sys.stdout) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m comfyui_ideogram4_int8.bench.smooth_gate_up")
+    ap = argparse.ArgumentParser(prog="python -m comfyui_ideogram4_int8.bench.probes.smooth_gate_up")
     ap.add_argument("--tokens", type=int, default=512, help="evaluation tokens per seed")
     ap.add_argument("--calib", type=int, default=512, help="calibration tokens (SmoothQuant amax)")
     ap.add_argument("--seeds", type=int, default=3)
@@ -331,7 +331,7 @@ def main(argv=None) -> int:
         "date": datetime.date.today().isoformat(),
         "torch": torch.__version__,
         "device": args.device,
-        "command": "python -m comfyui_ideogram4_int8.bench.smooth_gate_up " + " ".join(sys.argv[1:]),
+        "command": "python -m comfyui_ideogram4_int8.bench.probes.smooth_gate_up " + " ".join(sys.argv[1:]),
         "widths": "E=4608, F=12288 (full Ideogram 4)",
         "seconds": time.perf_counter() - t0,
     }

@@ -1,6 +1,6 @@
 """The block norms' kernel (kernels/rms_modulate_triton.py) at Ideogram 4's width: launch shapes against the bus.
 
-    python -m comfyui_ideogram4_int8.bench.block_norms [--tokens 4608,4096] [--out FILE]
+    python -m comfyui_ideogram4_int8.bench.probes.block_norms [--tokens 4608,4096] [--out FILE]
 
 For each token count (4608: the conditional pass at 1024² with 512 text tokens; 4096: the unconditional one) it
 times, as GPU time per call with the host out of the picture (``timing.graph_ms``: calls captured in a CUDA graph,
@@ -24,7 +24,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .timing import graph_ms
+from ..timing import graph_ms
 
 WIDTH = 4608
 WARPS = (2, 4, 8, 16)
@@ -55,8 +55,8 @@ def _timed(calls: list) -> float:
 
 
 def run(tokens_list: list[int], width: int = WIDTH, device: str = "cuda") -> dict:
-    from ..kernels.quant_triton import quantize_rows_triton
-    from ..kernels.rms_modulate_triton import rms_modulate_triton
+    from ...kernels.quant_triton import quantize_rows_triton
+    from ...kernels.rms_modulate_triton import rms_modulate_triton
 
     rows_out = []
     for tokens in tokens_list:
@@ -115,7 +115,7 @@ def print_table(result: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m comfyui_ideogram4_int8.bench.block_norms", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m comfyui_ideogram4_int8.bench.probes.block_norms", description=__doc__)
     ap.add_argument("--tokens", default="4608,4096", help="comma list of token counts")
     ap.add_argument("--out", default=None, help="JSON results file")
     a = ap.parse_args(argv)

@@ -7,7 +7,7 @@ on the CPU as the loader does) -> the ``Ideogram 4 Sampler`` node's sampling fun
 KSAMPLER euler and model management, which load both models onto the GPU). Then it samples a few steps with a
 text of ``--tokens`` tokens and prints ``torch.cuda.max_memory_allocated`` over the run.
 
-    COMFYUI_DIR=/path/to/ComfyUI python -m comfyui_ideogram4_int8.bench.comfy_memory [--steps 2] [--out x.json]
+    COMFYUI_DIR=/path/to/ComfyUI python -m comfyui_ideogram4_int8.bench.probes.comfy_memory [--steps 2] [--out x.json]
 
 ComfyUI is imported in-process from ``--comfyui`` / ``$COMFYUI_DIR`` (its tree; comfy-kitchen and comfy-aimdo
 importable). Without it (or with ``--reference``) the same weights run through the pack's reference DiT with
@@ -26,11 +26,12 @@ import time
 
 import torch
 
-from .comfy_e2e import GIB, comfy_parser
+from ..comfy.cli import comfy_parser
+from ..comfy.device import GIB
 
 
 def _parse(argv):
-    p = comfy_parser("comfy_memory", __doc__)
+    p = comfy_parser("probes.comfy_memory", __doc__)
     p.add_argument("--reference", action="store_true", help="measure with the reference DiT, not ComfyUI")
     p.add_argument("--file", default=None, help="two-branch W8A8 file to read (written first if missing)")
     p.add_argument("--config", default="full", choices=("full", "demo", "tiny"), help="architecture (full)")
@@ -59,14 +60,14 @@ def _import_comfyui(root: str, device: str, emulate_gib: float | None):
             args.reserve_vram = max(0.0, total - emulate_gib)
         import comfy.model_management  # noqa: F401  (sets up devices)
 
-        from ..nodes import native_model, sampler_nodes  # noqa: F401  (ComfyUI's node API must import too)
+        from ...nodes import native_model, sampler_nodes  # noqa: F401  (ComfyUI's node API must import too)
     finally:
         sys.argv = argv
 
 
 def _branch_states(a, config, device):
     """Both branches in the in-memory W8A8 form, on the CPU (as the loader holds them before ComfyUI loads)."""
-    from ..ideogram4 import read_branch, synthetic
+    from ...ideogram4 import read_branch, synthetic
 
     gen_device = device if device == "cuda" else "cpu"
     if a.file:
@@ -93,8 +94,8 @@ def _state_bytes(state) -> int:
 
 def run(argv=None) -> dict:
     a = _parse(argv)
-    from ..ideogram4 import make_noise, sample, sampling_args
-    from ..ideogram4.config import Ideogram4Config
+    from ...ideogram4 import make_noise, sample, sampling_args
+    from ...ideogram4.config import Ideogram4Config
 
     config = getattr(Ideogram4Config, a.config)()
     cuda = a.device == "cuda"
@@ -134,8 +135,8 @@ def run(argv=None) -> dict:
     if mode == "comfyui":
         import comfy.model_management
 
-        from ..nodes import sampler_nodes
-        from ..nodes.native_model import build_native_model
+        from ...nodes import sampler_nodes
+        from ...nodes.native_model import build_native_model
 
         dtype = torch.bfloat16 if cuda else torch.float32
         models = {}
@@ -150,8 +151,8 @@ def run(argv=None) -> dict:
             extra[f"{b}_lowvram"] = bool(getattr(m.model, "model_lowvram", False))
         extra["comfy_device"] = str(comfy.model_management.get_torch_device())
     else:
-        from ..ideogram4.dit import Ideogram4DiT
-        from ..ideogram4.w8a8_module import w8a8_linears
+        from ...ideogram4.dit import Ideogram4DiT
+        from ...ideogram4.w8a8_module import w8a8_linears
 
         dev = torch.device(a.device)
         dtype = torch.bfloat16 if cuda else torch.float32
@@ -177,7 +178,7 @@ def run(argv=None) -> dict:
             )
     if cuda:
         torch.cuda.synchronize()
-    from .. import kernels
+    from ... import kernels
 
     result = {
         "mode": mode,

@@ -1,6 +1,6 @@
 """Peak GPU memory of loading one full-size Ideogram 4 branch (9.3B) from a W8A8 file.
 
-    python -m comfyui_ideogram4_int8.bench.load_memory [--dir /tmp] [--format w8a8] [--out FILE]
+    python -m comfyui_ideogram4_int8.bench.probes.load_memory [--dir /tmp] [--format w8a8] [--out FILE]
 
 1. writes a synthetic full-size checkpoint (both branches, seeded random weights, SmoothQuant
    vectors, 17 protected bf16 feed_forward.w2 layers) with the streaming writer, layer by layer
@@ -174,7 +174,7 @@ def _table(r: dict) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m comfyui_ideogram4_int8.bench.load_memory",
+        prog="python -m comfyui_ideogram4_int8.bench.probes.load_memory",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
         cmd = [
             sys.executable,
             "-m",
-            "comfyui_ideogram4_int8.bench.load_memory",
+            "comfyui_ideogram4_int8.bench.probes.load_memory",
             "--measure",
             str(path),
             "--branch",
@@ -225,7 +225,7 @@ def main(argv=None) -> int:
         format=args.format,
         config=args.config,
         write_seconds=write_s,
-        command="python -m comfyui_ideogram4_int8.bench.load_memory " + " ".join(sys.argv[1:]),
+        command="python -m comfyui_ideogram4_int8.bench.probes.load_memory " + " ".join(sys.argv[1:]),
     )
     print(_table(result))
     if "forward" in result:

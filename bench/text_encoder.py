@@ -57,8 +57,10 @@ def file_key(module_key: str) -> str | None:
 
 def is_quantized(key: str) -> bool:
     """A language-model linear's weight (stored e4m3 in the fp8_scaled file)."""
-    return key.startswith("model.language_model.layers.") and key.endswith(".weight") and any(
-        f".{q}." in key for q in QUANTIZED
+    return (
+        key.startswith("model.language_model.layers.")
+        and key.endswith(".weight")
+        and any(f".{q}." in key for q in QUANTIZED)
     )
 
 

@@ -340,6 +340,40 @@ def test_comfy_vram_image_floor_and_ratios_per_card(capsys):
     out = capsys.readouterr().out
     line = next(ln for ln in out.splitlines() if ln.startswith("ours-w8a8@12GB"))
     assert line.split()[1:4] == ["6.50", "6.20", "4.00"] and "1.10" in line.split()
+    # a call without the peer's resident run: no floor from its own capped step, only the bus part
+    alone = {"ours-w8a8@12GB": run(280.0, 6.5, [6.0, 6.2], streamed=10.0)}
+    report.card_ratios({"info": {}, "runs": alone})
+    assert "image_s_floor" not in alone["ours-w8a8@12GB"] and alone["ours-w8a8@12GB"]["image_s_bus_floor"] == 4.0
+
+
+def test_comfy_vram_prompt_cycle_ratio_and_line(capsys):
+    from comfyui_ideogram4_int8.bench.comfy import report
+
+    def run(warm_cycle, reads):
+        images = [
+            {"seconds": 9.0, "steps": 20, "encode_s": 2.5, "cycle_s": 11.5, "files_read": {"safe_open": 1}},
+            {"seconds": 4.0, "steps": 20, "encode_s": 0.4, "cycle_s": warm_cycle, "files_read": reads},
+        ]
+        return {
+            "step_ms_median": 200.0,
+            "images": images,
+            "image_s_first": 9.0,
+            "image_s_warm_median": 4.0,
+            "cycle_s_first": 11.5,
+            "cycle_s_warm_median": warm_cycle,
+            "files_read_in_cycles": sum(reads.values()),
+        }
+
+    runs = {"native-fp8@16GB": run(9.1, {"load_torch_file": 1}), "ours-w8a8@16GB": run(6.5, {"safe_open": 0})}
+    result = {"info": {"steps": 20, "images": 2}, "runs": runs}
+    report.card_ratios(result)
+    assert runs["ours-w8a8@16GB"]["cycle_speedup_vs_native-fp8"] == round(9.1 / 6.5, 3)
+    report.print_images(result)
+    out = capsys.readouterr().out
+    ours = next(ln for ln in out.splitlines() if "ours-w8a8@16GB" in ln and "prompt cycle" in ln)
+    native = next(ln for ln in out.splitlines() if "native-fp8@16GB" in ln and "prompt cycle" in ln)
+    assert "warm 6.50 s (1.40x native fp8)" in ours and ours.endswith("files read again after the first prompt: 0")
+    assert native.endswith("files read again after the first prompt: 1")
 
 
 def test_e2e_prints_its_runs_and_a_failed_compiled_run_on_the_shared_table(capsys):

@@ -31,6 +31,7 @@ from ..timing import ClockWatch
 from .comfyui import comfyui_version, server_cleanup, setup_comfyui
 from .device import GIB, bandwidth, reset_peaks, take_all_but
 from .peers import (
+    TEXT_ENCODER,
     TEXT_TOKENS,
     WIDTH,
     compiled_clones,
@@ -60,7 +61,7 @@ def run(a) -> dict:
         extra = ballast.numel() if ballast is not None else 0
         entry["ballast_gib"] = round(extra / GIB, 2)
         files = {b: pathlib.Path(p) for b, p in job["files"].items()}
-        entry.update(_run_peer(a, peer, files, extra, job.get("compile")))
+        entry.update(_run_peer(a, peer, files, extra, job.get("compile"), job.get("text_encoder")))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which keeps the other runs
         import traceback
 
@@ -73,6 +74,8 @@ def _child_write(a, layout: str) -> dict:
     config = config_for(a)
     entry = {}
     try:
+        if layout == TEXT_ENCODER:  # its keys come from ComfyUI's own encoder module
+            setup_comfyui(a.comfyui, server=False)
         files = write_layout(layout, config, pathlib.Path(a.workdir), a.seed)
         entry["files"] = {b: str(p) for b, p in files.items()}
     except Exception as exc:  # noqa: BLE001
@@ -167,7 +170,9 @@ def _profiled_run(sample, step_hooks: list, steps: int, count: int, activities=N
 ALLOCATOR_COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
 
 
-def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str | None = None) -> dict:
+def _run_peer(
+    a, peer: str, files: dict, ballast_bytes: int, compile_mode: str | None = None, text_encoder: str | None = None
+) -> dict:
     import latent_preview
 
     from ... import kernels
@@ -186,6 +191,13 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str |
     if compile_mode:  # as TorchCompileModel on both MODELs; the warm-up below compiles
         models = compiled_clones(models, compile_mode)
         out["compiled"] = compile_mode
+    prompts = None
+    if text_encoder:  # the prompt cycle: ComfyUI's text encoder loaded as CLIPLoader loads it, once
+        from .. import text_encoder as te
+
+        t0 = time.perf_counter()
+        prompts = te.load(text_encoder)
+        out["text_encoder_load_s"] = round(time.perf_counter() - t0, 1)
     server_cleanup()
     marks: list = []
     peak = [0]
@@ -223,21 +235,41 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str |
         times = [a_.elapsed_time(b) for a_, b in zip([start, *marks[:-1]], marks, strict=True)]
         return latent, times
 
-    def image(seed):
-        """One run as a user waits for it: from the node call until the latent is on the host."""
+    def image(seed, index=0):
+        """One run as a user waits for it: from the node call until the latent is on the host; with the prompt
+        cycle, a new prompt encoded first (the encode node's call until its features exist on the device)."""
+        nonlocal ctx
         before = _model_counters(models)
-        t0 = time.perf_counter()
-        latent, times = sample(a.steps, seed)
-        latent = latent.float().cpu()
-        seconds = time.perf_counter() - t0
-        record = {
-            "seed": seed,
-            "seconds": round(seconds, 3),
-            "steps": len(times),
-            "step_ms_median": round(statistics.median(times), 1),
-            "step_ms": [round(t, 1) for t in times],
+        record = {"seed": seed}
+        if prompts is not None:
+            from .. import text_encoder as te
+
+            with _file_reads() as reads:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                cond = te.encode(prompts, te.PROMPTS[index % len(te.PROMPTS)])
+                ctx = cond[0][0]
+                torch.cuda.synchronize()
+                record["encode_s"] = round(time.perf_counter() - t0, 3)
+                record["text_tokens"] = int(ctx.shape[1])
+                t0 = time.perf_counter()
+                latent, times = sample(a.steps, seed)
+                latent = latent.float().cpu()
+                seconds = time.perf_counter() - t0
+            record["cycle_s"] = round(record["encode_s"] + seconds, 3)
+            record["files_read"] = reads
+        else:
+            t0 = time.perf_counter()
+            latent, times = sample(a.steps, seed)
+            latent = latent.float().cpu()
+            seconds = time.perf_counter() - t0
+        record.update(
+            seconds=round(seconds, 3),
+            steps=len(times),
+            step_ms_median=round(statistics.median(times), 1),
+            step_ms=[round(t, 1) for t in times],
             **{k: v - before.get(k, 0) for k, v in _model_counters(models).items()},
-        }
+        )
         return latent, times, record
 
     import comfy.patcher_extension
@@ -269,9 +301,9 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str |
             before = torch.cuda.memory_stats()
             warm = compiled_frames()
             with ClockWatch() as watch:  # the clock the steps ran at (a denser, compiled run may hold it lower)
-                latent, times, record = image(seed)
+                latent, times, record = image(seed, i)
         else:
-            latent, times, record = image(seed)
+            latent, times, record = image(seed, i)
             server_cleanup()  # what ComfyUI's executor does after each node
         images.append(record)
         if i == 0:
@@ -279,6 +311,11 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str |
             out["warmup_s"] = record["seconds"]
     out["images"] = images
     out["image_s_first"] = images[0]["seconds"]
+    if prompts is not None:
+        out["cycle_s_first"] = images[0]["cycle_s"]
+        if len(images) > 1:
+            out["cycle_s_warm_median"] = round(statistics.median(r["cycle_s"] for r in images[1:]), 3)
+        out["files_read_in_cycles"] = sum(sum(r["files_read"].values()) for r in images[1:])
     if len(images) > 1:
         out["image_s_warm_median"] = round(statistics.median(r["seconds"] for r in images[1:]), 3)
         out["latent_equal_first"] = bool(torch.equal(latent, first_latent))
@@ -325,6 +362,37 @@ def _run_peer(a, peer: str, files: dict, ballast_bytes: int, compile_mode: str |
         torch.save(latent.float().cpu(), pathlib.Path(a.latents) / f"{peer}@{cap_name(json.loads(a.child)['cap'])}.pt")
     out["loaded"] = [type(m).__name__ for m in models]
     return out
+
+
+class _file_reads:  # noqa: N801 - used as a context manager, named for what it yields
+    """Counts, while open, the calls that read a model file from disk: ComfyUI's ``load_torch_file``, safetensors'
+    ``safe_open`` and the pack's ``open_safetensors`` (a prompt after the first must read none)."""
+
+    def __enter__(self) -> dict:
+        import comfy.utils
+        import safetensors
+
+        from ...ideogram4 import safetensors_io
+
+        self.counts = {"load_torch_file": 0, "safe_open": 0, "open_safetensors": 0}
+        self.saved = [
+            (comfy.utils, "load_torch_file"),
+            (safetensors, "safe_open"),
+            (safetensors_io, "open_safetensors"),
+        ]
+        self.saved = [(mod, name, getattr(mod, name)) for mod, name in self.saved]
+        for mod, name, fn in self.saved:
+
+            def counted(*args, _fn=fn, _name=name, **kwargs):
+                self.counts[_name] += 1
+                return _fn(*args, **kwargs)
+
+            setattr(mod, name, counted)
+        return self.counts
+
+    def __exit__(self, *exc) -> None:
+        for mod, name, fn in self.saved:
+            setattr(mod, name, fn)
 
 
 def _model_counters(models) -> dict:

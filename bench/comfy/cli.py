@@ -141,6 +141,14 @@ def parse(argv):
         help="with --vram: keep the synthetic files in --workdir after the run and use them when they are there "
         "(written by an earlier run with the same --seed and --layers)",
     )
+    p.add_argument(
+        "--prompts",
+        action="store_true",
+        help="with --vram: each image is a prompt cycle as a user makes it: ComfyUI's Ideogram 4 text encoder "
+        "(Qwen3-VL 8B fp8 layout, synthetic weights, loaded once per process through ComfyUI's loader) encodes a new "
+        "prompt, then the image samples from its features; reports the encode and cycle seconds and whether any "
+        "file was read again",
+    )
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # JSON of one run (peer, cap, files)
     a = p.parse_args(argv)
     a.peers = [x for x in a.peers.split(",") if x]

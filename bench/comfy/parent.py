@@ -28,7 +28,7 @@ import time
 import torch
 
 from ..report import command
-from .peers import PEERS, WIDTH, config_for, each_layout, layout_files
+from .peers import PEERS, TEXT_ENCODER, WIDTH, config_for, each_layout, layout_files
 from .report import COMPILED, cap_name, card_ratios, print_cards, print_images, print_passes
 
 
@@ -53,6 +53,8 @@ def run(a) -> dict:
     if a.cold:
         shutil.rmtree(caches, ignore_errors=True)
     warmed: set = set()
+    if a.prompts:  # one file for every run, written first
+        _spawn_write(a, TEXT_ENCODER)
     # each layout written in a process of its own: the parent never holds GPU memory
     for _, peers, files in each_layout(a.peers, lambda layout: _spawn_write(a, layout), keep=a.reuse_files):
         pack = [p for p in peers if not PEERS[p][1].startswith("native")]
@@ -104,6 +106,8 @@ def _first_image(entry: dict) -> dict:
 
 
 def _spawn_write(a, layout: str) -> dict:
+    """{branch: file} of ``layout`` (or {"text_encoder": file} for ``TEXT_ENCODER``), written by a child process
+    unless ``--reuse-files`` finds them."""
     files = layout_files(layout, pathlib.Path(a.workdir))
     if a.reuse_files and all(f.exists() for f in files.values()):
         print(f"[{layout}] using the files already in {a.workdir}", flush=True)
@@ -130,6 +134,8 @@ def _spawn(
 ) -> dict:
     job = {"peer": peer, "cap": cap, "files": {b: str(p) for b, p in files.items()}, "write": write}
     job["compile"] = compile_mode
+    if a.prompts and peer is not None:
+        job["text_encoder"] = str(layout_files(TEXT_ENCODER, pathlib.Path(a.workdir))["text_encoder"])
     cmd = [
         sys.executable,
         "-m",

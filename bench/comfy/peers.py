@@ -42,14 +42,24 @@ PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for t
     "ours-w8a8-no-handoff": {"IDEOGRAM4_INT8_EXPERIMENTS": "block-norms=no-handoff"},
     "ours-w8a8-conds-per-call": {"IDEOGRAM4_INT8_EXPERIMENTS": "no-resident-conds"},
 }
+TEXT_ENCODER = "text-encoder"  # the prompt cycle's text encoder file (--prompts), written like a layout
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
 COMPILE_MODES = ("default", "cudagraphs", "blocks", "max-autotune-no-cudagraphs", "reduce-overhead")
 SAMPLERS = ("pack", "native")
 
 
 def write_layout(layout: str, config, workdir: pathlib.Path, seed: int) -> dict[str, pathlib.Path]:
-    """{branch: file} of one layout, from the same seeded weights every layout derives from."""
+    """{branch: file} of one layout, from the same seeded weights every layout derives from (``TEXT_ENCODER``: the
+    synthetic text encoder, ``bench/text_encoder.py``)."""
     from ...ideogram4 import synthetic
+
+    if layout == TEXT_ENCODER:
+        from .. import text_encoder
+
+        t0 = time.perf_counter()
+        path = text_encoder.write(workdir, seed)
+        print(f"[{layout}] wrote {path.stat().st_size / GIB:.1f} GiB in {time.perf_counter() - t0:.0f} s", flush=True)
+        return {"text_encoder": path}
 
     gen = "cuda" if torch.cuda.is_available() else "cpu"
     weights = {
@@ -98,7 +108,11 @@ def each_layout(peers: list[str], write, keep: bool = False):
 
 
 def layout_files(layout: str, workdir: pathlib.Path) -> dict[str, pathlib.Path]:
-    """{branch: file} where ``write_layout`` writes ``layout``."""
+    """{branch: file} where ``write_layout`` writes ``layout`` ({"text_encoder": file} for ``TEXT_ENCODER``)."""
+    if layout == TEXT_ENCODER:
+        from ..text_encoder import FILE_NAME
+
+        return {"text_encoder": workdir / FILE_NAME}
     if layout == "w8a8":
         path = workdir / "ideogram4-int8-w8a8.safetensors"
         return {"conditional": path, "unconditional": path}

@@ -30,10 +30,13 @@ In-process run (``inprocess.run``; ``peer_ratios``, ``print_peers``, ``figure``)
          torch_peak_reserved_gib_per_card; with --kernels: kernels, bus, profile, per_run (``bench/step_profile.py``,
          ``bench/kernel_table.py``); with --host-profile: host_profile ({self, cumulative, unit}); streaming (each
          MODEL's stream report or null), gib_streamed_per_step, copy_ms_per_step, wait_ms_per_step, copies_hidden;
-         paths, panel_notes, graph_notes, loaded; process_s
+         paths, panel_notes, graph_notes, loaded; process_s; with --prompts: text_encoder_load_s, per image
+         encode_s, text_tokens, cycle_s, files_read ({load_torch_file, safe_open, open_safetensors} calls),
+         cycle_s_first, cycle_s_warm_median, files_read_in_cycles (after the first prompt)
          added by ``card_ratios``: speedup_vs_eager, eager_sm_mhz (compiled runs), x_own_resident,
          x_ours_resident, floor_ms, speedup_vs_<native>; image_s_floor, image_x_floor, image_x_steps,
-         image_speedup_vs_<native> (``image_ratios``); by ``parent.compare_latents`` (``--latents``):
+         image_s_bus_floor (no resident run of the peer), image_speedup_vs_<native>, cycle_speedup_vs_<native>
+         (``image_ratios``); by ``parent.compare_latents`` (``--latents``):
          latent_max_abs_vs_resident, latent_cosine_vs_resident
 """
 
@@ -163,23 +166,31 @@ def card_ratios(result: dict) -> None:
 
 def image_ratios(e: dict, runs: dict, peer: str, cap: str, suffix: str) -> None:
     """Per image: the floor (steps x the larger of the peer's resident step and the bytes it streamed per step over
-    the pinned bandwidth), the warm image against it, and the ratio to each native peer's warm image on that card."""
+    the pinned bandwidth; without a resident run of the peer in the result, only the bus part, as
+    ``image_s_bus_floor``), the warm image against it, and the ratio to each native peer's warm image on that card."""
     if not e.get("images"):
         return
     steps = e["images"][-1]["steps"]
-    resident = runs.get(f"{peer}@resident", {}).get("step_ms_median") or e["step_ms_median"]
+    resident = runs.get(f"{peer}@resident", {}).get("step_ms_median")
     bw = e.get("pinned_gib_s")
     streamed = (e.get("gib_streamed_per_step") or 0) / bw * 1e3 if bw else 0
-    e["image_s_floor"] = round(steps * max(resident, streamed) / 1e3, 3)
+    if resident:
+        e["image_s_floor"] = round(steps * max(resident, streamed) / 1e3, 3)
+    else:
+        e["image_s_bus_floor"] = round(steps * streamed / 1e3, 3)
     warm = e.get("image_s_warm_median")
     if not warm:
         return
-    e["image_x_floor"] = round(warm / e["image_s_floor"], 3)
+    if resident:
+        e["image_x_floor"] = round(warm / e["image_s_floor"], 3)
     e["image_x_steps"] = round(warm / (steps * e["step_ms_median"] / 1e3), 3)  # what the step median does not show
     for ref in NATIVE:
         other = runs.get(f"{ref}{suffix}@{cap}", {}).get("image_s_warm_median")
         if other:
             e[f"image_speedup_vs_{ref}"] = round(other / warm, 3)
+        cycle, other = e.get("cycle_s_warm_median"), runs.get(f"{ref}{suffix}@{cap}", {}).get("cycle_s_warm_median")
+        if cycle and other:
+            e[f"cycle_speedup_vs_{ref}"] = round(other / cycle, 3)
 
 
 def print_cards(result: dict) -> None:
@@ -217,7 +228,7 @@ def print_images(result: dict) -> None:
         equal = {True: "yes", False: "NO", None: "-"}[e.get("latent_equal_first")]
         counts = e["images"][-1] if e.get("images") else {}
         return (
-            f"{e.get('image_s_first', 0):>8.2f}{e.get('image_s_warm_median', 0):>8.2f}{e.get('image_s_floor', 0):>8.2f}"
+            f"{e.get('image_s_first', 0):>8.2f}{e.get('image_s_warm_median', 0):>8.2f}{r('image_s_floor'):>8}"
             f"{r('image_x_floor'):>8}{r('image_x_steps'):>8}{r('image_speedup_vs_native-fp8'):>7}"
             f"{r('image_speedup_vs_native-bf16'):>7}{e.get('step_ms_median', 0):>8.1f}{equal:>6}"
             f"{counts.get('graph_captures', 0):>5}{counts.get('plan_changes', 0):>5}"
@@ -237,6 +248,14 @@ def print_images(result: dict) -> None:
         row,
         failed=slice(-160, None),
     )
+    for name, e in runs.items():  # --prompts: the prompt cycle (a new prompt encoded, then the image)
+        if e.get("cycle_s_warm_median"):
+            encodes = [r.get("encode_s") for r in e["images"]]
+            print(
+                f"{name:<34} prompt cycle: first {e['cycle_s_first']:.2f} s, warm {e['cycle_s_warm_median']:.2f} s "
+                f"({two_places(e, 'cycle_speedup_vs_native-fp8', 'x')} native fp8), encodes {encodes} s, files read "
+                f"again after the first prompt: {e.get('files_read_in_cycles')}"
+            )
     for key in ("cold", "warmups"):
         if info.get(key):
             print(f"{key}: {json.dumps(info[key])}")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from import_graph import assert_no_cycle
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = "comfyui_ideogram4_int8"
@@ -69,20 +70,7 @@ def test_bench_modules_import_each_other_one_way():
     """No import circle among the benchmark modules, lazy imports inside functions included; the shared report
     imports no benchmark, the ComfyUI report none of the ComfyUI runs, and no product benchmark imports a probe."""
     edges = {m: _imported(m, p) for m, p in MODULES.items()}
-    done, active = set(), []
-
-    def visit(m):
-        assert m not in active, "import cycle: " + " -> ".join([*active[active.index(m) :], m])
-        if m in done:
-            return
-        active.append(m)
-        for n in sorted(edges[m]):
-            visit(n)
-        active.pop()
-        done.add(m)
-
-    for m in sorted(edges):
-        visit(m)
+    assert_no_cycle(edges)
     assert edges["bench.report"] == set()
     assert edges["bench.comfy.report"] <= {"bench.report", "bench.kernel_table"}
     assert edges["bench.comfy.cli"] >= {"bench.comfy.inprocess", "bench.comfy.parent", "bench.comfy.child"}

@@ -23,28 +23,21 @@ needs_triton = pytest.mark.skipif(
 )
 
 
+def _quick_compile(tmp_path: pathlib.Path, *archs: str) -> list[dict]:
+    """The rows of ``offline_compile.py --quick`` for ``archs``, in a process of its own (no interpreter)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, str(HERE / "offline_compile.py"), "--quick", "--arch", *archs]
+    out = subprocess.run(
+        [*cmd, "--json", str(tmp_path / "rows.json")], capture_output=True, text=True, env=env, timeout=1200
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    return json.loads((tmp_path / "rows.json").read_text())
+
+
 @needs_triton
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas not found")
 def test_one_config_per_kernel_family_compiles_for_sm80_and_sm90a(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "offline_compile.py"),
-            "--quick",
-            "--arch",
-            "80",
-            "90",
-            "--json",
-            str(tmp_path / "rows.json"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-    )
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    rows = json.loads((tmp_path / "rows.json").read_text())
+    rows = _quick_compile(tmp_path, "80", "90")
     ok = [r for r in rows if r["status"] == "OK"]
     kernels = {r["case"].split("/")[0] for r in ok if r["case"][0] in "tg"}
     assert {"triton", "triton-tma"} <= kernels  # triton-tma compiles for sm_90 only
@@ -78,25 +71,7 @@ def test_one_config_per_kernel_family_compiles_for_consumer_and_datacenter_black
     from comfyui_ideogram4_int8.kernels import fp8_gemm
     from comfyui_ideogram4_int8.kernels.env import triton_line
 
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "offline_compile.py"),
-            "--quick",
-            "--arch",
-            "100",
-            "120",
-            "--json",
-            str(tmp_path / "rows.json"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-    )
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    rows = json.loads((tmp_path / "rows.json").read_text())
+    rows = _quick_compile(tmp_path, "100", "120")
     assert all(r["status"] == "OK" for r in rows), [r for r in rows if r["status"] != "OK"]
     gemms = {cc: [r for r in rows if r["cc"] == cc and r["case"].startswith("triton")] for cc in (100, 120)}
     mains = {cc: [r for r in g if not r["case"].endswith("reduce")] for cc, g in gemms.items()}

@@ -11,6 +11,7 @@ import sys
 
 import pytest
 import tomllib
+from import_graph import assert_no_cycle
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -104,20 +105,7 @@ def test_kernels_import_each_other_without_cycles():
                     edges[m] |= {node.module.split(".")[0]} & set(mods)
                 else:
                     edges[m] |= {a.name for a in node.names} & set(mods)
-    done, active = set(), []
-
-    def visit(m):
-        assert m not in active, "import cycle: " + " -> ".join([*active[active.index(m) :], m])
-        if m in done:
-            return
-        active.append(m)
-        for n in sorted(edges[m]):
-            visit(n)
-        active.pop()
-        done.add(m)
-
-    for m in sorted(mods):
-        visit(m)
+    assert_no_cycle(edges)
     assert edges["configs"] == set(), "configs.py is the leaf every kernel module reads"
 
 

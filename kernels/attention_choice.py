@@ -399,7 +399,11 @@ def worst_head_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 def measure(pool: dict, device, shape: Shape, dtype, timer: Timer | None = None):
     """({name: ms}, {name: error}, {name: why it failed}) of each candidate of ``pool`` on probe inputs."""
     q, k, v = probe_inputs(device, shape, dtype)
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
+    # head by head: float32 SDPA may take the math kernel, whose [L, L] scores of all heads at once would not fit
+    ref = torch.cat(
+        [F.scaled_dot_product_attention(*(t[:, h : h + 1].float() for t in (q, k, v))) for h in range(shape.heads)],
+        dim=1,
+    )
     timer = timer or (cuda_event_timer if device.type == "cuda" else wall_timer)
     ms, errors, failed = {}, {}, {}
     for name, candidate in pool.items():

@@ -46,7 +46,7 @@ class PackAttention:
     def __init__(self, label: str | None = None):
         self.label = label
         self.runs = dict.fromkeys(CANDIDATES, 0)
-        self._noted: str | None = None
+        self._noted: tuple | None = None  # (choice, shape) of the note last written
 
     def __call__(
         self, func, q, k, v, heads, mask=None, attn_precision=None, skip_reshape=False, skip_output_reshape=False, **kw
@@ -85,14 +85,10 @@ class PackAttention:
             path = SDPA
             out = CANDIDATES[SDPA].run(q, k, v)
         self.runs[path] += 1
-        self._note(f"attention at {shape}: {choice.describe()}")
+        if self.label is not None and (choice, shape) != self._noted:  # the MODEL's note, written when it changes
+            self._noted = (choice, shape)
+            kernels.REGISTRY.set_model_note(self.label, NOTE_KIND, f"attention at {shape}: {choice.describe()}")
         return out
-
-    def _note(self, note: str) -> None:
-        """The MODEL's ``attention`` note, written when it changes."""
-        if self.label is not None and note != self._noted:
-            self._noted = note
-            kernels.REGISTRY.set_model_note(self.label, NOTE_KIND, note)
 
 
 def install(model_options: dict, device: torch.device | None = None, label: str | None = None) -> str:

@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 SDPA, INT8, FP8 = settings.ATTENTION_PATHS
 # The largest relative Frobenius error (worst head, against float32 attention of the same inputs) an 8-bit path may
 # have to be chosen. bf16 SDPA errs about a tenth of this at Ideogram 4's shapes; comfy-kitchen's INT8 attention
-# errs just under it with outlier channels (docs/performance.md#attention), and its rotation keeps those from
-# growing with the sequence. A path over it never runs by itself; the switch can still force it.
+# errs just under it with outlier channels (docs/performance.md#attention). A path over it never runs by itself;
+# the switch can still force it.
 BOUND = 2e-2
 CACHE_NAME = "attention.json"
 OUTLIER_CHANNELS = 8  # per head, of the probe's q and k

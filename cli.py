@@ -18,6 +18,8 @@ PRESET_NAMES = ("Quality 48", "Default 20", "Turbo 12")
 DEVICE_CHOICES = "cpu, cuda, cuda:N"
 # an Ideogram 4 linear (attention.qkv: N = 13824, K = 4608) for `info`'s path question
 INFO_SHAPE = (13824, 4608)
+# an Ideogram 4 attention at 1024x1024 (tokens, heads, head dim) for `info`'s attention question
+INFO_ATTENTION = (4608, 18, 256)
 MAX_SEED = 2**64 - 1  # torch's generator takes a 64-bit seed (ComfyUI's seed widget has the same range)
 
 
@@ -146,7 +148,31 @@ def info_report() -> dict:
     report["fp8_protected_path"] = fp8_path
     report["fp8_protected_reason"] = fp8_why or "fused FP8 GEMM"
     report.update(_family_report(device, report["arch"]))
+    report["attention"] = _attention_report(device)
     return report
+
+
+def _attention_report(device) -> dict:
+    """The attention path the pack's MODELs take at ``INFO_ATTENTION`` on ``device`` and why: on a GPU the choice
+    itself (measured now unless an earlier run cached it, as the first sampling pass would)."""
+    import torch
+
+    from .kernels import attention_choice, settings
+
+    if settings.attention() == "comfyui":
+        return {"path": "comfyui", "reason": f"ComfyUI's own ({settings.said(settings.ATTENTION)})"}
+    if device.type != "cuda":
+        return {"path": "comfyui", "reason": f"ComfyUI's own on the {device.type.upper()} (the pack's serves CUDA)"}
+    if attention_choice.PRIORITY is None:
+        return {"path": "comfyui", "reason": "ComfyUI's own (this torch cannot order SDPA backends)"}
+    choice = attention_choice.choose(device, attention_choice.Shape(*INFO_ATTENTION), torch.bfloat16)
+    return {
+        "path": choice.path,
+        "label": attention_choice.LABELS[choice.path],
+        "reason": choice.reason,
+        "ms": choice.ms,
+        "errors": choice.errors,
+    }
 
 
 def _family_report(device, arch: str) -> dict:
@@ -191,6 +217,10 @@ def _cmd_info(args: argparse.Namespace) -> int:
         f"  fp8 layers {report['fp8_protected_path']}: {report['fp8_protected_reason']} "
         "(protected layers stored fp8: the loader's protected_layers = fp8)"
     )
+    attention = report["attention"]
+    n, h, d = INFO_ATTENTION
+    print(f"  attention  {attention['path']} (an Ideogram 4 attention, L={n}, {h} heads of {d})")
+    print(f"    why      {attention['reason']}")
     check = report["self_check"]
     done = ", ".join(
         f"{r['family']} {'passed' if r['passed'] else 'FAILED: ' + r['why']}"

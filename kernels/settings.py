@@ -16,7 +16,8 @@ User switches (``SWITCHES``):
   IDEOGRAM4_INT8_STREAM        on | off: stream the blocks that do not fit (off: ComfyUI's own partial load)
   IDEOGRAM4_INT8_STREAM_SLOTS  a whole number >= 1: device slots per streamed model
   IDEOGRAM4_INT8_GLUON         on | off: the Hopper Gluon GEMM (off: the portable Triton kernel)
-  IDEOGRAM4_INT8_ATTENTION     auto | comfyui: the pack's attention choice, or ComfyUI's own
+  IDEOGRAM4_INT8_ATTENTION     auto | comfyui | sdpa | int8 | fp8: the pack's measured attention choice, ComfyUI's
+                               own, or one attention path forced where it can run
 Experiments (``EXPERIMENTS``) turn parts of the pack off or back to ComfyUI's own code, for A/B measurements; they
 are one comma-separated list, as ComfyUI's ``--fast`` is:
   IDEOGRAM4_INT8_EXPERIMENTS="block-norms=comfyui,no-resident-conds,stream-whole-blocks"
@@ -63,6 +64,9 @@ class Switch:
 # the GEMM paths a user may force (kernels/registry.py names them; a test keeps the two in step)
 GEMM_PATHS = ("triton-int8", "cublas-int8", "dequant-bf16")
 
+# the attention paths a user may force (kernels/attention_choice.py names them; a test keeps the two in step)
+ATTENTION_PATHS = ("sdpa", "int8", "fp8")
+
 SWITCHES = {
     GEMM_PATH: Switch(
         "choice", "auto", "the GEMM path every quantized linear takes where it can", ("auto", *GEMM_PATHS)
@@ -73,7 +77,12 @@ SWITCHES = {
     STREAM: Switch("on-off", True, "stream the blocks that do not fit on the card (off: ComfyUI's partial load)"),
     STREAM_SLOTS: Switch("count", None, "device slots per streamed model (unset: 3 for pieces, 2 for whole blocks)"),
     GLUON: Switch("on-off", True, "the Hopper Gluon GEMM kernels (off: the portable Triton kernel)"),
-    ATTENTION: Switch("choice", "auto", "attention: the pack's choice (auto) or ComfyUI's own", ("auto", "comfyui")),
+    ATTENTION: Switch(
+        "choice",
+        "auto",
+        "attention: the pack's measured choice (auto), ComfyUI's own, or one path forced",
+        ("auto", "comfyui", *ATTENTION_PATHS),
+    ),
 }
 
 
@@ -267,7 +276,8 @@ def gluon() -> bool:
 
 
 def attention() -> str:
-    """ "auto" (the pack's attention where it serves) or "comfyui" (ComfyUI's own)."""
+    """ "auto" (the pack's attention, chosen per shape by measurement), "comfyui" (ComfyUI's own), or a forced path
+    of ``ATTENTION_PATHS`` (where it cannot run, SDPA runs and says why)."""
     return current().values[ATTENTION]
 
 
@@ -299,6 +309,7 @@ def problems() -> dict[str, str]:
 
 __all__ = [
     "ATTENTION",
+    "ATTENTION_PATHS",
     "CACHE_DIR",
     "CUDA_GRAPHS",
     "EXPERIMENTS",

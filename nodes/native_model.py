@@ -139,7 +139,7 @@ def build_native_model(
         op_coverage.install(model.diffusion_model, label)
         resident_conds.install(model)
         patcher = Ideogram4ModelPatcher(model, load_device=load_device, offload_device=offload_device)
-        patcher.ideogram4_attention = install_attention(patcher.model_options, load_device)
+        patcher.ideogram4_attention = install_attention(patcher.model_options, load_device, label)
         if offload_device.type != "cpu":
             model.to(offload_device)
         paths = declare_sites(model.diffusion_model, label, load_device)

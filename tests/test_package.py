@@ -156,6 +156,26 @@ def test_cli_info_reports_versions_and_the_gemm_path_with_its_reason():
     assert info["gemm_path_reason"] in text.stdout and f"backend    {info['backend']}" in text.stdout
     forced = json.loads(_cli("info", "--json", env=dict(env, IDEOGRAM4_INT8_GEMM_PATH="dequant-bf16")).stdout)
     assert forced["gemm_path"] == "dequant-bf16" and "IDEOGRAM4_INT8_GEMM_PATH" in forced["gemm_path_reason"]
+    assert f"attention  {info['attention']['path']}" in text.stdout and info["attention"]["reason"] in text.stdout
+
+
+def test_cli_info_names_the_attention_path_and_why(monkeypatch, setting):
+    import torch
+    from comfyui_ideogram4_int8 import cli
+    from comfyui_ideogram4_int8.kernels import attention_choice
+
+    cpu = cli._attention_report(torch.device("cpu"))
+    assert cpu == {"path": "comfyui", "reason": "ComfyUI's own on the CPU (the pack's serves CUDA)"}
+    asked = []
+    answer = attention_choice.Choice("int8", "the fastest within the bound", {"sdpa": 2.0, "int8": 1.0}, {})
+    monkeypatch.setattr(attention_choice, "choose", lambda *a: asked.append(a) or answer)
+    monkeypatch.setattr(attention_choice, "PRIORITY", object())
+    cuda = torch.device("cuda", 0)
+    got = cli._attention_report(cuda)
+    assert got["path"] == "int8" and got["reason"] == answer.reason and got["ms"] == answer.ms
+    assert asked == [(cuda, attention_choice.Shape(*cli.INFO_ATTENTION), torch.bfloat16)]
+    setting("IDEOGRAM4_INT8_ATTENTION", "comfyui")
+    assert cli._attention_report(cuda)["reason"] == "ComfyUI's own (IDEOGRAM4_INT8_ATTENTION=comfyui)"
 
 
 @pytest.mark.parametrize(

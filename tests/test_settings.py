@@ -48,6 +48,8 @@ def test_choices_and_their_defaults():
     assert settings.read({settings.GEMM_PATH: "auto"}).values[settings.GEMM_PATH] == "auto"
     assert settings.read({settings.ATTENTION: "ComfyUI"}).values[settings.ATTENTION] == "comfyui"
     assert settings.read({}).values[settings.ATTENTION] == "auto"
+    for path in settings.ATTENTION_PATHS:
+        assert settings.read({settings.ATTENTION: path.upper()}).values[settings.ATTENTION] == path
 
 
 def test_the_forcible_paths_are_the_registrys():
@@ -69,7 +71,7 @@ def test_slots_and_the_cache_folder():
         (settings.GEMM_TIMING, "sometimes", None, "1/on/true/yes"),
         (settings.CUDA_GRAPHS, "always", "auto", "auto, on, off"),
         (settings.GEMM_PATH, "fastest-please", "auto", "auto, triton-int8, cublas-int8, dequant-bf16"),
-        (settings.ATTENTION, "sage", "auto", "auto, comfyui"),
+        (settings.ATTENTION, "sage", "auto", "auto, comfyui, sdpa, int8, fp8"),
         (settings.STREAM_SLOTS, "0", None, "a whole number >= 1"),
         (settings.STREAM_SLOTS, "two", None, "a whole number >= 1"),
     ],

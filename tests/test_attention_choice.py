@@ -237,3 +237,29 @@ def test_a_compiled_call_looks_the_answer_up_without_measuring(monkeypatch):
     out = fn(q, k, v)
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(1, 32, 32)
     assert torch.allclose(out, ref, atol=1e-5) and AC.decided() == {}
+
+
+def test_the_families_measured_here_take_sdpa_and_others_still_measure(monkeypatch):
+    """H100 / H200 (sm_90): the repository measured cuDNN's bf16 SDPA faster than every 8-bit path at these shapes,
+    so the shipped pool answers SDPA there without measuring; another family measures (a fake timer here)."""
+    cuda = torch.device("cuda", 0)
+    shipped = {name: FakeCandidate(name, noise=AC.BOUND / 10) for name in ("sdpa", "int8")}
+    monkeypatch.setattr(AC, "CANDIDATES", shipped)
+    monkeypatch.setattr(AC, "_capturing", lambda device: False)
+    monkeypatch.setattr(AC, "capability", lambda device=None: (9, 0))
+    timer = fake_timer(shipped, {"sdpa": 0.58, "int8": 0.41})
+    choice = AC.choose(cuda, SHAPE, torch.float32, timer=timer)
+    assert choice.path == "sdpa" and not choice.measured and not timer.timed
+    assert choice.reason.startswith("measured on this GPU family: no 8-bit path is faster (0.579 ms")
+    AC.clear()
+    monkeypatch.setattr(AC, "capability", lambda device=None: (8, 6))
+    measured = []
+
+    def measure(pool, device, shape, dtype, timer=None):  # this CPU cannot run CUDA probes: the numbers a GPU gave
+        measured.append(sorted(pool))
+        return {"sdpa": 0.58, "int8": 0.41}, {"sdpa": 1e-3, "int8": 1e-2}, {}
+
+    monkeypatch.setattr(AC, "measure", measure)
+    monkeypatch.setattr(AC, "gpu_name", lambda device=None: "a GPU of another family")
+    choice = AC.choose(cuda, SHAPE, torch.float32, timer=timer)
+    assert choice.path == "int8" and choice.measured and measured == [["int8", "sdpa"]]

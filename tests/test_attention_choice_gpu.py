@@ -55,7 +55,8 @@ def test_choose_measures_every_path_that_can_run_and_keeps_the_numbers(shape):
         pytest.skip("this torch cannot order SDPA backends")
     device = _device()
     ready = [n for n, c in AC.CANDIDATES.items() if c.unavailable(device, shape, torch.bfloat16) is None]
-    choice = AC.choose(device, shape, torch.bfloat16)
+    pool = dict(AC.CANDIDATES)  # not the shipped pool: measured on the families whose answer is known too
+    choice = AC.choose(device, shape, torch.bfloat16, candidates=pool)
     if ready == [AC.SDPA]:
         assert choice.path == AC.SDPA and choice.reason.startswith("no 8-bit path can run here")
         return
@@ -64,7 +65,15 @@ def test_choose_measures_every_path_that_can_run_and_keeps_the_numbers(shape):
     within = {n: ms for n, ms in choice.ms.items() if choice.errors[n] <= AC.BOUND}
     assert choice.path == min(within, key=within.get)  # the fastest within the bound
     assert f"{choice.path} {choice.ms[choice.path]:.3f} ms" in choice.reason
-    assert AC.cache_file().exists() and AC.choose(device, shape, torch.bfloat16) is choice
+    assert AC.cache_file().exists() and AC.choose(device, shape, torch.bfloat16, candidates=pool) is choice
+
+
+def test_the_families_measured_here_take_sdpa_without_measuring():
+    device = _device()
+    if AC.capability(device) not in AC.MEASURED_HERE:
+        pytest.skip("measured on this GPU family in the repository: H100 / H200 only")
+    choice = AC.choose(device, SHAPES[0], torch.bfloat16)
+    assert choice.path == AC.SDPA and not choice.measured and "measured on this GPU family" in choice.reason
 
 
 def test_the_override_runs_the_chosen_path_and_its_output_is_within_the_bound():

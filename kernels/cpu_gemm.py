@@ -68,14 +68,20 @@ class CpuGemm:
         """None when torch._int_mm is this CPU's fast path; else why the dequantized float matmul runs instead."""
         if self.int_mm_fast:
             return None
-        switch = "IDEOGRAM4_INT8_GEMM_PATH=cublas-int8 forces it"
+        return (
+            f"{self.evidence()}, so the dequantized float matmul runs; IDEOGRAM4_INT8_GEMM_PATH=cublas-int8 forces it"
+        )
+
+    def evidence(self) -> str:
+        """What the choice between torch._int_mm and the dequantized float matmul rests on: the times measured at
+        ``SHAPE``, or the pin that stated it."""
         if self.pin is not None:
-            return f"{ENV_CPU_GEMM}={self.pin}: the dequantized float matmul runs on this CPU; {switch}"
+            return f"{ENV_CPU_GEMM}={self.pin} (stated, not measured)"
         m, k, n = SHAPE
         dtype = str(self.float_dtype).replace("torch.", "")
         return (
             f"CPU: torch._int_mm took {self.ms['int8']:.2f} ms against {self.ms[dtype]:.2f} ms for the dequantized "
-            f"{dtype} matmul at M={m} K={k} N={n} ({self.source}), so the float matmul runs; {switch}"
+            f"{dtype} matmul at M={m} K={k} N={n} ({self.source})"
         )
 
     def summary(self) -> str:

@@ -26,6 +26,9 @@ from .operands import cublas_shape_problem
 from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON
 
 ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
+# why no quantized linear on a CPU takes the fused path: the first part of each such layer's reason (the status report
+# names it once as the device's reason, so the panel need not repeat it per layer)
+CPU_REASON = "CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)"
 
 
 _QUANT_PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)
@@ -94,12 +97,16 @@ def _auto(device: torch.device, n: int, k: int, note: str = "", after: str | Non
     for candidate in _QUANT_PATHS[start:]:
         if candidate == PATH_TRITON and device.type == "cpu":
             # The CPU interpreter is a test vehicle, never an automatic choice.
-            reasons.append("CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)")
+            reasons.append(CPU_REASON)
             continue
         why = _unavailable(candidate, device, n, k)
         if why is None and candidate == PATH_CUBLAS and device.type == "cpu":
-            # no tensor cores: torch._int_mm is the fast CPU path only where it measured so (cpu_gemm)
-            why = cpu_gemm.choice().why_not_int_mm()
+            # no tensor cores: torch._int_mm is the fast CPU path only where it measured so (cpu_gemm); the reason
+            # gives the measurement either way
+            answer = cpu_gemm.choice()
+            why = answer.why_not_int_mm()
+            if why is None:
+                reasons.append(f"{answer.evidence()}, so it runs")
         if why is None:
             return candidate, "; ".join(reasons)
         reasons.append(why)

@@ -21,14 +21,14 @@ import os
 import torch
 
 from . import cpu_gemm
-from .backends import unavailable
+from .backends import no_cuda_reason, unavailable
 from .operands import cublas_shape_problem
-from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON
+from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, path_labels
 
 ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
 # why no quantized linear on a CPU takes the fused path: the first part of each such layer's reason (the status report
 # names it once as the device's reason, so the panel need not repeat it per layer)
-CPU_REASON = "CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)"
+CPU_REASON = no_cuda_reason("cpu")
 
 
 _QUANT_PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)
@@ -120,3 +120,13 @@ def dequant_dtype(x: torch.Tensor) -> torch.dtype:
         return x.dtype
     fast = cpu_gemm.choice().float_dtype
     return torch.bfloat16 if x.dtype == torch.bfloat16 and fast == torch.bfloat16 else torch.float32
+
+
+def labels_here() -> tuple[str, dict[str, str]]:
+    """(device type, {path id: what it runs there}) in the words the panel, the logs and the loader summaries share:
+    the CUDA words where torch sees a GPU, else the CPU's, with the float dtype the CPU's measurement picked (float32
+    until it measured; never measures)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    answer = cpu_gemm.decided()
+    dtype = str(answer.float_dtype).replace("torch.", "") if answer is not None else "float32"
+    return device, path_labels(device, dtype)

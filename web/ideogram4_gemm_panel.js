@@ -258,6 +258,7 @@ function modelCard(model) {
     countsBar(s),
     s.warning ? h("div", { class: "ig4i8-warning" }, s.warning) : null,
     ...modelNotes(model).map((n) => h("div", { class: "ig4i8-muted", "data-testid": `ig4i8-note-${n.kind}` }, n.text)),
+    ...s.idle.map((i) => h("div", { class: "ig4i8-muted", "data-testid": "ig4i8-idle" }, `${i.layer}: ${i.why}`)),
     model.calls > 0
       ? h("div", { class: "ig4i8-muted", "data-testid": "ig4i8-calls" }, `GEMM calls: ${callsText(model.calls_last_run, model.calls)}`)
       : null,

@@ -15,6 +15,7 @@ import {
   perModelCounts,
   checkReport,
   describeEnvironment,
+  knownRuns,
   dominantPath,
   formatMs,
   formatShare,
@@ -472,6 +473,24 @@ test("a badge from an earlier run is labelled so, in the idle colours", () => {
   r.nodes["9"].prompt_id = "older";
   assert.equal(nodeBadge(r, SAMPLER).stale, true);
   assert.equal(nodeBadge(r, LOADER).stale, true);
+});
+
+test("a freshly loaded workflow shows no badge from the runs before it was loaded", () => {
+  // Nodes 2.0 showed the last run's badge on a workflow just opened from the Templates browser: same node ids
+  const r = sample();
+  const before = knownRuns(r, "the-prompt-that-ran");
+  assert.ok(before.has(String(r.nodes["8"].prompt_id)) && before.has(String(r.last_prompt_id)));
+  assert.ok(before.has("the-prompt-that-ran") && r.models.every((m) => m.last_run == null || before.has(m.last_run)));
+  for (const node of [LOADER, SAMPLER]) {
+    assert.ok(nodeBadge(r, node), "shown while the graph that ran is on the canvas");
+    assert.equal(nodeBadge(r, node, null, before), null);
+  }
+  // the loaded graph runs: its nodes' new events are not hidden
+  const ran = structuredClone(r);
+  for (const id of ["8", "9"]) ran.nodes[id].prompt_id = "a-new-prompt";
+  for (const m of ran.models) m.last_run = "a-new-prompt";
+  assert.equal(nodeBadge(ran, LOADER, "a-new-prompt", before).stale, false);
+  assert.deepEqual([...knownRuns(null)], []);
 });
 
 test("per-layer and per-model calls show the last run and the total, each labelled", () => {

@@ -527,18 +527,21 @@ export function applyEvent(state, detail) {
 /**
  * The badge of one node on the canvas, tied to the run and the models it came from: {text, severity, colors,
  * tooltip, stale} or null. `node`: {id, type, widgets: {name: value}}; `currentPrompt`: the prompt the frontend saw
- * start last (null: the report's last_prompt_id, e.g. right after a page reload).
+ * start last (null: the report's last_prompt_id, e.g. right after a page reload); `hiddenRuns`: runs (prompt ids)
+ * from before the graph on the canvas was loaded — its nodes did not take part in them.
  *
  * No badge when the report has no event of this node id (a node id alone matches nodes of other workflows), when
  * that event came from a node of another type, when a loader's file widgets now name other files than it loaded,
- * or when none of its models is in the report any more. A badge from an earlier run (neither the node nor one of
- * its models ran in the current run) reads "earlier run · …" in the idle colours.
+ * when it came from a run before this graph was loaded (a freshly opened workflow showed the last run's badge), or
+ * when none of its models is in the report any more. A badge from an earlier run (neither the node nor one of its
+ * models ran in the current run) reads "earlier run · …" in the idle colours.
  */
-export function nodeBadge(report, node, currentPrompt = null) {
+export function nodeBadge(report, node, currentPrompt = null, hiddenRuns = null) {
   if (checkReport(report) || !node) return null;
   useLabels(report);
   const entry = report.nodes?.[String(node.id)];
   if (!entry) return null;
+  if (hiddenRuns?.has(String(entry.prompt_id))) return null;
   if (entry.node_type && node.type && entry.node_type !== node.type) return null;
   for (const [name, value] of Object.entries(entry.source ?? {})) {
     const now = node.widgets?.[name];
@@ -559,6 +562,16 @@ export function nodeBadge(report, node, currentPrompt = null) {
     tooltip: `From an earlier run (prompt ${entry.prompt_id ?? "unknown"}), not the current one.\n${badge.tooltip}`,
     stale: true,
   };
+}
+
+/** The runs (prompt ids) a report and the frontend know of: when a graph is loaded, its nodes took part in none. */
+export function knownRuns(report, currentPrompt = null) {
+  const runs = new Set();
+  for (const entry of Object.values(report?.nodes ?? {})) if (entry?.prompt_id != null) runs.add(String(entry.prompt_id));
+  for (const m of report?.models ?? []) if (m?.last_run != null) runs.add(String(m.last_run));
+  if (report?.last_prompt_id != null) runs.add(String(report.last_prompt_id));
+  if (currentPrompt != null) runs.add(String(currentPrompt));
+  return runs;
 }
 
 /** Our loader / sampler nodes get a badge: ids start with Ideogram4Int8 and name a loader or sampler. */

@@ -20,6 +20,8 @@ PRESET_NAMES = ("Quality 48", "Default 20", "Turbo 12")
 DEVICE_CHOICES = "cpu, cuda, cuda:N"
 # an Ideogram 4 linear (attention.qkv: N = 13824, K = 4608) for `info`'s path question
 INFO_SHAPE = (13824, 4608)
+# an Ideogram 4 attention at 1024x1024 (tokens, heads, head dim) for `info`'s attention question
+INFO_ATTENTION = (4608, 18, 256)
 MAX_SEED = 2**64 - 1  # torch's generator takes a 64-bit seed (ComfyUI's seed widget has the same range)
 # more torch threads than CPUs only wait on each other (thousands of them stall the machine)
 MAX_THREADS = os.cpu_count() or 1
@@ -158,7 +160,47 @@ def info_report() -> dict:
     fp8_path, fp8_why = select_fp8_path(device)  # the loader's protected_layers = fp8
     report["fp8_protected_path"] = fp8_path
     report["fp8_protected_reason"] = fp8_why or "fused FP8 GEMM"
+    report.update(_family_report(device, report["arch"]))
+    report["attention"] = _attention_report(device)
     return report
+
+
+def _attention_report(device) -> dict:
+    """The attention path the pack's MODELs take at ``INFO_ATTENTION`` on ``device`` and why: on a GPU the choice
+    itself (measured now unless an earlier run cached it, as the first sampling pass would)."""
+    import torch
+
+    from .kernels import attention_choice, settings
+
+    if settings.attention() == "comfyui":
+        return {"path": "comfyui", "reason": f"ComfyUI's own ({settings.said(settings.ATTENTION)})"}
+    if device.type != "cuda":
+        return {"path": "comfyui", "reason": f"ComfyUI's own on the {device.type.upper()} (the pack's serves CUDA)"}
+    if attention_choice.PRIORITY is None:
+        return {"path": "comfyui", "reason": "ComfyUI's own (this torch cannot order SDPA backends)"}
+    choice = attention_choice.choose(device, attention_choice.Shape(*INFO_ATTENTION), torch.bfloat16)
+    return {
+        "path": choice.path,
+        "label": attention_choice.LABELS[choice.path],
+        "reason": choice.reason,
+        "ms": choice.ms,
+        "errors": choice.errors,
+    }
+
+
+def _family_report(device, arch: str) -> dict:
+    """The GPU's config-space family in words, and the kernels' first-use self-check on it (asked above already)."""
+    from .kernels import configs, self_check, settings
+
+    family = configs.FAMILIES.get(arch, "no config space of its own: the portable defaults")
+    return {
+        "family": None if arch == "cpu" else family,
+        "self_check": {
+            "runs": self_check.applies(device)
+            or f"not on this device ({settings.EXPERIMENTS_VAR}=self-check=on turns it on)",
+            "results": self_check.results(device),
+        },
+    }
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -173,6 +215,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     print(f"  torch      {report['torch']}")
     print(f"  triton     {report['triton'] or 'not installed'}")
     print(f"  GPU        {gpu}")
+    if report["compute_capability"]:
+        print(f"  family     {report['arch']}: {report['family']}")
     n, k = INFO_SHAPE
     print(
         f"  GEMM path  {report['gemm_path']} on {report['device']}: {report['path_label']} "
@@ -186,6 +230,17 @@ def _cmd_info(args: argparse.Namespace) -> int:
         f"  fp8 layers {report['fp8_protected_path']}: {report['fp8_protected_reason']} "
         "(protected layers stored fp8: the loader's protected_layers = fp8)"
     )
+    attention = report["attention"]
+    n, h, d = INFO_ATTENTION
+    print(f"  attention  {attention['path']} (an Ideogram 4 attention, L={n}, {h} heads of {d})")
+    print(f"    why      {attention['reason']}")
+    check = report["self_check"]
+    done = ", ".join(
+        f"{r['family']} {'passed' if r['passed'] else 'FAILED: ' + r['why']}"
+        + (" (earlier, cached)" if r["from_cache"] else f" ({r['seconds']:.2f} s)")
+        for r in check["results"]
+    )
+    print(f"  self-check {done or 'none run'}; runs: {check['runs']}")
     print("  (--json for the same as JSON; IDEOGRAM4_INT8_GEMM_PATH forces a path)")
     return 0
 
@@ -251,7 +306,9 @@ def build_parser() -> argparse.ArgumentParser:
     p_demo.set_defaults(func=_cmd_demo)
 
     p_bench = sub.add_parser(
-        "bench", help="time whole W8A8 linears against bf16 / dequant / cuBLAS INT8 / FP8 / comfy-kitchen peers"
+        "bench",
+        help="time whole W8A8 linears against bf16 / dequant / cuBLAS INT8 / FP8 / comfy-kitchen peers; ends with a "
+        "report to paste (GPU, paths, self-check, ratios to cuBLAS bf16 and torch._int_mm per shape)",
     )
     p_bench.add_argument("--out", default=None, help="JSON results file (default: bench/results/gemm-<gpu>.json)")
     p_bench.add_argument("--shapes", default=None, help="comma list of shape names (default: all)")

@@ -33,12 +33,22 @@ compiled the same way.
 Per path: median step time (both branches + CFG + Euler), GEMM / attention / other split from
 the torch profiler, peak VRAM (weights of both branches + activations), a full Default-20 sample
 time, and the sampled latent's cosine against bf16's. Writes JSON and a PNG plot.
+
+The JSON has the shape of ``bench/report.py``: ``{"info": {...}, "runs": {label: entry}}``.
+  info   gpu, torch, triton, date, command, layers, size, text_tokens, protected_bf16_layers_per_branch; with
+         --smooth: smooth (vectors, gate_up, fold, fold_<on|off>_summary)
+  runs   a path's label ("<path>", "<path> smooth folded|unfolded", each "... compiled:<mode>"): gemm_path,
+         dividing_quantizer_passes_per_step, fused_gate_up_blocks, step_ms_median, step_ms_all, sm_mhz_median,
+         watts_median, profile_ms ({gemm, act-quant, attention, other}), kernels and profile (one step's kernel
+         table, ``bench/kernel_table.py``), peak_gib, weights_gib, default20_sample_ms, default20_host_s,
+         layers_per_path; latent_cosine_vs_bf16, step_speedup_vs_bf16 / _fp8, sample_speedup_vs_bf16 / _fp8
+         (against the path compiled alike); compiled runs: compiled, compile_s, speedup_vs_eager; a compiled run
+         that failed: compiled, error
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
 import pathlib
@@ -48,6 +58,7 @@ import time
 import torch
 import torch.nn as nn
 
+from .report import print_runs, run_info
 from .timing import ClockWatch
 
 PATHS = ("bf16", "fp8", "dequant-bf16", "cublas-int8", "triton-int8")
@@ -227,7 +238,6 @@ def time_steps(step_fn, warmup: int, reps: int) -> list[float]:
 
 
 def run(args) -> dict:
-    import triton
     from comfyui_ideogram4_int8 import kernels
     from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config
     from comfyui_ideogram4_int8.ideogram4.sampler import sample
@@ -310,18 +320,14 @@ def run(args) -> dict:
         return entry, lat.float().cpu()
 
     result = {
-        "info": {
-            "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__,
-            "triton": triton.__version__,
-            "date": datetime.date.today().isoformat(),
-            "command": "python -m comfyui_ideogram4_int8.bench.e2e " + " ".join(sys.argv[1:]),
-            "layers": config.num_layers,
-            "size": f"{WIDTH}x{HEIGHT}",
-            "text_tokens": TEXT_TOKENS,
-            "protected_bf16_layers_per_branch": len(protected),
-        },
-        "paths": {},
+        "info": run_info(
+            "e2e",
+            layers=config.num_layers,
+            size=f"{WIDTH}x{HEIGHT}",
+            text_tokens=TEXT_TOKENS,
+            protected_bf16_layers_per_branch=len(protected),
+        ),
+        "runs": {},
     }
     latents = {}
     groups = []
@@ -368,7 +374,7 @@ def run(args) -> dict:
             path, label = entry if isinstance(entry, tuple) else (entry, entry)
             if group.startswith("w8a8"):
                 set_w8a8_path((cond, uncond), path, not args.no_fuse_gate_up)
-            result["paths"][label], latents[label] = measure(cond, uncond, path, label, weights_gib)
+            result["runs"][label], latents[label] = measure(cond, uncond, path, label, weights_gib)
             for mode in args.compile:
                 # each branch compiled as a whole, the way ComfyUI's TorchCompileModel compiles a diffusion model
                 name = f"{label} compiled:{mode}"
@@ -380,34 +386,35 @@ def run(args) -> dict:
                         step(*compiled)  # tracing and code generation of both branches (Triton autotuning included)
                     torch.cuda.synchronize()
                     compile_s = time.perf_counter() - t_c
-                    result["paths"][name], latents[name] = measure(*compiled, path, name, weights_gib)
-                    result["paths"][name].update(
+                    result["runs"][name], latents[name] = measure(*compiled, path, name, weights_gib)
+                    result["runs"][name].update(
                         compiled=mode,
                         compile_s=round(compile_s, 1),
-                        speedup_vs_eager=result["paths"][label]["step_ms_median"]
-                        / result["paths"][name]["step_ms_median"],
+                        speedup_vs_eager=result["runs"][label]["step_ms_median"]
+                        / result["runs"][name]["step_ms_median"],
                     )
                 except Exception as exc:  # noqa: BLE001 - a compile failure is a result; the other paths still run
-                    result.setdefault("compile_errors", {})[name] = f"{type(exc).__name__}: {exc}"[:600]
-                    print(f"[{name}] FAILED {result['compile_errors'][name]}", flush=True)
+                    latents.pop(name, None)
+                    result["runs"][name] = {"compiled": mode, "error": f"{type(exc).__name__}: {exc}"[:600]}
+                    print(f"[{name}] FAILED {result['runs'][name]['error']}", flush=True)
                 finally:
                     del compiled
                     torch._dynamo.reset()
         del cond, uncond
     ref = latents.get("bf16")
     for path, lat in latents.items():
-        entry = result["paths"][path]
+        entry = result["runs"][path]
         if ref is not None:
             entry["latent_cosine_vs_bf16"] = torch.nn.functional.cosine_similarity(
                 lat.flatten().double(), ref.flatten().double(), dim=0
             ).item()
         mode = entry.get("compiled")
         suffix = f" compiled:{mode}" if mode else ""  # a compiled path against its peers compiled the same way
-        bf = result["paths"].get("bf16" + suffix)
+        bf = result["runs"].get("bf16" + suffix)
         if bf:
             entry["step_speedup_vs_bf16"] = bf["step_ms_median"] / entry["step_ms_median"]
             entry["sample_speedup_vs_bf16"] = bf["default20_sample_ms"] / entry["default20_sample_ms"]
-        fp8 = result["paths"].get("fp8" + suffix)
+        fp8 = result["runs"].get("fp8" + suffix)
         if fp8:
             entry["step_speedup_vs_fp8"] = fp8["step_ms_median"] / entry["step_ms_median"]
             entry["sample_speedup_vs_fp8"] = fp8["default20_sample_ms"] / entry["default20_sample_ms"]
@@ -415,23 +422,26 @@ def run(args) -> dict:
 
 
 def print_table(result):
-    print(
-        f"\n{result['info']['gpu']}, torch {result['info']['torch']}, triton {result['info']['triton']}, "
-        f"{result['info']['layers']} blocks, {result['info']['size']}, {result['info']['text_tokens']} text tokens"
-    )
-    head = (
-        f"{'path':<30}{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'D20 s':>8}{'gemm':>8}{'quant':>7}"
-        f"{'attn':>7}{'other':>7}{'peak GiB':>10}{'cos':>8}"
-    )
-    print(head)
-    for path, e in result["paths"].items():
+    info = result["info"]
+
+    def row(e):
         p = e["profile_ms"]
-        print(
-            f"{path:<30}{e['step_ms_median']:>9.1f}{e.get('step_speedup_vs_bf16', 0):>7.2f}x"
+        return (
+            f"{e['step_ms_median']:>9.1f}{e.get('step_speedup_vs_bf16', 0):>7.2f}x"
             f"{e.get('step_speedup_vs_fp8', 0):>6.2f}x{e['default20_sample_ms'] / 1e3:>8.2f}{p['gemm']:>8.1f}"
             f"{p['act-quant']:>7.1f}{p['attention']:>7.1f}{p['other']:>7.1f}{e['peak_gib']:>10.2f}"
             f"{e.get('latent_cosine_vs_bf16', float('nan')):>8.4f}"
         )
+
+    print_runs(
+        f"{info['gpu']}, torch {info['torch']}, triton {info['triton']}, {info['layers']} blocks, {info['size']}, "
+        f"{info['text_tokens']} text tokens",
+        ("path", 30),
+        f"{'step ms':>9}{'x bf16':>8}{'x fp8':>7}{'D20 s':>8}{'gemm':>8}{'quant':>7}{'attn':>7}{'other':>7}"
+        f"{'peak GiB':>10}{'cos':>8}",
+        result["runs"],
+        row,
+    )
 
 
 def plot(result, png: pathlib.Path) -> None:
@@ -443,16 +453,16 @@ def plot(result, png: pathlib.Path) -> None:
     except ImportError:
         print("matplotlib not installed: no plot", file=sys.stderr)
         return
-    paths = list(result["paths"])
+    paths = [p for p, e in result["runs"].items() if "error" not in e]
     parts = ("gemm", "act-quant", "attention", "other")
     fig, ax = plt.subplots(figsize=(8, 4))
     bottom = [0.0] * len(paths)
     for part in parts:
-        vals = [result["paths"][p]["profile_ms"][part] for p in paths]
+        vals = [result["runs"][p]["profile_ms"][part] for p in paths]
         ax.bar(paths, vals, bottom=bottom, label=part)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     for i, p in enumerate(paths):
-        ax.text(i, bottom[i], f"{result['paths'][p]['step_ms_median']:.0f} ms", ha="center", va="bottom")
+        ax.text(i, bottom[i], f"{result['runs'][p]['step_ms_median']:.0f} ms", ha="center", va="bottom")
     ax.set_ylabel("GPU time per sampling step (ms, profiler)")
     ax.set_title(f"Ideogram 4 full size, 1024x1024, both CFG branches — {result['info']['gpu']}")
     ax.legend()

@@ -10,7 +10,10 @@ between repetitions), starting from a bf16 activation and ending with a bf16 out
   triton-int8     our quantizer + our fused Triton GEMM (the pack's path)
   fp8-rowwise     eager per-row fp8 quantization of x + torch._scaled_mm (FP8 tensor cores)
   ck-int8         comfy-kitchen's int8_linear (ComfyUI's native INT8 path), when importable
-plus the parts of ours (quant alone, fused GEMM alone) and the device copy bandwidth.
+plus the parts of ours (quant alone, fused GEMM alone), torch._int_mm alone (cuBLASLt's int32 GEMM) and the device
+copy bandwidth. Every run ends with a report to paste (``report_markdown``): the GPU and its family, the paths and
+backend this machine gets and why, the kernels' first-use self-check, and per shape our whole linear against cuBLAS
+bf16 and our fused GEMM against torch._int_mm.
 ``--smooth`` adds the layout users load (a SmoothQuant vector s per linear, weights stored as W·diag(s)):
   triton-int8-smooth   the whole linear with the divide by s in the activation quantizer (no fold)
   triton-int8-folded   the same weights, the activation arriving already divided by s (what the load-time fold
@@ -230,6 +233,7 @@ def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0, smooth=False):
             st["x"], st["w_q"], st["w_s"], st["bias"], path="triton-int8", site=f"bench/{name}"
         ),
         "quant-only": lambda st: Kn.quantize_per_token(st["x"]),
+        "int_mm-only": lambda st: Kn.dispatch._int_mm_padded(st["q"], st["w_q"]),
         "triton-gemm-only": lambda st: _launch_fused(
             st["q"], st["w_q"], st["s"], st["w_s"], st["bias"], torch.bfloat16, False
         ),
@@ -253,7 +257,7 @@ def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0, smooth=False):
     st0 = sets[0]
     ref = F.linear(st0["x"].float(), st0["w_f"], st0["bias"].float())
     for label, fn in peers.items():
-        if label in ("quant-only", "triton-gemm-only", "quant-smooth-only"):
+        if label in ("quant-only", "triton-gemm-only", "quant-smooth-only", "int_mm-only"):
             continue
         out = fn(st0)
         row[f"{label}_relerr"] = ((out.float() - ref).norm() / ref.norm()).item()
@@ -265,6 +269,8 @@ def bench_shape(name, M, N, K, quick, ck, gen, sustained=0.0, smooth=False):
     )
     if smooth:
         _smooth_ratios(row)
+    if "int_mm-only_gpu_ms" in row and "triton-gemm-only_gpu_ms" in row:
+        row["gemm_gpu_speedup_vs_int_mm"] = row["int_mm-only_gpu_ms"] / row["triton-gemm-only_gpu_ms"]
     rec = next(r for r in Kn.REGISTRY.layers("bench") if r.layer == name)
     row["triton_config"], row["triton_config_source"] = rec.config, rec.config_source
     quant_ms = row.get("quant-only_gpu_ms", row["quant-only_ms"])
@@ -555,6 +561,54 @@ def print_sustained(rows) -> None:
         print(line)
 
 
+def report_markdown(result: dict) -> str:
+    """The run as Markdown to paste into an issue: the GPU and its family, what this machine runs (``pack``: the
+    `info` report), the self-check, and per shape our whole linear's GPU time against cuBLAS bf16's and our fused GEMM's
+    against torch._int_mm's (ratios above 1: ours is faster), with the tile config and where it came from."""
+    info, pack = result["info"], result.get("pack", {})
+    check = pack.get("self_check", {})
+    done = "; ".join(
+        f"{r['family']} {'passed' if r['passed'] else 'FAILED (' + str(r['why']) + ')'}"
+        + (" (cached)" if r["from_cache"] else f" in {r['seconds']:.2f} s")
+        for r in check.get("results", [])
+    )
+    lines = [
+        f"### Ideogram 4 INT8 bench: {info['gpu']}",
+        "",
+        f"- GPU: {info['gpu']}, sm_{info['cc'].replace('.', '')} ({pack.get('arch', '?')}: {pack.get('family', '?')})",
+        f"- pack {pack.get('version', '?')}, torch {info['torch']} (CUDA {info['cuda']}), Triton {info['triton']}",
+        f"- W8A8 linears: {pack.get('gemm_path', '?')} ({pack.get('gemm_path_reason', '?')}); backend "
+        f"{pack.get('backend', '?')}: {pack.get('backend_reason', '?')}",
+        f"- protected fp8 layers: {pack.get('fp8_protected_path', '?')} ({pack.get('fp8_protected_reason', '?')})",
+        f"- self-check: {done or 'none run'} (runs: {check.get('runs', '?')})",
+        f"- device copy {info.get('copy_gbps', 0):.0f} GB/s; command: `{info['command']}`",
+        "",
+        "| shape | M | N | K | ours ms | x cuBLAS bf16 | GEMM ms | x torch._int_mm | int32 exact | config (source) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+
+    def num(v, fmt):
+        return format(v, fmt) if isinstance(v, (int, float)) else "-"
+
+    for r in result.get("rows", []):
+        exact = {None: "-", True: "yes", False: "NO"}[r.get("int32_bit_exact_vs_int_mm")]
+        lines.append(
+            f"| {r['shape']} | {r['M']} | {r['N']} | {r['K']} | {num(r.get('triton-int8_gpu_ms'), '.3f')} "
+            f"| {num(r.get('gpu_speedup_vs_bf16'), '.2f')} | {num(r.get('triton-gemm-only_gpu_ms'), '.3f')} "
+            f"| {num(r.get('gemm_gpu_speedup_vs_int_mm'), '.2f')} | {exact} "
+            f"| {r.get('triton_config')} ({r.get('triton_config_source')}) |"
+        )
+    for name, why in result.get("failed", {}).items():
+        lines.append(f"| {name} | failed: {why} |")
+    lines.append("")
+    lines.append(
+        "GPU time per call: the better of CUDA-graph replay and eager back-to-back calls. Ours: the whole linear (bf16 "
+        "in, quantizer, fused GEMM, bf16 out) against cuBLAS bf16's F.linear; GEMM: our fused GEMM with its dequant + "
+        "bias epilogue against torch._int_mm's int32 product alone."
+    )
+    return "\n".join(lines)
+
+
 def run_bench(args) -> int:
     if not torch.cuda.is_available():
         print("bench needs a CUDA GPU: it compares GEMM peers on the device they run on.", file=sys.stderr)
@@ -634,5 +688,10 @@ def run_bench(args) -> int:
     print_table(rows, copy_gbps)
     if getattr(args, "smooth", False):
         print_smooth(rows)
-    print(f"\nresults: {out}")
+    from comfyui_ideogram4_int8.cli import info_report
+
+    result["pack"] = info_report()  # after the shapes ran: the self-check results and demotions they caused
+    result["report"] = report_markdown(result)
+    out.write_text(json.dumps(result, indent=1))
+    print(f"\nresults: {out}\n\nreport to paste (also in the JSON):\n\n{result['report']}")
     return 0

@@ -4,15 +4,16 @@ ComfyUI path and the reference DiT).
 ``table(prof, steps)`` turns a ``torch.profiler`` run into ``{kernel: {"count", "ms"}}`` per step, device kernels and
 copies only (on a CPU run: the operators, so the code is testable without a GPU); names are normalized (template
 arguments and numbers folded) so one kernel's launches of different shapes and tunings meet in one row.
-``bench/e2e.py`` (reference DiT: one bare step call) and ``bench/comfy_e2e.py --vram 0 --kernels`` (ComfyUI path:
-steps from the middle of a run, ``bench/step_profile.py``) write a step's table into their JSON, each measured in its
-own process, with a ``profile`` entry saying which steps it covers; the ComfyUI path adds ``per_run``, what its run
-had beyond its steps (``beyond_steps``, ``bus_beyond``);
+``bench/e2e.py`` (reference DiT: one bare step call) and ``bench.comfy --vram 0 --kernels`` (ComfyUI path: steps
+from the middle of a run, ``bench/step_profile.py``) write a step's table into their JSON, each measured in its own
+process, with a ``profile`` entry saying which steps it covers; the ComfyUI path adds ``per_run``, what its run had
+beyond its steps (``beyond_steps``, ``bus_beyond``);
 
-    python -m comfyui_ideogram4_int8.bench.kernel_table REF.json:paths/triton-int8 COMFY.json:runs/ours-w8a8@resident
+    python -m comfyui_ideogram4_int8.bench.kernel_table REF.json:runs/triton-int8 COMFY.json:runs/ours-w8a8@resident
 
 prints what one runs and the other does not, the largest differences first, with each side's busy time per step and
-the steps it covers, then each side's once-per-run work where it has any.
+the steps it covers, then each side's once-per-run work where it has any. Each argument is a file and a key path in
+it (reference-DiT results written before their entries moved to ``runs`` have them under ``paths``).
 
 ``bus(prof, steps)`` reads the same run as a timeline (issue 26: a step that streams weights is as long as the bus is
 busy, and every idle stretch of the bus is time lost): how long host-to-device copies kept the bus busy, how long it

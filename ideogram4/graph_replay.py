@@ -1,31 +1,39 @@
-"""CUDA graphs of a model's forward pass: capture once per input signature, then replay.
+"""CUDA graphs of a model's forward pass: captured once per input signature, replayed across sampling runs.
 
-Why: a pass of Ideogram 4 at 1024² launches ~1700 kernels from Python; measured on an H200 through ComfyUI, the
-host spends ~70 ms per pass against ~100 ms of GPU time. One card hides that, but two passes on two cards (one
-branch each) take turns on one interpreter and the step stays host-bound. A replayed graph launches the whole pass
-in one call, so the host time of a pass drops to the input copies and the replay.
+A pass of Ideogram 4 launches about 1700 kernels from Python. Where the host needs about as long to launch them as
+the GPU needs to run them, every step waits for the launches; a replayed graph launches the whole pass in one call,
+so the host's share of a pass drops to the input copies and the replay.
 
-``PassGraphs`` holds the graphs of one sampling run. Per input signature (shapes, dtypes, strides and devices of the
-tensor arguments, the values of the others): the first ``warmup`` calls run eagerly (the kernels' autotuning and
-compilation happen there: nothing may benchmark during capture), the next one captures the pass into a graph on
-static copies of its inputs and replays it, and later calls copy their inputs into those copies and replay. The
-caller's ``fingerprint`` (e.g. the data pointers of the weights) is part of the signature: weights that moved get a
-new capture. A capture that fails (an operation that cannot be captured, such as a host sync) leaves that signature
-eager for the rest of the run, with the reason kept for the panel. The output returned is a copy: the graph's own
-output is overwritten by its next replay, and graphs of one device share one memory pool.
+``PassGraphs`` holds one model's graphs. Per input signature (shapes, dtypes, strides and devices of the tensor
+arguments, the values of the others): the first ``warmup`` calls run eagerly (autotuning and compilation happen
+there: nothing may benchmark during a capture), the next one captures the pass on static copies of its inputs and
+replays it, and every later call, in this run or a later one, copies its inputs into those copies and replays. The
+graphs stay valid while the weights stay where they were captured: the caller's ``fingerprint`` (the weights'
+addresses and their patch set) is compared at every call, and a new fingerprint drops every graph of the model
+before anything runs (a graph would read freed or re-patched memory). At most ``max_signatures`` signatures keep a
+graph (the least recently used goes first). A capture that fails (an operation that cannot be captured, such as a
+host sync) leaves that signature eager, with the reason kept for the panel. The output returned is a copy: the
+graph's own output is overwritten by its next replay.
 
-Torch only (no ComfyUI): the ComfyUI wrapper that decides when a MODEL may use it is ``nodes/cuda_graphs.py``.
+``GraphPool``: the graphs of every model on one device share one memory pool (the two branches' passes run one after
+the other there). ``release()`` drops every graph in it and hands its memory back to the caching allocator; the
+pool's bytes (the memory its captures reserved) are reported to listeners (``on_pool_bytes``), so a model manager can
+count them as used. Torch only (no ComfyUI): ``nodes/cuda_graphs.py`` decides when a MODEL's passes use graphs and
+releases the pool when ComfyUI moves the weights.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 WARMUP_CALLS = 1
+MAX_SIGNATURES = 4  # resolutions / batch sizes per model whose graphs are kept (each holds its own static inputs)
 _CAPTURE_LOCK = threading.Lock()
 
 
@@ -40,14 +48,14 @@ def _leaves(obj, out: list) -> None:
         out.append(obj)
 
 
-def signature(args: tuple, kwargs: dict, fingerprint=()) -> tuple:
+def signature(args: tuple, kwargs: dict) -> tuple:
     """What a graph is valid for: each tensor's shape, stride, dtype and device, every other value as it is."""
     leaves: list = []
     _leaves((args, kwargs), leaves)
-    return _signature_of(leaves, kwargs, fingerprint)
+    return _signature_of(leaves, kwargs)
 
 
-def _signature_of(leaves: list, kwargs: dict, fingerprint) -> tuple:
+def _signature_of(leaves: list, kwargs: dict) -> tuple:
     sig = []
     for v in leaves:
         if isinstance(v, torch.Tensor):
@@ -56,7 +64,7 @@ def _signature_of(leaves: list, kwargs: dict, fingerprint) -> tuple:
             sig.append(v)
         else:
             raise TypeError(f"a graph input of type {type(v).__name__} has no signature")
-    return (tuple(sig), fingerprint, tuple(sorted(map(str, kwargs))))
+    return (tuple(sig), tuple(sorted(map(str, kwargs))))
 
 
 def _static_copy(t: torch.Tensor) -> torch.Tensor:
@@ -95,9 +103,9 @@ def _release_generator(device) -> None:
     """Take the device's default random generator out of capture mode after a capture that failed.
 
     ``capture_begin`` puts the generator in capture mode and only a ``capture_end`` that succeeds takes it out: after
-    an invalidated capture (a host sync in the pass) every later random op on the device raised "Offset increment
-    outside graph capture encountered unexpectedly" (H100, torch 2.11: the next GPU tests' ``torch.rand``; in ComfyUI,
-    the next sampler's noise). A trivial capture that ends properly takes it out."""
+    an invalidated capture every later random op on the device raised "Offset increment outside graph capture
+    encountered unexpectedly" (the next sampler's noise, in ComfyUI). A trivial capture that ends properly takes it
+    out."""
     scratch = torch.zeros(1, device=device)
     graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
@@ -109,6 +117,119 @@ def _release_generator(device) -> None:
             graph.capture_end()
     torch.cuda.current_stream(device).wait_stream(side)
     del graph
+
+
+def _graph_device(tensors: list) -> torch.device | None:
+    """The CUDA device of a pass's inputs, or None (no graph: the pass runs as it is)."""
+    return next((t.device for t in tensors if t.device.type == "cuda"), None)
+
+
+_LISTENERS: list[Callable[[torch.device, int], None]] = []
+
+
+def on_pool_bytes(listener: Callable[[torch.device, int], None]) -> None:
+    """Call ``listener(device, delta)`` whenever a pool's bytes change (capture: +, release: -). Added once."""
+    if listener not in _LISTENERS:
+        _LISTENERS.append(listener)
+
+
+class GraphPool:
+    """The memory pool that every graph on one device captures into, and the models (``PassGraphs``) using it."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = torch.device(device)
+        self._handle = None
+        self._members: weakref.WeakSet = weakref.WeakSet()
+        self.bytes = 0  # what captures into this pool reserved (the allocator's growth across each capture)
+        self.live = 0  # graphs captured into it and not dropped
+        self.releases = 0
+        self._lock = threading.Lock()
+
+    def handle(self):
+        with self._lock:
+            if self._handle is None:
+                self._handle = torch.cuda.graph_pool_handle()
+            return self._handle
+
+    def join(self, graphs: PassGraphs) -> None:
+        self._members.add(graphs)
+
+    def captured(self, nbytes: int) -> None:
+        """A graph was captured into the pool; the allocator grew by ``nbytes`` across the capture."""
+        with self._lock:
+            self.live += 1
+            self.bytes += nbytes
+        if nbytes:
+            for fn in list(_LISTENERS):
+                fn(self.device, nbytes)
+
+    def dropped(self, graphs: int) -> None:
+        """``graphs`` of its graphs were dropped. Once none is left the pool's memory is free and the pool starts anew
+        at the next capture (a capture into a pool whose every graph is gone failed on a GPU)."""
+        with self._lock:
+            self.live = max(0, self.live - graphs)
+            freed = self.bytes if self.live == 0 else 0
+            if self.live == 0:
+                self.bytes, self._handle = 0, None
+                self.releases += 1 if freed else 0
+        if freed:
+            for fn in list(_LISTENERS):
+                fn(self.device, -freed)
+
+    def release(self) -> int:
+        """Drop every graph captured into this pool (each model captures again at its next pass); returns the bytes
+        its captures had reserved, which go back to the caching allocator (and to the card at its next
+        ``empty_cache``)."""
+        freed = self.bytes
+        for member in list(self._members):
+            member.clear()
+        with self._lock:  # members' graphs all dropped: ``dropped`` emptied the pool
+            self.live, self._handle = 0, None
+        return freed
+
+
+_POOLS: dict[torch.device, GraphPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def pool_for(device) -> GraphPool:
+    """The one pool of ``device``."""
+    device = torch.device(device)
+    with _POOLS_LOCK:
+        if device not in _POOLS:
+            _POOLS[device] = GraphPool(device)
+        return _POOLS[device]
+
+
+MODEL_ATTR = "ideogram4_graphs"  # where a model keeps its PassGraphs between runs
+
+
+def graphs_of(model: torch.nn.Module) -> PassGraphs:
+    """The graphs ``model`` keeps across runs (made at first use)."""
+    graphs = getattr(model, MODEL_ATTR, None)
+    if graphs is None:
+        graphs = PassGraphs()
+        setattr(model, MODEL_ATTR, graphs)
+    return graphs
+
+
+def release_graphs_of(model) -> int:
+    """Drop ``model``'s graphs and those of every model sharing their pool (the weights are about to move: a graph
+    would read them where they were); returns the bytes the pool's captures had reserved."""
+    graphs = getattr(model, MODEL_ATTR, None)
+    if graphs is None:
+        return 0
+    if graphs._pool is not None:
+        return graphs._pool.release()
+    graphs.clear()
+    return 0
+
+
+def release_pools(devices=None) -> int:
+    """Release the pool of each of ``devices`` (all pools when None); returns the bytes they had reserved."""
+    with _POOLS_LOCK:
+        pools = [p for d, p in _POOLS.items() if devices is None or d in {torch.device(x) for x in devices}]
+    return sum(p.release() for p in pools)
 
 
 @dataclass
@@ -125,20 +246,30 @@ class GraphStats:
     captures: int = 0
     replays: int = 0
     eager: int = 0
+    invalidations: int = 0  # times the fingerprint changed with graphs held (weights moved or were re-patched)
+    evictions: int = 0  # graphs dropped for the signature bound
     failures: list[str] = field(default_factory=list)
 
 
 class PassGraphs:
-    """The graphs of one sampling run (see the module docstring). Thread-safe per device: two cards capture and
-    replay from two threads, each under its own device."""
+    """One model's graphs (module docstring). Thread-safe: two cards capture and replay from two threads, each
+    under its own device."""
 
-    def __init__(self, warmup: int = WARMUP_CALLS, pools: dict | None = None) -> None:
+    def __init__(
+        self, warmup: int = WARMUP_CALLS, max_signatures: int = MAX_SIGNATURES, pool: GraphPool | None = None
+    ) -> None:
         self.warmup = warmup
-        self._entries: dict[tuple, _Entry] = {}
-        # one memory pool per device, shareable by the graphs of passes that run one after the other on it
-        self._pools: dict[torch.device, object] = {} if pools is None else pools
+        self.max_signatures = max(1, int(max_signatures))
+        self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
+        self._fingerprint: object = None
+        self._pool = pool
         self._lock = threading.Lock()
         self.stats = GraphStats()
+
+    @property
+    def graphs(self) -> int:
+        """Graphs held now."""
+        return sum(1 for e in self._entries.values() if e.graph is not None)
 
     def run(self, fn: Callable, args: tuple, kwargs: dict, fingerprint=()) -> tuple[object, str]:
         """(``fn(*args, **kwargs)``, how it ran: "eager", "captured" or "replayed"). A replay runs the captured
@@ -146,12 +277,21 @@ class PassGraphs:
         leaves: list = []  # one walk of the inputs per pass: the tensors and the key come from it
         _leaves((args, kwargs), leaves)
         tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
-        device = next((t.device for t in tensors if t.device.type == "cuda"), None)
+        device = _graph_device(tensors)
         if device is None:
             return fn(*args, **kwargs), "eager"
-        key = _signature_of(leaves, kwargs, fingerprint)
+        key = _signature_of(leaves, kwargs)
         with self._lock:
-            entry = self._entries.setdefault(key, _Entry())
+            if fingerprint != self._fingerprint:
+                if self._entries:
+                    self.stats.invalidations += 1
+                self._clear_locked()
+                self._fingerprint = fingerprint
+            entry = self._entries.get(key)
+            if entry is None:
+                entry = self._entries[key] = _Entry()
+                self._evict_locked()
+            self._entries.move_to_end(key)
             entry.calls += 1
             calls = entry.calls
         if entry.failed is not None or calls <= self.warmup:
@@ -167,11 +307,26 @@ class PassGraphs:
             self.stats.replays += 1
             return _copy_out(entry.output), "replayed"
 
-    def _pool(self, device: torch.device):
-        with self._lock:
-            if device not in self._pools:
-                self._pools[device] = torch.cuda.graph_pool_handle()
-            return self._pools[device]
+    def _evict_locked(self) -> None:
+        while len(self._entries) > self.max_signatures:
+            _, old = self._entries.popitem(last=False)
+            if old.graph is not None:
+                self.stats.evictions += 1
+                old.graph = None
+                if self._pool is not None:
+                    self._pool.dropped(1)
+
+    def _clear_locked(self) -> None:
+        held = self.graphs
+        self._entries.clear()
+        if held and self._pool is not None:
+            self._pool.dropped(held)
+
+    def _pool_of(self, device) -> GraphPool:
+        if self._pool is None:
+            self._pool = pool_for(device)
+        self._pool.join(self)
+        return self._pool
 
     def _capture(self, entry: _Entry, device, fn, args, kwargs, tensors):
         statics = [_static_copy(t) for t in tensors]
@@ -179,21 +334,25 @@ class PassGraphs:
         graph = torch.cuda.CUDAGraph()
         main = torch.cuda.current_stream(device)
         side = torch.cuda.Stream(device)
+        pool = self._pool_of(device)
         try:
             # One capture at a time in the process (torch.cuda.graph() is not used: nothing would stop the other
             # card's thread from capturing while this one empties the caches); thread_local: that thread may launch
-            # or allocate meanwhile. The cache is emptied so the graph's pool can take what the eager passes held.
+            # or allocate meanwhile. The cache is emptied so the graph's pool can take what the eager passes held,
+            # and the allocator's growth across the capture is what the pool took.
             with _CAPTURE_LOCK:
                 torch.cuda.synchronize(device)
                 torch.cuda.empty_cache()
+                before = torch.cuda.memory_reserved(device)
                 side.wait_stream(main)
                 with torch.cuda.stream(side):
-                    graph.capture_begin(pool=self._pool(device), capture_error_mode="thread_local")
+                    graph.capture_begin(pool=pool.handle(), capture_error_mode="thread_local")
                     try:
                         out = fn(*s_args, **s_kwargs)
                     finally:
                         graph.capture_end()
                 main.wait_stream(side)
+                grown = max(0, torch.cuda.memory_reserved(device) - before)
             _check_output(out)  # before it is kept: a replay hands back a copy of it
         except Exception as exc:  # noqa: BLE001 - any capture failure leaves this signature eager, labelled
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
@@ -205,15 +364,34 @@ class PassGraphs:
             self.stats.eager += 1
             return fn(*args, **kwargs), "eager"
         entry.graph, entry.inputs, entry.output = graph, statics, out
+        pool.captured(grown)
         self.stats.captures += 1
         graph.replay()  # the capture recorded the pass without running it
         self.stats.replays += 1
         return _copy_out(out), "captured"
 
-    def close(self) -> None:
-        """Drop every graph; its memory goes back to the caching allocator once no graph of its pool is left."""
+    def clear(self) -> None:
+        """Drop every graph (they are captured again at the next calls after the warm-up)."""
         with self._lock:
-            self._entries.clear()
+            self._clear_locked()
+            self._fingerprint = None
+
+    def close(self) -> None:
+        """Drop every graph; their memory goes back to the caching allocator once no graph of the pool is left."""
+        self.clear()
 
 
-__all__ = ["PassGraphs", "GraphStats", "signature", "WARMUP_CALLS"]
+__all__ = [
+    "PassGraphs",
+    "GraphPool",
+    "GraphStats",
+    "signature",
+    "pool_for",
+    "release_pools",
+    "graphs_of",
+    "release_graphs_of",
+    "MODEL_ATTR",
+    "on_pool_bytes",
+    "WARMUP_CALLS",
+    "MAX_SIGNATURES",
+]

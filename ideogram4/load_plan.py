@@ -142,9 +142,9 @@ def plan_branches(
 
 # -- host memory -----------------------------------------------------------------------------------
 
-# Bytes a loaded branch holds in host memory per linear parameter: 10.30 GB for the 9.28 B linear parameters of a
-# full-size W8A8 branch (int8 weights, 17 protected bf16 w2, bf16 norms and embeddings; H100, 2026-11-22,
-# bench/results/load-memory-w8a8-H100-2026-11-22.json); a quantized-on-load bf16/fp8 branch holds less.
+# Bytes a loaded branch holds in host memory per linear parameter, measured on a full-size W8A8 branch (int8
+# weights, 17 protected bf16 w2, bf16 norms and embeddings; docs/design/measurements.md); a quantized-on-load
+# bf16/fp8 branch holds less.
 HOST_BYTES_PER_LINEAR_PARAMETER = 1.11
 HOST_HEADROOM = 1 << 30  # bytes left for ComfyUI, the text encoder's and VAE's host copies, Python
 

@@ -2,45 +2,25 @@
 
 A W8A8 linear stored with a SmoothQuant vector s (``<m>.input_smooth``, the transformerlab file's ``.smooth``)
 quantizes ``x / s`` per token and multiplies it by its int8 weight, which stores W·diag(s). Done at run time the
-divide makes the activation quantizer 2-4x slower (H100). Where the activation comes out of something with a
-per-channel scale, 1/s is folded into that scale once, here, and the linear runs without the divide:
+divide makes the activation quantizer several times slower. Where the activation comes out of something with a
+per-channel scale, 1/s is folded into that scale once, here, and the linear runs without the divide: the attention
+and FFN norms' weights (qkv, w1|w3, llm_cond_proj), the v rows of attention.qkv's weight scale (attention.o: the
+attention output is a convex combination of v rows) and w3's weight scale (w2: silu(w1 x) * (w3 x) is linear in
+each of w3's output channels). A fold into a weight scale changes only the float epilogue; a fold into a norm
+weight changes the rounding of the activation. Layers whose input comes through SiLU, a sinusoid, a non-affine norm
+or the latent itself keep their divide (``KEPT``, with the reason in words a user can read).
 
-  layers.i.attention.qkv       ffn / attention norms:  attention_norm1.weight / s
-  layers.i.feed_forward.w1|w3  ffn_norm1.weight / s    (one norm feeds both: see "w1 / w3" below)
-  layers.i.attention.o         v rows of attention.qkv: weight_scale[2E:3E] / s (the attention output is a convex
-                               combination of v rows, channel by channel; the int8 operands stay untouched)
-  layers.i.feed_forward.w2     feed_forward.w3's weight_scale / s (silu(w1 x) * (w3 x) is linear in each of w3's
-                               output channels; the int8 operands stay untouched)
-  llm_cond_proj                llm_cond_norm.weight / s
+w1 / w3 share one norm but may carry different vectors s1, s3 (``GATE_UP_MODES``): one shared vector ("geo", "max",
+"min", "w1"; both weights re-quantized to it, then one quantizer pass and the fused SwiGLU GEMM), or "ratio" (s1
+folded, w3 keeps a run-time divide by s3 / s1). ``DEFAULT_GATE_UP`` = "min": the only shared vector that makes the
+pair cost nothing at run time while staying the most accurate in the error measurements; "ratio" adds no error but
+costs a dividing pass and two GEMMs per FFN, and stays one switch away (``gate_up=``; in ComfyUI the experiment
+``smooth-fold=ratio``). The modes, the fold table and the measurements: docs/design/smooth-fold.md.
 
-Folds into a weight scale change only the float epilogue (the int32 accumulator is bit-identical); folds into a
-norm weight change the rounding of the activation (the norm weight is stored in the compute dtype). The layers
-whose input comes through SiLU, a sinusoid, a non-affine norm or the latent itself keep their divide at run time
-(``KEPT``, with the reason in words a user can read); all of them but final_layer.linear run one row per sample.
-
-w1 / w3: one norm feeds both, but the file may give them different vectors s1, s3. Modes (``GATE_UP_MODES``):
-  "geo", "max", "min", "w1"  ONE shared vector s (sqrt(s1·s3), max, min — min is SmoothQuant of the concatenated
-                             [w1; w3] weight — or s1): both weights re-quantized to W·diag(s) (``requantize_columns``:
-                             a column whose factor is 1 keeps its int8 values), s folded into ffn_norm1. w1 and w3
-                             then see the same quantized activation: one quantizer pass, and the pair can run as one
-                             fused SwiGLU GEMM. With "min" every factor is <= 1: no row changes scale, and each
-                             weight keeps its int8 values bit for bit on the channels where its own vector is the
-                             smaller one.
-  "ratio"                    s1 folded into ffn_norm1; w3 keeps a run-time divide by s3 / s1 (two quantizer
-                             passes, one of them dividing; no re-quantization).
-``bench/smooth_gate_up.py`` measures their error against float64 (``bench/results/smooth-gate-up-cpu.*``: full
-Ideogram 4 widths, 3 seeds x 2 weight scenarios, 512 tokens). FFN hidden state silu(gate)·up, relative error as
-a multiple of the file's own ("stored": two dividing quantizer passes): ratio 1.004x / 1.004x; min 1.098x /
-1.109x; geo 1.153x / 1.209x; max 1.132x / 1.400x; w1 1.101x / 1.372x (generator weights / w3 with column
-outliers); whole DiT (demo config) output: ratio 1.001-1.003x, min 1.020-1.025x. ``DEFAULT_GATE_UP`` = "min": the
-only one of these that makes the pair cost nothing at run time (no divide, one quantizer pass, the fused SwiGLU
-GEMM) while staying the most accurate shared vector in both scenarios (worst seed 1.12x); "ratio" (no extra error,
-but one dividing pass and two GEMMs per FFN) stays one switch away (``gate_up=`` / ``ENV_MODE``).
-
-State after the fold (this module's output is still the in-memory form, ``w8a8_module``): a folded linear keeps
-``<m>.input_smooth`` = s (its int8 weight still stores W·diag(s): LoRA conversions need it) and gains
-``<m>.input_folded`` = f, the part of s already applied upstream; at run time its input is divided by s / f only
-(nothing when f == s). A state that already holds ``input_folded`` (a model saved after the fold) is left as it is.
+State after the fold (still the in-memory form of ``w8a8_module``): a folded linear keeps ``<m>.input_smooth`` = s
+(its int8 weight still stores W·diag(s): LoRA conversions need it) and gains ``<m>.input_folded`` = f, the part of
+s already applied upstream; at run time its input is divided by s / f only (nothing when f == s). A state that
+already holds ``input_folded`` (a model saved after the fold) is left as it is.
 
 The inverse (LoRA on a folded model: the real weights from the stored ones and back) is at the end; the ComfyUI
 ops (``nodes/int8_ops.py``) only wire it to ComfyUI's weight functions. ComfyUI-free. The fold runs once, at load;
@@ -69,9 +49,6 @@ GATE_UP_MODES = {
     "ratio": "w1's vector folded; w3 divides by s3 / s1 at run time (two quantizer passes)",
 }
 DEFAULT_GATE_UP = "min"
-# Environment switch the ComfyUI loader reads (the Python API takes ``gate_up=`` / ``fold=``): a mode name, or
-# "off" to keep every divide at run time (the layout as stored).
-ENV_MODE = "IDEOGRAM4_INT8_SMOOTH_FOLD"
 
 # status of a layer that carries a smoothing vector
 FOLDED_STATUS = "folded"  # no divide at run time
@@ -523,18 +500,6 @@ def folded_rows(rows: torch.Tensor | None, n: int, site: FoldSite, f: torch.Tens
     return rows
 
 
-def gate_up_mode_from_env(value: str | None) -> str:
-    """The mode named by ``ENV_MODE``'s value ('' / None: the default). Raises ValueError naming the choices."""
-    v = (value or "").strip().lower()
-    if not v:
-        return DEFAULT_GATE_UP
-    if v in ("0", "false", "no"):
-        return "off"
-    if v == "off" or v in GATE_UP_MODES:
-        return v
-    raise ValueError(f"{ENV_MODE}={value!r}: choose one of {[*GATE_UP_MODES, 'off']}")
-
-
 __all__ = [
     "fold_smoothing",
     "fold_sites",
@@ -544,10 +509,8 @@ __all__ = [
     "runtime_divisor",
     "GATE_UP_MODES",
     "DEFAULT_GATE_UP",
-    "ENV_MODE",
     "KEPT",
     "kept_reason",
-    "gate_up_mode_from_env",
     "stored_to_real",
     "real_to_stored",
     "real_to_input",

@@ -12,7 +12,9 @@ Whether a backend can run on a device with this machine's torch and Triton is on
 (``runnable_kernels`` asks it per tile kernel); every other module asks it here. Each backend's availability
 comes from importing it, once, on first use (never at package import): a Triton that is missing, too old, or
 whose API changed under the pack's kernels makes that backend unavailable with the reason, never an exception in
-the user's run. Whether a kernel takes one call's operands (TMA addressing, cuBLASLt alignment) is an operand
+the user's run. On a GPU family this repository has not measured, each backend's kernels also check themselves
+against their twins before first use (self_check.py): a mismatch makes that backend unavailable on that device, with
+the reason. Whether a kernel takes one call's operands (TMA addressing, cuBLASLt alignment) is an operand
 question (operands.py). A backend that imports but fails to compile or launch for a shape is *demoted* for that
 shape (``DEMOTIONS``): the call runs the next backend and every later call of that shape goes straight there; the
 registry carries the reason to the panel.
@@ -23,11 +25,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import logging
-import os
 import threading
 
 import torch
 
+from . import self_check, settings
 from .configs import BACKEND_OF, KERNELS
 from .env import capability, interpreter_mode, triton_line, triton_version, version_tuple
 
@@ -37,7 +39,6 @@ MIN_TRITON = (3, 4)
 # Triton lines the Gluon kernels are compiled for (CI) and run on an H100/H200 (GPU tests, benchmarks).
 # Another line runs the portable kernel until it is checked on a GPU: Gluon's API moves between releases.
 GLUON_TRITON_LINES = ("3.6",)
-ENV_GLUON = "IDEOGRAM4_INT8_GLUON"  # "0": never the Gluon kernels (the portable Triton kernel instead)
 
 
 @functools.lru_cache(maxsize=1)
@@ -88,11 +89,12 @@ def unavailable(backend: str, device: torch.device) -> str | None:
     """None when ``backend`` (one of ``BACKENDS``) can run on ``device`` with this machine's torch and Triton;
     else why not, in words for the panel. Asked on every GEMM call: the Gluon answer is cached per switch."""
     if backend == "triton":
-        return _triton_unavailable(device)
+        return _triton_unavailable(device) or self_check.verdict("triton", device)
     if backend == "gluon":
-        return _gluon_unavailable(device, os.environ.get(ENV_GLUON, "1").strip(), interpreter_mode())
+        why = _gluon_unavailable(device, settings.gluon(), interpreter_mode())
+        return why or self_check.verdict("gluon", device)
     if backend == "cublas":
-        return _cublas_unavailable(device)
+        return _cublas_unavailable(device) or self_check.verdict("cublas", device)
     if backend == "reference":
         return None
     raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
@@ -134,9 +136,9 @@ def no_cuda_reason(device_type: str) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _gluon_unavailable(device: torch.device, switch: str, interpreting: bool) -> str | None:
-    if switch == "0":
-        return f"{ENV_GLUON}=0 is set"
+def _gluon_unavailable(device: torch.device, allowed: bool, interpreting: bool) -> str | None:
+    if not allowed:
+        return f"{settings.GLUON} is off"
     if device.type != "cuda" or interpreting:
         return "the Gluon kernels need a CUDA device (sm_90)"
     why = _triton_unavailable(device) or gluon_import_error()
@@ -205,4 +207,5 @@ def report() -> dict:
         "triton_kernels": unavailable("triton", device) or "available",
         "cublas_int8": unavailable("cublas", device) or "available",
         "demoted": DEMOTIONS.items(),
+        "self_check": self_check.results(device),
     }

@@ -14,7 +14,13 @@ Search spaces (what autotuning may try), by architecture family:
   num_warps % 4 == 0 and BLOCK_K >= 32 so Triton emits int8 wgmma.
 * ``sm80`` (A100, 163 KB): reasoned, not measured here (no Ampere GPU at hand).
 * ``sm86`` / ``sm89`` (RTX 30xx/A40, RTX 40xx/L40, ~99 KB smem/block): reasoned, not measured.
-Small-M tiles (BLOCK_M 16/32) compile to mma.sync everywhere; they serve M <= 64.
+* ``sm100`` (B200/B300, 227 KB smem/block, tcgen05 tensor cores): Hopper's portable space (Triton emits tcgen05
+  int8 MMA from 3.8, mma.sync before) but for the persistent TMA kernel's 128x256 / 256x128 tiles, whose int32
+  output needs 272 KB under Triton 3.8's tcgen05 lowering (offline compile); reasoned, not measured.
+* ``sm120`` (RTX 50, GB10: ~99 KB smem/block, mma.sync int8/fp8 tensor cores, no wgmma): Ada's space; reasoned,
+  not measured.
+Small-M tiles (BLOCK_M 16/32) compile to mma.sync everywhere; they serve M <= 64. On a family this repository has
+not measured, the kernels check themselves against their twins before first use (self_check.py).
 
 Nothing here imports Triton: the offline compile check and the tuning table use it on any machine.
 """
@@ -187,7 +193,7 @@ def _c(kernel: str, tile: str, warps: int = 4, stages: int = 3, **kw) -> GemmCon
     return GemmConfig(kernel, bm, bn, bk, num_warps=warps, num_stages=stages, **kw)
 
 
-_GLUON_SM90 = [  # 1.27-1.40x the Triton persistent kernel on the H100 at the large Ideogram shapes
+_GLUON_SM90 = [  # faster than the Triton persistent kernel on the H100 at the large Ideogram shapes
     _c("gluon-ws", "128x256x128", stages=4),
     _c("gluon-ws", "128x256x128", stages=3, epi_n=128),
     _c("gluon-ws", "256x128x128", stages=3),
@@ -205,6 +211,7 @@ _TMA_SM90 = [  # best portable kernel on the H100 at every large shape: 128x256x
     _c("triton-tma", "256x128x128", warps=8, stages=3, subtile=True),
     _c("triton-tma", "128x128x128", warps=4, stages=4, subtile=True),
 ]
+_TMA_SM100 = [c for c in _TMA_SM90 if c.block_m * c.block_n <= 128 * 128]
 _POINTER_SM90 = [
     _c("triton", "128x128x128", warps=4, stages=3),
     _c("triton", "128x128x128", warps=4, stages=4),
@@ -246,13 +253,46 @@ _SMALL_M = [  # M <= 64 (adaLN modulation, short prompts): mma.sync tiles
 
 CONFIG_SPACES: dict[str, list[GemmConfig]] = {
     "sm90": _GLUON_SM90 + _TMA_SM90 + _POINTER_SM90 + _SMALL_M,
-    "sm100": _TMA_SM90 + _POINTER_SM90 + _SMALL_M,
+    "sm100": _TMA_SM100 + _POINTER_SM90 + _SMALL_M,
     "sm80": _LARGE_SM80 + _SPLITK_AMPERE + _SMALL_M,
     "sm86": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,
     "sm89": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,
+    "sm120": _LARGE_SM86 + _SPLITK_AMPERE + _SMALL_M,
 }
 # Shared memory per block (opt-in) when the device cannot be asked: conservative.
-SMEM_LIMIT = {"sm80": 163 * 1024, "sm86": 99 * 1024, "sm89": 99 * 1024, "sm90": 227 * 1024, "sm100": 227 * 1024}
+SMEM_LIMIT = {
+    "sm80": 163 * 1024,
+    "sm86": 99 * 1024,
+    "sm89": 99 * 1024,
+    "sm90": 227 * 1024,
+    "sm100": 227 * 1024,
+    "sm120": 99 * 1024,
+}
+# What each family is, in words (`info`)
+FAMILIES = {
+    "sm80": "Ampere A100: 163 KB shared memory per block, mma.sync int8",
+    "sm86": "Ampere RTX 30xx / A40 / Orin: ~99 KB shared memory per block, mma.sync int8",
+    "sm89": "Ada RTX 40xx / L40: ~99 KB shared memory per block, mma.sync int8 and e4m3",
+    "sm90": "Hopper H100 / H200: 227 KB shared memory per block, wgmma + TMA",
+    "sm100": "datacenter Blackwell B200 / B300: 227 KB shared memory per block, tcgen05 tensor cores",
+    "sm120": "consumer Blackwell RTX 50 / GB10: ~99 KB shared memory per block, mma.sync int8 and e4m3, no wgmma",
+}
+
+
+# The fp8 GEMM's one tile per family (fp8_gemm.py). Measured on the H100 at the w2 shapes (M 4096-4608, N 4608,
+# K 12288; bench/results/fp8-w2-probe-*-s18.log): 128x256x128, 8 warps, 3 stages 0.358 ms against cuBLAS bf16's
+# 0.635. The ~99 KB families (Ada, consumer Blackwell): a 128x128x64 tile in 4 stages fits (64 KiB); B200 (227 KB)
+# takes Hopper's tile. Reasoned, not measured, on every family but sm90: those check themselves first (self_check.py).
+_FP8_LARGE = _c("triton", "128x256x128", warps=8, stages=3)
+_FP8_SMALL_SMEM = _c("triton", "128x128x64", warps=4, stages=4)
+FP8_TILES = {"sm89": _FP8_SMALL_SMEM, "sm90": _FP8_LARGE, "sm100": _FP8_LARGE, "sm120": _FP8_SMALL_SMEM}
+_FP8_INTERPRETER_TILE = _c("triton", "32x32x64", warps=4, stages=2, group_m=4)  # the CPU interpreter (tests)
+
+
+def fp8_tile(arch: str) -> GemmConfig:
+    """The fp8 GEMM's tile on family ``arch`` ("cpu": the interpreter's small tile); KeyError for a family without
+    one (fp8_gemm.fp8_tile_problem says why)."""
+    return _FP8_INTERPRETER_TILE if arch == "cpu" else FP8_TILES[arch]
 
 
 def m_bucket(M: int) -> int:
@@ -280,7 +320,8 @@ def heuristic_config(arch: str, M: int, N: int, K: int) -> GemmConfig:
         return _c("triton", "16x128x128", stages=4, group_m=1)
     if M <= 64:
         return _c("triton", f"{32 if M <= 32 else 64}x128x128", stages=3, group_m=1)
-    base = _c("triton", "128x128x64", stages=4) if arch in ("sm80", "sm86", "sm89") else _c("triton", "128x128x128")
+    mma_sync = arch in ("sm80", "sm86", "sm89", "sm120")  # the mma.sync families: a 64-deep K step in 4 stages
+    base = _c("triton", "128x128x64", stages=4) if mma_sync else _c("triton", "128x128x128")
     tiles = -(-M // base.block_m) * -(-N // base.block_n)
     if K >= 16384 and tiles < 256:
         # few output tiles and a long K: split K so every SM gets work

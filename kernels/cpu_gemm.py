@@ -1,18 +1,18 @@
 """What a CPU multiplies fast: torch._int_mm (path ``cublas-int8``) or a dequantized float matmul (``dequant-bf16``).
 
 There are no INT8 tensor cores on a CPU. torch._int_mm is fast only where the CPU has int8 dot products (VNNI, AMX);
-without them it was ~30-50x slower than a float32 matmul of the same shape (2-core AMD Zen 3, AVX2, torch 2.13 CPU:
-63.6 vs 1.36 ms at M, K, N = 280, 256, 768; 960 vs 21 ms at M = 4096), and a bf16 matmul there is ~10x slower than
-float32 too. So the CPU's answer is measured once, by a bounded micro-benchmark at ``SHAPE`` (about a second at most),
-and cached next to the GPU autotune cache (``IDEOGRAM4_INT8_CACHE_DIR``), keyed by torch and the CPU. It runs on one
-thread, the candidates taking turns: on a busy machine several threads wait on each other and times of 90 ms were
-seen for a 1.4 ms matmul (the ratio between the kernels, which is what decides, is a property of one core).
+without them it is tens of times slower than a float32 matmul of the same shape, and a bf16 matmul there is slower
+than float32 too (docs/design/measurements.md). So the CPU's answer is measured once, by a bounded micro-benchmark
+at ``SHAPE`` (about a second at most), and cached next to the GPU autotune cache (``IDEOGRAM4_INT8_CACHE_DIR``),
+keyed by torch and the CPU. It runs on one thread, the candidates taking turns: on a busy machine several threads
+wait on each other and a matmul's time swings many-fold, while the ratio between the kernels, which is what
+decides, is a property of one core.
 
 This module only measures; the path decision stays in ``path_choice._auto``, which asks ``choice().why_not_int_mm()``.
 The dequantized path computes in ``choice().float_dtype`` on the CPU (float32, or bf16 where bf16 measured faster).
-``IDEOGRAM4_INT8_GEMM_PATH=cublas-int8`` still forces torch._int_mm (the path-forcing switch);
-``IDEOGRAM4_INT8_CPU_GEMM`` = ``int8`` | ``float`` states the answer instead of measuring (the test suite pins
-``int8`` so its expectations do not depend on the CPU that runs it).
+``IDEOGRAM4_INT8_GEMM_PATH=cublas-int8`` still forces torch._int_mm (the path-forcing switch); the experiment
+``cpu-gemm=int8`` | ``cpu-gemm=float`` states the answer instead of measuring (the test suite pins ``int8`` so its
+expectations do not depend on the CPU that runs it).
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ import time
 
 import torch
 
-from . import reference
-from .tuning import cache_dir
+from . import reference, settings
+from .env import cache_dir
 
 log = logging.getLogger(__name__)
 
-ENV_CPU_GEMM = "IDEOGRAM4_INT8_CPU_GEMM"
-PINS = ("int8", "float")
+EXPERIMENT = "cpu-gemm"  # its values: the pins
 SHAPE = (280, 256, 768)  # M, K, N: the demo's conditional pass (24 text + 256 image tokens) through a qkv-sized layer
 CANDIDATES = ("int8", "float32", "bfloat16")
 REPEATS = 5  # rounds; each round runs every candidate once
@@ -44,7 +43,8 @@ CACHE_NAME = "cpu_gemm.json"
 
 @dataclasses.dataclass(frozen=True)
 class CpuGemm:
-    """The CPU's answer: ``ms`` per candidate (min of repeats at ``SHAPE``), or a ``pin`` from ENV_CPU_GEMM."""
+    """The CPU's answer: ``ms`` per candidate (min of repeats at ``SHAPE``), or a ``pin`` (the experiment
+    ``cpu-gemm``)."""
 
     ms: dict
     source: str
@@ -68,15 +68,13 @@ class CpuGemm:
         """None when torch._int_mm is this CPU's fast path; else why the dequantized float matmul runs instead."""
         if self.int_mm_fast:
             return None
-        return (
-            f"{self.evidence()}, so the dequantized float matmul runs; IDEOGRAM4_INT8_GEMM_PATH=cublas-int8 forces it"
-        )
+        return f"{self.evidence()}, so the dequantized float matmul runs; {settings.GEMM_PATH}=cublas-int8 forces it"
 
     def evidence(self) -> str:
         """What the choice between torch._int_mm and the dequantized float matmul rests on: the times measured at
-        ``SHAPE``, or the pin that stated it."""
+        ``SHAPE``, or the setting that stated it."""
         if self.pin is not None:
-            return f"{ENV_CPU_GEMM}={self.pin} (stated, not measured)"
+            return f"{self.source} (stated, not measured)"
         m, k, n = SHAPE
         dtype = str(self.float_dtype).replace("torch.", "")
         return (
@@ -86,20 +84,20 @@ class CpuGemm:
 
     def summary(self) -> str:
         if self.pin is not None:
-            return f"{ENV_CPU_GEMM}={self.pin} (not measured)"
+            return f"{self.source} (not measured)"
         times = ", ".join(f"{c} {self.ms[c]:.2f} ms" for c in CANDIDATES if c in self.ms)
         return f"{times} at M, K, N = {', '.join(map(str, SHAPE))} ({self.source})"
 
 
 def choice() -> CpuGemm:
     """This process's answer (measured, or read from the cache, on the first call; then kept)."""
-    return _choice(os.environ.get(ENV_CPU_GEMM, "").strip().lower())
+    return _choice(settings.experiment(EXPERIMENT))
 
 
 def decided() -> CpuGemm | None:
     """The answer if one was made already (never measures: for reports)."""
-    pin = os.environ.get(ENV_CPU_GEMM, "").strip().lower()
-    if pin in PINS:
+    pin = settings.experiment(EXPERIMENT)
+    if pin is not None:
         return _choice(pin)
     return _LAST[0]
 
@@ -108,11 +106,9 @@ _LAST: list[CpuGemm | None] = [None]
 
 
 @functools.lru_cache(maxsize=8)
-def _choice(pin: str) -> CpuGemm:
-    if pin in PINS:
-        return CpuGemm({}, f"{ENV_CPU_GEMM}={pin}", pin)
-    if pin and pin != "measure":
-        log.warning("Ideogram4 INT8: %s=%r is not one of %s or 'measure'; measuring", ENV_CPU_GEMM, pin, PINS)
+def _choice(pin: str | None) -> CpuGemm:
+    if pin is not None:
+        return CpuGemm({}, settings.said(EXPERIMENT), pin)
     key = cache_key()
     found = _read_cache().get(key)
     if isinstance(found, dict) and all(isinstance(found.get(c), (int, float)) for c in CANDIDATES):

@@ -5,8 +5,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import pathlib
 
 import torch
+
+from . import settings
 
 
 @functools.lru_cache(maxsize=1)
@@ -34,6 +37,15 @@ def triton_line() -> str:
     """The installed Triton's release line ("3.6"), or "none"."""
     v = triton_version()
     return ".".join(map(str, version_tuple(v))) if v else "none"
+
+
+def cache_dir() -> pathlib.Path:
+    """The pack's cache folder (autotune picks, the CPU GEMM answer, the self-check's passes): IDEOGRAM4_INT8_CACHE_DIR,
+    else $XDG_CACHE_HOME (~/.cache)/comfyui_ideogram4_int8."""
+    base = settings.cache_dir() or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "comfyui_ideogram4_int8"
+    )
+    return pathlib.Path(base)
 
 
 def interpreter_mode() -> bool:
@@ -78,7 +90,13 @@ def _cuda_facts(index: int) -> tuple[tuple[int, int], str]:
 
 
 def arch_name(cc: tuple[int, int] | None) -> str:
-    """The config-space family for a compute capability."""
+    """The config-space family of a compute capability: GPUs that share a shared-memory size per block and an MMA
+    instruction set share a family (configs.CONFIG_SPACES, configs.SMEM_LIMIT, configs.FP8_TILES).
+
+    sm_80 (A100); sm_86 / sm_87 (RTX 30xx, A40, Orin); sm_89 (RTX 40xx, L40); sm_90 (H100, H200); sm_100 (datacenter
+    Blackwell: B200 10.0, B300 10.3; tcgen05 tensor cores, 227 KB per block); sm_120 (consumer Blackwell: RTX 50
+    12.0, GB10 12.1; mma.sync tensor cores, ~99 KB per block). Any other capability is named as it is ("sm75",
+    "sm110"): the portable defaults serve it, pruned by the device's own shared-memory limit."""
     if cc is None:
         return "cpu"
     major, minor = cc
@@ -90,8 +108,10 @@ def arch_name(cc: tuple[int, int] | None) -> str:
         return "sm89"
     if major == 9:
         return "sm90"
-    if major >= 10:
+    if major == 10:
         return "sm100"
+    if major == 12:
+        return "sm120"
     return f"sm{major}{minor}"
 
 

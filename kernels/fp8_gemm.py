@@ -1,65 +1,72 @@
 """The ``triton-fp8`` path: a linear with a float8 e4m3 weight on the GPU's fp8 tensor cores.
 
 For the layers a checkpoint keeps out of INT8 (Ideogram 4's 17 protected FFN w2, whose SwiGLU inputs carry outlier
-channels: per-token int8 rows lose ~10% of them, e4m3 rows ~3%; docs/performance.md, "Session 18"):
+channels that per-token int8 rows lose more of than e4m3 rows; docs/design/measurements.md):
 
     q[m, k]   = e4m3(x[m, k] * (448 / amax[m])),  s[m] = amax[m] / 448          (the pack's quantizer, fp8 codes)
     out[m, n] = out_dtype((acc[m, n] * s[m]) * w_scale[n] + bias[n]),  acc = sum_k q[m, k] w[n, k] in float32
 
 ``w`` is e4m3 [N, K] with a per-tensor or per-channel scale (ComfyUI's ``float8_e4m3fn`` layers are per-tensor).
 The GEMM is the portable W8A8 kernel fed e4m3 codes (gemm_triton_kernels.py, a float32 accumulator; Hopper's fp8
-MMA adds its products with fewer mantissa bits inside the chain: ~0.5% of the product at K = 12288, measured in
-bench/results/fp8-w2-probe-H100-2026-11-27-s18.log): one 8-bit GEMM kernel for both code types, with a fixed tile
-per architecture (``FP8_TILES``). Where the path cannot run (no fp8 tensor cores, no Triton, a CPU, a failed kernel,
-a forced dequant-bf16) the unquantized input multiplies the e4m3 codes in its own dtype (exact: e4m3 values are bf16
-values) and the scale is applied to the product: path ``bf16``, with the reason. Twin: ``reference.fp8_matmul_ref``.
+MMA adds its products with fewer mantissa bits inside the chain, an error that grows with K): one 8-bit GEMM
+kernel for both code types, with a fixed tile per architecture family (``configs.FP8_TILES``). Where the path cannot
+run (no fp8 tensor cores, no Triton, a CPU, a failed kernel, a forced dequant-bf16) the unquantized input multiplies
+the e4m3 codes in its own dtype (exact: e4m3 values are bf16 values) and the scale is applied to the product: path
+``bf16``, with the reason. Twin: ``reference.fp8_matmul_ref``.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 
+from . import self_check, settings
 from .backends import DEMOTIONS, unavailable
-from .configs import GemmConfig, m_bucket
-from .env import capability
+from .configs import FP8_TILES, fp8_tile, m_bucket
+from .env import arch_name, capability, triton_line, version_tuple
 from .operands import _FLOAT_DTYPES, KernelInputError, _vector
 from .path_choice import ENV_PATH
 from .registry import PATH_BF16, PATH_DEQUANT, PATH_FP8, REGISTRY
 
 FP8_CODES = torch.float8_e4m3fn
-# Measured on the H100 at the w2 shapes (M 4096-4608, N 4608, K 12288; bench/results/fp8-w2-probe-*-s18.log):
-# 128x256x128, 8 warps, 3 stages 0.358 ms against cuBLAS bf16's 0.635. Ada (~99 KB of shared memory per block):
-# a 128x128x64 tile in 4 stages fits (64 KiB); reasoned, not measured here.
-FP8_TILES = {
-    (9, 0): GemmConfig(kernel="triton", block_m=128, block_n=256, block_k=128, group_m=8, num_warps=8, num_stages=3),
-    (8, 9): GemmConfig(kernel="triton", block_m=128, block_n=128, block_k=64, group_m=8, num_warps=4, num_stages=4),
-}
-# the CPU interpreter (tests): a small tile
-_INTERPRETER_TILE = GemmConfig(
-    kernel="triton", block_m=32, block_n=32, block_k=64, group_m=4, num_warps=4, num_stages=2
-)
-TILE_SOURCE = "fixed fp8 tile (kernels/fp8_gemm.py)"
+# The oldest Triton line whose PTX for a family holds e4m3 MMA (the offline compile checks it on every line):
+# Triton 3.4 widens e4m3 to f16 for sm_120's mma.sync, so the layers run float there.
+FP8_MIN_TRITON = {"sm120": (3, 5)}
+TILE_SOURCE = "fixed fp8 tile (kernels/configs.py)"
 KERNEL_NAME = "Triton FP8 GEMM"
+FP8_FAMILIES = "sm_89, sm_90, sm_100, sm_120 (Ada, Hopper, Blackwell)"
+
+
+def fp8_tile_problem(arch: str, line: str) -> str | None:
+    """Why the fused FP8 GEMM does not run on family ``arch`` with Triton ``line`` ("3.6"), else None. Pure: the
+    offline compile asks it for every family and line."""
+    if arch not in FP8_TILES:
+        return f"the fused FP8 GEMM runs on {FP8_FAMILIES} fp8 tensor cores"
+    oldest = FP8_MIN_TRITON.get(arch)
+    if oldest is not None and version_tuple(line) < oldest:
+        return (
+            f"Triton {line} has no e4m3 tensor-core MMA for {arch} (it widens the codes to f16); "
+            f"Triton {oldest[0]}.{oldest[1]} or newer has"
+        )
+    return None
 
 
 def fp8_unavailable(device: torch.device) -> str | None:
     """None when the ``triton-fp8`` path can run on ``device``, else why not (the panel's words)."""
     why = unavailable("triton", device)
     if device.type != "cuda":  # None: the CPU interpreter (tests)
-        return why and f"{device.type.upper()} tensors: the fused FP8 GEMM needs an Ada or Hopper GPU (sm_89 / sm_90)"
+        if why:
+            return f"{device.type.upper()} tensors: the fused FP8 GEMM needs a GPU with fp8 tensor cores"
+        return self_check.verdict("fp8", device)
     if why:
         return why
     cc = capability(device)
-    if cc not in FP8_TILES:
-        return (
-            f"GPU is sm_{cc[0]}{cc[1]}: the fused FP8 GEMM runs on sm_89 / sm_90 (Ada, Hopper) fp8 tensor cores"
-            if cc is not None
-            else "no CUDA capability reported"
-        )
-    return None
+    if cc is None:
+        return "no CUDA capability reported"
+    why = fp8_tile_problem(arch_name(cc), triton_line())
+    if why:
+        return f"GPU is sm_{cc[0]}{cc[1]}: {why}"
+    return self_check.verdict("fp8", device)
 
 
 FLOAT_REASON = "fp8 weight dequantized"
@@ -69,14 +76,14 @@ def select_fp8_path(device: torch.device, float_only: str | None = None) -> tupl
     """(path, reason) of an fp8 layer on ``device``: ``triton-fp8``, or ``bf16`` and why (``float_only``: a reason
     to run float regardless, a forced path; ``IDEOGRAM4_INT8_GEMM_PATH=dequant-bf16`` forces it too). The one answer
     the calls, the loader's prediction and ``info`` give."""
-    if float_only is None and os.environ.get(ENV_PATH, "").strip() == PATH_DEQUANT:
+    if float_only is None and settings.gemm_path() == PATH_DEQUANT:
         float_only = f"forced by {ENV_PATH}={PATH_DEQUANT}"
     why = float_only or fp8_unavailable(device)
     return (PATH_FP8, "") if why is None else (PATH_BF16, f"{FLOAT_REASON}: {why}")
 
 
-def _tile(device: torch.device) -> GemmConfig:
-    return FP8_TILES[capability(device)] if device.type == "cuda" else _INTERPRETER_TILE
+def _tile(device: torch.device):
+    return fp8_tile(arch_name(capability(device)) if device.type == "cuda" else "cpu")
 
 
 def fp8_matmul(q, w, q_scale, w_scale, bias=None, out_dtype=torch.bfloat16, out=None) -> torch.Tensor:

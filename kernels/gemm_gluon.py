@@ -1,56 +1,18 @@
 """W8A8 GEMM for Hopper (sm_90a) written in Gluon: explicit TMA / mbarrier / async wgmma. This module is its
-host side (launch planning: ``build_launch``; ``launch_gemm``) and the design notes of its device code: the
-kernel is in gemm_gluon_kernel.py, its device helpers in gemm_gluon_device.py, the Gluon API names in
-gluon_api.py. Whether this device and Triton run it is ``backends.unavailable("gluon", device)``; whether TMA can
-address a call's operands is ``operands.gluon_operand_problem``; the split-K plan is ``configs.split_plan``.
+host side (launch planning: ``build_launch``; ``launch_gemm``): the kernel is in gemm_gluon_kernel.py, its device
+helpers in gemm_gluon_device.py, the Gluon API names in gluon_api.py. Whether this device and Triton run it is
+``backends.unavailable("gluon", device)``; whether TMA can address a call's operands is
+``operands.gluon_operand_problem``; the split-K plan is ``configs.split_plan``.
 
 Same contract as ``gemm_triton`` (twin: ``reference.int8_matmul_ref``)::
 
     acc[m, n] = sum_k q[m, k] * w[n, k]                     (int8 x int8 -> int32)
     out[m, n] = out_dtype((float32(acc) * s_tok[m]) * s_ch[n] + bias[n])   (or acc itself: RAW_INT32)
 
-PAIR (the SwiGLU gate/up pair, ``launch_gemm(..., up=(w3, s3))``; no bias, not RAW_INT32, not split): ``w`` is the
-gate weight w1 [F, K] and w3 [F, K] the up weight, each with its own scale vector, out [M, F] (ComfyUI MODELs keep
-w1 and w3 as two parameters: they are read as they are). Each stage holds one B tile [BLOCK_N, BLOCK_K], which the
-producer fills with two TMA boxes of BLOCK_N // 2 rows (rows f.. of w1 into the top half, the same rows of w3 into
-the bottom half: one mbarrier, one byte count), so the consumers' wgmma over the whole tile produces gate columns
-g on the left and the matching up columns u on the right. With g and u dequantized as y above (float32), out gets,
-at columns pid_n * BLOCK_N // 2 + [0, BLOCK_N // 2)::
-
-    out = out_dtype(g * sigmoid(g) * u),   sigmoid(g) = 1 / (1 + exp(-g))
-
-exactly the float32 ops of gemm_triton_kernels._gate_up_epilogue (twin: F.silu(g) * u in float32). A second B
-ring (or two accumulators) would need more shared memory or change the wgmma issue; two boxes into halves of the
-same tile change only the loader. N is F for the tile grid; F need not be a multiple of BLOCK_N // 2 (TMA
-zero-fills rows past F and clips the stores, scale loads are masked).
-
-One warp-specialized persistent kernel, two schedules (``GemmConfig.kernel``):
-
-* ``gluon-ws`` (cooperative): a 1-warp producer issues TMA loads into a NUM_STAGES smem ring
-  (ready/empty mbarriers); two 4-warp consumer warpgroups each own BLOCK_M / 2 rows of every tile,
-  run async wgmma and their own epilogue. Consumers get most of the register file (setmaxnreg).
-* ``gluon-pingpong``: each consumer warpgroup owns whole tiles, alternating; one warpgroup's
-  epilogue overlaps the other's main loop (the ring serializes their loads).
-
-Split-K (``split_k`` > 1, not with PAIR): the persistent loop walks tiles x S work units,
-split-major (unit = split * tiles + tile); a unit covers the k steps [s * KPS, min(k_tiles,
-(s + 1) * KPS)) with KPS = cdiv(k_tiles, split_k) and S = cdiv(k_tiles, KPS), so no split is empty.
-Each unit TMA-stores its exact int32 partial into ws [S, M, N] through a 3-D descriptor (box
-[1, rows, epi_n]; rows past M clip inside the slice), and gemm_triton.reduce_partials sums the
-slices and applies scales + bias (or keeps the int32 sum). Producer and consumers derive the same
-ring positions (``_unit_slot``), so the mbarrier phases stay consistent across units of different
-lengths.
-
-Hopper facts the design leans on (checked with the offline compile, tests/offline_compile.py):
-* The weight [N, K] is K-contiguous: its smem tile [BLOCK_N, BLOCK_K] permuted to [BLOCK_K, BLOCK_N]
-  is the K-major B operand int8 wgmma needs (no transposed copy).
-* Triton lowers int8 wgmma only up to n = 224, so BLOCK_N = 256 runs as m64n128k32 instructions.
-* mbarrier.arrive in a partition is a partition-wide bar.sync followed by one thread's arrive:
-  one arrive per consumer warpgroup, so the cooperative ring's empty barriers count 2.
-
-Only public Gluon API is used; the names that moved between Triton releases are bound once in
-gluon_api.py (``_tma_load``, ``_tma_store``, ``_warp_specialize``). Which Triton lines may run this module is
-decided in ``backends.py``.
+PAIR (``launch_gemm(..., up=(w3, s3))``): the SwiGLU gate/up pair from two weights, out [M, F] = silu(g) * u, each
+B tile filled with rows of w1 on top and the same rows of w3 below. One warp-specialized persistent kernel runs two
+schedules (``gluon-ws``, ``gluon-pingpong``) and split-K. The design, the pair's tile layout and the Hopper facts
+it leans on: docs/design/gluon-gemm.md.
 """
 
 from __future__ import annotations

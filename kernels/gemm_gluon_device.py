@@ -1,4 +1,4 @@
-"""Gluon device helpers of the Hopper W8A8 GEMM (gemm_gluon.py; design in its docstring).
+"""Gluon device helpers of the Hopper W8A8 GEMM (host side: gemm_gluon.py; design: docs/design/gluon-gemm.md).
 
 Tile order (``_tile_coords``), split-K work units and their ring positions (``_unit``, ``_unit_slot``), TMA
 staging stores (``_stage_store``, ``_store_partial``) and the dequant / bias / SwiGLU epilogue (``_epilogue``),

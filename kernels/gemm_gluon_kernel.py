@@ -1,4 +1,4 @@
-"""The warp-specialized persistent Gluon kernel of the Hopper W8A8 GEMM (design: gemm_gluon.py's docstring).
+"""The warp-specialized persistent Gluon kernel of the Hopper W8A8 GEMM (design: docs/design/gluon-gemm.md).
 
 ``_w8a8_gluon_ws_kernel`` allocates the shared-memory ring and its mbarriers and forks the TMA producer
 (``_ws_loader``) and the two wgmma consumer warpgroups (``_ws_consumer0`` / ``_ws_consumer1``, cooperative or

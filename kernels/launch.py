@@ -1,14 +1,14 @@
 """Launch compiled Triton kernels without re-binding every argument on each call.
 
 ``kernel[grid](*args)`` binds and specializes every argument and rebuilds its cache key on each call;
-a W8A8 linear launches two kernels, and at Ideogram 4's sizes the host then falls behind the GPU (a
-full 1024 px step on the H100: 219 ms with plain launches against ~200 ms of GPU work). ``Launcher`` keeps
+a W8A8 linear launches two kernels, and at Ideogram 4's sizes the host then falls behind the GPU: a step's
+launches take longer than its GPU work (docs/design/measurements.md). ``Launcher`` keeps
 the ``CompiledKernel`` that ``kernel[grid]`` returned per argument signature and launches it again
 through ``CompiledKernel[grid](*args)`` (the same launch: launch hooks and profilers still see it).
 
 Guards: only on the Triton lines where this runs in the GPU tests (``FAST_LAUNCH_LINES``), only
 when the compiled kernel has the ``[grid]`` launcher, and any exception on that path turns the cache off
-for the process and relaunches through ``kernel[grid]``. ``IDEOGRAM4_INT8_FAST_LAUNCH=0`` turns it off.
+for the process and relaunches through ``kernel[grid]``. The experiment ``no-fast-launch`` turns it off.
 
 The signature key is conservative: exact values for every scalar (Triton specializes integers on == 1 and
 % 16, and constexprs on their value), dtype and 16-byte alignment for tensors, and dtype, alignment,
@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 
 import torch
 
+from . import settings
 from .env import triton_line
 
 log = logging.getLogger(__name__)
 
-ENV_FAST_LAUNCH = "IDEOGRAM4_INT8_FAST_LAUNCH"
+EXPERIMENT = "no-fast-launch"
 FAST_LAUNCH_LINES = ("3.6",)
 _MAX_ENTRIES = 512  # signatures per kernel (token counts vary with resolution and batch)
 _SCALARS = (bool, int, float, str, type(None))
@@ -105,7 +105,7 @@ _STATE = {"disabled": None}
 
 
 def _enabled() -> bool:
-    if _STATE["disabled"] is not None or os.environ.get(ENV_FAST_LAUNCH, "1") == "0":
+    if _STATE["disabled"] is not None or settings.flag(EXPERIMENT):
         return False
     why = fast_launch_unavailable()
     if why:
@@ -133,6 +133,6 @@ def launch(kernel, grid, args: tuple, kwargs: dict):
 
 def status() -> str:
     """'on' or why the cached launch path is off (for `info` and the benchmarks)."""
-    if os.environ.get(ENV_FAST_LAUNCH, "1") == "0":
-        return f"off ({ENV_FAST_LAUNCH}=0)"
+    if settings.flag(EXPERIMENT):
+        return f"off ({settings.said(EXPERIMENT)})"
     return "on" if _enabled() else f"off ({_STATE['disabled']})"

@@ -23,10 +23,9 @@ Ops (every output is a new contiguous tensor, never a view of an input):
   swiglu_w8a8_pair(x, w1, s1, w3, s3, smooth?, path?, site?, up_site?, out_dtype?, convrot_group?)  [..., F]
   qk_norm_rope(x, weight, cos, sin, eps)                                                   [B, N, H, D]
 
-Under CUDA-graph replay no Python runs: the registry and counters see the captured run only.
-
-If this torch cannot register custom ops (older than 2.4) or a registration fails, ``OPS_UNAVAILABLE`` says why
-and the helpers call the eager functions under compile too (correct, with graph breaks).
+Under CUDA-graph replay no Python runs: the registry and counters see the captured run only. If this torch cannot
+register custom ops (older than 2.4) or a registration fails, ``OPS_UNAVAILABLE`` says why and the helpers call the
+eager functions under compile too (correct, with graph breaks).
 """
 
 import collections

@@ -8,7 +8,7 @@ On a CPU, cublas-int8 runs only where torch._int_mm measured faster than the deq
 (``cpu_gemm``: without VNNI/AMX it is ~40x slower); there the dequantized matmul runs in float32 (or bf16 where that
 measured faster: ``dequant_dtype``). The path is picked per call from the device, dtype and shape; it can be forced
 with the ``path`` argument (strict: raises GemmPathUnavailable if impossible) or the IDEOGRAM4_INT8_GEMM_PATH
-environment variable (lenient: falls back, and the reason says so). A fused kernel that fails for a shape falls
+switch (``settings``; lenient: falls back, and the reason says so). A fused kernel that fails for a shape falls
 back by the same rules (``select_after_fused_failure``). The entry points that run the chosen path and record it
 are in dispatch.py and gate_up.py.
 """
@@ -20,12 +20,12 @@ import os
 
 import torch
 
-from . import cpu_gemm
+from . import cpu_gemm, self_check, settings
 from .backends import no_cuda_reason, unavailable
 from .operands import cublas_shape_problem
 from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, path_labels
 
-ENV_PATH = "IDEOGRAM4_INT8_GEMM_PATH"
+ENV_PATH = settings.GEMM_PATH
 # why no quantized linear on a CPU takes the fused path: the first part of each such layer's reason (the status report
 # names it once as the device's reason, so the panel need not repeat it per layer)
 CPU_REASON = no_cuda_reason("cpu")
@@ -51,17 +51,15 @@ def _unavailable(path: str, device: torch.device, n: int, k: int) -> str | None:
 
 def select_path(device: torch.device, n: int, k: int, path: str | None = None) -> tuple[str, str]:
     """(path, reason). ``reason`` says why a faster path was not taken ('' when fastest ran)."""
-    # asked on every GEMM call: cached per inputs, including the environment switches it reads
-    env = (
-        os.environ.get(ENV_PATH, "").strip(),
-        os.environ.get("TRITON_INTERPRET", ""),
-        os.environ.get(cpu_gemm.ENV_CPU_GEMM, ""),
-    )
-    return _select_path_cached(device, n, k, path, env)
+    # asked on every GEMM call: cached per inputs, including the switches the answer depends on
+    now = settings.current()
+    forced, problem = settings.gemm_path(), now.problems.get(ENV_PATH)
+    switches = (now.experiments.get("cpu-gemm"), os.environ.get("TRITON_INTERPRET", ""))
+    return _select_path_cached(device, n, k, path, forced, problem, switches)
 
 
 @functools.lru_cache(maxsize=4096)
-def _select_path_cached(device, n, k, path, _env) -> tuple[str, str]:
+def _select_path_cached(device, n, k, path, forced, problem, _switches) -> tuple[str, str]:
     if path is not None:
         if path not in _QUANT_PATHS:
             raise GemmPathUnavailable(f"path={path!r}: expected one of {_QUANT_PATHS}")
@@ -69,15 +67,15 @@ def _select_path_cached(device, n, k, path, _env) -> tuple[str, str]:
         if why:
             raise GemmPathUnavailable(f"path={path!r} cannot run here: {why}")
         return path, _forced_reason(path, "path argument")
-    env = os.environ.get(ENV_PATH, "").strip()
-    if env:
-        if env not in _QUANT_PATHS:
-            return _auto(device, n, k, note=f"{ENV_PATH}={env!r} is not one of {_QUANT_PATHS}; ignored")
-        why = _unavailable(env, device, n, k)
+    if forced:
+        why = _unavailable(forced, device, n, k)
         if why is None:
-            return env, _forced_reason(env, f"{ENV_PATH}={env}")
-        return _auto(device, n, k, note=f"{ENV_PATH}={env} requested, but {why}")
-    return _auto(device, n, k)
+            return forced, _forced_reason(forced, f"{ENV_PATH}={forced}")
+        return _auto(device, n, k, note=f"{ENV_PATH}={forced} requested, but {why}")
+    return _auto(device, n, k, note=problem or "")
+
+
+self_check.on_reset(_select_path_cached.cache_clear)  # a path chosen from verdicts that are forgotten
 
 
 def _forced_reason(path: str, how: str) -> str:

@@ -41,7 +41,7 @@ PATH_LABELS = {
     },
     "cpu": {
         PATH_TRITON: "fused Triton INT8 (CUDA GPUs only)",
-        PATH_FP8: "fused Triton FP8 (CUDA sm_89/sm_90 only)",
+        PATH_FP8: "fused Triton FP8 (CUDA GPUs with fp8 tensor cores only)",
         PATH_CUBLAS: "CPU INT8 matmul (torch._int_mm)",
         PATH_DEQUANT: "CPU dequantized {dtype} matmul",
         PATH_BF16: "float (protected)",

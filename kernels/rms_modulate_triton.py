@@ -16,8 +16,8 @@ same values the quantizer would read back: the int8 row and its scale are bit fo
 gives for the stored output, without its second read of the row and its launch.
 
 A row is held as a power-of-two head tile and, where the width is a power of two more (Ideogram 4's 4608 = 4096 +
-512), a tail tile, with its sums as scalars, as the activation quantizer holds it: one 8192-wide tile left 44% of the
-lanes masked and ran at ~1500 GB/s on an H100 (``bench/block_norms.py``).
+512), a tail tile, with its sums as scalars, as the activation quantizer holds it: one 8192-wide tile would leave
+almost half of the lanes masked, and ran well below the memory bandwidth (docs/design/measurements.md).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def row_tiles(C: int) -> tuple[int, int]:
 def build_launch(src, residual, weight, vector, rows_per_item: int, eps: float, out, quantized=None, num_warps=None):
     """(kernel, grid, args, kwargs) for src [R, C] (rows of ``rows_per_item`` tokens per batch item), vector
     [B or 1, C] -> out [R, C], and (``quantized`` = (q int8 [R, C], scale float32 [R])) out's per-token int8 form.
-    ``num_warps``: the launch's (default: 4, 8 from 8192 columns; bench/block_norms.py sweeps it). Device-free."""
+    ``num_warps``: the launch's (default: 4, 8 from 8192 columns; bench/probes/block_norms.py sweeps it). Device-free."""
     R, C = src.shape
     head, tail = row_tiles(C)
     res = residual if residual is not None else src

@@ -6,7 +6,7 @@ A pick is keyed by (arch, GPU name, Triton line, N, K, token bucket, epilogue). 
 3. the shipped table ``tuning_table.json`` (measured on H100/H200, provenance per entry), for the same
    Triton line only, so those users never wait;
 4. autotuning: time every fitting config of the arch's space that this machine's backends can run
-   (one-time, seconds per shape; off with IDEOGRAM4_INT8_AUTOTUNE=0), saved to the cache;
+   (one-time, seconds per shape; off with the experiment ``no-autotune``), saved to the cache;
 5. the heuristic (portable kernel).
 Every pick is kept with its source for the registry and the panel.
 """
@@ -18,20 +18,18 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import pathlib
 import threading
 
 import torch
 
+from . import settings
 from .backends import runnable_kernels
 from .configs import GemmConfig, config_space, heuristic_config, m_bucket
-from .env import arch_name, capability, gpu_name, triton_line, triton_version
+from .env import arch_name, cache_dir, capability, gpu_name, triton_line, triton_version
 
 log = logging.getLogger(__name__)
 
-ENV_AUTOTUNE = "IDEOGRAM4_INT8_AUTOTUNE"
-ENV_CACHE_DIR = "IDEOGRAM4_INT8_CACHE_DIR"
 TABLE_PATH = pathlib.Path(__file__).with_name("tuning_table.json")
 _TABLE_FIELDS = ("arch", "gpu", "triton", "N", "K", "m_bucket", "epilogue", "config", "measured")
 # the sources whose change makes earlier autotuning stale (the cache tag hashes them)
@@ -87,14 +85,6 @@ def shipped_config(arch: str, gpu: str | None, line: str, M: int, N: int, K: int
     return GemmConfig.from_dict(e["config"]), f"shipped table ({where}, Triton {line})"
 
 
-def cache_dir() -> pathlib.Path:
-    """The pack's cache folder: IDEOGRAM4_INT8_CACHE_DIR, else $XDG_CACHE_HOME (~/.cache)/comfyui_ideogram4_int8."""
-    base = os.environ.get(ENV_CACHE_DIR) or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "comfyui_ideogram4_int8"
-    )
-    return pathlib.Path(base)
-
-
 def _cache_file() -> pathlib.Path:
     return cache_dir() / "autotune.json"
 
@@ -142,7 +132,7 @@ class ConfigPicker:
             found = self._picks.get(key)
         if found is None:
             found = self._from_disk(key) or shipped_config(arch, gpu, line, M, N, K, epilogue)
-        if found is None and q.is_cuda and launch is not None and os.environ.get(ENV_AUTOTUNE, "1") != "0":
+        if found is None and q.is_cuda and launch is not None and not settings.flag("no-autotune"):
             found = self._autotune(key, arch, M, N, K, q.device, launch, epilogue == EPILOGUE_PAIR)
         if found is None:
             cfg = heuristic_config(arch, M, N, K)

@@ -2,9 +2,8 @@
 
 ComfyUI's ``Ideogram4TransformerBlock`` normalizes, then multiplies by ``1 + scale`` before its attention and its FFN,
 and normalizes, multiplies by ``tanh(gate)`` and adds the residual after them: per site two or three elementwise
-kernels, each a round trip of a [tokens, 4608] bf16 tensor. Profiled on an H100 at 1024² (one step, both branches,
-``bench/results/kernel-table-H100-2026-11-26-s14-1024-rope.txt``): 9.2 ms of RMSNorm, 15.7 ms of broadcast multiplies
-and 5.5 ms of adds per step, the largest share of the step after the GEMMs and the attention.
+kernels, each a round trip of a [tokens, 4608] bf16 tensor: together the largest share of a step after the GEMMs and
+the attention (docs/design/measurements.md).
 ``kernels.rms_norm_modulate`` / ``rms_norm_gated_residual`` read each row once, with the unfused ops' roundings.
 
 ``install`` swaps the class of each block for ``FusedNormBlock``, a subclass whose ``forward`` does what ComfyUI's
@@ -18,14 +17,12 @@ The two pre-norms also quantize their output per token in the same pass and hand
 quantizer's read of the row and its launch, with the same int8 values (``kernels/handoff.py``). Only where nothing
 can write the row in between (``_reaches_untouched``): ComfyUI inference tensors carry no version counter to tell.
 
-ComfyUI's own forward runs (the model note ``block_norms`` says why) when: training; ``IDEOGRAM4_INT8_BLOCK_NORMS=
-comfyui`` (A/B measurements). ``IDEOGRAM4_INT8_BLOCK_NORMS=no-handoff``: the fused norms without the quantization
+ComfyUI's own forward runs (the model note ``block_norms`` says why) when: training; the experiment
+``block-norms=comfyui`` (A/B measurements). ``block-norms=no-handoff``: the fused norms without the quantization
 (A/B). Under torch.compile ComfyUI's forward is traced as it is (inductor fuses these elementwise ops itself).
 """
 
 from __future__ import annotations
-
-import os
 
 import comfy.ops
 import torch
@@ -33,7 +30,7 @@ from comfy.ldm.ideogram4 import model as ideogram4_model
 from comfy.ldm.lumina.model import FeedForward
 
 from .. import kernels
-from ..kernels import handoff
+from ..kernels import handoff, settings
 from ..kernels.dispatch import block_norm_demotion
 from . import swapped_blocks
 from .ffn_fusion import GateUpFeedForward
@@ -41,21 +38,23 @@ from .int8_ops import quantizes_plain_rows
 from .qk_rope import FusedRopeAttention
 from .swapped_blocks import swap_class, write_note
 
-# "comfyui": ComfyUI's own norms and multiplies; "no-handoff": the fused norms, the linears quantize (A/B measurements)
-ENV_BLOCK_NORMS = "IDEOGRAM4_INT8_BLOCK_NORMS"
+# block-norms=comfyui: ComfyUI's own norms and multiplies; =no-handoff: the fused norms, the linears quantize (A/B)
+EXPERIMENT = "block-norms"
 NO_HANDOFF = "no-handoff"
 NOTE_KIND = "block_norms"
 TOPIC = "block RMSNorms with their modulation and residual"
 FUSED_NOTE = f"{TOPIC}: the pack's fused kernel (rms_modulate)"
 HANDOFF_NOTE = f"{FUSED_NOTE}, quantizing the qkv and gate/up inputs in the same pass"
-NO_HANDOFF_NOTE = f"{FUSED_NOTE}; {ENV_BLOCK_NORMS}={NO_HANDOFF}: the linears quantize their inputs"
+NO_HANDOFF_NOTE = (
+    f"{FUSED_NOTE}; {settings.EXPERIMENTS_VAR} has {EXPERIMENT}={NO_HANDOFF}: the linears quantize their inputs"
+)
 TWIN_NOTE = f"{TOPIC}: ComfyUI's ops (the twin)"  # + why no kernel
 _is_compiling = torch.compiler.is_compiling
 _RUN_EVERY_OP = getattr(comfy.ops, "run_every_op", None)
 
 
-def comfyui_reason(setting: str | None = None) -> str | None:
-    return swapped_blocks.comfyui_reason(ENV_BLOCK_NORMS, "ComfyUI's own", setting)
+def comfyui_reason() -> str | None:
+    return swapped_blocks.comfyui_reason(EXPERIMENT, "ComfyUI's own")
 
 
 # forwards whose first op is the linear a pre-norm feeds (attention: qkv(x); FFN: w1, or the gate/up pair on x)
@@ -94,9 +93,8 @@ class FusedNormBlock(ideogram4_model.Ideogram4TransformerBlock):
     def forward(self, x, attn_mask, freqs_cis, adaln_input, transformer_options={}):  # noqa: B006 - ComfyUI's signature
         if _is_compiling():
             return super().forward(x, attn_mask, freqs_cis, adaln_input, transformer_options=transformer_options)
-        setting = os.environ.get(ENV_BLOCK_NORMS, "").strip().lower()
-        why = comfyui_reason(setting)
-        no_handoff = setting == NO_HANDOFF
+        why = comfyui_reason()
+        no_handoff = settings.experiment(EXPERIMENT) == NO_HANDOFF
         hand_attn = hand_ffn = False
         if why is None and not no_handoff:
             hand_attn = _reaches_untouched(self.attention, self.attention.qkv)
@@ -152,7 +150,7 @@ def install(diffusion_model: torch.nn.Module, label: str | None) -> int:
 __all__ = [
     "FusedNormBlock",
     "install",
-    "ENV_BLOCK_NORMS",
+    "EXPERIMENT",
     "NO_HANDOFF",
     "NOTE_KIND",
     "FUSED_NOTE",

@@ -20,14 +20,13 @@ pair ran, or why it did not. It does not serve when:
 * w1 and w3 divide the input by different SmoothQuant vectors, or rotate it differently (ConvRot), or have a
   bias or a ``pre_quant_scale``;
 * either module has forward hooks (their forwards are expected to run);
-* ``IDEOGRAM4_INT8_FUSE_GATE_UP=0`` (A/B measurements).
+* the experiment ``no-fuse-gate-up`` (A/B measurements).
 A LoRA merged in full-load mode is requantized into the int8 weight by ``set_weight``: the pair stays fused and
 reads the merged weights.
 """
 
 from __future__ import annotations
 
-import os
 import weakref
 
 import comfy.model_management
@@ -37,10 +36,11 @@ from comfy.ldm.lumina.model import FeedForward, clamp_fp16
 
 from .. import kernels
 from ..kernels import ops as kernel_ops
+from ..kernels import settings
 from .int8_ops import is_int8_weight
 
 _is_compiling = torch.compiler.is_compiling
-ENV_FUSE = "IDEOGRAM4_INT8_FUSE_GATE_UP"  # "0": w1 and w3 run as their own linears (for A/B measurements)
+EXPERIMENT = "no-fuse-gate-up"  # w1 and w3 run as their own linears (A/B measurements)
 SPLIT_NOTE = "w1|w3 not fused"
 
 
@@ -150,8 +150,8 @@ def _ours(m) -> bool:
 
 def split_reason(ff, x: torch.Tensor) -> str | None:
     """None when w1 / w3 of ``ff`` can run as one fused call on ``x``; else why not (for the registry / panel)."""
-    if os.environ.get(ENV_FUSE, "1").strip() == "0":
-        return f"{ENV_FUSE}=0"
+    if settings.flag(EXPERIMENT):
+        return settings.said(EXPERIMENT)
     w1, w3 = ff.w1, ff.w3
     if not (_ours(w1) and _ours(w3)):
         return "w1 or w3 is not the pack's INT8 linear (replaced by an object patch?)"
@@ -242,4 +242,4 @@ def _gate_up(ff, x: torch.Tensor) -> torch.Tensor:
     return clamp_fp16(h)
 
 
-__all__ = ["GateUpFeedForward", "install", "split_reason", "load_summary", "ENV_FUSE"]
+__all__ = ["GateUpFeedForward", "install", "split_reason", "load_summary", "EXPERIMENT"]

@@ -9,45 +9,19 @@ per call in lowvram mode), ``.to()`` re-wrapping of the int8 ``QuantizedTensor``
 full-load mode is requantized and stays INT8.
 
 What the Linear adds:
-* ``_forward(input, weight, bias)`` — the narrowest override point: an ``int8_tensorwise``
-  QuantizedTensor weight goes to ``kernels.w8a8_linear`` (fused Triton GEMM where it can run;
-  ConvRot activation rotation first), recorded as ``<label>/<module path>``; a float weight
-  (bf16-protected / top-level layers, or a weight ComfyUI dequantized to apply a LoRA in lowvram
-  mode) goes to ``kernels.float_linear`` so the panel lists it as ``bf16`` with the reason. A float8 e4m3
-  weight in ComfyUI's ``float8_e4m3fn`` form (a protected layer stored fp8: ``read_branch(float_blocks_fp8=True)``)
-  goes to ``kernels.fp8_linear`` (path ``triton-fp8``, or its labelled float fallback); ``forward`` hands it the
-  unquantized input, where ComfyUI's own forward would quantize it per tensor for its matmul.
-* ``input_smooth`` (SmoothQuant vector, no slot in ComfyUI's format): loaded from
-  ``<m>.input_smooth``, saved back, moved with the module, cast to the input's device when the
-  module is offloaded. The int8 weight stores W·diag(s), so ``convert_weight`` divides the
-  dequantized weight by s and ``set_weight`` multiplies by s before requantizing, and when
-  ComfyUI dequantizes for a float GEMM (lowvram LoRA, forced cast) the division is put in front
-  of its weight functions — LoRA deltas are always applied to the real W.
-* the smoothing fold (``ideogram4.smooth_fold``, applied at load; its inverse algebra lives there too, this module
-  only wires it to ComfyUI's weight functions): ``input_folded`` f (saved as
-  ``<m>.input_folded``) is the part of s already divided out upstream, so the module's input arrives as x / f
-  and the GEMM path divides it by s / f only (``input_divisor``: nothing after a full fold). The float path
-  re-applies f after the weight functions: F.linear(x / f, W'·diag(f)) = F.linear(x, W'). A linear whose output
-  rows carry a consumer's fold (the v rows of attention.qkv for attention.o, feed_forward.w3's rows for w2) knows
-  them as ``output_folded`` and undoes / redoes them around LoRA the same way; so does a norm whose weight carries
-  a fold (``RMSNorm.ideogram4_fold``). ``link_folds`` sets both from the linears' ``input_folded`` after a load.
+* ``_forward(input, weight, bias)`` — the narrowest override point: an ``int8_tensorwise`` QuantizedTensor weight
+  goes to ``kernels.w8a8_linear`` (ConvRot rotation first), a float weight (a protected layer, or one ComfyUI
+  dequantized for a lowvram LoRA) to ``kernels.float_linear``, a ``float8_e4m3fn`` weight to ``kernels.fp8_linear``;
+  each call is recorded as ``<label>/<module path>`` with its path and reason for the panel.
+* ``input_smooth`` (SmoothQuant vector, no slot in ComfyUI's format): loaded, saved, moved and cast with the module;
+  LoRA deltas are always applied to the real W (the int8 weight stores W·diag(s)).
+* the smoothing fold (``ideogram4.smooth_fold``, at load): ``input_folded`` f is the part of s divided out upstream,
+  so the GEMM divides by s / f only (``input_divisor``), and LoRA undoes / redoes the folds around the weight
+  functions (``output_folded``, ``RMSNorm.ideogram4_fold``; ``link_folds`` sets them after a load).
 * ``run_every_op()`` (interruption) is called by the inherited ``forward``.
 
-w1|w3 as one GEMM with the SwiGLU in its epilogue: a native MODEL keeps ``feed_forward.w1`` / ``w3`` as separate
-[F, K] parameters (LoRA keys, state_dict, per-module offload move each on its own; an interleaved copy would add
-~3.6 GiB per branch, and views of one buffer cannot be [F, K] matrices). ``ffn_fusion`` runs each block's pair
-through ``kernels.swiglu_w8a8_pair``, which reads the gate and up tiles from the two weights as they are, and
-falls back to these modules' own forwards where that call cannot serve (offloaded weights, a LoRA applied on the
-fly, ...); ``w2`` stays its own linear.
-
-Every call that reaches the op counts in ``op_calls`` (the fused pair counts on both modules): ``op_coverage``
-checks after each forward that every quantized linear of the model ran through it — a newer ComfyUI may compute
-a layer its own way without calling ``Linear.forward`` — and labels the model when one did not.
-
-torch.compile (ComfyUI's TorchCompileModel, KJNodes): while dynamo traces, the linears emit the pack's registered
-ops (``kernels.ops``), whose real implementations choose the path and record it at run time, and nothing here
-writes module state (a counter read in traced code would be a guard that fails on every call): the ops count their
-calls per site instead (``op_calls()`` adds both).
+How each of these works, w1|w3 as one GEMM (``ffn_fusion``), the bypass check that counts the calls reaching the op
+(``op_calls``, ``op_coverage``) and what changes under torch.compile: docs/design/comfyui-ops.md.
 """
 
 from __future__ import annotations

@@ -22,7 +22,6 @@ context is put on the sampling device once per run instead of in every call (``r
 from __future__ import annotations
 
 import logging
-import os
 
 import comfy.model_base
 import comfy.model_management
@@ -34,6 +33,7 @@ from ..ideogram4 import smooth_fold
 from ..ideogram4.comfy_form import to_comfy_state_dict
 from ..ideogram4.config import Ideogram4Config
 from ..ideogram4.errors import CheckpointError
+from ..kernels import settings
 from . import block_norms, ffn_fusion, op_coverage, qk_rope, resident_conds
 from .attention_override import install as install_attention
 from .int8_ops import declare_sites, label_sites, link_folds, make_ops, site_label
@@ -84,9 +84,9 @@ def model_config_for(config: Ideogram4Config, dtype: torch.dtype):
 
 
 def smooth_fold_mode() -> str:
-    """The smoothing fold mode for MODELs built here: ``smooth_fold.ENV_MODE`` (a w1/w3 mode, or "off"), default
-    ``smooth_fold.DEFAULT_GATE_UP``. A bad value raises ValueError naming the choices."""
-    return smooth_fold.gate_up_mode_from_env(os.environ.get(smooth_fold.ENV_MODE))
+    """The smoothing fold mode for MODELs built here: the experiment ``smooth-fold`` (a w1/w3 mode, or "off"), else
+    ``smooth_fold.DEFAULT_GATE_UP``."""
+    return settings.experiment("smooth-fold") or smooth_fold.DEFAULT_GATE_UP
 
 
 def build_native_model(
@@ -139,7 +139,7 @@ def build_native_model(
         op_coverage.install(model.diffusion_model, label)
         resident_conds.install(model)
         patcher = Ideogram4ModelPatcher(model, load_device=load_device, offload_device=offload_device)
-        patcher.ideogram4_attention = install_attention(patcher.model_options, load_device)
+        patcher.ideogram4_attention = install_attention(patcher.model_options, load_device, label)
         if offload_device.type != "cpu":
             model.to(offload_device)
         paths = declare_sites(model.diffusion_model, label, load_device)

@@ -2,41 +2,20 @@
 pack's op, and label the model (registry -> panel, log once) when one did not.
 
 Why this is needed: the pack overrides ``Linear._forward`` (and each FFN's gate/up pair); a ComfyUI that computes a
-layer its own way never calls them. Newer ComfyUI (0.35-0.38 sources) dequantizes before ``_forward`` when
-``_full_precision_mm`` is set (that one still reaches the op, which labels it a float GEMM) and adds fused INT8
-FFN / norm functions (``_fused_swiglu_ffn``, ``linear_input_act``) that read the int8 weights directly and skip
-``Linear.forward`` altogether: the GEMM then runs on ComfyUI's kernel while the panel would still list the
-pack's path.
+layer its own way never calls them (newer ComfyUI has fused INT8 FFN / norm functions that read the int8 weights
+directly), and the GEMM then runs on ComfyUI's kernel while the panel would still list the pack's path.
 
 How: each of the pack's Linears counts the calls that reach the op (``op_calls``; the fused gate/up call counts on
-both projections; in a torch.compile'd graph the registered ops count them per call site: ``int8_ops.op_calls``).
-Forward hooks on the diffusion model read the counters of its quantized linears (int8 or fp8 weight) before and after
-the forward; a linear that should have run and did not is a bypass. ``llm_cond_proj`` runs only when the forward has a
-text context (the image-only pass never runs it). Cost: two reads of ~220 integers per forward of hundreds of
-milliseconds.
+both projections; in a torch.compile'd graph the registered ops count them per call site). Forward hooks on the
+diffusion model read the counters of its quantized linears before and after the forward; a linear that should have
+run and did not is a bypass. ``llm_cond_proj`` runs only when the forward has a text context. Under torch.compile
+the check runs inside the graph as the op ``after_forward`` on the forward's output; under CUDA-graph replay a layer
+that did not move counts as replayed where a graph ran it through the op before.
 
-Under torch.compile (ComfyUI's TorchCompileModel compiles the diffusion model as a whole) dynamo traces the hooks
-too: a counter read in traced code would be a constant of the graph. There the pre-hook does nothing and the hook
-puts the check into the graph as the op ``after_forward`` (``after_forward.py``) on the forward's output (so it runs
-after every layer, at run time); it compares the counters with their values at the end of the previous checked
-forward of this model (or at install), since no op can be ordered before every layer of a graph. A call of one of
-the model's linears between two forwards (outside any forward) could hide a bypass from that check; it cannot raise a
-false one.
-
-Under CUDA-graph replay no Python runs, so a replayed layer's counter does not move. The pack's own graphs say so
-(``replayed``). A compiled model whose backend replays graphs (TorchCompileModel's ``cudagraphs`` backend, inductor's
-``reduce-overhead``) can replay part of a forward and run the rest, and the check then runs with some layers unmoved.
-So while a CUDA-graph tree lives on the card, a layer that did not move in a compiled forward counts as replayed when
-a compiled graph has run it through the op before (``compiled_calls``), and as bypassed only when none ever did.
-
-Label after the fact, not refuse at load: whether a newer ComfyUI takes its own route depends on run-time facts
-(device and kitchen backend, batch size, whether the weights are resident or streamed), so a probe forward at
-load (on a tiny input, or a tiny model) can show that a route exists but not that the real run avoids it, and a
-full-size probe would load the model onto the GPU at load time, which ComfyUI does lazily at sampling. Refusing
-would also stop runs whose results are right (ComfyUI's own int8 path computes the same linear), only not on the
-pack's kernel. So every forward is checked; the first bypass is logged once per model, and the model carries a
-note in the registry (the panel shows it as a warning with the layers) from that forward on, with the count of
-forwards it happened in; the bypassed layers' reasons say so too.
+Label after the fact, not refuse at load: whether ComfyUI takes its own route depends on run-time facts a probe at
+load cannot show, and its route computes the same linear, only not on the pack's kernel. The first bypass is logged
+once per model; the model's note in the registry (a warning in the panel) lists the layers and counts the forwards.
+The details: docs/design/comfyui-ops.md.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def patch_model(source, label: str, gemm_path: str | None, progress=None):
         patcher.patches_uuid = source.patches_uuid
         notes.append(f"kept {len(source.patches)} weight patches (LoRA) of the source MODEL")
     patcher.model_options = comfy.model_patcher.create_model_options_clone(source.model_options)
-    notes.append(install_attention(patcher.model_options))
+    notes.append(install_attention(patcher.model_options, source.load_device, label))
     if source.object_patches:
         notes.append(
             f"dropped {len(source.object_patches)} object patches of the source MODEL (they point at its "

@@ -1,10 +1,9 @@
 """ComfyUI's Ideogram 4 attention with the q / k RMSNorm + split-half RoPE through the pack's fused kernel.
 
 ComfyUI's ``Ideogram4Attention`` normalizes and rotates q and k with comfy-kitchen's ``rms_rope_split_half``, which
-reads the rotation as a [.., D/2, 2, 2] float32 matrix per token. Profiled on an H100 at 1024² (one step, both
-branches, ``bench/results/kernel-table-H100-2026-11-26-s14-1024.txt``): 9.3 ms per step there against 4.3 ms for
-the pack's ``qk_norm_rope`` kernel (``kernels/qk_norm_rope_triton.py``), which the reference DiT runs: the largest
-kernel difference between the ComfyUI path and the reference DiT.
+reads the rotation as a [.., D/2, 2, 2] float32 matrix per token: about twice the time of the pack's
+``qk_norm_rope`` kernel (``kernels/qk_norm_rope_triton.py``), which the reference DiT runs, and the largest kernel
+difference between the ComfyUI path and the reference DiT (docs/design/measurements.md).
 
 ``install`` swaps the class of each block's ``attention`` for ``FusedRopeAttention``, a subclass whose ``forward``
 does what ComfyUI's does with that one step replaced: the same modules, parameters and state-dict keys, the norms'
@@ -13,7 +12,7 @@ rotation's cos / sin come from ComfyUI's matrix ([[c, -s], [s, c]] per pair: ``p
 the frequencies over both halves), read once per forward and shared by the blocks.
 
 ComfyUI's own step runs instead (the model note ``rope`` says why) when: training; a rotation that is not one
-[N, D/2] table (a batch of different positions); ``IDEOGRAM4_INT8_ROPE=comfyui`` (A/B measurements). The pack's op
+[N, D/2] table (a batch of different positions); the experiment ``rope=comfyui`` (A/B measurements). The pack's op
 runs its pure-torch twin where the kernel cannot run (no Triton GPU) or failed to build or launch for this head size
 and dtype (demoted once, ``kernels.dispatch.qk_rope_demotion``); the note says which and why.
 """
@@ -30,7 +29,7 @@ from ..kernels.dispatch import qk_rope_demotion
 from . import swapped_blocks
 from .swapped_blocks import swap_class, write_note
 
-ENV_ROPE = "IDEOGRAM4_INT8_ROPE"  # "comfyui": ComfyUI's own q/k norm + RoPE (A/B measurements)
+EXPERIMENT = "rope"  # rope=comfyui: ComfyUI's own q/k norm + RoPE (A/B measurements)
 NOTE_KIND = "rope"
 TOPIC = "q/k RMSNorm + RoPE"
 FUSED_NOTE = f"{TOPIC}: the pack's fused kernel (qk_norm_rope)"
@@ -63,7 +62,7 @@ def _tables(freqs_cis, tokens: int, head_dim: int):
 
 
 def comfyui_reason() -> str | None:
-    return swapped_blocks.comfyui_reason(ENV_ROPE, "ComfyUI's rms_rope_split_half")
+    return swapped_blocks.comfyui_reason(EXPERIMENT, "ComfyUI's rms_rope_split_half")
 
 
 class FusedRopeAttention(ideogram4_model.Ideogram4Attention):
@@ -113,4 +112,4 @@ def install(diffusion_model: torch.nn.Module, label: str | None) -> int:
     return swap_class(diffusion_model, ideogram4_model.Ideogram4Attention, FusedRopeAttention, label)
 
 
-__all__ = ["FusedRopeAttention", "install", "rope_tables", "ENV_ROPE", "NOTE_KIND", "FUSED_NOTE", "TWIN_NOTE"]
+__all__ = ["FusedRopeAttention", "install", "rope_tables", "EXPERIMENT", "NOTE_KIND", "FUSED_NOTE", "TWIN_NOTE"]

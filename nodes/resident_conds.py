@@ -2,8 +2,8 @@
 
 ComfyUI keeps a CONDITIONING's tensors where the text encoder left them (the CPU, pageable memory), and its model
 base casts the context to the GPU in every call (``BaseModel._apply_model`` → ``cast_to_device``). For Ideogram 4
-that is 512 × 53248 features per conditional pass: a 54.5 MB pageable copy on the compute stream at every step
-(~4 ms at the 12 GiB/s pageable rate the H100 machine measured), under ComfyUI's own samplers and guiders.
+that is 512 × 53248 features per conditional pass: a 54.5 MB pageable copy on the compute stream, milliseconds of
+every step (docs/design/measurements.md), under ComfyUI's own samplers and guiders.
 
 ``BaseModel.extra_conds`` runs once per sampling run (``samplers.encode_model_conds``) and is told the sampling
 device: wrapped here on the pack's models, the context it returns is already there in the model's inference dtype,
@@ -16,11 +16,11 @@ covers the pack's MODELs under every other sampler.
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-ENV_RESIDENT = "IDEOGRAM4_INT8_RESIDENT_CONDS"  # "0": ComfyUI's per-call cast (A/B measurements); read at each run
+from ..kernels import settings
+
+EXPERIMENT = "no-resident-conds"  # ComfyUI's per-call cast (A/B measurements)
 CONTEXT_KEY = "c_crossattn"  # what _apply_model casts to (device, inference dtype) on every call
 
 
@@ -33,7 +33,7 @@ def install(model) -> None:
 
     def extra_conds(**kwargs):
         out = inner(**kwargs)
-        if os.environ.get(ENV_RESIDENT, "").strip() == "0":
+        if settings.flag(EXPERIMENT):
             return out
         cond = out.get(CONTEXT_KEY)
         device = kwargs.get("device")

@@ -26,6 +26,7 @@ from .. import kernels
 from ..ideogram4 import placement
 from ..ideogram4 import sampling_args as sa
 from ..ideogram4.schedule import DEFAULT_PRESET, PRESETS
+from ..kernels import settings
 from .cuda_graphs import pass_graphs
 from .native_model import model_labels, node_id_of, publish, require_ideogram4, text_features
 from .streaming_patcher import load_together, one_pass_per_branch
@@ -197,7 +198,7 @@ def check_conditioning(positive, features: int) -> None:
 def _on_device(conditioning, device: torch.device):
     """The conditioning tensors moved to the model's device once per run. ComfyUI keeps CLIPTextEncode's output
     on the intermediate device and copies it at every model call: Ideogram 4's 512 x 53248 text features are
-    54 MB, ~4 ms of pageable copy per step on an H100 machine."""
+    54 MB, a pageable copy per step."""
     if device.type == "cpu":
         return conditioning
     return [[c.to(device, non_blocking=True) if isinstance(c, torch.Tensor) else c, *rest] for c, *rest in conditioning]
@@ -227,6 +228,7 @@ def sample(
     """The latent [B, C, H/16, W/16] (float32, intermediate device) of one run.
 
     The GEMM-path panel is told after the run (``publish("run", labels of both MODELs, node_id)``)."""
+    settings.reload()  # the switches are read once per run
     latent = empty_latent(model, width, height, batch_size)
     noise = comfy.sample.prepare_noise(latent, seed)
     guider = PerStepGuidanceGuider(model, model_negative, plan.guidance)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from ..kernels import settings
 from ..kernels.registry import REGISTRY
 from . import status_report as _status
 
@@ -159,14 +160,12 @@ def register_routes(routes=None) -> list[str]:
 
 
 def apply_timing_env() -> None:
-    flag = _status.timing_from_env()
+    """Switch timing as ``IDEOGRAM4_INT8_GEMM_TIMING`` asks (unset: as it is); a value not understood was warned
+    about when the settings were read, and the panel lists it."""
+    flag = settings.gemm_timing()
     if flag is not None:
         _status.switch_timing(flag, "env")
-        log.info("Ideogram4 INT8: per-path GEMM timing %s (%s)", "on" if flag else "off", _status.ENV_TIMING)
-    else:
-        problem = _status.timing_env_problem()
-        if problem:
-            log.warning("Ideogram4 INT8: %s", problem)
+        log.info("Ideogram4 INT8: per-path GEMM timing %s (%s)", "on" if flag else "off", settings.GEMM_TIMING)
 
 
 async def on_load() -> None:

@@ -23,13 +23,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import pathlib
 import re
 import time
 from collections.abc import Mapping
 
-from ..kernels import cpu_gemm
+from ..kernels import cpu_gemm, settings
 from ..kernels.backends import no_cuda_reason
 from ..kernels.env import environment_report, interpreter_mode
 from ..kernels.path_choice import ENV_PATH, labels_here
@@ -46,12 +45,9 @@ SCHEMA_PATH = pathlib.Path(__file__).with_name("status.schema.json")
 ROUTE = "/ideogram4_int8/status"
 TIMING_ROUTE = "/ideogram4_int8/timing"
 EVENT = "ideogram4_int8.status"
-ENV_TIMING = "IDEOGRAM4_INT8_GEMM_TIMING"
 
 QUERY_PARAMS = ("model", "layers")
 MAX_LABEL_LEN = 200
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 
 ROLES = ("conditional", "unconditional", "other")
 
@@ -163,9 +159,9 @@ def validate_status_params(query: Mapping | None) -> StatusParams:
         if len(vals) != 1:
             raise StatusQueryError("layers", f"'layers' given {len(vals)} times; give it once")
         raw = vals[0].strip().lower()
-        if raw in _TRUE:
+        if raw in settings.ON:
             include_layers = True
-        elif raw in _FALSE:
+        elif raw in settings.OFF:
             include_layers = False
         else:
             shown = vals[0] if len(vals[0]) <= 40 else vals[0][:40] + "..."
@@ -175,37 +171,13 @@ def validate_status_params(query: Mapping | None) -> StatusParams:
 
 # -- timing switch --------------------------------------------------------------------------------
 
-_timing_state = {"switched_by": None, "env_problem": None}
+_timing_state = {"switched_by": None}
 
 
 def switch_timing(enabled: bool, by: str) -> None:
     """Turn per-GEMM CUDA-event timing on/off and remember who did (``env``, ``setting``, ``api``)."""
     REGISTRY.enable_timing(bool(enabled))
     _timing_state["switched_by"] = by
-
-
-def timing_from_env(environ: Mapping[str, str] | None = None) -> bool | None:
-    """Read IDEOGRAM4_INT8_GEMM_TIMING: True/False, or None when unset or not understood.
-
-    A value that is not understood is kept as a note in the report (and the caller logs it)."""
-    environ = os.environ if environ is None else environ
-    raw = environ.get(ENV_TIMING, "").strip().lower()
-    _timing_state["env_problem"] = None
-    if not raw:
-        return None
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    _timing_state["env_problem"] = (
-        f"{ENV_TIMING}={scrub_text(raw[:40])!r} is not understood (use 1 or 0); GEMM timing left as it was"
-    )
-    return None
-
-
-def timing_env_problem() -> str | None:
-    """The note left by :func:`timing_from_env` for a value it did not understand (else None)."""
-    return _timing_state["env_problem"]
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -258,12 +230,13 @@ def _model_order(label: str):
 
 def _environment() -> dict:
     env = environment_report()
-    forced = os.environ.get(ENV_PATH, "").strip()
+    forced, raw = settings.gemm_path(), settings.current().raw.get(ENV_PATH)
+    wrong = ENV_PATH in settings.problems()
     env["triton_interpreter"] = interpreter_mode()
     env["forced_path"] = {
         "variable": ENV_PATH,
-        "value": scrub_text(forced[:64]) if forced else None,
-        "valid": (forced in (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)) if forced else None,
+        "value": forced or (scrub_text(raw[:64]) if wrong else None),
+        "valid": True if forced else False if wrong else None,
     }
     return env
 
@@ -389,7 +362,7 @@ def _timing(registry) -> dict:
     return {
         "enabled": bool(registry.timing_enabled),
         "switched_by": _timing_state["switched_by"],
-        "env_variable": ENV_TIMING,
+        "env_variable": settings.GEMM_TIMING,
         "last_run": last_run,
         "note": note,
     }
@@ -426,7 +399,7 @@ def _path_labels() -> dict:
     return {"device": device, "labels": labels, "preferred": preferred, "device_reason": shared}
 
 
-def _status(env: dict, models: list[dict], timing_problem: str | None) -> dict:
+def _status(env: dict, models: list[dict]) -> dict:
     notes = []
     if not env["cuda_available"]:
         notes.append(
@@ -434,13 +407,9 @@ def _status(env: dict, models: list[dict], timing_problem: str | None) -> dict:
             "an NVIDIA GPU (sm_80 or newer)."
         )
     forced = env["forced_path"]
-    if forced["value"] is not None:
-        if forced["valid"]:
-            notes.append(f"{ENV_PATH}={forced['value']} forces that path wherever it can run.")
-        else:
-            notes.append(f"{ENV_PATH}={forced['value']!r} is not a GEMM path and is ignored.")
-    if timing_problem:
-        notes.append(timing_problem)
+    if forced["valid"]:
+        notes.append(f"{ENV_PATH}={forced['value']} forces that path wherever it can run.")
+    notes += [scrub_text(problem) for problem in settings.problems().values()]  # switches not understood
     notes += [f"{m['label']}: {m['bypass']}" for m in models if m["bypass"]]
     if not models:
         code = "no_models_yet"
@@ -549,7 +518,7 @@ def status_report(
         "schema_version": SCHEMA_VERSION,
         "pack_version": _pack["version"],
         "generated_at": time.time(),
-        "status": _status(env, models, _timing_state["env_problem"]),
+        "status": _status(env, models),
         "environment": env,
         "paths": list(PATHS),
         "path_labels": _path_labels(),
@@ -596,7 +565,6 @@ def load_schema() -> dict:
 __all__ = [
     "set_pack_version",
     "EVENT",
-    "ENV_TIMING",
     "ROUTE",
     "TIMING_ROUTE",
     "SCHEMA_VERSION",
@@ -610,7 +578,5 @@ __all__ = [
     "status_response",
     "validate_timing_body",
     "switch_timing",
-    "timing_env_problem",
-    "timing_from_env",
     "validate_status_params",
 ]

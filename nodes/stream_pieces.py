@@ -50,7 +50,7 @@ def unit(index: int, piece: streaming.Piece, device: torch.device, cache: dict) 
     hosts = [m.weight for m in modules]
 
     # the closures hold the cache and the device, not the model's stream: a cycle through it kept every replaced
-    # plan's slots on the card until a garbage collection (H100, emulated 12 GB: 5 GiB held, ComfyUI asking for more
+    # plan's slots on the card until a garbage collection (gigabytes held on a small card, ComfyUI asking for more
     # each time and the branches shrinking pass after pass)
     def device_params(views):
         key = id(views)

@@ -24,16 +24,14 @@ call: they get no hooks), so the latent is the resident run's bit for bit.
   card to shares proportional to their sizes (the sum ComfyUI allowed is kept).
 * Pinned memory goes through ComfyUI's ``pin_memory`` (bounded by its ``MAX_PINNED_MEMORY``); a tensor it will not
   pin streams from pageable memory, labelled as such.
-* ``IDEOGRAM4_INT8_STREAM=0`` keeps ComfyUI's own partial load (for comparisons); ``IDEOGRAM4_INT8_STREAM_PIECES=0``
-  streams whole blocks through 2 slots (the unit before pieces, for A/B measurements); ``IDEOGRAM4_INT8_STREAM_SLOTS``
-  sets the slots per model (default 3 for pieces, 2 for whole blocks).
+* ``IDEOGRAM4_INT8_STREAM=off`` keeps ComfyUI's own partial load; ``IDEOGRAM4_INT8_STREAM_SLOTS`` sets the slots per
+  model (default 3 for pieces, 2 for whole blocks); the experiment ``stream-whole-blocks`` streams whole blocks (A/B).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import weakref
 
 import comfy.model_management
@@ -41,7 +39,8 @@ import comfy.model_patcher
 import torch
 
 from .. import kernels
-from ..ideogram4 import streaming
+from ..ideogram4 import graph_replay, streaming
+from ..kernels import settings
 from . import stream_pieces
 from .int8_ops import site_label
 from .op_coverage import CONTEXT_ONLY
@@ -51,32 +50,26 @@ from .stream_pieces import weight_bytes as _weight_bytes
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
-ENV_STREAM = "IDEOGRAM4_INT8_STREAM"  # "0": ComfyUI's own partial load instead of block streaming
-ENV_SLOTS = "IDEOGRAM4_INT8_STREAM_SLOTS"  # device slots per model (default 3 for pieces, 2 for whole blocks)
-ENV_PIECES = "IDEOGRAM4_INT8_STREAM_PIECES"  # "0": stream whole blocks (A/B measurements)
-ENV_PASS_ESTIMATE = "IDEOGRAM4_INT8_PASS_ESTIMATE"  # "comfyui": keep ComfyUI's doubled-batch estimate (comparisons)
+WHOLE_BLOCKS = "stream-whole-blocks"  # the experiment that streams whole blocks (A/B measurements)
+PASS_ESTIMATE = "pass-estimate"  # pass-estimate=comfyui: keep ComfyUI's doubled-batch estimate (comparisons)
 NOTE_KIND = "streaming"
 PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors allocated between the loads
 _ON_DEVICE: weakref.WeakSet = weakref.WeakSet()  # patchers whose model has weights on a device
 
 
 def streaming_enabled() -> bool:
-    return os.environ.get(ENV_STREAM, "1").strip() != "0"
+    return settings.stream()
 
 
 def pieces_enabled() -> bool:
-    return os.environ.get(ENV_PIECES, "1").strip() != "0"
+    return not settings.flag(WHOLE_BLOCKS)
 
 
 def slot_count(pieces: bool = False) -> int:
     """Slots per model: 3 for pieces (with 2, a block's w2 copy could start only once its attention piece had run,
     and a block's gate_up copy only once it started: a stall where resident blocks separate streamed ones), 2 for
     whole blocks (one in use, the next one's copy in flight)."""
-    default = 3 if pieces else 2
-    try:
-        return max(1, int(os.environ.get(ENV_SLOTS, str(default))))
-    except ValueError:
-        return default
+    return settings.stream_slots() or (3 if pieces else 2)
 
 
 def _blocks(model) -> list[torch.nn.Module]:
@@ -228,7 +221,15 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         self._apply(device_to, plan)
         return None
 
+    def _weights_move(self) -> None:
+        """ComfyUI is about to move or re-patch this model's weights: CUDA graphs that read them where they are go
+        (``nodes/cuda_graphs.py``), with every graph sharing their pool, and the pool's memory with them."""
+        freed = graph_replay.release_graphs_of(getattr(self.model, "diffusion_model", None))
+        if freed:
+            log.debug("ideogram4-int8: CUDA graphs released (%.2f GiB)", freed / streaming.GIB)
+
     def partially_unload(self, device_to, memory_to_free=0, force_patch_weights=False):
+        self._weights_move()
         device = self.load_device
         log.debug(
             "ideogram4-int8: partially_unload %s: %.2f GiB asked, %.2f loaded",
@@ -259,6 +260,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if unpatch_weights and self.stream is not None:
             log.debug("ideogram4-int8: unpatch %s: streaming stops", site_label(self.model.diffusion_model))
         if unpatch_weights:
+            self._weights_move()
             self._stop_stream(release=True)
         return super().unpatch_model(device_to, unpatch_weights)
 
@@ -268,6 +270,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         device = torch.device(device)
         if self.stream is not None and self.stream.plan == plan and self.stream.device == device:
             return
+        self._weights_move()
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
@@ -291,6 +294,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             self.model.ideogram4_stream = stream
             self.model.model_lowvram = True  # ComfyUI offers more memory later (partially_load) instead of skipping
             self.model.model_loaded_weight_memory = plan.device_bytes
+            self.model.ideogram4_plan_changes = getattr(self.model, "ideogram4_plan_changes", 0) + 1
             _ON_DEVICE.add(self)
         stream.publish()
         log.info("ideogram4-int8: %s %s", stream.label or "model", plan.describe())
@@ -336,6 +340,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         every host copy (before ComfyUI restores or drops them); neither: they stay pinned for the next plan."""
         stream = self.stream
         if stream is not None:
+            self._weights_move()
             stream.stop()
             self.model.ideogram4_stream = None
             names = getattr(self.model, "ideogram4_streamed_modules", None) or set()
@@ -389,6 +394,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         return freed
 
     def detach(self, unpatch_all=True):
+        if unpatch_all:
+            self._weights_move()
         out = super().detach(unpatch_all)
         if unpatch_all:
             _ON_DEVICE.discard(self)
@@ -409,10 +416,10 @@ def one_pass_per_branch(models):
     alone (batch = the latent's), so half of each request was never used; on a card that must stream, that half
     (0.93 GiB at 1024², 3.7 GiB at 2048², from ComfyUI's factor) is weights that crossed the bus every pass instead.
     The per-sample factor (``memory_usage_factor``) is halved for the run and restored after, so every request
-    ComfyUI makes during it (``load_together``'s too) equals ComfyUI's own one-batch estimate. ``ENV_PASS_ESTIMATE``
-    = "comfyui" keeps the doubled request (comparisons)."""
+    ComfyUI makes during it (``load_together``'s too) equals ComfyUI's own one-batch estimate. The experiment
+    ``pass-estimate=comfyui`` keeps the doubled request (comparisons)."""
     bases = list(dict.fromkeys(m.model for m in _pack_models(models)))
-    if os.environ.get(ENV_PASS_ESTIMATE, "").strip().lower() == "comfyui":
+    if settings.experiment(PASS_ESTIMATE) == "comfyui":
         bases = []
     saved = [(b, b.memory_usage_factor) for b in bases]
     for b, factor in saved:
@@ -458,7 +465,7 @@ def streaming_summary(models) -> str:
     )
     device = patchers[0].load_device
     if not streaming_enabled():
-        return f"model management: ComfyUI's own partial load ({ENV_STREAM}=0)"
+        return f"model management: ComfyUI's own partial load ({settings.said(settings.STREAM)})"
     if torch.device(device).type != "cuda":
         return f"{head}; on {torch.device(device).type} nothing streams"
     total = sum(p.model_size() for p in patchers)
@@ -507,6 +514,6 @@ __all__ = [
     "one_pass_per_branch",
     "streaming_enabled",
     "pieces_enabled",
-    "ENV_STREAM",
-    "ENV_PIECES",
+    "WHOLE_BLOCKS",
+    "PASS_ESTIMATE",
 ]

@@ -4,20 +4,19 @@ kernel, its twin and why, or ComfyUI's own and why)."""
 
 from __future__ import annotations
 
-import os
-
 import comfy.model_management
 import torch
 
 from .. import kernels
+from ..kernels import settings
 from ..kernels.backends import unavailable
 
 
-def comfyui_reason(env: str, own: str, setting: str | None = None) -> str | None:
-    """Why ComfyUI's own ``own`` runs instead of the pack's kernel: ``env``=comfyui (A/B measurements; ``setting``:
-    its value, already read), or training."""
-    if (os.environ.get(env, "") if setting is None else setting).strip().lower() == "comfyui":
-        return f"{env}=comfyui: {own}"
+def comfyui_reason(experiment: str, own: str) -> str | None:
+    """Why ComfyUI's own ``own`` runs instead of the pack's kernel: the experiment ``experiment``=comfyui (A/B
+    measurements), or training."""
+    if settings.experiment(experiment) == "comfyui":
+        return f"{settings.said(experiment)}: {own}"
     if comfy.model_management.in_training:
         return f"training: {own}"
     return None

@@ -19,9 +19,9 @@ PROTECTED_CHOICES = ("bf16", "fp8")
 PROTECTED_LAYERS = {"options": list(PROTECTED_CHOICES), "default": "bf16", "advanced": True}
 PROTECTED_LAYERS_TOOLTIP = (
     "The block layers the checkpoint keeps out of INT8 (the W8A8 file's 17 FFN down-projections). bf16: as stored. "
-    "fp8: stored as float8 e4m3 (one scale per layer) on load and run on the fused FP8 GEMM on Ada / Hopper GPUs "
-    "(sm_89 / sm_90): faster and ~1.9 GiB smaller for both branches, slightly less exact; on other GPUs they run "
-    "dequantized to bf16, labelled in the panel"
+    "fp8: stored as float8 e4m3 (one scale per layer) on load and run on the fused FP8 GEMM on Ada / Hopper / "
+    "Blackwell GPUs (sm_89 / sm_90 / sm_100 / sm_120): faster and ~1.9 GiB smaller for both branches, slightly less "
+    "exact; on other GPUs they run dequantized to bf16, labelled in the panel"
 )
 COMPUTE_DTYPE = {"options": list(COMPUTE_DTYPES), "default": "auto"}
 COMPUTE_DTYPE_TOOLTIP = "Activation / float-layer dtype. auto: bf16 on a GPU that supports it, else fp32."

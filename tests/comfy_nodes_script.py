@@ -39,10 +39,11 @@ import folder_paths  # noqa: E402
 from comfy.quant_ops import QuantizedTensor  # noqa: E402
 from comfy_stock import stock_dit, stock_sizes  # noqa: E402
 from comfyui_ideogram4_int8 import kernels  # noqa: E402
-from comfyui_ideogram4_int8.ideogram4 import make_noise, read_branch, sample, smooth_fold, synthetic  # noqa: E402
+from comfyui_ideogram4_int8.ideogram4 import make_noise, read_branch, sample, synthetic  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import dequantize_entries, w8a8_linears  # noqa: E402
+from comfyui_ideogram4_int8.kernels import settings  # noqa: E402
 from comfyui_ideogram4_int8.nodes import int8_ops, loader_nodes, native_model, patch_nodes, sampler_nodes  # noqa: E402
 
 MODELS = os.path.join(work, "models", "diffusion_models")
@@ -463,7 +464,6 @@ def check_lora():
     return res
 
 
-SMOOTH_ENV = "IDEOGRAM4_INT8_SMOOTH_FOLD"
 # the layers a LoRA patches in check_smooth: every kind of fold (own smoothing, v-row / w3-row folds, norm folds)
 LORA_KEYS = (
     "layers.0.attention.qkv",
@@ -480,15 +480,8 @@ LORA_KEYS = (
 
 def _load_mode(name, mode):
     """The loader's MODELs with the smoothing fold mode ``mode`` (None: the default)."""
-    old = os.environ.pop(SMOOTH_ENV, None)
-    if mode is not None:
-        os.environ[SMOOTH_ENV] = mode
-    try:
+    with _experiments(f"smooth-fold={mode}" if mode is not None else ""):
         return load(name)
-    finally:
-        os.environ.pop(SMOOTH_ENV, None)
-        if old is not None:
-            os.environ[SMOOTH_ENV] = old
 
 
 def _divides_per_forward(dm):
@@ -935,17 +928,30 @@ def _quant_calls():
     return kernels.REGISTRY.launches["quant_twin"] + kernels.REGISTRY.launches["quant_triton"]
 
 
+def _set(name, value):
+    """The pack's switch ``name`` set to ``value`` (None: unset), and the switches read again."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    settings.reload()
+
+
 @contextlib.contextmanager
 def _env(name, value):
+    """The pack's switch ``name`` at ``value`` inside the block, as it was after."""
     old = os.environ.get(name)
-    os.environ[name] = value
+    _set(name, value)
     try:
         yield
     finally:
-        if old is None:
-            del os.environ[name]
-        else:
-            os.environ[name] = old
+        _set(name, old)
+
+
+def _experiments(*entries):
+    """The experiments ``entries`` added to the list (the suite's CPU pin stays) inside the block."""
+    listed = os.environ.get(settings.EXPERIMENTS_VAR, "")
+    return _env(settings.EXPERIMENTS_VAR, ",".join(e for e in (listed, *entries) if e))
 
 
 def check_gate_up():
@@ -969,7 +975,7 @@ def check_gate_up():
     ):
         # the transformerlab layout (w1 and w3 with different vectors): folded with w1/w3 mode 'ratio' w3 still
         # divides by a ratio at run time (two quantizer passes, split); with the default 'min' both share a vector
-        with _env(smooth_fold.ENV_MODE, "ratio" if fmt == "w8a8" else ""):
+        with _experiments("smooth-fold=ratio" if fmt == "w8a8" else ""):
             cond, uncond, summary = load(cf, uf)
         dm = cond.model.diffusion_model
         ffs = [b.feed_forward for b in dm.layers]
@@ -990,7 +996,7 @@ def check_gate_up():
         rec = {r.layer: r for r in kernels.REGISTRY.layers("conditional")}
         res[f"{fmt}/w1_fusion"] = rec["layers.0.feed_forward.w1"].fusion
         res[f"{fmt}/w3_reason"] = rec["layers.0.feed_forward.w3"].reason
-        with _env(ffn_fusion.ENV_FUSE, "0"), torch.no_grad():
+        with _experiments(ffn_fusion.EXPERIMENT), torch.no_grad():
             split = dm(x, sigma, context=ctx)
         res[f"{fmt}/fused_vs_split_max_abs"] = (fused - split).abs().max().item()
         res[f"{fmt}/vs_reference_dit"] = rel(fused, _ref_forward(cf, x, sigma, ctx))
@@ -1003,14 +1009,14 @@ def check_gate_up():
     xb, cb = x.bfloat16(), ctx.bfloat16()  # as ComfyUI's apply_model casts them to the inference dtype
     with torch.no_grad():
         fused = dm(xb, sigma, context=cb)
-        with _env(ffn_fusion.ENV_FUSE, "0"):
+        with _experiments(ffn_fusion.EXPERIMENT):
             split = dm(xb, sigma, context=cb)
     res["bf16/dtype"] = str(fused.dtype)
     res["bf16/fused_calls"] = [b.feed_forward.fused_calls for b in dm.layers]
     res["bf16/fused_vs_split"] = rel(fused.float(), split.float())
     # split reasons, each with the pair's other conditions met; loaded unfolded, so both linears divide their input
     # by the file's (shared) vector at run time and an in-place change of one vector must be seen
-    with _env(smooth_fold.ENV_MODE, "off"):
+    with _experiments("smooth-fold=off"):
         cond, _, _ = load("i4_w8a8_shared.safetensors")
     dm = cond.model.diffusion_model
     ff = dm.layers[0].feed_forward
@@ -1103,7 +1109,7 @@ def check_gate_up_lora():
     res["merged_fused"] = [(f.fused_calls - a, f.split_calls - b) for f, (a, b) in zip(ffs, n0, strict=True)]
     res["full_load_vs_ref"] = rel(got, want)
     res["full_load_fusion"] = {r.layer: r.fusion for r in kernels.REGISTRY.layers("conditional")}[names[0]]
-    with _env(ffn_fusion.ENV_FUSE, "0"), torch.no_grad():
+    with _experiments(ffn_fusion.EXPERIMENT), torch.no_grad():
         res["fused_vs_split_after_merge"] = (got - dm(x, sigma, context=ctx)).abs().max().item()
     comfy.model_management.unload_all_models()
     with torch.no_grad():
@@ -1373,7 +1379,7 @@ def check_compile():
         ("w8a8_fp8_protected", "i4_w8a8.safetensors", loader_nodes.SAME_FILE, ""),  # the fp8 op in the graph
     ):
         extra = {"protected_layers": "fp8"} if fmt.endswith("fp8_protected") else {}
-        with _env(smooth_fold.ENV_MODE, mode):
+        with _experiments(f"smooth-fold={mode}" if mode else ""):
             cond, uncond, _ = load(cf, uf, **extra)
         for branch, patcher, cases in (
             (
@@ -1589,7 +1595,7 @@ def _read_from_slot(stream, block, forward):
 def check_streaming():
     """Low-VRAM streaming (nodes.streaming_patcher) with CPU copies: ComfyUI's partial-load budget met block by
     block; a streamed block crosses as three pieces (attention, the fused w1|w3 pair, w2) through three slots of the
-    largest piece, or whole through two with IDEOGRAM4_INT8_STREAM_PIECES=0; the streamed model computes what the
+    largest piece, or whole through two with the experiment stream-whole-blocks; the streamed model computes what the
     resident one does, bit for bit, through the same paths; LoRA merged into the streamed copy; partially_unload
     streams more; unpatch restores; the pack's two MODELs rebalance."""
     from comfyui_ideogram4_int8.ideogram4 import streaming
@@ -1670,9 +1676,8 @@ def check_streaming():
         res["max_abs_after_unload"] = (dm(x, sigma, context=ctx) - full).abs().max().item()
     cond.unpatch_model(cpu)
     res["stream_after_unpatch"] = cond.stream is None
-    # IDEOGRAM4_INT8_STREAM_PIECES=0 (A/B): whole blocks through two slots of the largest block, the same output
-    os.environ[streaming_patcher.ENV_PIECES] = "0"
-    try:
+    # the experiment stream-whole-blocks (A/B): whole blocks through two slots of the largest block, the same output
+    with _experiments(streaming_patcher.WHOLE_BLOCKS):
         cond.patch_model(device_to=cpu, lowvram_model_memory=_streaming_budget(cond, 3))
         whole = cond.model.ideogram4_stream
         whole.streamer.tracing = True
@@ -1693,8 +1698,6 @@ def check_streaming():
             "report": streaming_patcher.stream_report(cond),
         }
         cond.unpatch_model(cpu)
-    finally:
-        os.environ.pop(streaming_patcher.ENV_PIECES, None)
     # LoRA on a streamed layer: merged into the host copy, equal to the same patch merged in a full load
     lora = cond.clone()
     key = f"diffusion_model.layers.{cond.stream_plan(budget).streamed[0]}.attention.qkv.weight"
@@ -1766,10 +1769,9 @@ def check_streaming():
             streaming_patcher.load_together([cond, uncond], noise_shape)
             inside["estimate"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
             inside["uncond_factor"] = uncond.model.memory_usage_factor
-        os.environ[streaming_patcher.ENV_PASS_ESTIMATE] = "comfyui"
-        with streaming_patcher.one_pass_per_branch([cond, uncond]):
-            inside["comfyui_env"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
-        del os.environ[streaming_patcher.ENV_PASS_ESTIMATE]
+        with _experiments(f"{streaming_patcher.PASS_ESTIMATE}=comfyui"):
+            with streaming_patcher.one_pass_per_branch([cond, uncond]):
+                inside["comfyui_env"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
         try:
             with streaming_patcher.one_pass_per_branch([cond, uncond]):
                 raise RuntimeError("sampling failed")
@@ -1777,7 +1779,6 @@ def check_streaming():
             pass
     finally:
         comfy.model_management.load_models_gpu, cond.load_device = real_load, real_device
-        os.environ.pop(streaming_patcher.ENV_PASS_ESTIMATE, None)
     res["load_together"] = {
         "loaded": loaded,
         "calls": len(calls),
@@ -1912,9 +1913,10 @@ def _branch_device_gpu(cond, uncond, ctx, s):
 def check_cuda_graphs():
     """The sampler's CUDA graphs (nodes/cuda_graphs.py). Anywhere: the wrapper goes on the pack's MODELs for the run
     only (never on a native MODEL) and comes off after it, also when the run fails; a pass on a CPU runs as it
-    always does, with no note; the reasons a pass stays eager. With COMFY_GPU=1: the latent with graphs equals the
-    eager one (IDEOGRAM4_INT8_CUDA_GRAPHS=0) bit for bit on one card where they are asked for (=1), passes were
-    replayed, the bypass check saw no bypass, the fused path ran; by default (one card) the passes stay eager."""
+    always does, with no note; the reasons a pass stays eager; the graphs kept between runs go when ComfyUI moves the
+    weights. With COMFY_GPU=1: the latent with graphs (the default) equals the eager one (IDEOGRAM4_INT8_CUDA_GRAPHS=0)
+    bit for bit, passes were replayed, the bypass check saw no bypass, the fused path ran; the next run replays every
+    pass from the first run's graphs, bit for bit; unloading the MODELs frees their pool."""
     import comfy.patcher_extension
     from comfyui_ideogram4_int8.nodes import cuda_graphs, op_coverage
 
@@ -1939,18 +1941,15 @@ def check_cuda_graphs():
     except RuntimeError:
         pass
     seen["after_failure"] = {"cond": keys(cond), "uncond": keys(uncond)}
-    # why a run or a pass stays eager: the setting and the cards (run_reason), then the checks before each pass
-    import types
+    # why a run or a pass stays eager: the setting (run_reason), then the checks before each pass
 
-    two_cards = [types.SimpleNamespace(load_device="cuda:0"), types.SimpleNamespace(load_device="cuda:1")]
     reasons = {}
-    with _env(cuda_graphs.ENV_GRAPHS, "0"):
-        reasons["env_off"] = cuda_graphs.run_reason(two_cards)
-    with _env(cuda_graphs.ENV_GRAPHS, "1"):
-        reasons["env_on_one_card"] = cuda_graphs.run_reason([cond, uncond])
-    with _env(cuda_graphs.ENV_GRAPHS, "auto"):
-        reasons["auto_one_card"] = cuda_graphs.run_reason([cond, uncond])
-        reasons["auto_two_cards"] = cuda_graphs.run_reason(two_cards)
+    with _env(settings.CUDA_GRAPHS, "0"):
+        reasons["env_off"] = cuda_graphs.run_reason()
+    with _env(settings.CUDA_GRAPHS, "1"):
+        reasons["env_on"] = cuda_graphs.run_reason()
+    with _env(settings.CUDA_GRAPHS, None):
+        reasons["default"] = cuda_graphs.run_reason()
     reasons["pass_plain"] = cuda_graphs._off_reason(cond, {})
     reasons["patches"] = cuda_graphs._off_reason(cond, {"patches_replace": {"dit": {("double_block", 0): len}}})
     reasons["empty_patches"] = cuda_graphs._off_reason(cond, {"patches": {}, "patches_replace": {}})
@@ -1962,87 +1961,109 @@ def check_cuda_graphs():
     finally:
         kernels.REGISTRY.enable_timing(False)
     seen["reasons"] = reasons
-    # auto on one card: each branch times its second pass and decides once the events are done (fake events here)
-    with _env(cuda_graphs.ENV_GRAPHS, "auto"):
-        seen["probe"] = {
-            "one_card": cuda_graphs.one_card_auto([cond, uncond]),
-            "two": cuda_graphs.one_card_auto(two_cards),
-        }
-    seen["launch_bound"] = [cuda_graphs.launch_bound(h, g) for h, g in ((136, 137), (76, 101), (93, 104), (5, 0))]
-    seen["timed"] = {}
-    for host_ms, gpu_ms in ((40.0, 41.0), (10.0, 40.0)):
-
-        class _Event:
-            done = False
-
-            def __init__(self, enable_timing=False):
-                pass
-
-            def record(self, stream=None):
-                pass
-
-            def query(self):
-                return _Event.done
-
-            def elapsed_time(self, other, gpu_ms=gpu_ms):
-                return gpu_ms
-
-        real_event, real_stream, real_clock = torch.cuda.Event, torch.cuda.current_stream, cuda_graphs._clock
-        clock = iter([0.0, host_ms / 1e3])
-        torch.cuda.Event, torch.cuda.current_stream = _Event, lambda device=None: None
-        cuda_graphs._clock = lambda clock=clock: next(clock)
-        try:
-            w = cuda_graphs._GraphWrapper(cond, {}, "conditional", cuda_graphs.run_reason([cond, uncond]), probe=True)
-            outs = [w._timed(lambda: "ran", "cuda") for _ in range(3)]  # pass 1, the timed pass 2, pass 3 (not done)
-            _Event.done = True
-            outs.append(w._timed(lambda: "ran", "cuda"))  # events done: decided, this pass goes the normal way
-            seen["timed"][f"{host_ms:g}/{gpu_ms:g}"] = {
-                "outs": outs,
-                "probe": w.probe,
-                "run_off": w.run_off,
-                "eager": w.modes["eager"],
-                "timed": list(w.timed),
-            }
-        finally:
-            torch.cuda.Event, torch.cuda.current_stream = real_event, real_stream
-            cuda_graphs._clock = real_clock
     kernels.REGISTRY.clear()
     eager = _latent_node(cond, uncond, ctx, s)
     seen["cpu_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
     if GPU:
         kernels.REGISTRY.clear()
-        with _env(cuda_graphs.ENV_GRAPHS, "0"):
+        with _env(settings.CUDA_GRAPHS, "0"):
             off = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         seen["off_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
-        with _env(cuda_graphs.ENV_GRAPHS, "auto"):
+        with _env(settings.CUDA_GRAPHS, None):  # the default: graphs on
             auto = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         seen["auto_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
         seen["auto_equal"] = bool(torch.equal(auto, off))
         kernels.REGISTRY.clear()
+        from comfyui_ideogram4_int8.ideogram4 import graph_replay
+
+        cuda_graphs.release(cond)  # what the default run captured: the next run starts with none
         replayed_before = op_coverage.coverage(cond.model.diffusion_model).replayed
-        with _env(cuda_graphs.ENV_GRAPHS, "1"):  # one card: graphs only when asked for
+        with _env(settings.CUDA_GRAPHS, "1"):  # one card: graphs only when asked for
             on = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
+        replayed = op_coverage.coverage(cond.model.diffusion_model).replayed - replayed_before
+        graphs = graph_replay.graphs_of(cond.model.diffusion_model)
+        captures = graphs.stats.captures
+        with _env(settings.CUDA_GRAPHS, "1"):  # the next prompt: the graphs of the first run replay from pass 1
+            again = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
+        again_notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
+        pool = graphs._pool
+        held = {"graphs": graphs.graphs, "pool_bytes": pool.bytes, "reserved": cuda_graphs.reserved_for_graphs()}
+        reserved_before = torch.cuda.memory_reserved()
+        comfy.model_management.unload_all_models()  # ComfyUI unloads the MODELs: the pool goes with them
+        comfy.model_management.soft_empty_cache()
         seen["gpu"] = {
             "device": str(on.device),
             "equal": bool(torch.equal(on, off)),
             "max_abs": (on.double() - off.double()).abs().max().item(),
             "notes": {k: v.get(cuda_graphs.NOTE_KIND) for k, v in notes.items()},
             "bypass": {k: v.get(op_coverage.NOTE_KIND) for k, v in notes.items()},
-            "replayed": op_coverage.coverage(cond.model.diffusion_model).replayed - replayed_before,
+            "replayed": replayed,
             "paths": {k: sorted({r.path for r in kernels.REGISTRY.layers(k)}) for k in notes},
             "wrappers_after": keys(cond),
             "rope_launches": kernels.REGISTRY.launches["qk_norm_rope_triton"],
+            "again_equal": bool(torch.equal(again, on)),
+            "again_notes": {k: v.get(cuda_graphs.NOTE_KIND) for k, v in again_notes.items()},
+            "again_captures": graphs.stats.captures - captures,
+            "held": held,
+            "after_unload": {
+                "graphs": graphs.graphs,
+                "pool_bytes": pool.bytes,
+                "reserved": cuda_graphs.reserved_for_graphs(),
+                "card_bytes_returned": reserved_before - torch.cuda.memory_reserved(),
+            },
         }
     seen["cpu_finite"] = bool(torch.isfinite(eager).all())
+    seen["release"] = _graph_release_cases(cond)
     return seen
+
+
+def _graph_release_cases(model):
+    """The graphs a MODEL keeps between runs go when ComfyUI moves its weights (partial unload, unload, unpatch), not
+    when ComfyUI detaches it to load it again (every load_models_gpu call does), and their pool's bytes are counted in
+    ComfyUI's reserved VRAM while they live. A CPU has no graphs: a stand-in pool and entries are put on the model."""
+    import comfy.model_management as mm
+    from comfyui_ideogram4_int8.ideogram4 import graph_replay
+    from comfyui_ideogram4_int8.nodes import cuda_graphs
+
+    dm = model.model.diffusion_model
+    base = mm.EXTRA_RESERVED_VRAM
+    out = {}
+
+    def hold():
+        graphs = graph_replay.graphs_of(dm)
+        pool = graph_replay.GraphPool(torch.device("cpu"))
+        pool.join(graphs)
+        graphs._pool = pool
+        graphs._entries[("signature",)] = graph_replay._Entry(graph=object())
+        pool.captured(5 << 20)
+        return graphs
+
+    for case, move in (
+        ("detach_for_reload", lambda: model.detach(unpatch_all=False)),
+        ("partially_unload", lambda: model.partially_unload(model.offload_device, 1 << 20)),
+        ("unpatch", lambda: model.unpatch_model(model.offload_device, unpatch_weights=True)),
+        ("detach", lambda: model.detach(unpatch_all=True)),
+    ):
+        graphs = hold()
+        reserved = mm.EXTRA_RESERVED_VRAM - base
+        move()
+        out[case] = {
+            "reserved_while_held": reserved,
+            "graphs_after": graphs.graphs,
+            "reserved_after": mm.EXTRA_RESERVED_VRAM - base,
+            "counted": cuda_graphs.reserved_for_graphs().get("cpu", 0),
+        }
+        graph_replay.release_graphs_of(dm)
+    out["reserved_end"] = mm.EXTRA_RESERVED_VRAM - base
+    return out
 
 
 def check_rope():
     """The blocks' q/k RMSNorm + RoPE through the pack's kernel (nodes/qk_rope.py): every attention of a pack MODEL
     swapped, ComfyUI's rotation matrix is [[c, -s], [s, c]] per pair (what the tables read), the swapped forward
     equals ComfyUI's own (fp32: to rounding; bf16: close), went through kernels.qk_norm_rope twice per block, and
-    says so in the model note; IDEOGRAM4_INT8_ROPE=comfyui runs ComfyUI's exactly, labelled."""
+    says so in the model note; the experiment rope=comfyui runs ComfyUI's exactly, labelled."""
     from comfyui_ideogram4_int8.nodes import qk_rope
 
     write_all()
@@ -2057,7 +2078,7 @@ def check_block_norms():
     """The blocks' modulated RMSNorms through the pack's ops (nodes/block_norms.py): every block of a pack MODEL
     swapped; a forward of the model equals ComfyUI's own block forward bit for bit on the CPU (the ops run their
     twins, ComfyUI's own ops, there), in fp32 and bf16, with each block calling the pre-norm and the gated residual
-    twice; the model note says which ran and why; IDEOGRAM4_INT8_BLOCK_NORMS=comfyui runs ComfyUI's forward,
+    twice; the model note says which ran and why; the experiment block-norms=comfyui runs ComfyUI's forward,
     labelled; the streamed path is the same code (the streaming checks run it)."""
     from comfy.ldm.ideogram4.model import Ideogram4TransformerBlock
     from comfyui_ideogram4_int8.nodes import block_norms
@@ -2090,7 +2111,7 @@ def check_block_norms():
         for b in dm.layers:
             b.__class__ = block_norms.FusedNormBlock
         res[f"{dtype}/equal"] = bool(torch.equal(ours, theirs))
-        with _env(block_norms.ENV_BLOCK_NORMS, "comfyui"), torch.no_grad():
+        with _experiments("block-norms=comfyui"), torch.no_grad():
             switched = dm(x.to(cast), sigma, context=ctx.to(cast))
         res[f"{dtype}/switch_equal"] = bool(torch.equal(switched, theirs))
         res[f"{dtype}/switch_note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
@@ -2101,7 +2122,7 @@ def check_block_norm_handoff():
     """The pre-norms hand their quantized output to the linears they feed (nodes/block_norms.py, kernels/handoff.py).
     Anywhere: which linears take plain rows (W8A8 with its smoothing folded, bf16 quantized on load: qkv and w1 of
     every block; int8_convrot: none, its quantizer rotates), the blocks ask the pre-norm for the handoff exactly for
-    those, IDEOGRAM4_INT8_BLOCK_NORMS=no-handoff for none, and no offer outlives a forward. With COMFY_GPU=1 (bf16
+    those, the experiment block-norms=no-handoff for none, and no offer outlives a forward. With COMFY_GPU=1 (bf16
     MODELs: the kernels run): sampled latents with and without the handoff are equal bit for bit, each block's two
     handoffs were taken in every pass, and the model note says so."""
     from comfyui_ideogram4_int8.kernels import handoff
@@ -2125,11 +2146,12 @@ def check_block_norm_handoff():
         ]
         for setting in ("", block_norms.NO_HANDOFF):
             asked = []
+            listed = f"{block_norms.EXPERIMENT}={setting}" if setting else ""
             block_norms.kernels.rms_norm_modulate = lambda *a, f=real, c=asked, **kw: (
                 c.append(kw["hand_off"]) or f(*a, **kw)
             )
             try:
-                with _env(block_norms.ENV_BLOCK_NORMS, setting), torch.inference_mode():  # as ComfyUI runs nodes
+                with _experiments(listed), torch.inference_mode():  # as ComfyUI runs nodes
                     dm(x.bfloat16(), sigma, context=ctx.bfloat16())
             finally:
                 block_norms.kernels.rms_norm_modulate = real
@@ -2156,8 +2178,8 @@ def check_block_norm_handoff():
             s = int(torch.randint(0, 2**31, (1,), generator=G))
             kernels.REGISTRY.clear()
             # every pass runs Python (no graphs): the handoffs can be counted; inference mode as ComfyUI's executor
-            with _env("IDEOGRAM4_INT8_CUDA_GRAPHS", "0"), torch.inference_mode():
-                with _env(block_norms.ENV_BLOCK_NORMS, block_norms.NO_HANDOFF):
+            with _env(settings.CUDA_GRAPHS, "0"), torch.inference_mode():
+                with _experiments(f"block-norms={block_norms.NO_HANDOFF}"):
                     off = _latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
                 res["gpu/off_note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
                 res["gpu/off_handoffs"] = kernels.REGISTRY.launches["quant_handoff"]
@@ -2202,7 +2224,7 @@ def check_resident_conds():
     dtype = model.get_dtype_inference()
     res["meta"] = [str(on_meta.device), str(on_meta.dtype), str(dtype), list(on_meta.shape) == list(ctx.shape)]
     res["meta_cast_is_noop"] = comfy.model_management.cast_to_device(on_meta, on_meta.device, dtype) is on_meta
-    with _env(resident_conds.ENV_RESIDENT, "0"):  # the A/B switch: ComfyUI's per-call cast
+    with _experiments(resident_conds.EXPERIMENT):  # the A/B switch: ComfyUI's per-call cast
         res["switched_off_same_tensor"] = encoded(torch.device("meta")) is ctx
     if GPU:
         seen, real = [], comfy.model_management.cast_to_device
@@ -2216,7 +2238,7 @@ def check_resident_conds():
         s = int(torch.randint(0, 2**31, (1,), generator=G))
         comfy.model_management.cast_to_device = recording
         try:
-            with _env("IDEOGRAM4_INT8_CUDA_GRAPHS", "0"), torch.inference_mode():
+            with _env(settings.CUDA_GRAPHS, "0"), torch.inference_mode():
                 ours = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=256, h=256)
                 res["gpu/casts"] = sorted({str(c) for c in seen})
                 res["gpu/calls"] = len(seen)
@@ -2231,7 +2253,7 @@ def check_resident_conds():
 
 
 def check_step_profile():
-    """bench/step_profile.py stepped from ComfyUI's per-step preview callback, as bench/comfy_cards.py steps it: the
+    """bench/step_profile.py stepped from ComfyUI's per-step preview callback, as bench/comfy/child.py steps it: the
     pack's sampler calls it once per step, in order, after the step's model calls, so the middle steps' operators
     (CPU profiler here) are the same per step in runs of different lengths, and the run's seeded noise, drawn once
     before the first step, is no per-step row."""
@@ -2322,7 +2344,7 @@ def _rope_case(dtype, x, ctx, sigma):
     with torch.no_grad():
         ours = atts[0](xa, mask, freqs)
         comfy_own = Ideogram4Attention.forward(atts[0], xa, mask, freqs)
-        with _env(qk_rope.ENV_ROPE, "comfyui"):
+        with _experiments("rope=comfyui"):
             switched = atts[0](xa, mask, freqs)
     res["vs_comfyui"] = rel(ours.float(), comfy_own.float())
     res["switch_equal"] = bool(torch.equal(switched, comfy_own))

@@ -3,6 +3,8 @@
 * Without a GPU the Triton kernels run on the CPU interpreter: TRITON_INTERPRET=1 must be set
   before triton compiles anything, so it is set here, before any test module imports kernels.
 * `cuda` tests skip without a CUDA GPU; `comfyui` tests skip without COMFYUI_DIR.
+* The pack reads its switches once (kernels/settings.py): every test starts from a fresh reading of the environment,
+  and the ``setting`` fixture changes one and reads them again.
 """
 
 from __future__ import annotations
@@ -27,7 +29,10 @@ if not _HAS_CUDA:
 # On a CPU the automatic path depends on whether torch._int_mm measures fast there (kernels/cpu_gemm.py): the suite
 # states the answer (int8: the cublas-int8 path the path tests expect) so its expectations do not depend on the CPU
 # that runs it; tests of the measurement itself unset it. Subprocesses (ComfyUI, the demo) inherit it.
-os.environ.setdefault("IDEOGRAM4_INT8_CPU_GEMM", "int8")
+EXPERIMENTS = "IDEOGRAM4_INT8_EXPERIMENTS"
+CPU_GEMM_PIN = "cpu-gemm=int8"
+if "cpu-gemm" not in os.environ.get(EXPERIMENTS, ""):
+    os.environ[EXPERIMENTS] = ",".join(e for e in (os.environ.get(EXPERIMENTS, ""), CPU_GEMM_PIN) if e)
 
 
 _SESSION_TMP: str | None = None
@@ -77,3 +82,28 @@ def gen():
     seed = int.from_bytes(os.urandom(4), "little")
     g = torch.Generator().manual_seed(seed)
     return g
+
+
+@pytest.fixture(autouse=True)
+def _fresh_settings():
+    """Each test reads the switches as the environment has them now (an earlier test's monkeypatch undone)."""
+    from comfyui_ideogram4_int8.kernels import settings
+
+    settings.reload()
+
+
+@pytest.fixture
+def setting(monkeypatch):
+    """``setting(variable, value)``: set a pack switch (None: unset it) for this test and read the switches again;
+    returns the new reading. ``setting.experiments(*entries)``: the experiments list, with the suite's CPU pin."""
+    from comfyui_ideogram4_int8.kernels import settings
+
+    def set_(name: str, value: str | None):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+        return settings.reload()
+
+    set_.experiments = lambda *entries: set_(EXPERIMENTS, ",".join((CPU_GEMM_PIN, *entries)))
+    return set_

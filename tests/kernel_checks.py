@@ -165,3 +165,24 @@ def check_fp8_linear(m, n, k, gen, device="cpu", dtype=torch.float32, tol=1e-5):
     over = (y.double() - exact).abs() - bound
     assert (over <= 0).all(), f"seed {gen.initial_seed()}: worst excess over e4m3's bound {over.max().item():.3g}"
     return err_same, err_exact
+
+
+def broken_launch_gemm(fault: str):
+    """``gemm_triton.launch_gemm`` computing wrong results, for the self-check's tests: "epilogue scale" (the
+    channel scales perturbed by 1/16), "tile edge" (the last row never written), "SwiGLU pair" (the up scales
+    perturbed)."""
+    from comfyui_ideogram4_int8.kernels import gemm_triton
+
+    real = gemm_triton.launch_gemm
+
+    def launch_gemm(q, w, cfg, q_scale=None, w_scale=None, bias=None, out=None, raw_int32=False, *, up=None):
+        if fault == "epilogue scale" and w_scale is not None:
+            w_scale = w_scale * 1.0625
+        if fault == "tile edge":
+            real(q[:-1], w, cfg, None if q_scale is None else q_scale[:-1], w_scale, bias, out[:-1], raw_int32, up=up)
+            return out
+        if fault == "SwiGLU pair" and up is not None:
+            up = (up[0], up[1] * 1.0625)
+        return real(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, up=up)
+
+    return launch_gemm

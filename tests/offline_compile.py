@@ -1,13 +1,16 @@
 """Offline (no GPU, no driver) compile of the pack's kernels for NVIDIA targets on the installed Triton.
 
-    python tests/offline_compile.py [--arch 80 86 89 90] [--quick] [--json FILE]
+    python tests/offline_compile.py [--arch 80 86 89 90 100 120] [--quick] [--json FILE]
 
 Each case is built by the product's own host code (``gemm_triton.build_launches``,
 ``gemm_gluon.build_launch``) from CPU tensors and compiled as ``JITFunction.run`` would, minus the
 launch: ``triton.compile(ASTSource, target=GPUTarget("cuda", cc, 32))`` with the wheel's ptxas. Checked
 per case: it compiles; an int8 GEMM holds int8 MMA in its PTX (``wgmma ... s8`` where the config
-qualifies for wgmma on Hopper, ``mma.sync ... s8`` otherwise) and, for TMA kernels, TMA loads; shared
-memory within the arch's limit (163 KB sm_80, 99 KB sm_86/89, 227 KB sm_90); no spills in the cubin.
+qualifies for wgmma on Hopper; on sm_100 ``tcgen05.mma ... kind::i8`` or ``mma.sync``, as the Triton line lowers
+it; ``mma.sync ... s8`` otherwise) and, for TMA kernels, TMA loads; the fp8 GEMM holds e4m3 MMA (``mma.sync ...
+e4m3``, ``wgmma ... e4m3`` or ``tcgen05.mma ... kind::f8f6f4``) on every family and Triton line where the pack runs
+it (``fp8_gemm.fp8_tile_problem``); shared memory within the family's limit (configs.SMEM_LIMIT: 163 KB sm_80,
+99 KB sm_86/89/120, 227 KB sm_90/100); no spills in the cubin.
 
 Cases: every portable config of the arch's search space (kernels/configs.py) and every shipped pick
 (kernels/tuning_table.json), the raw-int32 and split-K epilogues and the SwiGLU gate/up pair read from two weights
@@ -33,8 +36,9 @@ import time
 
 import torch
 
-ARCHS = (80, 86, 89, 90)
-SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024}
+ARCHS = (80, 86, 89, 90, 100, 120)
+# configs.SMEM_LIMIT per compute capability (a test keeps them equal; this file imports the pack only in functions)
+SMEM_LIMIT = {80: 163 * 1024, 86: 99 * 1024, 89: 99 * 1024, 90: 227 * 1024, 100: 227 * 1024, 120: 99 * 1024}
 
 
 def _bin(tool: str) -> pathlib.Path:
@@ -91,12 +95,23 @@ def ptx_facts(ptx: str) -> dict:
     return {
         "wgmma_s8": len(re.findall(r"wgmma\.mma_async\.\S*s8", ptx)),
         "mma_sync_s8": len(re.findall(r"mma\.sync\.aligned\.\S*s8", ptx)),
+        "tcgen05_i8": len(re.findall(r"tcgen05\.mma\.\S*kind::i8", ptx)),
+        # e4m3 operands on fp8 tensor cores (not widened to f16 first)
+        "mma_e4m3": len(
+            re.findall(r"(?:mma\.sync\.aligned|wgmma\.mma_async)\.\S*e4m3|tcgen05\.mma\.\S*kind::f8f6f4", ptx)
+        ),
         "wgmma_shapes": sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)\.s32\.s8", ptx))),
         # a TMA load is spelled shared::cluster up to Triton 3.6, shared::cta from 3.7
         "tma_load": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.shared::(?:cluster|cta)\.global", ptx)),
         "tma_store": len(re.findall(r"cp\.async\.bulk\.tensor\.\dd\.global\.shared", ptx)),
         "setmaxnreg": sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx))),
     }
+
+
+def _mma_kind(f: dict) -> str:
+    """The row's MMA column: the int8 instruction family in the PTX, else "e4m3" (an fp8 GEMM), else "-"."""
+    kinds = (("wgmma", "wgmma_s8"), ("tcgen05", "tcgen05_i8"), ("mma.sync", "mma_sync_s8"), ("e4m3", "mma_e4m3"))
+    return next((name for name, fact in kinds if f[fact]), "-")
 
 
 def cubin_facts(cubin: bytes) -> dict:
@@ -203,7 +218,8 @@ def gemm_launches(cfg, epilogue: str, cc: int):
 
 def other_launches(cc: int = 90) -> list:
     """(name, kernel, grid, args, kwargs) of the quantizer, the q/k norm + RoPE kernel and the block's norms on
-    compute capability ``cc`` (the quantizer's e4m3 codes from 89: Ada and Hopper have FP8)."""
+    compute capability ``cc`` (the quantizer's e4m3 codes from 89: Ada, Hopper and Blackwell have FP8; the fp8 GEMM
+    where the pack runs it on this Triton line)."""
     from comfyui_ideogram4_int8.kernels import qk_norm_rope_triton as R
     from comfyui_ideogram4_int8.kernels import quant_triton as Q
 
@@ -217,11 +233,13 @@ def other_launches(cc: int = 90) -> list:
             x = torch.empty(m, k, dtype=torch.bfloat16)
             (kernel, grid, args, kwargs) = Q.build_launch(x, num_sms=132, codes=torch.float8_e4m3fn)
             cases.append((f"quantize {m}x{k} to e4m3", kernel, grid, args, kwargs))
-    if cc >= 89:  # the triton-fp8 path: the portable GEMM fed e4m3 codes, its fixed tile (kernels/fp8_gemm.py)
-        from comfyui_ideogram4_int8.kernels import fp8_gemm
+    from comfyui_ideogram4_int8.kernels import fp8_gemm
+    from comfyui_ideogram4_int8.kernels.env import triton_line
+
+    if fp8_gemm.fp8_tile_problem(_arch(cc), triton_line()) is None:  # the triton-fp8 path: its fixed tile
         from comfyui_ideogram4_int8.kernels import gemm_triton as T
 
-        tile = fp8_gemm.FP8_TILES[(cc // 10, cc % 10)]
+        tile = fp8_gemm.fp8_tile(_arch(cc))
         for m, n, k in ((4608, 4608, 12288), (1000, 200, 1000)):  # the protected w2; a masked K tail
             q, w = torch.empty(m, k, dtype=torch.float8_e4m3fn), torch.empty(n, k, dtype=torch.float8_e4m3fn)
             out = torch.empty(m, n, dtype=torch.bfloat16)
@@ -257,7 +275,8 @@ def other_launches(cc: int = 90) -> list:
 
 
 def check(name: str, kernel, args, kwargs, cc: int, expect: str | None, must: bool = True) -> dict:
-    """Compile one launch and judge it. expect: 'wgmma', 'mma', 'tma' (wgmma + TMA) or None."""
+    """Compile one launch and judge it. expect: 'wgmma', 'mma' (any int8 MMA), 'tma' (wgmma + TMA), 'e4m3' (fp8
+    MMA on e4m3 operands) or None."""
     row = {"cc": cc, "case": name, "must": must}
     t0 = time.time()
     try:
@@ -272,8 +291,10 @@ def check(name: str, kernel, args, kwargs, cc: int, expect: str | None, must: bo
     problems = []
     if expect in ("wgmma", "tma") and not f["wgmma_s8"]:
         problems.append("no int8 wgmma in the PTX")
-    if expect == "mma" and not (f["mma_sync_s8"] or f["wgmma_s8"]):
+    if expect == "mma" and not (f["mma_sync_s8"] or f["wgmma_s8"] or f["tcgen05_i8"]):
         problems.append("no int8 MMA in the PTX")
+    if expect == "e4m3" and not f["mma_e4m3"]:
+        problems.append("no e4m3 MMA in the PTX")
     if expect == "tma" and not (f["tma_load"] and f["tma_store"]):
         problems.append("no TMA loads/stores in the PTX")
     if ck.metadata.shared > SMEM_LIMIT[cc]:
@@ -285,7 +306,7 @@ def check(name: str, kernel, args, kwargs, cc: int, expect: str | None, must: bo
         why="; ".join(problems),
         smem=ck.metadata.shared,
         regs=c.get("regs"),
-        mma="wgmma" if f["wgmma_s8"] else "mma.sync" if f["mma_sync_s8"] else "-",
+        mma=_mma_kind(f),
         wgmma=",".join(f["wgmma_shapes"]),
         tma=f"{f['tma_load']}L/{f['tma_store']}S",
     )
@@ -339,7 +360,7 @@ def sweep(archs=ARCHS, quick: bool = False, echo=print) -> list[dict]:
                 )
                 echo(_fmt(rows[-1]))
         for name, kernel, _grid, args, kwargs in other_launches(cc):
-            rows.append(check(name, kernel, args, kwargs, cc, None))
+            rows.append(check(name, kernel, args, kwargs, cc, "e4m3" if name.startswith("fp8 GEMM") else None))
             echo(_fmt(rows[-1]))
     return rows
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from attention_fakes import FakeCandidate, fake_timer
+from comfyui_ideogram4_int8.kernels import REGISTRY, attention_choice
 from comfyui_ideogram4_int8.nodes import attention_override as A
 from kernel_checks import rel_err
 
@@ -27,45 +29,100 @@ def test_everything_it_does_not_serve_goes_to_comfyuis_function_unchanged(gen):
         dict(mask=mask),
         dict(skip_reshape=False),
     ]
+    override = A.PackAttention("conditional")
     for extra in cases:
         kw = dict(skip_reshape=True, transformer_options={"x": 1}) | extra
-        assert A.cudnn_first_attention(comfy_attention, q, k, v, 2, **kw) == "comfyui"
+        assert override(comfy_attention, q, k, v, 2, **kw) == "comfyui"
         assert calls[-1][0] is q and calls[-1][1] == 2 and calls[-1][2]["transformer_options"] == {"x": 1}
         assert calls[-1][2]["mask"] is extra.get("mask")
     assert len(calls) == len(cases)
+    assert sum(override.runs.values()) == 0  # it served none of them
 
 
-def test_install_respects_the_switch_and_an_earlier_override(monkeypatch):
+def test_install_respects_the_switch_and_an_earlier_override(setting):
     opts: dict = {}
-    said = A.install(opts)
-    if A._PRIORITY is None:
+    said = A.install(opts, label="conditional")
+    if A.PRIORITY is None:
         assert "cannot order" in said and opts == {}
         return
-    assert opts["transformer_options"][A.KEY] is A.cudnn_first_attention and "cuDNN" in said
+    ours = opts["transformer_options"][A.KEY]
+    assert isinstance(ours, A.PackAttention) and ours.label == "conditional" and "cuDNN first" in said
+    again = {"transformer_options": {A.KEY: ours}}  # the pack's own, e.g. on a clone: replaced with this label's
+    A.install(again, label="unconditional")
+    assert again["transformer_options"][A.KEY].label == "unconditional"
     theirs = {"transformer_options": {A.KEY: lambda *a, **k: None}}
-    assert "kept" in A.install(theirs) and theirs["transformer_options"][A.KEY] is not A.cudnn_first_attention
-    monkeypatch.setenv(A.ENV_ATTENTION, "comfyui")
+    assert "kept" in A.install(theirs) and not isinstance(theirs["transformer_options"][A.KEY], A.PackAttention)
+    setting("IDEOGRAM4_INT8_ATTENTION", "comfyui")
     off: dict = {}
     assert "comfyui" in A.install(off) and off == {}
 
 
-@pytest.mark.cuda
-@pytest.mark.parametrize("n", [4096, 4608 + 512, 77])
-def test_cudnn_first_attention_matches_float32_at_head_dim_256(n, gen):
-    if A._PRIORITY is None:
-        pytest.skip("this torch cannot order SDPA backends")
-    q, k, v = _qkv(gen, h=18, n=n, d=256, dtype=torch.bfloat16, device="cuda")
-    out = A.cudnn_first_attention(None, q, k, v, 18, skip_reshape=True)
-    assert out.shape == (1, n, 18 * 256) and out.dtype == torch.bfloat16
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float()).transpose(1, 2).reshape(1, n, -1)
-    assert rel_err(out, ref) < 1e-2, f"seed {gen.initial_seed()}"
-
-
-def test_the_summary_names_what_runs_on_the_models_device():
-    if A._PRIORITY is None:
+def test_the_summary_names_what_runs_on_the_models_device(setting):
+    if A.PRIORITY is None:
         pytest.skip("this torch cannot order SDPA backends")
     opts: dict = {}
     said = A.install(opts, torch.device("cpu"))
     assert said.startswith("attention: ComfyUI's own on the CPU") and "~2x" not in said
-    assert opts["transformer_options"][A.KEY] is A.cudnn_first_attention  # kept: it passes CPU tensors through
-    assert "cuDNN first" in A.install({}, torch.device("cuda", 0))
+    assert isinstance(opts["transformer_options"][A.KEY], A.PackAttention)  # kept: it passes CPU tensors through
+    cuda = A.install({}, torch.device("cuda", 0))
+    # no 8-bit path on a machine without a CUDA GPU: SDPA, and why not each of the others
+    assert "cuDNN first" in cuda and "int8: " in cuda and "fp8: " in cuda
+    setting("IDEOGRAM4_INT8_ATTENTION", "int8")
+    forced = A.install({}, torch.device("cuda", 0))
+    assert "IDEOGRAM4_INT8_ATTENTION=int8 asked for, but" in forced and "needs a CUDA GPU" not in forced
+
+
+@pytest.fixture
+def served(monkeypatch, setting, tmp_path):
+    """The override serving CPU tensors, through fake candidates ("sdpa", "int8") and a fake timer: int8 is faster
+    and within the bound."""
+    setting("IDEOGRAM4_INT8_CACHE_DIR", str(tmp_path))
+    attention_choice.clear()
+    fakes = {"sdpa": FakeCandidate("sdpa"), "int8": FakeCandidate("int8")}
+    monkeypatch.setattr(A, "_serves", lambda q, k, v, mask, skip_reshape, kw: mask is None and skip_reshape)
+    monkeypatch.setattr(A, "CANDIDATES", fakes)
+    monkeypatch.setattr(attention_choice, "CANDIDATES", fakes)
+    monkeypatch.setattr(attention_choice, "wall_timer", fake_timer(fakes, {"sdpa": 2.0, "int8": 1.0}))
+    yield fakes
+    attention_choice.clear()
+
+
+def test_the_chosen_path_runs_is_counted_and_named_in_the_models_note(served, gen):
+    override = A.PackAttention("attn-test")
+    q, k, v = _qkv(gen, h=2, n=32, d=16)
+    out = override(None, q, k, v, 2, skip_reshape=True)
+    assert out.shape == (1, 32, 2 * 16)
+    assert override.runs["int8"] == 1 and override.runs["sdpa"] == 0
+    note = REGISTRY.model_notes("attn-test")["attention"]
+    assert note.startswith("attention at L=32, 2 heads of 16: int8") and "1.000 ms" in note and "2.000 ms" in note
+    override(None, q, k, v, 2, skip_reshape=True, skip_output_reshape=True)
+    assert override.runs["int8"] == 2
+
+
+def test_an_8bit_path_that_fails_on_a_real_call_gives_way_to_sdpa_for_good(served, gen):
+    override = A.PackAttention("attn-fail")
+    q, k, v = _qkv(gen, h=2, n=24, d=16)
+    override(None, q, k, v, 2, skip_reshape=True)  # measured: int8 chosen
+    served["int8"].fail = True
+    out = override(None, q, k, v, 2, skip_reshape=True, skip_output_reshape=True)
+    assert rel_err(out, F.scaled_dot_product_attention(q, k, v)) < 1e-6
+    assert override.runs == {"sdpa": 1, "int8": 1}
+    assert "int8 failed at L=24" in REGISTRY.model_notes("attn-fail")["attention"]
+    calls = served["int8"].calls
+    override(None, q, k, v, 2, skip_reshape=True)
+    assert override.runs["sdpa"] == 2 and served["int8"].calls == calls  # not tried again
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n", [4096, 4608 + 512, 77])
+def test_sdpa_cudnn_first_matches_float32_at_head_dim_256(n, gen, setting):
+    if A.PRIORITY is None:
+        pytest.skip("this torch cannot order SDPA backends")
+    setting("IDEOGRAM4_INT8_ATTENTION", "sdpa")
+    attention_choice.clear()
+    override = A.PackAttention()
+    q, k, v = _qkv(gen, h=18, n=n, d=256, dtype=torch.bfloat16, device="cuda")
+    out = override(None, q, k, v, 18, skip_reshape=True)
+    assert out.shape == (1, n, 18 * 256) and out.dtype == torch.bfloat16 and override.runs["sdpa"] == 1
+    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float()).transpose(1, 2).reshape(1, n, -1)
+    assert rel_err(out, ref) < 1e-2, f"seed {gen.initial_seed()}"

@@ -105,10 +105,12 @@ def test_launcher_relaunches_a_cached_compiled_kernel_and_falls_back_when_it_bre
     assert calls[-1][0] == "jit"
 
 
-def test_gluon_switch_and_device_reasons(monkeypatch):
-    monkeypatch.setenv(backends.ENV_GLUON, "0")
-    assert backends.ENV_GLUON in backends.unavailable("gluon", torch.device("cuda"))
-    monkeypatch.delenv(backends.ENV_GLUON)
+def test_gluon_switch_and_device_reasons(setting):
+    from comfyui_ideogram4_int8.kernels import settings
+
+    setting(settings.GLUON, "off")
+    assert f"{settings.GLUON} is off" in backends.unavailable("gluon", torch.device("cuda"))
+    setting(settings.GLUON, None)
     assert "CUDA" in backends.unavailable("gluon", torch.device("cpu"))
 
 
@@ -148,13 +150,13 @@ def test_portable_failure_demotes_the_shape_to_cublas_exactly(fresh_backends, ge
 
 
 @needs_interpreter
-def test_the_fallback_after_a_fused_failure_is_the_path_choice(fresh_backends, gen, monkeypatch):
+def test_the_fallback_after_a_fused_failure_is_the_path_choice(fresh_backends, gen, monkeypatch, setting):
     """The path after a failing fused kernel comes from the path choice's rules, not a fixed next rung: on a CPU
     where the float matmul measured faster than torch._int_mm, the automatic choice (dequant-bf16) runs, not
     cublas-int8, and the reason leads with the failure, then why cublas-int8 did not run."""
-    from comfyui_ideogram4_int8.kernels import cpu_gemm, path_choice
+    from comfyui_ideogram4_int8.kernels import path_choice, settings
 
-    monkeypatch.setenv(cpu_gemm.ENV_CPU_GEMM, "float")
+    setting(settings.EXPERIMENTS_VAR, "cpu-gemm=float")
     monkeypatch.setattr(gemm_triton, "launch_gemm", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("boom")))
     x = activations(9, 96, gen)
     w, ws = weight(40, 96, gen)
@@ -163,15 +165,15 @@ def test_the_fallback_after_a_fused_failure_is_the_path_choice(fresh_backends, g
     y = K.w8a8_linear(x, w, ws, path="triton-int8", site="fallback/x")
     rec = next(r for r in K.REGISTRY.layers("fallback") if r.layer == "x")
     assert rec.path == auto[0] and rec.reason.startswith("the fused Triton kernel failed for this shape: ")
-    assert "boom" in rec.reason and cpu_gemm.ENV_CPU_GEMM in rec.reason
+    assert "boom" in rec.reason and "cpu-gemm=float" in rec.reason
     assert torch.equal(y, K.w8a8_linear(x, w, ws, path="dequant-bf16", site="fallback/ref"))
-    monkeypatch.setenv(cpu_gemm.ENV_CPU_GEMM, "int8")  # where torch._int_mm is the fast CPU path: cublas-int8
+    setting(settings.EXPERIMENTS_VAR, "cpu-gemm=int8")  # where torch._int_mm is the fast CPU path: cublas-int8
     path, reason = path_choice.select_after_fused_failure(x.device, 40, 96, RuntimeError("boom"))
     assert path == "cublas-int8"
     # the failure first, then what picked cublas-int8 over the float matmul (here the suite's pin)
     assert reason == (
         "the fused Triton kernel failed for this shape: boom; "
-        f"{cpu_gemm.ENV_CPU_GEMM}=int8 (stated, not measured), so it runs"
+        f"{settings.EXPERIMENTS_VAR} has cpu-gemm=int8 (stated, not measured), so it runs"
     )
 
 

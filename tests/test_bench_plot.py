@@ -1,4 +1,5 @@
-"""bench/comfy_e2e.py's PNG: the title and the axes' labels lie inside the figure (matplotlib only; skips without)."""
+"""bench/comfy's PNG (``report.figure``): the title and the axes' labels lie inside the figure (matplotlib only;
+skips without)."""
 
 from __future__ import annotations
 
@@ -19,14 +20,14 @@ LONG_GPU = "NVIDIA H100 80GB HBM3 with an unusually long marketing name, PCIe, 2
 
 
 @pytest.mark.parametrize("gpu", [None, LONG_GPU])
-def test_the_comfy_e2e_title_and_labels_fit_the_figure(gpu, tmp_path):
+def test_the_comfy_title_and_labels_fit_the_figure(gpu, tmp_path):
     pytest.importorskip("matplotlib")
-    from comfyui_ideogram4_int8.bench import comfy_e2e
+    from comfyui_ideogram4_int8.bench.comfy import report
 
     result = json.loads((RESULTS / "comfy-e2e-H100-2026-11-24-s9.json").read_text())  # the committed run
     if gpu is not None:
         result["info"]["gpu"] = gpu
-    fig = comfy_e2e.figure(result)
+    fig = report.figure(result)
     fig.savefig(tmp_path / "plot.png", dpi=50)  # a small PNG: lays the figure out as the benchmark's does
     title = fig.get_suptitle()
     assert result["info"]["gpu"].split()[0] in title and "this pack" in title
@@ -34,5 +35,5 @@ def test_the_comfy_e2e_title_and_labels_fit_the_figure(gpu, tmp_path):
     for ax in fig.axes:
         for label in ax.get_yticklabels():
             assert _inside(fig, label), f"peer label {label.get_text()!r} is cut off"
-    comfy_e2e.plot(result, tmp_path / "again.png")
+    report.plot(result, tmp_path / "again.png")
     assert (tmp_path / "again.png").stat().st_size > 1000

@@ -69,10 +69,11 @@ def test_smooth_block_prints_unfolded_folded_and_the_folds_gain(capsys):
 
 
 def test_comfy_tables_print_each_run_or_the_part_of_its_error_asked_for(capsys):
-    e2e = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_e2e")
+    from comfyui_ideogram4_int8.bench import report
+
     runs = {"ok": {"v": 1.5}, "bad": {"error": "0123456789"}}
-    e2e.print_runs("title", ("run", 6), "    v", runs, lambda e: e2e.two_places(e, "v", "x").rjust(5))
-    e2e.print_runs("again", ("run", 6), "", {"bad": runs["bad"]}, None, failed=slice(-3, None))
+    report.print_runs("title", ("run", 6), "    v", runs, lambda e: report.two_places(e, "v", "x").rjust(5))
+    report.print_runs("again", ("run", 6), "", {"bad": runs["bad"]}, None, failed=slice(-3, None))
     assert capsys.readouterr().out.splitlines() == [
         "",
         "title",
@@ -86,27 +87,29 @@ def test_comfy_tables_print_each_run_or_the_part_of_its_error_asked_for(capsys):
     ]
 
 
-def test_comfy_e2e_compiles_per_process_on_the_whole_gpu_only(tmp_path, capsys):
+def test_comfy_compiles_per_process_on_the_whole_gpu_only(tmp_path, capsys):
     """--vram runs per-card children; a compiled child runs on the whole GPU (streaming under compile is not
     measured), so --compile with an emulated card is refused rather than dropped without a word."""
-    comfy_e2e = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_e2e")
+    from comfyui_ideogram4_int8.bench.comfy import cli
+
     base = ["--comfyui", str(tmp_path), "--workdir", str(tmp_path), "--compile=default"]
     with pytest.raises(SystemExit):
-        comfy_e2e._parse([*base, "--vram", "0,8"])
+        cli.parse([*base, "--vram", "0,8"])
     assert "--compile with --vram runs on the whole GPU only (--vram 0)" in capsys.readouterr().err
-    a = comfy_e2e._parse([*base, "--vram", "0"])
+    a = cli.parse([*base, "--vram", "0"])
     assert a.compile == ["default"] and a.vram == [0.0]
 
 
-def test_comfy_cards_ratios_of_compiled_runs_are_to_their_eager_run_and_compiled_natives():
-    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+def test_comfy_vram_ratios_of_compiled_runs_are_to_their_eager_run_and_compiled_natives():
+    from comfyui_ideogram4_int8.bench.comfy import report
+
     runs = {
         "native-int8-convrot@resident": {"step_ms_median": 340.0, "sm_mhz_median": 1980.0},
         "native-int8-convrot compiled:default@resident": {"step_ms_median": 320.0},
         "ours-w8a8@resident": {"step_ms_median": 200.0, "sm_mhz_median": 1900.0},
         "ours-w8a8 compiled:default@resident": {"step_ms_median": 160.0, "compiled": "default"},
     }
-    cards.ratios({"runs": runs})
+    report.card_ratios({"runs": runs})
     ours = runs["ours-w8a8 compiled:default@resident"]
     assert ours["speedup_vs_eager"] == 1.25 and ours["eager_sm_mhz"] == 1900.0
     assert ours["speedup_vs_native-int8-convrot"] == 2.0  # against the native compiled the same way, not eager
@@ -115,13 +118,14 @@ def test_comfy_cards_ratios_of_compiled_runs_are_to_their_eager_run_and_compiled
     assert "speedup_vs_eager" not in runs["ours-w8a8@resident"]
 
 
-def test_comfy_cards_prints_the_bus_line_of_a_profiled_run(capsys):
-    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+def test_comfy_vram_prints_the_bus_line_of_a_profiled_run(capsys):
+    from comfyui_ideogram4_int8.bench.comfy import report
+
     bus = {"span_ms": 284.0, "bus_busy_ms": 270.5, "bus_idle_ms": 13.5, "compute_busy_ms": 200.1, "both_idle_ms": 2.0}
     bus["idle_at"] = {"none": 6.0, "gemm_kernel_#": 4.5}
     compiled = {"compiled": "default", "speedup_vs_eager": 1.2, "warmup_s": 80.5, "sm_mhz_median": 1665.0}
     compiled.update(watts_median=617.0, eager_sm_mhz=1980.0, frames_compiled={"warmup": 4, "timed_steps": 0})
-    cards.print_passes(
+    report.print_passes(
         {"runs": {"ours@8GB": {"bus": bus}, "native@8GB": {}, "ours compiled:default@resident": compiled}}
     )
     out = capsys.readouterr().out.splitlines()
@@ -137,15 +141,16 @@ def test_comfy_cards_prints_the_bus_line_of_a_profiled_run(capsys):
     )
 
 
-def test_comfy_cards_says_which_steps_a_profiled_run_covers_and_what_its_run_had_beyond(capsys):
-    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+def test_comfy_vram_says_which_steps_a_profiled_run_covers_and_what_its_run_had_beyond(capsys):
+    from comfyui_ideogram4_int8.bench.comfy import report
+
     bus = {"span_ms": 180.0, "bus_busy_ms": 0.0, "bus_idle_ms": 180.0, "compute_busy_ms": 172.0, "both_idle_ms": 8.0}
     bus["idle_at"] = {"none": 180.0}
     per_run = {"kernels": {"Memcpy HtoD (Pageable -> Device)": {"count": 1.0, "ms": 4.4}}}
     per_run.update(launches_ms=4.4, timing_ms=1.5)
     per_run["bus"] = dict(bus, span_ms=430.0, both_idle_ms=427.0, gaps=[[427.5, 14.6, "none", "cudaMalloc", "before"]])
     entry = {"bus": bus, "profile": {"steps": [8, 11], "run_steps": 20}, "per_run": per_run}
-    cards.print_passes({"runs": {"ours-w8a8@resident": entry}})
+    report.print_passes({"runs": {"ours-w8a8@resident": entry}})
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and "bus busy 0.0 / idle 180.0 of 180.0 ms" in out[1]
     assert out[0].startswith("ours-w8a8@resident")
@@ -154,10 +159,10 @@ def test_comfy_cards_says_which_steps_a_profiled_run_covers_and_what_its_run_had
     assert out[0].endswith("span +430.0 ms, neither busy +427.0 ms, its largest bus gap 427.5 ms (cudaMalloc)")
 
 
-def test_comfy_cards_profiled_run_cuts_at_the_samplers_step_callbacks():
+def test_comfy_vram_profiled_run_cuts_at_the_samplers_step_callbacks():
     """The --kernels run: the hooks the timing callback calls at each step's end drive the profiler, and are gone
     after the run (the timed steps never see them), also when the run fails."""
-    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+    from comfyui_ideogram4_int8.bench.comfy import child
     from torch.profiler import ProfilerActivity
 
     hooks = []
@@ -170,7 +175,7 @@ def test_comfy_cards_profiled_run_cuts_at_the_samplers_step_callbacks():
             for hook in hooks:
                 hook(i)
 
-    out = cards._profiled_run(sample, hooks, steps=8, count=2, activities=[ProfilerActivity.CPU])
+    out = child._profiled_run(sample, hooks, steps=8, count=2, activities=[ProfilerActivity.CPU])
     assert out["profile"] == {"steps": [3, 4], "run_steps": 8} and hooks == []
     assert out["kernels"]["aten::mm"]["count"] == 1 and "aten::cumsum" not in out["kernels"]
     assert out["per_run"]["kernels"]["aten::cumsum"]["count"] == 1
@@ -180,17 +185,18 @@ def test_comfy_cards_profiled_run_cuts_at_the_samplers_step_callbacks():
         raise RuntimeError("out of memory")
 
     with pytest.raises(RuntimeError, match="out of memory"):
-        cards._profiled_run(failing, hooks, steps=4, count=2, activities=[ProfilerActivity.CPU])
+        child._profiled_run(failing, hooks, steps=4, count=2, activities=[ProfilerActivity.CPU])
     assert hooks == []
 
 
-def test_comfy_e2e_kernel_steps_option():
-    comfy_e2e = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_e2e")
+def test_comfy_kernel_steps_option():
+    from comfyui_ideogram4_int8.bench.comfy import cli
+
     base = ["--comfyui", "/c", "--workdir", "/w", "--vram", "0", "--kernels"]
-    assert comfy_e2e._parse(base).kernel_steps == 4
-    assert comfy_e2e._parse([*base, "--kernel-steps", "2"]).kernel_steps == 2
+    assert cli.parse(base).kernel_steps == 4
+    assert cli.parse([*base, "--kernel-steps", "2"]).kernel_steps == 2
     with pytest.raises(SystemExit):
-        comfy_e2e._parse([*base, "--kernel-steps", "0"])
+        cli.parse([*base, "--kernel-steps", "0"])
 
 
 def test_clock_watch_reads_medians_and_gives_none_without_nvml(monkeypatch):
@@ -217,7 +223,7 @@ def test_clock_watch_reads_medians_and_gives_none_without_nvml(monkeypatch):
 
 
 def test_host_profile_ranks_python_functions_by_host_time_per_step():
-    cards = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_cards")
+    from comfyui_ideogram4_int8.bench.comfy import child
 
     def slow_helper():
         return sum(i * i for i in range(200_000))
@@ -226,20 +232,21 @@ def test_host_profile_ranks_python_functions_by_host_time_per_step():
         for _ in range(2):
             slow_helper()
 
-    out = cards.host_profile(run, steps=2, top=50)
+    out = child.host_profile(run, steps=2, top=50)
     row = next(v for k, v in out["cumulative"].items() if k.endswith("(slow_helper)"))
     assert row[1] == 1.0 and row[0] > 0  # once per step, some ms
     assert all("/" not in k for k in out["self"])  # file names only, no machine paths
 
 
-def test_comfy_e2e_compiles_each_mode_as_comfyui_users_do(monkeypatch):
+def test_comfy_compiles_each_mode_as_comfyui_users_do(monkeypatch):
     """Each --compile mode reaches ComfyUI's set_torch_compile_wrapper as its node sets it: TorchCompileModel's two
     backends with its guard filter, "blocks" one key per transformer block (KJNodes' way), the inductor modes by
     name; every MODEL is a non-dynamic clone."""
     import sys
     import types
 
-    comfy_e2e = pytest.importorskip("comfyui_ideogram4_int8.bench.comfy_e2e")
+    from comfyui_ideogram4_int8.bench.comfy import peers
+
     calls = []
     helpers = types.ModuleType("comfy_api.torch_helpers")
     helpers.set_torch_compile_wrapper = lambda model, **kw: calls.append((model, kw))
@@ -258,9 +265,9 @@ def test_comfy_e2e_compiles_each_mode_as_comfyui_users_do(monkeypatch):
             return [object()] * self.blocks
 
     models = (Patcher(3), Patcher(5))
-    for mode in comfy_e2e.COMPILE_MODES:
+    for mode in peers.COMPILE_MODES:
         calls.clear()
-        out = comfy_e2e._compiled(models, mode)
+        out = peers.compiled_clones(models, mode)
         assert len(out) == 2 and all(not m.dynamic for m in out) and [m for m, _ in calls] == list(out)
         for (_, kw), n in zip(calls, (3, 5), strict=True):
             guard = kw.get("options", {}).get("guard_filter_fn")
@@ -281,7 +288,7 @@ def test_quantize_on_load_bench_times_the_shapes_it_is_given_and_checks_the_bits
     twin give the same bits, the branch total is left out for a partial run, an unknown shape is refused by name."""
     import json
 
-    from comfyui_ideogram4_int8.bench import quantize_on_load as qol
+    from comfyui_ideogram4_int8.bench.probes import quantize_on_load as qol
 
     out = tmp_path / "q.json"
     assert qol.main(["--shapes", "adaln_modulation", "--reps", "1", "--out", str(out)]) == 0
@@ -293,3 +300,139 @@ def test_quantize_on_load_bench_times_the_shapes_it_is_given_and_checks_the_bits
     assert "| adaln_modulation | fp8 | 18432 x 512 | 34 |" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="unknown \\['qkvv'\\]"):
         qol.main(["--shapes", "qkvv"])
+
+
+def test_comfy_vram_image_floor_and_ratios_per_card(capsys):
+    from comfyui_ideogram4_int8.bench.comfy import report
+
+    def run(step, first, warm, streamed=0.0, bw=50.0):
+        images = [{"seconds": first, "steps": 20, "graph_captures": 2, "plan_changes": 1}]
+        images += [{"seconds": w, "steps": 20, "graph_captures": 0, "plan_changes": 0} for w in warm]
+        return {
+            "step_ms_median": step,
+            "images": images,
+            "image_s_first": first,
+            "image_s_warm_median": sorted(warm)[len(warm) // 2],
+            "gib_streamed_per_step": streamed,
+            "pinned_gib_s": bw,
+            "latent_equal_first": True,
+        }
+
+    runs = {
+        "native-fp8@resident": run(260.0, 6.0, [5.4, 5.2]),
+        "ours-w8a8@resident": run(170.0, 4.4, [3.5, 3.6]),
+        "native-fp8@12GB": run(330.0, 7.0, [6.8, 6.6]),
+        "ours-w8a8@12GB": run(280.0, 6.5, [6.0, 6.2], streamed=10.0),
+    }
+    result = {"info": {"steps": 20, "images": 3, "size": "1024x1024", "setup": "server"}, "runs": runs}
+    report.card_ratios(result)
+    res, capped = runs["ours-w8a8@resident"], runs["ours-w8a8@12GB"]
+    assert res["image_s_floor"] == 3.4  # 20 x the resident step
+    assert res["image_x_floor"] == round(3.6 / 3.4, 3) and res["image_x_steps"] == round(3.6 / 3.4, 3)
+    assert res["image_speedup_vs_native-fp8"] == round(5.4 / 3.6, 3)
+    # streamed: 10 GiB per step at 50 GiB/s is 200 ms, above the 170 ms resident step
+    assert capped["image_s_floor"] == 4.0 and capped["image_x_floor"] == round(6.2 / 4.0, 3)
+    assert capped["image_speedup_vs_native-fp8"] == round(6.8 / 6.2, 3)  # against native fp8 on the same card
+    assert "image_speedup_vs_native-fp8" not in runs["native-fp8@resident"] or (
+        runs["native-fp8@resident"]["image_speedup_vs_native-fp8"] == 1.0
+    )
+    report.print_images(result)
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("ours-w8a8@12GB"))
+    assert line.split()[1:4] == ["6.50", "6.20", "4.00"] and "1.10" in line.split()
+    # a call without the peer's resident run: no floor from its own capped step, only the bus part
+    alone = {"ours-w8a8@12GB": run(280.0, 6.5, [6.0, 6.2], streamed=10.0)}
+    report.card_ratios({"info": {}, "runs": alone})
+    assert "image_s_floor" not in alone["ours-w8a8@12GB"] and alone["ours-w8a8@12GB"]["image_s_bus_floor"] == 4.0
+
+
+def test_comfy_vram_prompt_cycle_ratio_and_line(capsys):
+    from comfyui_ideogram4_int8.bench.comfy import report
+
+    def run(warm_cycle, reads):
+        images = [
+            {"seconds": 9.0, "steps": 20, "encode_s": 2.5, "cycle_s": 11.5, "files_read": {"safe_open": 1}},
+            {"seconds": 4.0, "steps": 20, "encode_s": 0.4, "cycle_s": warm_cycle, "files_read": reads},
+        ]
+        return {
+            "step_ms_median": 200.0,
+            "images": images,
+            "image_s_first": 9.0,
+            "image_s_warm_median": 4.0,
+            "cycle_s_first": 11.5,
+            "cycle_s_warm_median": warm_cycle,
+            "files_read_in_cycles": sum(reads.values()),
+        }
+
+    runs = {"native-fp8@16GB": run(9.1, {"load_torch_file": 1}), "ours-w8a8@16GB": run(6.5, {"safe_open": 0})}
+    result = {"info": {"steps": 20, "images": 2}, "runs": runs}
+    report.card_ratios(result)
+    assert runs["ours-w8a8@16GB"]["cycle_speedup_vs_native-fp8"] == round(9.1 / 6.5, 3)
+    report.print_images(result)
+    out = capsys.readouterr().out
+    ours = next(ln for ln in out.splitlines() if "ours-w8a8@16GB" in ln and "prompt cycle" in ln)
+    native = next(ln for ln in out.splitlines() if "native-fp8@16GB" in ln and "prompt cycle" in ln)
+    assert "warm 6.50 s (1.40x native fp8)" in ours and ours.endswith("files read again after the first prompt: 0")
+    assert native.endswith("files read again after the first prompt: 1")
+
+
+def test_e2e_prints_its_runs_and_a_failed_compiled_run_on_the_shared_table(capsys):
+    """bench/e2e.py's result has the shared shape (``runs``; a compiled run that failed is an entry with ``error``)
+    and prints through the shared table: the run's row under the header, the failure as FAILED with its error."""
+    from comfyui_ideogram4_int8.bench import e2e
+
+    ok = {"step_ms_median": 200.0, "step_speedup_vs_bf16": 1.5, "default20_sample_ms": 4000.0, "peak_gib": 30.0}
+    ok["profile_ms"] = {"gemm": 100.0, "act-quant": 5.0, "attention": 40.0, "other": 10.0}
+    info = {"gpu": "G", "torch": "t", "triton": "tr", "layers": 34, "size": "1024x1024", "text_tokens": 512}
+    failed = {"compiled": "default", "error": "RuntimeError: boom"}
+    e2e.print_table({"info": info, "runs": {"triton-int8": ok, "triton-int8 compiled:default": failed}})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "G, torch t, triton tr, 34 blocks, 1024x1024, 512 text tokens"
+    assert lines[2].startswith(f"{'path':<30}{'step ms':>9}{'x bf16':>8}")
+    row = ["triton-int8", "200.0", "1.50x", "0.00x", "4.00", "100.0", "5.0", "40.0", "10.0", "30.00", "nan"]
+    assert lines[3].split() == row
+    assert lines[4] == f"{'triton-int8 compiled:default':<30} FAILED: RuntimeError: boom"
+
+
+def _report_result():
+    info = {"gpu": "NVIDIA GeForce RTX 4090", "cc": "8.9", "torch": "2.13.0", "cuda": "12.8", "triton": "3.7.1"}
+    info.update(copy_gbps=880.0, command="python -m comfyui_ideogram4_int8 bench")
+    pack = {"version": "0.1.0", "arch": "sm89", "family": "Ada", "gemm_path": "triton-int8", "backend": "triton"}
+    pack["self_check"] = {
+        "runs": "sm89 is not measured in this repository",
+        "results": [
+            {"family": "triton", "passed": True, "why": None, "seconds": 0.84, "from_cache": False},
+            {
+                "family": "fp8",
+                "passed": False,
+                "why": "fp8 GEMM: 3 of 9 outputs differ",
+                "seconds": 0.2,
+                "from_cache": False,
+            },
+        ],
+    }
+    qkv = {"shape": "qkv", "M": 4608, "N": 13824, "K": 4608, "triton-int8_gpu_ms": 0.5, "gpu_speedup_vs_bf16": 1.7}
+    qkv.update({"triton-gemm-only_gpu_ms": 0.4, "gemm_gpu_speedup_vs_int_mm": 0.93, "int32_bit_exact_vs_int_mm": False})
+    qkv.update(triton_config="triton/128x128x64/g8/w4/s4", triton_config_source="autotuned (412 us)")
+    pair = {
+        "shape": "ffn_swiglu",
+        "M": 4608,
+        "N": 24576,
+        "K": 4608,
+        "triton-int8_gpu_ms": 0.9,
+        "gpu_speedup_vs_bf16": 2.0,
+    }
+    return {"info": info, "pack": pack, "rows": [qkv, pair], "failed": {"w2": "GemmPathUnavailable: self-check"}}
+
+
+def test_the_report_to_paste_names_the_gpu_paths_self_check_and_each_shapes_ratios():
+    text = gemm.report_markdown(_report_result())
+    assert "RTX 4090, sm_89 (sm89: Ada)" in text and "Triton 3.7.1" in text
+    assert "self-check: triton passed in 0.84 s; fp8 FAILED (fp8 GEMM: 3 of 9 outputs differ)" in text
+    rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
+    cells = [c.strip() for c in rows["qkv"].split("|")[1:-1]]
+    assert cells[4:9] == ["0.500", "1.70", "0.400", "0.93", "NO"]
+    assert "autotuned (412 us)" in cells[9]
+    pair = [c.strip() for c in rows["ffn_swiglu"].split("|")[1:-1]]
+    assert pair[5] == "2.00" and pair[6:9] == ["-", "-", "-"]  # no GEMM-alone peer for the pair: '-', not a crash
+    assert "failed: GemmPathUnavailable: self-check" in rows["w2"]

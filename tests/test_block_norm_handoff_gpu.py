@@ -14,7 +14,7 @@ pytestmark = pytest.mark.cuda  # not `comfyui`: the CI's ComfyUI stage has no GP
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_a_sampled_latent_with_the_handoff_equals_the_one_without(tmp_path):
     res = run_nodes_check_on_gpu(
-        tmp_path, "block_norm_handoff", drop_env=("IDEOGRAM4_INT8_BLOCK_NORMS", "IDEOGRAM4_INT8_CUDA_GRAPHS")
+        tmp_path, "block_norm_handoff", drop_env=("IDEOGRAM4_INT8_EXPERIMENTS", "IDEOGRAM4_INT8_CUDA_GRAPHS")
     )
     seed = res["__seed__"]
     assert res["gpu/equal"], (seed, res["gpu/max_abs"])

@@ -10,9 +10,8 @@ import pytest
 import torch
 from comfyui_ideogram4_int8 import kernels as K
 from comfyui_ideogram4_int8.ideogram4 import demo
-from comfyui_ideogram4_int8.kernels import cpu_gemm, path_choice
+from comfyui_ideogram4_int8.kernels import cpu_gemm, path_choice, settings
 from comfyui_ideogram4_int8.kernels.registry import PATH_LABELS, path_labels
-from comfyui_ideogram4_int8.kernels.tuning import ENV_CACHE_DIR
 from kernel_checks import rel_err
 
 CPU = torch.device("cpu")
@@ -26,11 +25,11 @@ def _forget():
 
 
 @pytest.fixture
-def measured(monkeypatch, tmp_path):
+def measured(monkeypatch, setting, tmp_path):
     """Unpin the suite's answer, cache in tmp_path; ``measured(ms)`` fakes the measurement and counts its calls."""
-    monkeypatch.delenv(cpu_gemm.ENV_CPU_GEMM, raising=False)
-    monkeypatch.delenv(K.ENV_PATH, raising=False)
-    monkeypatch.setenv(ENV_CACHE_DIR, str(tmp_path))
+    setting(settings.EXPERIMENTS_VAR, None)
+    setting(K.ENV_PATH, None)
+    setting(settings.CACHE_DIR, str(tmp_path))
     calls = []
 
     def fake(ms):
@@ -100,17 +99,17 @@ def test_the_answer_is_cached_on_disk_per_torch_and_cpu(measured, tmp_path, monk
     assert cpu_gemm.choice().int_mm_fast and len(calls) == 2
 
 
-def test_an_unwritable_cache_keeps_the_answer_for_the_process(measured, tmp_path, monkeypatch):
+def test_an_unwritable_cache_keeps_the_answer_for_the_process(measured, tmp_path, setting):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    monkeypatch.setenv(ENV_CACHE_DIR, str(blocker / "sub"))  # a folder under a file: cannot be made
+    setting(settings.CACHE_DIR, str(blocker / "sub"))  # a folder under a file: cannot be made
     measured(SLOW_INT_MM)
     assert K.select_path(CPU, 768, 256)[0] == K.PATH_DEQUANT
 
 
-def test_the_switch_gives_torch_int_mm_back(measured, monkeypatch, gen):
+def test_the_switch_gives_torch_int_mm_back(measured, setting, gen):
     measured(SLOW_INT_MM)
-    monkeypatch.setenv(K.ENV_PATH, K.PATH_CUBLAS)
+    setting(K.ENV_PATH, K.PATH_CUBLAS)
     path, reason = K.select_path(CPU, 64, 48)
     assert path == K.PATH_CUBLAS and reason == f"forced by {K.ENV_PATH}=cublas-int8"
     x = torch.randn(5, 48, generator=gen)
@@ -122,13 +121,14 @@ def test_the_switch_gives_torch_int_mm_back(measured, monkeypatch, gen):
     K.REGISTRY.clear()
 
 
-def test_pins_state_the_answer_without_measuring(measured, monkeypatch):
+def test_pins_state_the_answer_without_measuring(measured, setting):
     calls = measured(SLOW_INT_MM)
-    monkeypatch.setenv(cpu_gemm.ENV_CPU_GEMM, "int8")
+    setting(settings.EXPERIMENTS_VAR, "cpu-gemm=int8")
     assert K.select_path(CPU, 64, 48)[0] == K.PATH_CUBLAS
-    monkeypatch.setenv(cpu_gemm.ENV_CPU_GEMM, "float")
+    setting(settings.EXPERIMENTS_VAR, "cpu-gemm=float")
     path, reason = K.select_path(CPU, 64, 48)
-    assert path == K.PATH_DEQUANT and "IDEOGRAM4_INT8_CPU_GEMM=float (stated, not measured)" in reason and calls == []
+    assert path == K.PATH_DEQUANT and "IDEOGRAM4_INT8_EXPERIMENTS has cpu-gemm=float (stated, not measured)" in reason
+    assert calls == []
     assert cpu_gemm.decided() is not None and cpu_gemm.choice().float_dtype == torch.float32
 
 

@@ -1,7 +1,7 @@
 """CUDA graphs of a pass (cuda): ``PassGraphs`` replays equal eager calls on fresh inputs, weights that moved get a
 new capture, a pass that cannot be captured stays eager with its reason; through ComfyUI (COMFYUI_DIR), the sampler's
 latent with graphs (asked for on one card) equals the eager one bit for bit, passes were replayed and the fused path
-ran; by default one card replays once a timed pass shows its launches set the pace."""
+ran; by default the graphs are on, kept for the next run (which replays every pass) and freed when the MODELs unload."""
 
 from __future__ import annotations
 
@@ -84,16 +84,22 @@ def test_sampler_with_cuda_graphs_equals_eager_through_comfyui(tmp_path):
     assert gpu["device"] == "cpu"  # the sampler hands the latent back on ComfyUI's intermediate device
     assert gpu["equal"], (seed, gpu["max_abs"])
     assert res["off_note"] == "CUDA graphs off: IDEOGRAM4_INT8_CUDA_GRAPHS=0"
-    auto = res["auto_note"]  # one card, default: graphs once a timed pass shows the launches set the pace
-    if "replayed" in auto:
-        assert "on one card because the launches set the pace (host " in auto, auto
-    else:
-        assert auto.startswith("CUDA graphs off: both passes on one card and the GPU sets the pace (host "), auto
+    # the default: graphs on; Turbo 12's 12 passes per branch, the first eager, the second captured, ten replayed
+    assert res["auto_note"].startswith("CUDA graphs: 10 of 12 passes replayed (1 captured, 1 eager)"), res["auto_note"]
     assert res["auto_equal"]
     for label, note in gpu["notes"].items():
         # Turbo 12: 12 passes per branch, the first eager, the second captured, ten replayed
-        assert note.startswith("CUDA graphs: 10 of 12 passes replayed (1 captured after 1 eager)"), (label, note)
+        assert note.startswith("CUDA graphs: 10 of 12 passes replayed (1 captured, 1 eager)"), (label, note)
     assert gpu["replayed"] == 10 and gpu["bypass"] == {"conditional": None, "unconditional": None}
+    # the next prompt replays every pass from the graphs of the first run, bit for bit
+    assert gpu["again_equal"] and gpu["again_captures"] == 0
+    for label, note in gpu["again_notes"].items():
+        assert note.startswith("CUDA graphs: 12 of 12 passes replayed (no capture: graphs kept"), (label, note)
+    # while kept, the pool is counted in ComfyUI's reserved VRAM; unloading the MODELs frees it
+    held, after = gpu["held"], gpu["after_unload"]
+    assert held["graphs"] == 1 and held["pool_bytes"] > 0 and held["reserved"] == {"cuda:0": held["pool_bytes"]}
+    assert after["graphs"] == 0 and after["pool_bytes"] == 0 and after["reserved"] == {}
+    assert after["card_bytes_returned"] >= held["pool_bytes"] // 2, (after, held)
     assert all("triton-int8" in paths for paths in gpu["paths"].values()), gpu["paths"]
     assert gpu["wrappers_after"] == []
     assert gpu["rope_launches"] > 0  # q/k norm + RoPE through the pack's Triton kernel (nodes/qk_rope.py)

@@ -1,9 +1,17 @@
-"""What a pass's CUDA graph is keyed on (``graph_replay.signature``), and that CPU passes never reach a graph."""
+"""A pass's CUDA graphs, CPU side: what a graph is keyed on (``graph_replay.signature``), that CPU passes never reach
+a graph, and the bookkeeping that keeps graphs across runs (captured once per signature and weights, dropped when the
+weights move, at most ``max_signatures`` per model, one pool per device released as a whole, its bytes reported). The
+bookkeeping runs here on a stand-in for torch.cuda's graph calls; replays' results are checked on a GPU
+(test_cuda_graphs_gpu.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import types
+
 import pytest
 import torch
+from comfyui_ideogram4_int8.ideogram4 import graph_replay
 from comfyui_ideogram4_int8.ideogram4.graph_replay import PassGraphs, signature
 
 
@@ -18,7 +26,6 @@ def test_signature_tells_apart_what_a_graph_cannot_serve():
         signature((x, None), {"control": None}),  # a tensor against None
         signature((x, torch.ones(1)), {"control": 3}),  # a plain value
         signature((x, torch.ones(1)), {"other": None}),  # a keyword
-        signature((x, torch.ones(1)), {"control": None}, fingerprint=(1, 2)),  # weights elsewhere
     ]
     assert all(d != base for d in differs) and len(set(differs)) == len(differs)
     with pytest.raises(TypeError, match="object"):
@@ -38,3 +45,142 @@ def test_passes_on_a_cpu_run_eagerly_and_keep_nothing():
         out, mode = graphs.run(fn, (x,), {})
         assert mode == "eager" and torch.equal(out, x + 1)
     assert len(calls) == 4 and graphs.stats.captures == 0 and not graphs._entries
+
+
+class _FakeGraph:
+    """torch.cuda.CUDAGraph's calls, counted; a capture 'reserves' ``grow`` bytes of the fake allocator."""
+
+    grow = 3 << 20
+    alive = 0
+    capturing = False
+
+    def __init__(self):
+        self.replays = 0
+        _FakeGraph.alive += 1
+
+    def __del__(self):
+        _FakeGraph.alive -= 1
+
+    def capture_begin(self, pool=None, capture_error_mode=None):
+        assert pool is not None  # every capture goes into its device's pool
+        self.pool = pool
+        _FakeGraph.capturing = True
+
+    def capture_end(self):
+        _FakeGraph.capturing = False
+        _Alloc.reserved += _FakeGraph.grow
+
+    def replay(self):
+        self.replays += 1
+
+
+class _Alloc:
+    reserved = 0
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Passes on CPU tensors take the graph path, with torch.cuda's graph, stream and allocator calls stood in for."""
+    stream = types.SimpleNamespace(wait_stream=lambda other: None)
+    monkeypatch.setattr(graph_replay, "_graph_device", lambda tensors: torch.device("cpu") if tensors else None)
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", _FakeGraph)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: stream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: _Alloc.reserved)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: object())
+    pool = graph_replay.GraphPool(torch.device("cpu"))
+    monkeypatch.setattr(graph_replay, "_POOLS", {torch.device("cpu"): pool})
+    monkeypatch.setattr(graph_replay, "_LISTENERS", [])
+    _Alloc.reserved = 0
+    return pool
+
+
+def _pass(graphs, x, fp=("w", 1)):
+    return graphs.run(lambda x: x * 2, (x,), {}, fingerprint=fp)
+
+
+def test_graphs_are_kept_across_runs_and_replay_from_the_first_pass(fake_cuda):
+    graphs = PassGraphs()
+    x = torch.randn(4, 8)
+    modes = [_pass(graphs, torch.randn(4, 8))[1] for _ in range(4)]  # run 1
+    assert modes == ["eager", "captured", "replayed", "replayed"]
+    modes = [_pass(graphs, torch.randn(4, 8))[1] for _ in range(3)]  # run 2, same shapes and weights
+    assert modes == ["replayed"] * 3 and graphs.stats.captures == 1
+    out, _ = _pass(graphs, x)
+    assert out.shape == x.shape and out is not graphs._entries[next(iter(graphs._entries))].output  # a copy
+    # another resolution: its own warm-up and capture, the first one kept
+    assert [_pass(graphs, torch.randn(2, 8))[1] for _ in range(3)] == ["eager", "captured", "replayed"]
+    assert _pass(graphs, torch.randn(4, 8))[1] == "replayed" and graphs.graphs == 2
+
+
+def test_moved_or_repatched_weights_drop_every_graph_of_the_model(fake_cuda):
+    graphs = PassGraphs()
+    for shape in ((4, 8), (2, 8)):
+        for _ in range(2):
+            _pass(graphs, torch.randn(shape))
+    assert graphs.graphs == 2
+    # new addresses or a new patch set: nothing captured for the old ones may replay (they would read freed memory)
+    assert _pass(graphs, torch.randn(4, 8), fp=("w", 2))[1] == "eager"
+    assert graphs.graphs == 0 and graphs.stats.invalidations == 1
+    assert _pass(graphs, torch.randn(2, 8), fp=("w", 2))[1] == "eager"  # the other signature starts over too
+    assert _pass(graphs, torch.randn(4, 8), fp=("w", 2))[1] == "captured"
+
+
+def test_at_most_max_signatures_graphs_per_model_least_recent_first(fake_cuda):
+    graphs = PassGraphs(max_signatures=2)
+    for rows in (1, 2, 3):
+        for _ in range(2):
+            _pass(graphs, torch.randn(rows, 8))
+    assert graphs.graphs == 2 and graphs.stats.evictions == 1
+    assert _pass(graphs, torch.randn(3, 8))[1] == "replayed"
+    assert _pass(graphs, torch.randn(2, 8))[1] == "replayed"
+    assert _pass(graphs, torch.randn(1, 8))[1] == "eager"  # evicted: its warm-up again
+
+
+def test_one_pool_per_device_released_as_a_whole_with_its_bytes_reported(fake_cuda):
+    deltas = []
+    graph_replay.on_pool_bytes(lambda device, delta: deltas.append(delta))
+    cond, uncond = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    for model in (cond, uncond):
+        for _ in range(2):
+            _pass(graph_replay.graphs_of(model), torch.randn(4, 8))
+    a, b = graph_replay.graphs_of(cond), graph_replay.graphs_of(uncond)
+    assert a is graph_replay.graphs_of(cond)  # kept on the model
+    assert a._pool is b._pool is fake_cuda and fake_cuda.bytes == 2 * _FakeGraph.grow
+    assert deltas == [_FakeGraph.grow, _FakeGraph.grow]
+    assert graph_replay.release_graphs_of(cond) == 2 * _FakeGraph.grow  # the branch sharing the pool goes too
+    assert a.graphs == 0 and b.graphs == 0 and fake_cuda.bytes == 0 and deltas[-1] == -2 * _FakeGraph.grow
+    assert _FakeGraph.alive == 0  # nothing holds a graph (its memory returns to the allocator)
+    assert graph_replay.release_graphs_of(cond) == 0 and len(deltas) == 3  # nothing left: nothing reported
+    assert graph_replay.release_graphs_of(torch.nn.Linear(2, 2)) == 0  # a model that never captured
+    handles = []
+    real = torch.cuda.graph_pool_handle
+    torch.cuda.graph_pool_handle = lambda: handles.append(object()) or handles[-1]
+    try:
+        assert [_pass(b, torch.randn(4, 8))[1] for _ in range(2)] == ["eager", "captured"]
+        # the graphs of one model dropped (its weights moved) with none left in the pool: the pool starts anew
+        assert _pass(b, torch.randn(4, 8), fp=("w", 9))[1] == "eager" and fake_cuda.live == 0
+        assert fake_cuda.bytes == 0 and deltas[-1] == -_FakeGraph.grow
+        assert _pass(b, torch.randn(4, 8), fp=("w", 9))[1] == "captured" and len(handles) == 2
+    finally:
+        torch.cuda.graph_pool_handle = real
+
+
+def test_a_failed_capture_leaves_its_signature_eager_with_the_reason(fake_cuda, monkeypatch):
+    monkeypatch.setattr(graph_replay, "_release_generator", lambda device: None)
+    graphs = PassGraphs()
+
+    def syncs(x):
+        if _FakeGraph.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return x
+
+    x = torch.randn(3)
+    modes = [graphs.run(syncs, (x,), {}, fingerprint=())[1] for _ in range(3)]
+    assert modes == ["eager"] * 3 and graphs.graphs == 0
+    assert graphs.stats.failures == ["RuntimeError: operation not permitted when stream is capturing"]
+    assert fake_cuda.bytes == 0

@@ -1,7 +1,7 @@
 """`python -m comfyui_ideogram4_int8 demo` runs end to end on the CPU (and through the fused path on a GPU), and the
-README's Python example runs as written on the file the demo wrote.
+Python example of docs/python.md runs as written on the file the demo wrote.
 
-No timing is asserted here (speed belongs to bench/); the README states the measured demo time.
+No timing is asserted here (speed belongs to bench/); docs/performance.md states the measured demo time.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from comfyui_ideogram4_int8.ideogram4.demo import physical_cores
 from ideogram4_checks import seed_of
 from PIL import Image
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+PYTHON_DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "python.md"
 
 
 def _env(**extra):
@@ -119,15 +119,15 @@ def test_demo_on_cpu(cpu_demo):
     cwd, out = cpu_demo
     summary = _check(cwd / "demo_out", out, "cublas-int8")
     assert summary["device"] == "cpu"
-    if not os.environ.get("OMP_NUM_THREADS"):  # the demo's own choice on the CPU (README: measured)
+    if not os.environ.get("OMP_NUM_THREADS"):  # the demo's own choice on the CPU (docs/performance.md: measured)
         # the load average moves while the demo starts: its choice lies between the busiest and the idle answer
         cores = physical_cores()
         assert 1 <= summary["threads"] <= cores and f"{summary['threads']} CPU thread(s)" in out.stdout
 
 
 def test_demo_on_a_cpu_that_runs_the_dequantized_matmul_lists_no_second_path(tmp_path):
-    # IDEOGRAM4_INT8_CPU_GEMM=float: what a CPU without VNNI measures (the test suite pins int8 elsewhere)
-    out = _run_demo(tmp_path, 7, "cpu", "--out", str(tmp_path), env=_env(IDEOGRAM4_INT8_CPU_GEMM="float"))
+    # cpu-gemm=float: what a CPU without VNNI measures (the test suite pins int8 elsewhere)
+    out = _run_demo(tmp_path, 7, "cpu", "--out", str(tmp_path), env=_env(IDEOGRAM4_INT8_EXPERIMENTS="cpu-gemm=float"))
     summary = _check(tmp_path, out, "dequant-bf16")
     assert not any("phantom" in k for k in summary["fidelity"])
 
@@ -146,20 +146,20 @@ def test_seconds_since_process_start_counts_from_the_process_start():
     assert float(out.stdout) >= 1.5  # the sleep before the import is counted
 
 
-def _readme_example() -> str:
-    text = README.read_text()
-    block = text.split("<!-- readme-example -->", 1)[1]
+def _python_doc_example() -> str:
+    text = PYTHON_DOC.read_text()
+    block = text.split("<!-- python-example -->", 1)[1]
     code = block.split("```python\n", 1)[1].split("```", 1)[0]
     assert "read_branch" in code and "text_features =" in code and "import torch" in code
     return code
 
 
-def test_readme_python_example_runs_as_written_on_the_demo_file(cpu_demo):
+def test_documented_python_example_runs_as_written_on_the_demo_file(cpu_demo):
     cwd, demo = cpu_demo
     assert demo.returncode == 0, demo.stdout + demo.stderr
     # one thread: the tiny model on a shared 2-core machine (more threads only add contention)
     run = subprocess.run(
-        [sys.executable, "-c", _readme_example()],
+        [sys.executable, "-c", _python_doc_example()],
         capture_output=True,
         text=True,
         timeout=600,

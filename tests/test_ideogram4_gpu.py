@@ -150,7 +150,7 @@ def test_load_memory_bench_smoke(tmp_path):
         [
             sys.executable,
             "-m",
-            "comfyui_ideogram4_int8.bench.load_memory",
+            "comfyui_ideogram4_int8.bench.probes.load_memory",
             "--config",
             "demo",
             "--dir",

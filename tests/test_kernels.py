@@ -240,9 +240,9 @@ def _is_float32_dot_of(y, x, wd):
     return bool(((y.double() - x.double() @ wd.t()).abs() <= tol).all())
 
 
-def test_fp8_layers_follow_the_forced_dequant_path(gen, monkeypatch):
+def test_fp8_layers_follow_the_forced_dequant_path(gen, setting):
     """IDEOGRAM4_INT8_GEMM_PATH=dequant-bf16 (a float comparison run) takes the fp8 layers float too, and says so."""
-    monkeypatch.setenv(K.ENV_PATH, K.PATH_DEQUANT)
+    setting(K.ENV_PATH, K.PATH_DEQUANT)
     x = activations(3, 64, gen)
     w, s = fp8_weight(16, 64, gen)
     K.fp8_linear(x, w, s, site="test/fp8_env")
@@ -461,13 +461,13 @@ def test_auto_path_on_cpu_is_labelled_fallback(gen):
     assert "CUDA" in rec.reason  # says why the fused path was not taken
 
 
-def test_env_var_forces_path_leniently(gen, monkeypatch):
+def test_env_var_forces_path_leniently(gen, setting):
     x = activations(4, 64, gen)
     w, ws = weight(16, 64, gen)
-    monkeypatch.setenv(K.ENV_PATH, "dequant-bf16")
+    setting(K.ENV_PATH, "dequant-bf16")
     K.w8a8_linear(x, w, ws, site="env/a")
     assert K.REGISTRY.path_of("env/a") == "dequant-bf16"
-    monkeypatch.setenv(K.ENV_PATH, "no-such-path")
+    setting(K.ENV_PATH, "no-such-path")
     K.w8a8_linear(x, w, ws, site="env/b")
     rec = next(r for r in K.REGISTRY.layers("env") if r.layer == "b")
     assert rec.path == "cublas-int8" and "no-such-path" in rec.reason
@@ -597,10 +597,10 @@ def test_config_keys_are_one_format_and_unique():
     assert tma.key() == "triton-tma/128x256x128/g8/w8/s3/sub"
 
 
-def test_autotune_cache_is_keyed_by_triton_and_kernel_sources(tmp_path, monkeypatch):
-    from comfyui_ideogram4_int8.kernels import tuning
+def test_autotune_cache_is_keyed_by_triton_and_kernel_sources(tmp_path, setting):
+    from comfyui_ideogram4_int8.kernels import settings, tuning
 
-    monkeypatch.setenv(tuning.ENV_CACHE_DIR, str(tmp_path))
+    setting(settings.CACHE_DIR, str(tmp_path))
     picker = tuning.ConfigPicker()
     key = ("sm90", "GPU X", "3.6", 4608, 4608, 4096, "linear")
     cfg = C.CONFIG_SPACES["sm90"][0]

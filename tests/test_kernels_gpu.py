@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from comfyui_ideogram4_int8 import kernels as K
-from comfyui_ideogram4_int8.kernels import backends, gemm_triton, tuning
+from comfyui_ideogram4_int8.kernels import backends, gemm_triton, settings, tuning
 from comfyui_ideogram4_int8.kernels import configs as C
 from comfyui_ideogram4_int8.kernels.fused import launch_config
 from kernel_checks import (
@@ -310,10 +310,10 @@ def test_forced_gluon_compile_failure_gives_the_portable_result_exactly(name, m,
     assert "Gluon kernel" in rec.config_source and "async_copy_global_to_shared removed" in rec.config_source
 
 
-def test_forced_portable_failure_gives_the_cublas_result_exactly(gen, monkeypatch, clean_demotions):
+def test_forced_portable_failure_gives_the_cublas_result_exactly(gen, monkeypatch, setting, clean_demotions):
     """The portable kernel failing too (Gluon off): the call gives bit for bit the cublas-int8 path's result,
     the registry says cublas-int8 ran and why."""
-    monkeypatch.setenv(backends.ENV_GLUON, "0")
+    setting(settings.GLUON, "off")
     m, (n, k) = M_COND, IDEOGRAM_SHAPES["o"]
     x = activations(m, k, gen, torch.bfloat16, "cuda")
     w, ws = weight(n, k, gen, "cuda")

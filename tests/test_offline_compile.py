@@ -14,7 +14,8 @@ import pytest
 import torch
 from comfyui_ideogram4_int8.kernels import backends
 from comfyui_ideogram4_int8.kernels import configs as C
-from offline_compile import ptxas_present
+from comfyui_ideogram4_int8.kernels.env import arch_name
+from offline_compile import ARCHS, SMEM_LIMIT, ptxas_present
 
 HERE = pathlib.Path(__file__).parent
 needs_triton = pytest.mark.skipif(
@@ -22,28 +23,21 @@ needs_triton = pytest.mark.skipif(
 )
 
 
+def _quick_compile(tmp_path: pathlib.Path, *archs: str) -> list[dict]:
+    """The rows of ``offline_compile.py --quick`` for ``archs``, in a process of its own (no interpreter)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cmd = [sys.executable, str(HERE / "offline_compile.py"), "--quick", "--arch", *archs]
+    out = subprocess.run(
+        [*cmd, "--json", str(tmp_path / "rows.json")], capture_output=True, text=True, env=env, timeout=1200
+    )
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    return json.loads((tmp_path / "rows.json").read_text())
+
+
 @needs_triton
 @pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas not found")
 def test_one_config_per_kernel_family_compiles_for_sm80_and_sm90a(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    out = subprocess.run(
-        [
-            sys.executable,
-            str(HERE / "offline_compile.py"),
-            "--quick",
-            "--arch",
-            "80",
-            "90",
-            "--json",
-            str(tmp_path / "rows.json"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-    )
-    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    rows = json.loads((tmp_path / "rows.json").read_text())
+    rows = _quick_compile(tmp_path, "80", "90")
     ok = [r for r in rows if r["status"] == "OK"]
     kernels = {r["case"].split("/")[0] for r in ok if r["case"][0] in "tg"}
     assert {"triton", "triton-tma"} <= kernels  # triton-tma compiles for sm_90 only
@@ -66,6 +60,38 @@ def test_one_config_per_kernel_family_compiles_for_sm80_and_sm90a(tmp_path):
             "gluon-pingpong",
         }
         assert all(r["regs"] == 168 for r in gluon)  # the launch cap of the 12-warp warp-specialized kernel
+
+
+@needs_triton
+@pytest.mark.skipif(not ptxas_present(), reason="triton's bundled ptxas not found")
+def test_one_config_per_kernel_family_compiles_for_consumer_and_datacenter_blackwell(tmp_path):
+    """sm_120: Ada's mma.sync tiles within its ~99 KB, no TMA or wgmma kernel; sm_100: the datacenter space (the
+    persistent TMA kernel too) on int8 tensor cores (tcgen05 or mma.sync, as this Triton line lowers it); both: the
+    fp8 GEMM on e4m3 tensor cores wherever the pack runs it on this Triton line."""
+    from comfyui_ideogram4_int8.kernels import fp8_gemm
+    from comfyui_ideogram4_int8.kernels.env import triton_line
+
+    rows = _quick_compile(tmp_path, "100", "120")
+    assert all(r["status"] == "OK" for r in rows), [r for r in rows if r["status"] != "OK"]
+    gemms = {cc: [r for r in rows if r["cc"] == cc and r["case"].startswith("triton")] for cc in (100, 120)}
+    mains = {cc: [r for r in g if not r["case"].endswith("reduce")] for cc, g in gemms.items()}
+    assert mains[120] and all(r["mma"] == "mma.sync" and r["smem"] <= 99 * 1024 for r in mains[120])
+    assert not any(r["case"].startswith("triton-tma") for r in gemms[120])
+    assert any(r["case"].startswith("triton-tma") for r in mains[100])
+    assert all(r["mma"] in ("tcgen05", "mma.sync") and r["smem"] <= 227 * 1024 for r in mains[100])
+    for cc in (100, 120):
+        fp8 = [r for r in rows if r["cc"] == cc and r["case"].startswith("fp8 GEMM")]
+        runs = fp8_gemm.fp8_tile_problem(arch_name((cc // 10, cc % 10)), triton_line()) is None
+        assert bool(fp8) == runs and all(r["mma"] == "e4m3" for r in fp8), (cc, fp8)
+
+
+def test_the_offline_compile_covers_every_family_within_its_limit():
+    """Every family with a config space is compiled for, against the limit the pack itself prunes with."""
+    from comfyui_ideogram4_int8.kernels.configs import CONFIG_SPACES
+    from comfyui_ideogram4_int8.kernels.configs import SMEM_LIMIT as FAMILY_LIMIT
+
+    assert {arch_name((cc // 10, cc % 10)) for cc in ARCHS} == set(CONFIG_SPACES)
+    assert all(SMEM_LIMIT[cc] == FAMILY_LIMIT[arch_name((cc // 10, cc % 10))] for cc in ARCHS)
 
 
 def test_the_offline_compile_refuses_the_interpreter():

@@ -13,6 +13,7 @@ import sys
 import pytest
 import tomllib
 from comfyui_ideogram4_int8.cli import PROG
+from import_graph import assert_no_cycle
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -52,7 +53,7 @@ def test_pyproject_metadata():
         assert comfy.get(key), key
     assert comfy["requires-comfyui"].startswith(">=0.33")
     markers = data["tool"]["pytest"]["ini_options"]["markers"]
-    assert {m.split(":")[0] for m in markers} >= {"cuda", "comfyui", "slow"}
+    assert {m.split(":")[0] for m in markers} >= {"cuda", "comfyui"}
     assert "--strict-markers" in data["tool"]["pytest"]["ini_options"]["addopts"]
     assert project["urls"]["Repository"]
 
@@ -106,20 +107,7 @@ def test_kernels_import_each_other_without_cycles():
                     edges[m] |= {node.module.split(".")[0]} & set(mods)
                 else:
                     edges[m] |= {a.name for a in node.names} & set(mods)
-    done, active = set(), []
-
-    def visit(m):
-        assert m not in active, "import cycle: " + " -> ".join([*active[active.index(m) :], m])
-        if m in done:
-            return
-        active.append(m)
-        for n in sorted(edges[m]):
-            visit(n)
-        active.pop()
-        done.add(m)
-
-    for m in sorted(mods):
-        visit(m)
+    assert_no_cycle(edges)
     assert edges["configs"] == set(), "configs.py is the leaf every kernel module reads"
 
 
@@ -170,6 +158,26 @@ def test_cli_info_reports_versions_and_the_gemm_path_with_its_reason():
     assert info["gemm_path_reason"] in text.stdout and f"backend    {info['backend']}" in text.stdout
     forced = json.loads(_cli("info", "--json", env=dict(env, IDEOGRAM4_INT8_GEMM_PATH="dequant-bf16")).stdout)
     assert forced["gemm_path"] == "dequant-bf16" and "IDEOGRAM4_INT8_GEMM_PATH" in forced["gemm_path_reason"]
+    assert f"attention  {info['attention']['path']}" in text.stdout and info["attention"]["reason"] in text.stdout
+
+
+def test_cli_info_names_the_attention_path_and_why(monkeypatch, setting):
+    import torch
+    from comfyui_ideogram4_int8 import cli
+    from comfyui_ideogram4_int8.kernels import attention_choice
+
+    cpu = cli._attention_report(torch.device("cpu"))
+    assert cpu == {"path": "comfyui", "reason": "ComfyUI's own on the CPU (the pack's serves CUDA)"}
+    asked = []
+    answer = attention_choice.Choice("int8", "the fastest within the bound", {"sdpa": 2.0, "int8": 1.0}, {})
+    monkeypatch.setattr(attention_choice, "choose", lambda *a: asked.append(a) or answer)
+    monkeypatch.setattr(attention_choice, "PRIORITY", object())
+    cuda = torch.device("cuda", 0)
+    got = cli._attention_report(cuda)
+    assert got["path"] == "int8" and got["reason"] == answer.reason and got["ms"] == answer.ms
+    assert asked == [(cuda, attention_choice.Shape(*cli.INFO_ATTENTION), torch.bfloat16)]
+    setting("IDEOGRAM4_INT8_ATTENTION", "comfyui")
+    assert cli._attention_report(cuda)["reason"] == "ComfyUI's own (IDEOGRAM4_INT8_ATTENTION=comfyui)"
 
 
 @pytest.mark.parametrize(

@@ -56,13 +56,13 @@ def test_web_entry_imports_only_what_the_lib_exports():
 
 
 @pytest.fixture
-def real_report(tmp_path, monkeypatch, gen):
-    monkeypatch.delenv(ENV_PATH, raising=False)
+def real_report(tmp_path, setting, gen):
+    setting(ENV_PATH, None)
     REGISTRY.clear()
     # real models from a synthetic checkpoint (tests/panel_model.py): conditional on the automatic path,
     # unconditional with the phantom-INT8 fallback forced
     panel_model.load_and_run(tmp_path, gen.initial_seed(), branches=("conditional",), steps=1)
-    monkeypatch.setenv(ENV_PATH, "dequant-bf16")
+    setting(ENV_PATH, "dequant-bf16")
     panel_model.load_and_run(tmp_path, gen.initial_seed(), branches=("unconditional",), steps=1)
     report = status.status_report()
     REGISTRY.clear()

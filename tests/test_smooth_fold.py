@@ -167,8 +167,8 @@ def test_each_folded_layer_kind_is_as_close_to_float64_as_unfolded(gen, kind, ga
     weight with the input the unfolded model feeds it. A fold changes roundings only (norm weights are stored
     in bf16; scale folds change the float epilogue): the folded error stays within 1.25x the unfolded one.
     w1 / w3 with one shared vector (mode 'min') are re-quantized, a real second rounding: their error is what
-    bench/smooth_gate_up.py measures at full size (+9-11% on the FFN hidden state). Here each folded weight must be
-    within half a step of its own grid from the unfolded one (exact: one rounding of q * s_new / s_old), that
+    bench/probes/smooth_gate_up.py measures at full size (+9-11% on the FFN hidden state). Here each folded weight
+    must be within half a step of its own grid from the unfolded one (exact: one rounding of q * s_new / s_old), that
     re-rounding's cost on this input is computed in float64 and added to the bound, and the factor is 2x: min(s1, s3)
     smooths less, so the activation is quantized in a less smoothed basis (up to 1.7x seen on a tiny layer, K = 64,
     strong outliers). A blanket 2x failed ~0.25% of draws (2.05x seen): the re-rounding alone costs up to 5%."""
@@ -400,12 +400,10 @@ def test_quant_divide_counter_counts_every_dividing_pass(gen):
     assert kernels.REGISTRY.launches[QUANT_DIVIDE] == before + 1
 
 
-def test_modes_and_env_values():
+def test_modes_and_the_experiment_values():
+    from comfyui_ideogram4_int8.kernels import settings
+
     assert smooth_fold.DEFAULT_GATE_UP in smooth_fold.GATE_UP_MODES
-    assert smooth_fold.gate_up_mode_from_env(None) == smooth_fold.DEFAULT_GATE_UP
-    assert smooth_fold.gate_up_mode_from_env(" Ratio ") == "ratio"
-    assert smooth_fold.gate_up_mode_from_env("0") == "off"
-    with pytest.raises(ValueError, match="choose one of"):
-        smooth_fold.gate_up_mode_from_env("sqrt")
+    assert settings.SMOOTH_FOLD_MODES == (*smooth_fold.GATE_UP_MODES, "off")  # what the experiment smooth-fold takes
     with pytest.raises(ValueError, match="choose one of"):
         smooth_fold.fold_smoothing({}, SMALL, gate_up="avg")

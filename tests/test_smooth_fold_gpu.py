@@ -109,7 +109,7 @@ def _captured(model, name, x, ctx, sigma):
 def test_each_layer_kind_at_full_width_vs_float64(wide, gen, kind, gate_up):
     """Block 0's consumer (or llm_cond_proj) on the fused path: output against the float64 product of the true
     weight with the input the unfolded model feeds it. Folds change roundings only (1.25x bound); w1 / w3 with
-    one shared vector are re-quantized (bench/smooth_gate_up.py: +10% on the FFN hidden state; 1.5x bound)."""
+    one shared vector are re-quantized (bench/probes/smooth_gate_up.py: +10% on the FFN hidden state; 1.5x bound)."""
     if gate_up == "min" and kind not in ("feed_forward.w1", "feed_forward.w3"):
         pytest.skip("the w1/w3 mode only changes w1 / w3")
     names = quantized_names(WIDE)

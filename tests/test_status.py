@@ -20,7 +20,7 @@ import jsonschema
 import panel_model
 import pytest
 import torch
-from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY
+from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY, settings
 from comfyui_ideogram4_int8.kernels.path_choice import ENV_PATH
 from comfyui_ideogram4_int8.kernels.tuning import PICKER
 from comfyui_ideogram4_int8.nodes import status_report as status
@@ -30,9 +30,9 @@ FIXTURE = ROOT / "tests" / "fixtures" / "gemm_status_sample.json"
 
 
 @pytest.fixture(autouse=True)
-def clean_registry(monkeypatch):
-    monkeypatch.delenv(ENV_PATH, raising=False)
-    monkeypatch.delenv(status.ENV_TIMING, raising=False)
+def clean_registry(setting):
+    setting(ENV_PATH, None)
+    setting(settings.GEMM_TIMING, None)
     REGISTRY.clear()
     REGISTRY.enable_timing(False)
     status.forget_nodes()
@@ -210,8 +210,8 @@ def test_report_matches_what_ran_automatic_path(tmp_path, gen):
     assert cond["llm_cond_proj"]["calls"] == steps
 
 
-def test_forced_dequant_by_env_shows_in_report(tmp_path, gen, monkeypatch):
-    monkeypatch.setenv(ENV_PATH, "dequant-bf16")
+def test_forced_dequant_by_env_shows_in_report(tmp_path, gen, setting):
+    setting(ENV_PATH, "dequant-bf16")
     ran = _load_and_run(tmp_path, gen, branches=("unconditional",), steps=1)
     report = status.status_report(model="unconditional")
     validate(report)
@@ -225,14 +225,14 @@ def test_forced_dequant_by_env_shows_in_report(tmp_path, gen, monkeypatch):
     assert any(ENV_PATH in n for n in report["status"]["notes"])
 
 
-def test_invalid_forced_path_is_reported_not_hidden(tmp_path, gen, monkeypatch):
-    monkeypatch.setenv(ENV_PATH, "fastest-please")
+def test_invalid_forced_path_is_reported_not_hidden(tmp_path, gen, setting):
+    setting(ENV_PATH, "fastest-please")
     _load_and_run(tmp_path, gen, branches=("conditional",), steps=1)
     report = status.status_report()
-    assert report["environment"]["forced_path"]["valid"] is False
-    assert any("is not a GEMM path and is ignored" in n for n in report["status"]["notes"])
+    assert report["environment"]["forced_path"] == {"variable": ENV_PATH, "value": "fastest-please", "valid": False}
+    assert any(n.startswith(f"{ENV_PATH}='fastest-please' is not understood") for n in report["status"]["notes"])
     row = next(r for r in report["models"][0]["layers"] if r["layer"] == "layers.0.attention.qkv")
-    assert "is not one of" in row["reason"]
+    assert f"{ENV_PATH}='fastest-please' is not understood" in row["reason"]
 
 
 def test_fused_path_reports_autotune_pick_per_shape(tmp_path, gen):
@@ -415,7 +415,7 @@ def test_the_reason_every_cpu_layer_shares_is_named_once_for_the_device(tmp_path
 # -- no paths, no tokens --------------------------------------------------------------------------
 
 
-def test_report_leaks_no_paths_or_tokens(tmp_path, gen, monkeypatch):
+def test_report_leaks_no_paths_or_tokens(tmp_path, gen, setting):
     secret = "hf_" + "aB3dE6gH9jK2mN5pQ8sT1vW4"
     home = os.path.expanduser("~")
     ckpt_dir = tmp_path / "private models"
@@ -428,7 +428,7 @@ def test_report_leaks_no_paths_or_tokens(tmp_path, gen, monkeypatch):
     REGISTRY.record(
         "conditional/win", "bf16", rf"C:\Users\me\ComfyUI\models\unet\ig4.safetensors Bearer {secret}", 1, 8, 8
     )
-    monkeypatch.setenv(ENV_PATH, f"{home}/weird")
+    setting(ENV_PATH, f"{home}/weird")
     text = json.dumps(status.status_report())
     for needle in (secret, home, str(tmp_path), str(ROOT), os.getcwd(), "C:\\\\Users", "private models"):
         assert needle not in text, needle
@@ -593,9 +593,9 @@ def test_timing_switch_and_note(tmp_path, gen):
 
 
 @pytest.mark.cuda
-def test_timing_of_a_real_gpu_run(tmp_path, gen, monkeypatch):
+def test_timing_of_a_real_gpu_run(tmp_path, gen, setting):
     """On a GPU: CUDA-event timing between begin_run()/end_run() lands in the report per path."""
-    monkeypatch.setenv("IDEOGRAM4_INT8_AUTOTUNE", "0")  # toy shapes: the heuristic, no minutes of tuning
+    setting.experiments("no-autotune")  # toy shapes: the heuristic, no minutes of tuning
     status.switch_timing(True, "api")
     REGISTRY.begin_run()
     _load_and_run(tmp_path, gen, steps=2, device="cuda")
@@ -613,11 +613,11 @@ def test_timing_of_a_real_gpu_run(tmp_path, gen, monkeypatch):
 
 
 @pytest.mark.parametrize(("raw", "flag"), [("1", True), ("on", True), ("0", False), ("", None), ("sometimes", None)])
-def test_timing_from_env(raw, flag):
-    assert status.timing_from_env({status.ENV_TIMING: raw}) is flag
-    problem = status.timing_env_problem()
-    assert (problem is not None) == (raw == "sometimes")
-    status.timing_from_env({})
+def test_timing_switch_and_a_value_not_understood_in_the_notes(raw, flag, setting):
+    setting(settings.GEMM_TIMING, raw)
+    assert settings.gemm_timing() is flag
+    notes = status.status_report()["status"]["notes"]
+    assert any(settings.GEMM_TIMING in n and "not understood" in n for n in notes) == (raw == "sometimes")
 
 
 def test_timing_body_validation():
@@ -754,7 +754,7 @@ def test_publish_is_quiet_without_a_prompt_server(monkeypatch, caplog):
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == [], caplog.text
 
 
-def test_on_load_survives_a_missing_server(monkeypatch, caplog):
+def test_on_load_survives_a_missing_server(monkeypatch, setting, caplog):
     import asyncio
 
     from comfyui_ideogram4_int8.nodes import status_nodes
@@ -762,7 +762,7 @@ def test_on_load_survives_a_missing_server(monkeypatch, caplog):
     module = types.ModuleType("server")  # a ComfyUI without PromptServer.instance
     module.PromptServer = types.SimpleNamespace()
     monkeypatch.setitem(sys.modules, "server", module)
-    monkeypatch.setenv(status.ENV_TIMING, "1")
+    setting(settings.GEMM_TIMING, "1")
     asyncio.run(status_nodes.on_load())
     assert "routes not registered" in caplog.text
     assert REGISTRY.timing_enabled and status.status_report()["timing"]["switched_by"] == "env"

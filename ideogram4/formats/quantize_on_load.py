@@ -14,9 +14,8 @@ from ... import kernels
 from ...kernels.reference import FP8_MAX  # e4m3's largest finite value, as the activation quantizer uses it
 
 DEFAULT_CHUNK_BYTES = 1 << 28  # 256 MiB of float32 rows at a time
-# On a CPU the passes over a chunk are bound by memory: a chunk that stays in the caches between them is ~6x faster
-# than one of 256 MiB ([4608, 12288] bf16 -> int8 on 2 cores: 34 ms against 214; 1 MiB pays per-op overhead: 118 ms;
-# bench/results/quantize-on-load-cpu-2026-11-27-s20-ops.log)
+# On a CPU the passes over a chunk are bound by memory: a chunk that stays in the caches between them is several
+# times faster than one of 256 MiB, and a much smaller one pays per-op overhead (docs/design/measurements.md)
 CPU_CHUNK_BYTES = 1 << 22
 
 
@@ -35,9 +34,9 @@ class _Rows:
     """A weight read a row chunk at a time as float32 (times its scale), into buffers allocated once.
 
     CPU loads are bound by the float32 temporaries, not the arithmetic: a fresh 200 MB tensor per op costs more in
-    page faults than the op (a [4608, 12288] layer: ~70 ms to allocate and convert bf16, ~12 ms into a reused
-    buffer), so the buffers are allocated once and, on a CPU, sized to stay in the caches (``CPU_CHUNK_BYTES``).
-    torch converts float8 to float32 one element at a time on the CPU (~150-220 ms a layer), so the CPU path goes
+    page faults than the op, so the buffers are allocated once and, on a CPU, sized to stay in the caches
+    (``CPU_CHUNK_BYTES``). torch converts float8 to float32 one element at a time on the CPU (slow: the numbers are in
+    docs/design/measurements.md), so the CPU path goes
     through int16 bit operations into float16 (exact), then float32: an e5m2 code is a float16's top byte; an e4m3
     code with its sign bit off, moved up 7 bits, is the bit pattern of a float16 equal to the code's value / 256, its
     subnormals included. e4m3fn's NaN codes (S.1111.111) have no float16 counterpart there: they are found on the

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     if not newest or not (pathlib.Path(newest) / "index.html").is_file():
         parser.error("set COMFYUI_NEWEST_FRONTEND_ROOT to the static/ folder of an unpacked comfyui-frontend-package")
     # what tests/conftest.py gives the test servers' environment (the builder runs no prompt, but the pack imports)
-    os.environ.setdefault("IDEOGRAM4_INT8_CPU_GEMM", "int8")
+    os.environ.setdefault("IDEOGRAM4_INT8_EXPERIMENTS", "cpu-gemm=int8")
     pinned = example_server(True, opts.seed)
     nodes2 = example_server(True, opts.seed, args=("--front-end-root", newest))
     try:

@@ -1,7 +1,8 @@
 """Command line: `python -m comfyui_ideogram4_int8 {demo,bench,info}`.
 
 Subcommands import their heavy modules lazily so `--help` stays instant. A mistake on the command line ends in
-one line that names the option and what it accepts (exit status 2), never in a traceback.
+one line that names the option and what it accepts (exit status 2), never in a traceback; so does Ctrl-C (one line,
+exit status 130, the shell's status for an interrupt).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import math
 import os
 import pathlib
 import sys
+import tempfile
 
 # ideogram4.schedule.PRESETS' names, spelled here so that `--help` needs no torch (a test keeps them equal)
 PRESET_NAMES = ("Quality 48", "Default 20", "Turbo 12")
@@ -21,6 +23,10 @@ INFO_SHAPE = (13824, 4608)
 # an Ideogram 4 attention at 1024x1024 (tokens, heads, head dim) for `info`'s attention question
 INFO_ATTENTION = (4608, 18, 256)
 MAX_SEED = 2**64 - 1  # torch's generator takes a 64-bit seed (ComfyUI's seed widget has the same range)
+# more torch threads than CPUs only wait on each other (thousands of them stall the machine)
+MAX_THREADS = os.cpu_count() or 1
+PROG = "python -m comfyui_ideogram4_int8"
+INTERRUPTED = 130  # the exit status a shell gives a command stopped by Ctrl-C (128 + SIGINT)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,6 +78,13 @@ def _out_dir(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{value!r}: {str(parent)!r} is a file, so no folder can be made under it")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise argparse.ArgumentTypeError(f"{value!r}: no permission to write in {str(parent)!r}")
+    try:  # what the OS really allows there: /proc and /sys refuse files even to root, whom os.access lets through
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: cannot write files in {str(parent)!r} ({exc.strerror or exc}); give a folder of your own"
+        ) from None
     return value
 
 
@@ -91,7 +104,7 @@ def _checked(convert, ok, what: str):
     return parse
 
 
-_threads = _checked(int, lambda n: n >= 1, "a whole number >= 1")
+_threads = _checked(int, lambda n: 1 <= n <= MAX_THREADS, f"a whole number 1..{MAX_THREADS}, this machine's CPUs")
 _seed = _checked(int, lambda n: 0 <= n <= MAX_SEED, f"a whole number 0..{MAX_SEED}, as ComfyUI's seed")
 _seconds = _checked(float, lambda t: math.isfinite(t) and t >= 0, "seconds, a number >= 0; 0: off")
 
@@ -246,7 +259,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m comfyui_ideogram4_int8",
+        prog=PROG,
         description="Ideogram 4 W8A8 INT8: fused Triton GEMM tools.",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -287,8 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_threads,
         default=None,
         metavar="N",
-        help="CPU threads for torch (default on the CPU: one per physical core this process may use that "
-        "other jobs do not keep busy, by the 1-minute load average; OMP_NUM_THREADS, when set, is kept)",
+        help=f"CPU threads for torch, 1..{MAX_THREADS} (default on the CPU: one per physical core this process may "
+        "use that other jobs do not keep busy, by the 1-minute load average; OMP_NUM_THREADS, when set, is kept)",
     )
     p_demo.set_defaults(func=_cmd_demo)
 
@@ -322,8 +335,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    command = ""
+    try:
+        args = build_parser().parse_args(argv)
+        command = f" {args.command}"
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{PROG}{command}: interrupted (Ctrl-C)", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":  # pragma: no cover

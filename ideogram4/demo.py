@@ -5,10 +5,11 @@
 2. writes it as a transformerlab-layout W8A8 file (both branches, protected bf16 layers);
 3. loads both branches back through ``read_branch`` into W8A8 DiTs;
 4. samples a latent with a preset through the W8A8 path (the fused Triton GEMM on a CUDA GPU;
-   on the CPU the labelled cublas-int8 fallback) and the same sampling with the float models;
+   on the CPU whichever of cublas-int8 and dequant-bf16 this CPU measured faster) and the same sampling
+   with the float models;
 5. writes a labelled PNG preview (W8A8 | bf16 reference | their difference, with the GEMM path and
-   the fidelity figures), prints the GEMM-path table and the W8A8-vs-bf16 fidelity, and writes
-   ``demo_summary.json``.
+   the fidelity figures), prints the GEMM-path table and the W8A8-vs-bf16 fidelity (each row naming the path
+   that ran in it), and writes ``demo_summary.json``.
 
 On the CPU the demo runs torch on one thread per physical core this process may use that other jobs do not keep
 busy (``default_threads``), unless told otherwise (``--threads``, or ``OMP_NUM_THREADS`` in the environment): one
@@ -40,6 +41,7 @@ TEXT_TOKENS = 24
 DEMO_SIZE = 256  # pixels: a 16 x 16 latent, 256 image tokens
 FIDELITY_MIN = 0.99
 DIFF_GAIN = 50.0
+LATENT_KEY = "sampled latent: W8A8 vs bf16 (cosine)"
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -48,6 +50,20 @@ def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def seconds_since_process_start() -> float | None:
+    """Wall time since this process started (Python's start and its imports included), from Linux's /proc; None
+    where the OS does not say."""
+    try:
+        stat = pathlib.Path("/proc/self/stat").read_text()
+        uptime = float(pathlib.Path("/proc/uptime").read_text().split()[0])
+        # after the command name (in parentheses, may hold spaces) come fields 3.. of proc(5); field 22 is the start
+        # time in clock ticks since boot
+        start_ticks = int(stat.rsplit(")", 1)[1].split()[19])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
 
 
 def _device(name: str | None) -> torch.device:
@@ -80,11 +96,13 @@ def _print_table(rows: list[dict]) -> None:
 
 
 def _print_fidelity(fidelity: dict[str, float], rel_latent: float) -> None:
-    print(f"\n{'fidelity':<44} {'measure':<34} value")
-    print("-" * 86)
-    for k, v in fidelity.items():
-        print(f"{k.removesuffix(' (cosine)'):<44} {'cosine similarity (1 = identical)':<34} {v:.5f}")
-    print(f"{'sampled latent: W8A8 vs bf16':<44} {'relative L2 error (0 = identical)':<34} {rel_latent:.5f}")
+    rows = [(k.removesuffix(" (cosine)"), "cosine similarity (1 = identical)", v) for k, v in fidelity.items()]
+    rows.append((LATENT_KEY.removesuffix(" (cosine)"), "relative L2 error (0 = identical)", rel_latent))
+    width = max(len(r[0]) for r in rows)
+    print(f"\n{'fidelity':<{width}} {'measure':<34} value")
+    print("-" * (width + 42))
+    for what, measure, value in rows:
+        print(f"{what:<{width}} {measure:<34} {value:.5f}")
 
 
 def physical_cores(cpuinfo: str | None = None, allowed: set[int] | None = None) -> int:
@@ -154,7 +172,7 @@ def _write_preview(path: pathlib.Path, lat_w8, lat_ref, rows, fidelity, rel_late
     why = f" ({'; '.join(reasons)})" if reasons else " (the fused kernel)"
     w8_img, ref_img = latents_to_rgb([lat_w8, lat_ref])
     diff_img = difference_to_rgb(lat_w8, lat_ref, gain=DIFF_GAIN)
-    cos_lat = fidelity["sampled latent: W8A8 vs bf16 (cosine)"]
+    cos_lat = fidelity[LATENT_KEY]
     panels = [
         (
             "W8A8 INT8",
@@ -185,7 +203,32 @@ def _write_preview(path: pathlib.Path, lat_w8, lat_ref, rows, fidelity, rel_late
     return save_labelled_preview(path, panels, title, notes, footer)
 
 
+def _quantized_paths(rows: list[dict]) -> list[str]:
+    """The GEMM paths the quantized linears of ``rows`` take (bf16 layers left out), fastest first."""
+    return sorted({r["path"] for r in rows if r["path"] != kernels.PATH_BF16}, key=kernels.PATHS.index)
+
+
+class _OutputError(Exception):
+    """A file of the demo could not be written (the message names it and why)."""
+
+
+def _writing(what: pathlib.Path, write):
+    """``write()``, an OSError turned into one line that names the file (a folder the OS refuses: /proc, /sys, a full
+    disk)."""
+    try:
+        return write()
+    except OSError as exc:
+        raise _OutputError(f"cannot write {str(what)!r}: {exc.strerror or exc}") from None
+
+
 def run_demo(args) -> int:
+    try:
+        return _run_demo(args)
+    except _OutputError as exc:
+        raise SystemExit(f"demo: --out: {exc}") from None
+
+
+def _run_demo(args) -> int:
     t_start = time.perf_counter()
     out = pathlib.Path(getattr(args, "out", None) or "demo_out")
     seed = int(getattr(args, "seed", 0) or 0)
@@ -206,12 +249,13 @@ def run_demo(args) -> int:
 
     # 1-2. embedded model -> W8A8 file
     weights = {b: RandomWeights(cfg, s).materialize() for b, s in MODEL_SEEDS.items()}
-    ckpt = write_w8a8(out / "ideogram4-demo-w8a8.safetensors", weights, cfg)
+    path = out / "ideogram4-demo-w8a8.safetensors"
+    ckpt = _writing(path, lambda: write_w8a8(path, weights, cfg))
     print(f"wrote {ckpt} ({ckpt.stat().st_size / 1e6:.1f} MB, both branches, W8A8 + protected bf16 layers)")
 
     # 3. load through the real reader, build W8A8 and float models
     kernels.REGISTRY.clear()
-    w8, ref, dq = {}, {}, {}
+    w8, ref = {}, {}
     for branch in MODEL_SEEDS:
         sd = read_branch(ckpt, branch, device=device, dtype=dtype)
         w8[branch] = Ideogram4DiT.from_state_dict(sd, w8a8_linears(), dtype=dtype, device=device, label=branch)
@@ -219,24 +263,34 @@ def run_demo(args) -> int:
         ref[branch] = Ideogram4DiT(
             cfg, float_linears(dtype=dtype), state_dict=weights[branch], dtype=dtype, device=device
         )
-        sd = read_branch(ckpt, branch, device=device, dtype=dtype)
-        dq[branch] = Ideogram4DiT.from_state_dict(
-            sd, dequant_linears(), dtype=dtype, device=device, label=f"dequant-{branch[:6]}"
-        )
+    w8_paths = _quantized_paths(path_table(list(MODEL_SEEDS)))
+    # the phantom-INT8 path (dequantize, float matmul) for comparison, where W8A8 itself runs another path: on a CPU
+    # that measured the dequantized matmul faster it is the path W8A8 runs, and a second row would repeat the first
+    dq = {}
+    if w8_paths != [kernels.PATH_DEQUANT]:
+        for branch in MODEL_SEEDS:
+            sd = read_branch(ckpt, branch, device=device, dtype=dtype)
+            dq[branch] = Ideogram4DiT.from_state_dict(
+                sd, dequant_linears(), dtype=dtype, device=device, label=f"dequant-{branch[:6]}"
+            )
 
     g = torch.Generator("cpu").manual_seed(1234)
     context = torch.randn(1, TEXT_TOKENS, cfg.llm_features_dim, generator=g).to(device)
     noise = make_noise(seed, DEMO_SIZE, DEMO_SIZE, channels=cfg.in_channels, device=device)
 
-    # single-forward fidelity at the first sigma, per branch and path
+    # single-forward fidelity at the first sigma, per branch and the path that ran
     sigma0 = preset.sigmas(DEMO_SIZE, DEMO_SIZE)[:1].to(device)
     fidelity = {}
     with torch.no_grad():
         for branch, ctx in (("conditional", context), ("unconditional", None)):
             x0 = noise * sigma0
             r = ref[branch](x0, sigma0, context=ctx).float()
-            fidelity[f"{branch} forward: W8A8 vs bf16"] = _cos(w8[branch](x0, sigma0, context=ctx).float(), r)
-            fidelity[f"{branch} forward: dequant-bf16 vs bf16"] = _cos(dq[branch](x0, sigma0, context=ctx).float(), r)
+            ran = "/".join(_quantized_paths(path_table([branch])))
+            fidelity[f"{branch} forward: W8A8 ({ran}) vs bf16"] = _cos(w8[branch](x0, sigma0, context=ctx).float(), r)
+            if branch in dq:
+                phantom = dq[branch](x0, sigma0, context=ctx).float()
+                ran = "/".join(_quantized_paths(path_table([f"dequant-{branch[:6]}"])))
+                fidelity[f"{branch} forward: phantom INT8 ({ran}) vs bf16"] = _cos(phantom, r)
 
         # 4. sample through the W8A8 path, then the float reference with the same noise
         def run(pair):
@@ -254,13 +308,15 @@ def run_demo(args) -> int:
         lat_w8 = run(w8)
         t_w8 = time.perf_counter() - t0
         lat_ref = run(ref)
-    fidelity["sampled latent: W8A8 vs bf16 (cosine)"] = _cos(lat_w8, lat_ref)
+    fidelity[LATENT_KEY] = _cos(lat_w8, lat_ref)
     rel_latent = _rel(lat_w8, lat_ref)
 
     # 5. outputs
     rows = path_table(list(MODEL_SEEDS))
-    png = _write_preview(
-        out / "demo_preview.png", lat_w8[0], lat_ref[0], rows, fidelity, rel_latent, cfg, preset, seed, device
+    png = out / "demo_preview.png"
+    _writing(
+        png,
+        lambda: _write_preview(png, lat_w8[0], lat_ref[0], rows, fidelity, rel_latent, cfg, preset, seed, device),
     )
     _print_table(rows)
     _print_fidelity(fidelity, rel_latent)
@@ -279,19 +335,33 @@ def run_demo(args) -> int:
         "fidelity": fidelity,
         "latent_rel_err": rel_latent,
         "w8a8_sampling_seconds": t_w8,
-        "total_seconds": time.perf_counter() - t_start,
+        # the demo itself, and the whole process (Python's start and loading torch included; None off Linux)
+        "demo_seconds": time.perf_counter() - t_start,
+        "process_seconds": seconds_since_process_start(),
         "ok": ok,
         "environment": kernels.environment_report(),
     }
-    (out / "demo_summary.json").write_text(json.dumps(summary, indent=2))
-    quant_paths = sorted({r["path"] for r in rows if r["path"] != kernels.PATH_BF16})
+    summary_file = out / "demo_summary.json"
+    _writing(summary_file, lambda: summary_file.write_text(json.dumps(summary, indent=2)))
     print(
-        f"\npreview: {png}  (left: W8A8 via {'/'.join(quant_paths)}, middle: bf16 reference, "
+        f"\npreview: {png}  (left: W8A8 via {'/'.join(_quantized_paths(rows))}, middle: bf16 reference, "
         f"right: their difference x{DIFF_GAIN:g})"
     )
-    print(f"summary: {out / 'demo_summary.json'}")
+    print(f"summary: {summary_file}")
     print(
-        f"W8A8 sampling {t_w8:.1f} s, total {summary['total_seconds']:.1f} s — "
+        f"{_times(t_w8, summary['demo_seconds'], summary['process_seconds'])} — "
         + ("fidelity OK" if ok else f"FIDELITY BELOW {FIDELITY_MIN}")
     )
     return 0 if ok else 1
+
+
+def _times(sampling: float, demo: float, process: float | None) -> str:
+    """'W8A8 sampling 0.7 s; 3.8 s since the process started (2.0 s in the demo, the rest starting Python and
+    loading torch)': what each figure covers, so the last one is the wall time a user sees."""
+    text = f"W8A8 sampling {sampling:.1f} s"
+    if process is None:
+        return f"{text}; the demo {demo:.1f} s (starting Python and loading torch not counted)"
+    return (
+        f"{text}; {process:.1f} s since the process started ({demo:.1f} s in the demo, the rest starting Python and "
+        "loading torch)"
+    )

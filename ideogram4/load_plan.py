@@ -21,6 +21,7 @@ import pathlib
 from collections.abc import Iterable, Mapping
 
 from ..kernels.fp8_gemm import FLOAT_REASON as FP8_FLOAT_REASON
+from ..kernels.path_choice import labels_here
 from .errors import PICK_IDEOGRAM4, CheckpointError
 from .formats.detect import detect_format
 
@@ -224,13 +225,20 @@ def _natural(name: str):
 
 
 def format_summary(reports: Iterable[BranchReport], extra: Iterable[str] = ()) -> str:
+    """The loader's summary (its ``summary`` output and the server log). Paths are named as the GEMM-path panel names
+    them on this device, with the path id in brackets (the id IDEOGRAM4_INT8_GEMM_PATH and the widgets take)."""
+    _, labels = labels_here()
+
+    def named(path: str) -> str:
+        return f"{labels.get(path, path)} [{path}]"
+
     lines = []
     for r in reports:
         counts = r.path_counts()
         lines.append(f"{r.label}: {r.source}")
         lines.append(
             f"  compute dtype {r.compute_dtype}; GEMM paths: "
-            + ", ".join(f"{p} {n}" for p, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+            + ", ".join(f"{n} on {named(p)}" for p, n in sorted(counts.items(), key=lambda kv: -kv[1]))
         )
         if r.protected:
             lines.append(f"  bf16-protected layers ({len(r.protected)}): {_names(r.protected)}")
@@ -247,13 +255,13 @@ def format_summary(reports: Iterable[BranchReport], extra: Iterable[str] = ()) -
             lines.append(f"  SmoothQuant-smoothed layers: {r.smooth}; ConvRot layers: {r.convrot}")
         if r.from_base:
             lines.append(f"  from the base checkpoint: {len(r.from_base)} tensors ({_names(r.from_base, 4)})")
-        reasons: dict[str, int] = {}
+        reasons: dict[tuple[str, str], int] = {}
         for path, why in r.paths.values():
             # a bf16 layer's reason is why it is float, except a layer stored fp8 that runs float here (say why)
             if why and (path != "bf16" or why.startswith(FP8_FLOAT_REASON)):
-                reasons[f"{path}: {why}"] = reasons.get(f"{path}: {why}", 0) + 1
-        for text, n in sorted(reasons.items()):
-            lines.append(f"  why not faster ({n} layers) {text}")
+                reasons[(path, why)] = reasons.get((path, why), 0) + 1
+        for (path, why), n in sorted(reasons.items()):
+            lines.append(f"  why not faster ({n} layers on {named(path)}): {why}")
         lines.extend(f"  {n}" for n in r.notes)
     lines.extend(extra)
     return "\n".join(lines)

@@ -124,7 +124,15 @@ def _triton_unavailable(device: torch.device) -> str | None:
         return None
     if device.type == "cpu" and interpreter_mode():
         return None
-    return f"{device.type} tensors: the fused kernel needs a CUDA GPU (sm_80+)"
+    return no_cuda_reason(device.type)
+
+
+def no_cuda_reason(device_type: str) -> str:
+    """Why the fused kernels do not run on tensors of ``device_type`` (not CUDA): one wording for the GEMM paths'
+    reasons and the other kernels' notes, which the status report names once per device."""
+    return (
+        f"{'CPU' if device_type == 'cpu' else device_type} tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)"
+    )
 
 
 @functools.lru_cache(maxsize=64)

@@ -68,14 +68,18 @@ class CpuGemm:
         """None when torch._int_mm is this CPU's fast path; else why the dequantized float matmul runs instead."""
         if self.int_mm_fast:
             return None
-        switch = f"{settings.GEMM_PATH}=cublas-int8 forces it"
+        return f"{self.evidence()}, so the dequantized float matmul runs; {settings.GEMM_PATH}=cublas-int8 forces it"
+
+    def evidence(self) -> str:
+        """What the choice between torch._int_mm and the dequantized float matmul rests on: the times measured at
+        ``SHAPE``, or the setting that stated it."""
         if self.pin is not None:
-            return f"{self.source}: the dequantized float matmul runs on this CPU; {switch}"
+            return f"{self.source} (stated, not measured)"
         m, k, n = SHAPE
         dtype = str(self.float_dtype).replace("torch.", "")
         return (
             f"CPU: torch._int_mm took {self.ms['int8']:.2f} ms against {self.ms[dtype]:.2f} ms for the dequantized "
-            f"{dtype} matmul at M={m} K={k} N={n} ({self.source}), so the float matmul runs; {switch}"
+            f"{dtype} matmul at M={m} K={k} N={n} ({self.source})"
         )
 
     def summary(self) -> str:

@@ -21,11 +21,14 @@ import os
 import torch
 
 from . import cpu_gemm, self_check, settings
-from .backends import unavailable
+from .backends import no_cuda_reason, unavailable
 from .operands import cublas_shape_problem
-from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON
+from .registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, path_labels
 
 ENV_PATH = settings.GEMM_PATH
+# why no quantized linear on a CPU takes the fused path: the first part of each such layer's reason (the status report
+# names it once as the device's reason, so the panel need not repeat it per layer)
+CPU_REASON = no_cuda_reason("cpu")
 
 
 _QUANT_PATHS = (PATH_TRITON, PATH_CUBLAS, PATH_DEQUANT)
@@ -92,12 +95,16 @@ def _auto(device: torch.device, n: int, k: int, note: str = "", after: str | Non
     for candidate in _QUANT_PATHS[start:]:
         if candidate == PATH_TRITON and device.type == "cpu":
             # The CPU interpreter is a test vehicle, never an automatic choice.
-            reasons.append("CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)")
+            reasons.append(CPU_REASON)
             continue
         why = _unavailable(candidate, device, n, k)
         if why is None and candidate == PATH_CUBLAS and device.type == "cpu":
-            # no tensor cores: torch._int_mm is the fast CPU path only where it measured so (cpu_gemm)
-            why = cpu_gemm.choice().why_not_int_mm()
+            # no tensor cores: torch._int_mm is the fast CPU path only where it measured so (cpu_gemm); the reason
+            # gives the measurement either way
+            answer = cpu_gemm.choice()
+            why = answer.why_not_int_mm()
+            if why is None:
+                reasons.append(f"{answer.evidence()}, so it runs")
         if why is None:
             return candidate, "; ".join(reasons)
         reasons.append(why)
@@ -111,3 +118,13 @@ def dequant_dtype(x: torch.Tensor) -> torch.dtype:
         return x.dtype
     fast = cpu_gemm.choice().float_dtype
     return torch.bfloat16 if x.dtype == torch.bfloat16 and fast == torch.bfloat16 else torch.float32
+
+
+def labels_here() -> tuple[str, dict[str, str]]:
+    """(device type, {path id: what it runs there}) in the words the panel, the logs and the loader summaries share:
+    the CUDA words where torch sees a GPU, else the CPU's, with the float dtype the CPU's measurement picked (float32
+    until it measured; never measures)."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    answer = cpu_gemm.decided()
+    dtype = str(answer.float_dtype).replace("torch.", "") if answer is not None else "float32"
+    return device, path_labels(device, dtype)

@@ -1,4 +1,5 @@
-"""The embedded demo model in ComfyUI: a graph that runs with no download (``example_workflows/ideogram4_int8_demo``).
+"""The embedded demo model in ComfyUI: a graph that runs with no download (the example workflow "Ideogram 4 INT8 demo,
+no download").
 
 * *Ideogram 4 INT8 Demo Model*: the CLI demo's small random-weight model pair (``ideogram4.demo_model``) as two native
   MODELs built exactly as the real loader builds its branches (``native_model.build_native_model``: the pack's INT8

@@ -29,9 +29,10 @@ import time
 from collections.abc import Mapping
 
 from ..kernels import cpu_gemm, settings
+from ..kernels.backends import no_cuda_reason
 from ..kernels.env import environment_report, interpreter_mode
-from ..kernels.path_choice import ENV_PATH
-from ..kernels.registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY, path_labels
+from ..kernels.path_choice import ENV_PATH, labels_here
+from ..kernels.registry import PATH_CUBLAS, PATH_DEQUANT, PATH_TRITON, PATHS, REGISTRY
 from ..kernels.tuning import EPILOGUE_PAIR, PICKER
 
 BYPASS = "bypass"  # the registry's model note of op_coverage (a forward that routed around the pack's op)
@@ -49,6 +50,12 @@ QUERY_PARAMS = ("model", "layers")
 MAX_LABEL_LEN = 200
 
 ROLES = ("conditional", "unconditional", "other")
+
+# The official negative pass is image-only (DESIGN 4: DualModelGuider's negative unconnected, the pack's sampler):
+# an unconditional model's text projection is loaded but never runs there. Once the model ran, such a layer is
+# reported as idle by design, with this as its reason, not as a layer still to run with its path's reason.
+IMAGE_ONLY_LAYERS = ("llm_cond_proj",)
+IMAGE_ONLY_WHY = "not run by design: the unconditional pass is image-only (no text tokens to project)"
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -234,11 +241,17 @@ def _environment() -> dict:
     return env
 
 
-def _layer_entry(rec) -> dict:
+def _idle_by_design(label: str, rec, model_ran: bool) -> bool:
+    """``rec`` did not run in a model whose other layers did, and its model's passes never run it (IMAGE_ONLY_LAYERS
+    of an unconditional model)."""
+    return model_ran and not rec.calls and role_of(label) == "unconditional" and rec.layer in IMAGE_ONLY_LAYERS
+
+
+def _layer_entry(rec, idle: bool = False) -> dict:
     return {
         "layer": scrub_text(rec.layer),
         "path": rec.path,
-        "reason": scrub_text(rec.reason) or "",
+        "reason": IMAGE_ONLY_WHY if idle else scrub_text(rec.reason) or "",
         "N": rec.n,
         "K": rec.k,
         "M_last": rec.m_last,
@@ -278,11 +291,14 @@ def _shapes(records, picks) -> list[dict]:
     return [by_shape[key] for key in sorted(by_shape)]
 
 
-def _reasons(records) -> list[dict]:
+def _reasons(records, idle=frozenset()) -> list[dict]:
     """Layers per (path, reason), most first: the why-not of the layer table, also where the table is left out
-    (the websocket push), so a badge can say why without fetching it."""
+    (the websocket push), so a badge can say why without fetching it. Layers ``idle`` by design are left out: their
+    path did not run, so it has no why-not."""
     groups: dict[tuple[str, str], int] = {}
     for rec in records:
+        if rec.site in idle:
+            continue
         key = (rec.path, scrub_text(rec.reason) or "")
         groups[key] = groups.get(key, 0) + 1
     ordered = sorted(groups.items(), key=lambda kv: (-kv[1], PATHS.index(kv[0][0]), kv[0][1]))
@@ -299,6 +315,7 @@ def _model_entry(label: str, records, picks, include_layers: bool, notes: dict |
             counts_run[rec.path] += 1
     ran = [r for r in records if r.calls]
     last = max(ran, key=lambda r: r.last_used).run if ran else None
+    idle = {r.site for r in records if _idle_by_design(label, r, bool(ran))}
     return {
         "label": scrub_text(label),
         "role": role_of(label),
@@ -310,8 +327,10 @@ def _model_entry(label: str, records, picks, include_layers: bool, notes: dict |
         "counts": counts,
         "counts_run": counts_run,
         "shapes": _shapes(records, picks),
-        "layers": [_layer_entry(r) for r in records] if include_layers else None,
-        "reasons": _reasons(records),
+        "layers": [_layer_entry(r, r.site in idle) for r in records] if include_layers else None,
+        "reasons": _reasons(records, idle),
+        # layers its passes never run (they count in layers_total, not in layers_run): layer -> why
+        "idle": {scrub_text(r.layer): IMAGE_ONLY_WHY for r in records if r.site in idle},
         "bypass": scrub_text((notes or {}).get(BYPASS)),
         # what else the model's owner said about it (low-VRAM streaming, its device), kind -> text
         "notes": {str(k): scrub_text(v) for k, v in sorted((notes or {}).items()) if k != BYPASS and v},
@@ -366,16 +385,18 @@ def _cpu_paths() -> str:
     )
 
 
-def _labels() -> tuple[str, dict, str]:
-    """(device, what each path runs there, the path the pack prefers there: the CPU's measured choice)."""
-    device = "cuda" if environment_report()["cuda_available"] else "cpu"
+def _path_labels() -> dict:
+    """The report's ``path_labels``: the device, what each path runs there, the path the pack prefers there (the
+    CPU's measured choice) and the reason every quantized linear there shares (off CUDA: the fused kernels need a
+    GPU), which the status message gives once so the panel need not repeat it per layer and note."""
+    device, labels = labels_here()
     answer = cpu_gemm.decided()
-    dtype = str(answer.float_dtype).replace("torch.", "") if answer is not None else "float32"
     if device == "cuda":
         preferred = PATH_TRITON
     else:
         preferred = PATH_DEQUANT if answer is not None and not answer.int_mm_fast else PATH_CUBLAS
-    return device, path_labels(device, dtype), preferred
+    shared = None if device == "cuda" else no_cuda_reason(device)
+    return {"device": device, "labels": labels, "preferred": preferred, "device_reason": shared}
 
 
 def _status(env: dict, models: list[dict]) -> dict:
@@ -493,7 +514,6 @@ def status_report(
         for label in labels
     ]
     env = _environment()
-    labels_device, labels_of, preferred = _labels()
     return {
         "schema_version": SCHEMA_VERSION,
         "pack_version": _pack["version"],
@@ -501,7 +521,7 @@ def status_report(
         "status": _status(env, models),
         "environment": env,
         "paths": list(PATHS),
-        "path_labels": {"device": labels_device, "labels": labels_of, "preferred": preferred},
+        "path_labels": _path_labels(),
         "models": models,
         "timing": _timing(registry),
         "last_prompt_id": _last_prompt_id(registry.layers()),

@@ -10,9 +10,10 @@ import re
 import pytest
 from comfyui_ideogram4_int8.ideogram4 import validate_caption
 from comfyui_ideogram4_int8.ideogram4.captions.builder import elements_from_boxes
+from workflow_checks import ui_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-UI = json.loads((ROOT / "example_workflows" / "ideogram4_captions.json").read_text(encoding="utf-8"))
+UI = json.loads(ui_file("ideogram4_captions").read_text(encoding="utf-8"))
 API = json.loads((ROOT / "example_workflows" / "api" / "ideogram4_captions_api.json").read_text(encoding="utf-8"))
 CORE_NODES = {"PreviewAny"}
 FRONTEND_ONLY = {"MarkdownNote", "Note"}  # notes are never queued

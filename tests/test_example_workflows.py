@@ -13,12 +13,15 @@ import json
 import re
 
 import pytest
+import tomllib
 from workflow_checks import (
     ALL_UI,
     API_DIR,
     EXAMPLES,
     NATIVE_FIXTURE,
     OUR_WORKFLOWS,
+    PACK_PREFIX,
+    TEMPLATES,
     check_ui,
     layout_problems,
     load_api,
@@ -26,6 +29,8 @@ from workflow_checks import (
     load_ui,
     model_files_of,
     named_widget_values,
+    opening_zoom,
+    ui_file,
     ui_to_api,
 )
 from workflow_models import FP8, FP8_UNCOND, TEXT_ENCODER, VAE, W8A8
@@ -80,11 +85,65 @@ def test_template_folder_holds_ui_files_with_api_twins_and_card_pictures():
     for name in ALL_UI:
         ui = load_ui(name)
         # the template browser lists every *.json here and loads it as a graph: UI format only
-        assert {"nodes", "links"} <= set(ui), f"{name}.json is not a UI-format workflow"
+        assert {"nodes", "links"} <= set(ui), f"{ui_file(name).name} is not a UI-format workflow"
         assert (API_DIR / f"{name}_api.json").is_file(), f"{name} has no API twin in example_workflows/api/"
-        assert (EXAMPLES / f"{name}.jpg").is_file(), f"{name} has no card picture ({name}.jpg)"
+        picture = ui_file(name).with_suffix(".jpg")
+        assert picture.is_file(), f"{name} has no card picture ({picture.name})"
+    assert sorted(p.name for p in EXAMPLES.glob("*.json")) == sorted(f"{t}.json" for t in TEMPLATES.values())
     twins = sorted(p.name for p in API_DIR.glob("*.json"))
     assert twins == sorted(f"{n}_api.json" for n in ALL_UI), twins
+
+
+def test_template_titles_read_as_titles_and_fit_a_card():
+    """The Templates dialog (frontend 1.49.6 and 1.58.1) titles a custom pack's card with the file name, on one line
+    of about 250 px: it showed ideogram4_int8_text_to_image and the like. A title is words, names the pack, fits, and
+    the demo's says what sets it apart (no download)."""
+    for title in TEMPLATES.values():
+        assert title.startswith("Ideogram 4 ") and "_" not in title and title.isascii(), title
+        assert len(title) <= 34, f"{title!r} is cut on a template card"
+        assert not any(c in title for c in '/\\:*?"<>|'), f"{title!r} is no file name on Windows"
+    assert "no download" in TEMPLATES["ideogram4_int8_demo"]
+    assert len(set(TEMPLATES.values())) == len(TEMPLATES)
+
+
+def test_card_pictures_are_drawn_cards_not_shrunken_graphs():
+    from PIL import Image
+
+    for name in ALL_UI:
+        with Image.open(ui_file(name).with_suffix(".jpg")) as img:
+            # a 512 px square: the builder's card, read at the dialog's size (a 900 px screenshot of the graph was
+            # unreadable lines there)
+            assert img.size == (512, 512) and img.format == "JPEG", (name, img.size)
+
+
+def test_every_node_names_its_pack_for_comfyui_manager():
+    """What the frontend writes on a node of a registry pack (with ComfyUI-Manager: cnr_id, ver), so that "Install
+    Missing Custom Nodes" finds this pack from a shared workflow: the registry id and version of pyproject.toml's
+    [project] for the pack's nodes, comfy-core and the ComfyUI version for native ones, none on frontend-only notes."""
+    project = tomllib.loads((EXAMPLES.parent / "pyproject.toml").read_text())["project"]
+    native = json.loads(NATIVE_FIXTURE.read_text(encoding="utf-8"))
+    for name in ALL_UI:
+        for node in load_ui(name)["nodes"]:
+            props = node["properties"]
+            where = f"{name}: {node['type']} #{node['id']}"
+            if node["type"].startswith(PACK_PREFIX):
+                assert (props.get("cnr_id"), props.get("ver")) == (project["name"], project["version"]), where
+                assert props.get("Node name for S&R") == node["type"], where
+            elif node["type"] in native["frontend_only"]:
+                assert "cnr_id" not in props, where
+            else:
+                assert props.get("cnr_id") == "comfy-core", where
+                assert props.get("ver") == native["comfyui_version"], where
+
+
+def test_the_templates_category_is_named_after_the_pack_under_either_folder_name():
+    """The dialog's category is the pack's folder in custom_nodes: comfyui_ideogram4_int8 (the README's clone) or
+    comfyui-ideogram4-int8 (git's default, ComfyUI-Manager's); the pack's locale names it in the sidebar, where the
+    folder name was cut."""
+    locale = json.loads((EXAMPLES.parent / "locales" / "en" / "main.json").read_text(encoding="utf-8"))
+    names = locale["templateWorkflows"]["category"]
+    assert set(names) == {"comfyui_ideogram4_int8", "comfyui-ideogram4-int8"}
+    assert set(names.values()) == {"Ideogram 4 INT8"}
 
 
 def test_the_native_list_is_pinned_to_comfyui_0_33():
@@ -118,13 +177,23 @@ def test_the_layout_check_catches_overlaps_and_a_sprawling_graph():
     assert any("VAEDecode" in p and "overlaps" in p for p in layout_problems(ui))
     ui = copy.deepcopy(load_ui("ideogram4_int8_text_to_image"))
     graph = Graph(ui)
-    graph.one("SaveImage")["pos"] = [graph.one("CLIPLoader")["pos"][0], 2000]  # below the Caption group's edge
+    graph.one("SaveImage")["pos"] = [graph.one("Ideogram4Int8TextElement")["pos"][0], 2000]  # below the Caption group
     caption = next(g for g in ui["groups"] if g["title"] == "Caption")
     caption["bounding"][3] = 2100  # ... which now reaches down to it
     problems = layout_problems(ui)
     assert any("SaveImage" in p and "reaches into group Caption" in p for p in problems), problems
     assert any("readable zoom" in p for p in problems), problems
     assert layout_problems(load_ui("ideogram4_int8_text_to_image")) == []
+
+
+def test_text_to_image_opens_at_a_zoom_its_note_can_be_read_at():
+    # the main example opened at 61 % (a note column of its own, the three element nodes in one column, sized for
+    # Nodes 2.0's taller nodes); now four columns, the note under the models, fit a 1600 x 965 canvas at 70 % or more
+    ui = load_ui("ideogram4_int8_text_to_image")
+    assert opening_zoom(ui) >= 0.7, opening_zoom(ui)
+    wide = copy.deepcopy(ui)
+    Graph(wide).one("MarkdownNote")["pos"] = [-320, 84]  # a column of its own again, left of the graph
+    assert opening_zoom(wide) < 0.7
 
 
 @pytest.mark.parametrize("name", ALL_UI)

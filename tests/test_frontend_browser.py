@@ -27,6 +27,7 @@ import pytest
 from browser_checks import shots_dir
 from test_panel_browser import _check_run, _shoot
 from test_status_comfyui import COND, WEIGHTS, panel_server
+from workflow_checks import TEMPLATES
 
 pytestmark = pytest.mark.comfyui
 
@@ -162,7 +163,7 @@ def test_sampler_custom_only_widgets_and_workflow_overlap(shots, frontend, vue):
     assert "No Ideogram 4 INT8 model has run yet" in r["panel"]["text"]
     # the captions workflow's box editor: the frontend's bounding-box widget under Nodes 2.0 (the pack adds no
     # editor of its own there), the pack's editor on the classic canvas; drawn, and inside its node
-    editor = r["editors"]["ideogram4_captions"]
+    editor = r["editors"][TEMPLATES["ideogram4_captions"]]
     assert editor["packEditors"] == (0 if vue else 1), editor
     assert editor["editor"] and editor["editor"][2] > 200 and editor["editor"][3] > 200, editor
     (ex, ey, ew, eh), (nx, ny, nw, nh) = editor["editor"], editor["node"]

@@ -31,7 +31,7 @@ def _env(**extra):
     return env
 
 
-def _run_demo(cwd, seed, device, *extra):
+def _run_demo(cwd, seed, device, *extra, env=None):
     return subprocess.run(
         [
             sys.executable,
@@ -49,7 +49,7 @@ def _run_demo(cwd, seed, device, *extra):
         capture_output=True,
         text=True,
         timeout=900,
-        env=_env(),
+        env=env or _env(),
         cwd=cwd,
     )
 
@@ -81,7 +81,30 @@ def _check(out_dir: pathlib.Path, out, fused_path):
     assert re.search(r"sampled latent: W8A8 vs bf16\s+cosine similarity \(1 = identical\)\s+0\.99", fid)
     assert re.search(r"sampled latent: W8A8 vs bf16\s+relative L2 error \(0 = identical\)\s+0\.0", fid)
     assert f"{summary['latent_rel_err']:.5f}" in fid
+    _check_fidelity_names_paths_that_ran(summary, fid)
+
+    # the times say what they cover; the last is the process's wall time (Python's start and torch's import included)
+    assert summary["w8a8_sampling_seconds"] <= summary["demo_seconds"]
+    if summary["process_seconds"] is not None:
+        assert summary["process_seconds"] > summary["demo_seconds"]
+        assert f"{summary['process_seconds']:.1f} s since the process started" in text
     return summary
+
+
+def _check_fidelity_names_paths_that_ran(summary, table):
+    """Each forward row names the path that ran in it: W8A8's own (the GEMM-path table's), and the phantom-INT8
+    comparison only where W8A8 ran another path (on a CPU that measured the dequantized matmul faster it is W8A8's
+    path, and the row would list a path that did not run as a comparison)."""
+    quantized = {r["path"] for r in summary["gemm_paths"] if r["path"] != "bf16"}
+    assert len(quantized) == 1, summary["gemm_paths"]
+    (ran,) = quantized
+    forward = [k for k in summary["fidelity"] if " forward: " in k]
+    expected = [f"{b} forward: W8A8 ({ran}) vs bf16" for b in ("conditional", "unconditional")]
+    if ran != "dequant-bf16":
+        expected += [f"{b} forward: phantom INT8 (dequant-bf16) vs bf16" for b in ("conditional", "unconditional")]
+    assert sorted(forward) == sorted(expected)
+    for key in forward:
+        assert key in table
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +123,27 @@ def test_demo_on_cpu(cpu_demo):
         # the load average moves while the demo starts: its choice lies between the busiest and the idle answer
         cores = physical_cores()
         assert 1 <= summary["threads"] <= cores and f"{summary['threads']} CPU thread(s)" in out.stdout
+
+
+def test_demo_on_a_cpu_that_runs_the_dequantized_matmul_lists_no_second_path(tmp_path):
+    # cpu-gemm=float: what a CPU without VNNI measures (the test suite pins int8 elsewhere)
+    out = _run_demo(tmp_path, 7, "cpu", "--out", str(tmp_path), env=_env(IDEOGRAM4_INT8_EXPERIMENTS="cpu-gemm=float"))
+    summary = _check(tmp_path, out, "dequant-bf16")
+    assert not any("phantom" in k for k in summary["fidelity"])
+
+
+def test_seconds_since_process_start_counts_from_the_process_start():
+    code = (
+        "import time; time.sleep(1.5)\n"
+        "from comfyui_ideogram4_int8.ideogram4.demo import seconds_since_process_start as age\n"
+        "t = age(); print('none' if t is None else t)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=_env())
+    assert out.returncode == 0, out.stderr
+    if not pathlib.Path("/proc/self/stat").is_file():
+        assert out.stdout.strip() == "none"
+        return
+    assert float(out.stdout) >= 1.5  # the sleep before the import is counted
 
 
 def _python_doc_example() -> str:

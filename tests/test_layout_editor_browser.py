@@ -15,12 +15,13 @@ import subprocess
 
 import pytest
 from browser_checks import shots_dir
+from workflow_checks import ui_file
 
 pytestmark = pytest.mark.comfyui
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "browser" / "layout_editor_shots.mjs"
-WORKFLOW = ROOT / "example_workflows" / "ideogram4_captions.json"
+WORKFLOW = ui_file("ideogram4_captions")
 
 
 @pytest.fixture

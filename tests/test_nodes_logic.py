@@ -30,6 +30,7 @@ from comfyui_ideogram4_int8.ideogram4.synthetic import (
     write_float,
     write_w8a8,
 )
+from comfyui_ideogram4_int8.kernels.path_choice import labels_here
 from ideogram4_checks import TINY, tiny_weights
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -320,9 +321,13 @@ def test_summary_lists_paths_protected_layers_and_reasons(files):
     assert rep.int8_stored == len(quantized) and rep.quantized_on_load == []
     text = format_summary([rep], ["note line"])
     assert text.splitlines()[0] == "conditional: two.safetensors [W8A8]"
-    assert f"GEMM paths: cublas-int8 {len(quantized)}, bf16 {len(paths) - len(quantized)}" in text
+    # the paths in the panel's words for this device, each with the id IDEOGRAM4_INT8_GEMM_PATH takes: a CPU log
+    # said "bf16 8" where the panel said "float (protected)"
+    _, words = labels_here()
+    cublas, bf16 = f"{words['cublas-int8']} [cublas-int8]", f"{words['bf16']} [bf16]"
+    assert f"GEMM paths: {len(quantized)} on {cublas}, {len(paths) - len(quantized)} on {bf16}" in text
     assert f"bf16-protected layers ({len(rep.protected)}): layers.1.feed_forward.w2" in text
-    assert f"why not faster ({len(quantized)} layers) cublas-int8: CPU tensors: no GPU" in text
+    assert f"why not faster ({len(quantized)} layers on {cublas}): CPU tensors: no GPU" in text
     assert text.endswith("note line")
     fp8 = read_branch(files["fp8"], "conditional", dtype=F32)
     rep = branch_report("conditional", "fp8", "bfloat16", paths, fp8, TINY)
@@ -354,7 +359,7 @@ def test_summary_of_protected_layers_stored_fp8_says_where_they_run_float(files)
     assert rep.protected == [] and rep.protected_fp8 == protected
     text = format_summary([rep])
     assert f"protected layers stored fp8 e4m3 ({len(protected)}): layers.1.feed_forward.w2" in text
-    assert f"why not faster ({len(protected)} layers) bf16: {why}" in text
+    assert f"why not faster ({len(protected)} layers on {labels_here()[1]['bf16']} [bf16]): {why}" in text
     assert "kept float" not in text
 
 

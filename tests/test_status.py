@@ -183,6 +183,8 @@ def test_report_matches_what_ran_automatic_path(tmp_path, gen):
                 assert row["reason"] == panel_model.REASON_PROTECTED
             elif lin.kind == "top":
                 assert row["reason"] == panel_model.REASON_TOP
+            elif model["role"] == "unconditional" and name == "llm_cond_proj":  # the image-only pass never runs it
+                assert row["reason"] == status.IMAGE_ONLY_WHY and model["idle"] == {name: status.IMAGE_ONLY_WHY}
             elif auto == "cublas-int8":  # the report says why the fused kernel did not run
                 assert "CUDA GPU" in row["reason"], row
         # forward order: projections, blocks by index (layers.2 before layers.10), final layer
@@ -217,8 +219,8 @@ def test_forced_dequant_by_env_shows_in_report(tmp_path, gen, setting):
     n_quant = sum(1 for lin in ran["unconditional"].values() if lin.kind == "w8a8")
     assert model["counts"]["dequant-bf16"] == n_quant > 0
     assert model["counts"]["triton-int8"] == model["counts"]["cublas-int8"] == 0
-    dq = [r for r in model["layers"] if r["path"] == "dequant-bf16"]
-    assert all(r["reason"] == f"forced by {ENV_PATH}=dequant-bf16" for r in dq)
+    dq = [r for r in model["layers"] if r["path"] == "dequant-bf16" and r["layer"] not in model["idle"]]
+    assert dq and all(r["reason"] == f"forced by {ENV_PATH}=dequant-bf16" for r in dq)
     assert report["environment"]["forced_path"] == {"variable": ENV_PATH, "value": "dequant-bf16", "valid": True}
     assert any(ENV_PATH in n for n in report["status"]["notes"])
 
@@ -267,11 +269,12 @@ def test_model_filter_and_layers_flag(tmp_path, gen):
     full = status.status_report(model="unconditional")["models"][0]
     counted: dict = {}
     for layer in full["layers"]:
-        counted[(layer["path"], layer["reason"])] = counted.get((layer["path"], layer["reason"]), 0) + 1
+        if layer["layer"] not in full["idle"]:  # idle by design: its path did not run, so it has no why-not
+            counted[(layer["path"], layer["reason"])] = counted.get((layer["path"], layer["reason"]), 0) + 1
     reasons = only["models"][0]["reasons"]
     assert {(r["path"], r["reason"]): r["layers"] for r in reasons} == counted and len(reasons) == len(counted)
     assert [r["layers"] for r in reasons] == sorted((r["layers"] for r in reasons), reverse=True)
-    assert sum(r["layers"] for r in reasons) == only["models"][0]["layers_total"]
+    assert sum(r["layers"] for r in reasons) == only["models"][0]["layers_total"] - len(full["idle"]) > 0
     with pytest.raises(status.StatusQueryError) as err:
         status.status_report(model="conditional#2")
     assert err.value.status == 404 and err.value.parameter == "model"
@@ -367,6 +370,46 @@ def test_layers_declared_at_load_count_as_not_run(tmp_path, gen):
     (model,) = report["models"]
     assert (model["layers_total"], model["layers_run"], model["calls"]) == (1, 0, 0)
     assert model["counts"]["triton-int8"] == 1 and model["counts_run"]["triton-int8"] == 0
+
+
+def test_the_image_only_passes_text_projection_is_idle_by_design_not_waiting_to_run():
+    # the official negative pass has no text tokens: its llm_cond_proj never runs, which the panel listed as "not run
+    # in the last pass" with the GEMM path's reason (the CUDA GPU one on a CPU) as its why
+    sites = ("llm_cond_proj", "layers.0.attention.qkv")
+    for model in ("conditional", "unconditional"):
+        for layer in sites:
+            REGISTRY.declare(f"{model}/{layer}", "cublas-int8", "the path's reason", 64, 48)
+    before = {m["label"]: m for m in status.status_report()["models"]}
+    assert before["unconditional"]["idle"] == {}  # nothing ran yet: every layer is still to run
+    for layer in sites:
+        REGISTRY.record(f"conditional/{layer}", "cublas-int8", "the path's reason", 5, 64, 48)
+    REGISTRY.record("unconditional/layers.0.attention.qkv", "cublas-int8", "the path's reason", 5, 64, 48)
+    report = status.status_report()
+    validate(report)
+    cond, uncond = report["models"]
+    assert cond["idle"] == {} and uncond["idle"] == {"llm_cond_proj": status.IMAGE_ONLY_WHY}
+    assert (uncond["layers_total"], uncond["layers_run"]) == (2, 1)
+    (proj,) = [row for row in uncond["layers"] if row["layer"] == "llm_cond_proj"]
+    assert proj["reason"] == status.IMAGE_ONLY_WHY and proj["calls"] == 0
+    assert uncond["reasons"] == [{"path": "cublas-int8", "reason": "the path's reason", "layers": 1}]
+    # a negative pass with text (ConditioningZeroOut wired in) runs it: then it is an ordinary layer
+    REGISTRY.record("unconditional/llm_cond_proj", "cublas-int8", "the path's reason", 5, 64, 48)
+    assert status.status_report()["models"][1]["idle"] == {}
+
+
+def test_the_reason_every_cpu_layer_shares_is_named_once_for_the_device(tmp_path, gen):
+    if torch.cuda.is_available():
+        pytest.skip("the shared reason is the CPU's")
+    from comfyui_ideogram4_int8.kernels.backends import no_cuda_reason
+
+    _load_and_run(tmp_path, gen, branches=("conditional",), steps=1)
+    report = status.status_report()
+    validate(report)
+    shared = report["path_labels"]["device_reason"]
+    assert shared == no_cuda_reason("cpu")
+    quantized = [row for row in report["models"][0]["layers"] if row["path"] != "bf16"]
+    # the panel cuts it out of these reasons (web/lib/gemm_status.mjs withoutDeviceReason): they must carry it as is
+    assert quantized and all(row["reason"].startswith(shared + "; ") for row in quantized)
 
 
 # -- no paths, no tokens --------------------------------------------------------------------------

@@ -227,6 +227,11 @@ def check_layers(model: dict, quant_path: str, quant_reason) -> None:
     rows = {r["layer"]: r for r in model["layers"]}
     assert set(rows) == protected | top | w8a8, sorted(set(rows) ^ (protected | top | w8a8))
     for name, row in rows.items():
+        if name in model.get("idle", {}):
+            # the image-only unconditional pass never runs its text projection: idle by design, said so as its why
+            assert (model["role"], name, row["calls"]) == ("unconditional", "llm_cond_proj", 0), row
+            assert row["path"] == quant_path and row["reason"] == model["idle"][name] == status.IMAGE_ONLY_WHY, row
+            continue
         if name in w8a8:
             assert row["path"] == quant_path, row
             # layers whose SmoothQuant divide could not be folded at load say so after the path's reason

@@ -30,13 +30,25 @@ NATIVE_FIXTURE = FIXTURES / "comfyui_0_33_native_nodes.json"
 PACK_FIXTURE = FIXTURES / "pack_nodes_object_info.json"
 EXAMPLES = ROOT / "example_workflows"
 API_DIR = EXAMPLES / "api"
+# Every example workflow: its key (the name of its API twin, api/<key>_api.json, for scripts) and the title its UI file
+# is named after (<title>.json, <title>.jpg). The Templates dialog of ComfyUI 0.33's frontend 1.49.6, and of the newest
+# (1.58.1), titles a custom node pack's card with the file name and nothing else: a title must read as one, fit one
+# line of a card (about 34 characters) and tell the pack's workflows apart from ComfyUI's own Ideogram 4 templates.
+TEMPLATES = {
+    "ideogram4_int8_text_to_image": "Ideogram 4 INT8 text to image",
+    "ideogram4_int8_two_gpus": "Ideogram 4 INT8 on two GPUs",
+    "ideogram4_int8_fp8_patch": "Ideogram 4 INT8 from fp8 files",
+    "ideogram4_int8_native_guider": "Ideogram 4 INT8 native sampling",
+    "ideogram4_int8_demo": "Ideogram 4 INT8 demo, no download",
+    "ideogram4_captions": "Ideogram 4 captions, no model",
+}
 OUR_WORKFLOWS = (  # the example workflows built around this pack's nodes (each with an API twin)
     "ideogram4_int8_text_to_image",
     "ideogram4_int8_fp8_patch",
     "ideogram4_int8_native_guider",
     "ideogram4_int8_two_gpus",
 )
-ALL_UI = sorted(p.stem for p in EXAMPLES.glob("*.json"))  # every UI-format example workflow
+ALL_UI = sorted(TEMPLATES)  # every UI-format example workflow, by key
 
 MODEL_FOLDERS = ("diffusion_models", "text_encoders", "vae")
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO", "BOUNDING_BOXES"}
@@ -60,9 +72,14 @@ KEEP_OPTIONS = (
 # -- definitions ----------------------------------------------------------------------------------------------------
 
 
+def ui_file(name: str) -> pathlib.Path:
+    """The UI-format example workflow of key ``name``: ``example_workflows/<its title>.json``."""
+    return EXAMPLES / f"{TEMPLATES[name]}.json"
+
+
 def load_ui(name: str) -> dict:
-    """The UI-format example workflow ``example_workflows/<name>.json``."""
-    return json.loads((EXAMPLES / f"{name}.json").read_text(encoding="utf-8"))
+    """The UI-format example workflow of key ``name`` (see TEMPLATES)."""
+    return json.loads(ui_file(name).read_text(encoding="utf-8"))
 
 
 def load_api(name: str) -> dict:
@@ -342,6 +359,19 @@ def _inside(a, b) -> bool:
     return b[0] <= a[0] and b[1] <= a[1] and a[0] + a[2] <= b[0] + b[2] and a[1] + a[3] <= b[1] + b[3]
 
 
+def node_span(ui: dict) -> tuple[float, float]:
+    """Width and height of the nodes' bounds, title bars included."""
+    rects = [_node_rect(n) for n in ui["nodes"]]
+    x0, y0 = min(r[0] for r in rects), min(r[1] for r in rects)
+    return max(r[0] + r[2] for r in rects) - x0, max(r[1] + r[3] for r in rects) - y0
+
+
+def opening_zoom(ui: dict, canvas: tuple[int, int] = (1600, 965)) -> float:
+    """The zoom the Templates browser opens ``ui`` at on a ``canvas`` (px): its nodes fitted into 75 % of it."""
+    width, height = node_span(ui)
+    return min(0.75 * canvas[0] / width, 0.75 * canvas[1] / height, 1.0)
+
+
 def layout_problems(ui: dict) -> list[str]:
     """Overlapping nodes or groups, a node reaching into a group it is not in, and node bounds too large to open at a
     readable zoom (empty when the layout is sound)."""
@@ -362,9 +392,7 @@ def layout_problems(ui: dict) -> list[str]:
             if _overlap(r, ra) and not _inside(r, ra):
                 problems.append(f"{name} reaches into group {ta}")
     if nodes:
-        x0 = min(r[0] for r in rects.values())
-        y0 = min(r[1] for r in rects.values())
-        span = (max(r[0] + r[2] for r in rects.values()) - x0, max(r[1] + r[3] for r in rects.values()) - y0)
+        span = node_span(ui)
         if span[0] > MAX_NODE_BOUNDS[0] or span[1] > MAX_NODE_BOUNDS[1]:
             problems.append(
                 f"the nodes span {span[0]:.0f} x {span[1]:.0f}, more than {MAX_NODE_BOUNDS[0]} x "

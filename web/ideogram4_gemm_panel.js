@@ -20,6 +20,7 @@ import {
   callsText,
   checkReport,
   describeEnvironment,
+  knownRuns,
   layerRows,
   nodeBadge,
   modelNotes,
@@ -40,6 +41,9 @@ const state = {
   // from websocket pushes (no layer table); currentPrompt: the prompt seen starting last (badges of nodes and
   // models that did not run in it read "earlier run")
   live: { report: null, nodeModels: {}, lastEvent: null, currentPrompt: null },
+  // runs from before the graph on the canvas was loaded: its nodes get no badge from them (nodeBadge)
+  hiddenRuns: new Set(),
+  graphLoads: 0, // graphs configured since setup: the first is the workflow the page restores
   full: null, // last full report from the route (with layers)
   error: null,
   loading: false,
@@ -258,6 +262,7 @@ function modelCard(model) {
     countsBar(s),
     s.warning ? h("div", { class: "ig4i8-warning" }, s.warning) : null,
     ...modelNotes(model).map((n) => h("div", { class: "ig4i8-muted", "data-testid": `ig4i8-note-${n.kind}` }, n.text)),
+    ...s.idle.map((i) => h("div", { class: "ig4i8-muted", "data-testid": "ig4i8-idle" }, `${i.layer}: ${i.why}`)),
     model.calls > 0
       ? h("div", { class: "ig4i8-muted", "data-testid": "ig4i8-calls" }, `GEMM calls: ${callsText(model.calls_last_run, model.calls)}`)
       : null,
@@ -362,7 +367,22 @@ function render() {
 
 // -- node badges ---------------------------------------------------------------------------------
 
+// Nodes 2.0 (Vue nodes) draws a node's badges in a Vue computed that calls the badge getter and recomputes only
+// when something reactive it read changes: the getter reads this key of the frontend's workspace store (a reactive
+// Pinia store), and every new report or graph load bumps it. The classic canvas calls the getter on every frame.
+const BADGE_REVISION = "__ig4i8BadgeRevision";
+
+function badgeRevision() {
+  return app.extensionManager?.[BADGE_REVISION];
+}
+
 function redrawCanvas() {
+  try {
+    const store = app.extensionManager;
+    if (store) store[BADGE_REVISION] = (store[BADGE_REVISION] ?? 0) + 1;
+  } catch {
+    /* a frontend without the store: the classic canvas still redraws */
+  }
   try {
     app.graph?.setDirtyCanvas?.(true, true);
   } catch {
@@ -376,10 +396,11 @@ function badgeGetter(node) {
   let cacheKey = null;
   let cached = null;
   return () => {
+    badgeRevision(); // read for Nodes 2.0's reactivity (see BADGE_REVISION)
     const Badge = window.LGraphBadge;
     const widgets = Object.fromEntries((node.widgets ?? []).map((w) => [w.name, w.value]));
     const type = node.comfyClass ?? node.type;
-    const info = nodeBadge(state.live.report, { id: node.id, type, widgets }, state.live.currentPrompt);
+    const info = nodeBadge(state.live.report, { id: node.id, type, widgets }, state.live.currentPrompt, state.hiddenRuns);
     const key = info ? `${info.severity}|${info.text}` : EMPTY;
     if (key !== cacheKey) {
       cacheKey = key;
@@ -462,6 +483,9 @@ app.registerExtension({
       const id = ev?.detail?.prompt_id;
       if (id == null) return;
       state.live = { ...state.live, currentPrompt: String(id) };
+      // the graph on the canvas runs now: each of our nodes either runs (a new event) or is cached, and then its
+      // event from the run that computed the same thing stands (shown as an earlier run)
+      state.hiddenRuns = new Set();
       redrawCanvas();
     });
     // Badges need a report even when the panel was never opened.
@@ -475,6 +499,13 @@ app.registerExtension({
     } catch {
       /* the panel shows the error when opened */
     }
+  },
+  afterConfigureGraph() {
+    // a workflow loaded after the page's own restore (a template, a file, another tab): its nodes ran in none of
+    // the runs so far, so the report's badges for their ids belong to another graph
+    if (state.graphLoads++ === 0) return;
+    state.hiddenRuns = knownRuns(state.live.report, state.live.currentPrompt);
+    redrawCanvas();
   },
   nodeCreated(node) {
     attachBadge(node);

@@ -1,6 +1,11 @@
 // Builds the example workflows in a real ComfyUI frontend and writes them (developer tool, not a CI test).
 //
-//   node tests/browser/build_example_workflows.mjs <base-url> <out-dir> --nodes2 <newest-url> [<name> ...]
+//   node tests/browser/build_example_workflows.mjs <base-url> <out-dir> --nodes2 <newest-url> --meta <json> [<name> ...]
+//
+// <json>: {"pack": {"id": <registry id>, "version": <version>}, "titles": {<name>: <file title>}}, from
+// tests/browser/regenerate_workflows.py (pyproject.toml's [project] name and version; tests/workflow_checks.py's
+// TEMPLATES). <name> is a workflow's key (its API twin: api/<name>_api.json); its UI file is <title>.json, since the
+// Templates dialog of ComfyUI 0.33's frontend (and of the newest) titles a custom node pack's card with the file name.
 //
 // <base-url>: a ComfyUI on the frontend it pins (1.49.6 for 0.33), where the files are built; <newest-url>: the same
 // ComfyUI started with --front-end-root on the newest frontend, where each built file is loaded under Nodes 2.0
@@ -15,8 +20,13 @@
 // round trip gives the same graph. ComfyUI must list every file a workflow names (tests/workflow_models.py
 // writes small stand-ins under the real names) and have this pack installed.
 //
-// It also writes <name>.jpg, the card picture the Templates dialog shows: the frontend's own rendering of the
-// workflow's main group (or node).
+// It also writes <title>.jpg, the card picture the Templates dialog shows: a card drawn from the spec's `card` (what
+// the workflow does, what it needs, in type large enough to read at the dialog's card size; a screenshot of the
+// graph shrank to unreadable lines there).
+//
+// Every node gets the properties the frontend writes for nodes of registry packs (with ComfyUI-Manager installed):
+// `cnr_id` and `ver`, this pack's for its nodes and "comfy-core" with the ComfyUI version for native ones, so that
+// "Install Missing Custom Nodes" finds the pack from a shared workflow.
 //
 // Each workflow is laid out in columns (see WORKFLOWS) and refused when nodes or groups overlap or when its nodes
 // span more than MAX_BOUNDS: the Templates browser opens a workflow fitted to the window, and a wider graph would open
@@ -33,11 +43,17 @@ const require = createRequire(import.meta.url);
 const { chromium } = require("playwright-core");
 
 const args = process.argv.slice(2);
-const nodes2At = args.indexOf("--nodes2");
-const nodes2Base = nodes2At >= 0 ? args.splice(nodes2At, 2)[1] : undefined;
+const option = (flag) => {
+  const at = args.indexOf(flag);
+  return at >= 0 ? args.splice(at, 2)[1] : undefined;
+};
+const nodes2Base = option("--nodes2");
+const meta = JSON.parse(option("--meta") ?? "null");
 const [base, outDir, ...only] = args;
-if (!base || !outDir || !nodes2Base) {
-  console.error("usage: build_example_workflows.mjs <base-url> <out-dir> --nodes2 <newest-frontend-url> [<name> ...]");
+if (!base || !outDir || !nodes2Base || !meta?.pack?.id || !meta?.pack?.version || !meta?.titles) {
+  console.error(
+    "usage: build_example_workflows.mjs <base-url> <out-dir> --nodes2 <newest-frontend-url> --meta <json> [<name> ...]",
+  );
   process.exit(2);
 }
 
@@ -108,26 +124,19 @@ const LOADER = "**What the loader does:** it reads both CFG branches of the W8A8
   "`unconditional_base`.";
 
 const NOTES = {
+  // short: it stands under the models column, so the workflow opens at a zoom its text can be read at
   ideogram4_int8_text_to_image: [
     "## Ideogram 4 · W8A8 INT8 text → image",
-    "",
-    "**Model files** (Hugging Face repo → ComfyUI folder)",
-    "",
-    `- \`${MODELS.w8a8.name}\` (~20.4 GB, both CFG branches): \`transformerlab/ideogram-4-int8-w8a8\` ` +
-      "(gated: accept its terms, log in) → `models/diffusion_models`",
-    `- \`${MODELS.te.name}\` (text encoder): \`Comfy-Org/Qwen3-VL\` → \`models/text_encoders\``,
+    "**Files** (repo → folder; the frontend offers missing ones, then press R):",
+    `- \`${MODELS.w8a8.name}\` (20.4 GB, gated): \`transformerlab/ideogram-4-int8-w8a8\` → ` +
+      "`models/diffusion_models`",
+    `- \`${MODELS.te.name}\`: \`Comfy-Org/Qwen3-VL\` → \`models/text_encoders\``,
     `- \`${MODELS.vae.name}\`: \`Comfy-Org/flux2-dev\` → \`models/vae\``,
     "",
-    FILES_TAIL,
+    "**What the loader does:** two MODELs on the fused INT8 GEMM from the W8A8 file; if it names missing tensors, " +
+      `set \`base\` / \`unconditional_base\` to \`${MODELS.fp8.name}\` / \`${MODELS.fp8Uncond.name}\`.`,
     "",
-    LOADER,
-    "",
-    "*Ideogram 4 Sampler* runs the official Default 20 preset (guidance 7, the last 2 steps at 3) at 1024×1024 with " +
-      "the image-only unconditional branch.",
-    "",
-    CAPTION_HELP,
-    "",
-    GPU,
+    "**GPU:** NVIDIA, compute capability 8.0+, 24 GB; elsewhere a labelled fallback (*GEMM paths* panel).",
   ],
   ideogram4_int8_two_gpus: [
     "## Ideogram 4 · W8A8 INT8 on two GPUs: one branch on each card",
@@ -202,8 +211,9 @@ const NOTES = {
       "the image: random weights draw colour noise, not a picture.",
     "",
     "**What to look at:** the *GEMM paths* side panel lists `conditional-demo` / `unconditional-demo` and the path " +
-      "each layer ran: `triton-int8` (the fused kernel) on an NVIDIA GPU with compute capability 8.0+, else the " +
-      "labelled `cublas-int8` fallback. For real images, open the text → image example.",
+      "each layer ran: `triton-int8` (the fused kernel) on an NVIDIA GPU with compute capability 8.0+; on a CPU " +
+      "`cublas-int8` or `dequant-bf16`, whichever CPU matmul the pack measured faster there (the reason gives the " +
+      "times). For real images, open the text → image example.",
   ],
   ideogram4_captions: [
     "## Ideogram 4 · structured captions",
@@ -246,7 +256,7 @@ const SAMPLER_WIDGETS = { seed: SEED, control_after_generate: "randomize", prese
 const WORKFLOWS = {
   ideogram4_int8_text_to_image: {
     nodes: [
-      note("ideogram4_int8_text_to_image"), ...CAPTION_NODES,
+      note("ideogram4_int8_text_to_image", 270), ...CAPTION_NODES,
       { key: "loader", type: "Ideogram4Int8Loader", models: [MODELS.w8a8], widgets: LOADER_WIDGETS },
       { key: "sampler", type: "Ideogram4Int8Sampler", widgets: SAMPLER_WIDGETS },
       ...DECODE_NODES, save("ideogram4_int8/w8a8"),
@@ -260,11 +270,16 @@ const WORKFLOWS = {
       ["vae", "VAE", "decode", "vae"],
       ["decode", "IMAGE", "save", "images"],
     ],
-    columns: [[280, ["note"]], [420, ["style", "object", "text"]], [390, ["caption", "clip", "encode"]],
-              [390, ["loader", "sampler"]], [320, ["vae", "decode", "save"]]],
-    groups: [["Caption", ["style", "object", "text", "caption", "clip", "encode"]],
-             ["INT8 models + official sampler", ["loader", "sampler"]], ["Decode", ["vae", "decode", "save"]]],
-    thumbnail: "INT8 models + official sampler",
+    // four columns, the note under the models: a note column of its own (and the three element nodes in one
+    // column, tall under Nodes 2.0) made this open at 61 % zoom, its note unreadable
+    columns: [[380, ["style", "object"]], [390, ["text", "caption"]], [390, ["clip", "encode", "loader", "note"]],
+              [300, ["sampler", "vae", "decode", "save"]]],
+    groups: [["Caption", ["style", "object", "text", "caption"]],
+             ["Text encoder + INT8 models", ["clip", "encode", "loader"]],
+             ["Official sampler + decode", ["sampler", "vae", "decode", "save"]]],
+    card: { title: "Text to image", badge: ["W8A8 file, 20.4 GB (gated)", "need"],
+            lines: ["NVIDIA GPU sm_80+, a 24 GB card fits", "the fused INT8 GEMM, official sampler"],
+            flow: ["Caption nodes", "INT8 Loader", "Ideogram 4 Sampler", "VAE Decode"] },
   },
   ideogram4_int8_two_gpus: {
     nodes: [
@@ -289,7 +304,9 @@ const WORKFLOWS = {
     groups: [["Caption", ["style", "object", "text", "caption", "clip", "encode"]],
              ["Two GPUs: one branch on each", ["loader", "branch", "sampler"]],
              ["Decode", ["vae", "decode", "save"]]],
-    thumbnail: "Two GPUs: one branch on each",
+    card: { title: "Two GPUs", badge: ["two NVIDIA GPUs (sm_80+)", "need"],
+            lines: ["one CFG branch on each card", "both passes at the same time"],
+            flow: ["INT8 Loader", "Branch Device", "Ideogram 4 Sampler"] },
   },
   ideogram4_int8_fp8_patch: {
     nodes: [
@@ -319,7 +336,9 @@ const WORKFLOWS = {
     groups: [["Caption", ["style", "object", "text", "caption", "clip", "encode"]],
              ["Native fp8 models → INT8", ["unet", "unetUncond", "patch", "patchUncond", "sampler"]],
              ["Decode", ["vae", "decode", "save"]]],
-    thumbnail: "Native fp8 models → INT8",
+    card: { title: "From ComfyUI's fp8 files", badge: ["ComfyUI's fp8 files", "need"],
+            lines: ["quantized to W8A8 when it runs", "NVIDIA GPU sm_80+"],
+            flow: ["Load Diffusion Model", "INT8 Patch", "Ideogram 4 Sampler"] },
   },
   ideogram4_int8_native_guider: {
     nodes: [
@@ -364,7 +383,9 @@ const WORKFLOWS = {
              ["INT8 models → native guider", ["loader", "cfgOverride", "guider"]],
              ["Native sampling", ["width", "height", "scheduler", "latent", "noise", "samplerSelect", "sample"]],
              ["Decode", ["vae", "decode", "save"]]],
-    thumbnail: "INT8 models → native guider",
+    card: { title: "Native sampling nodes", badge: ["W8A8 file, 20.4 GB (gated)", "need"],
+            lines: ["DualModelGuider + CFG Override", "the same image as the sampler node"],
+            flow: ["INT8 Loader", "DualModelGuider", "SamplerCustomAdvanced"] },
   },
   ideogram4_int8_demo: {
     nodes: [
@@ -387,7 +408,9 @@ const WORKFLOWS = {
     columns: [[300, ["note"]], [390, ["loader", "text"]], [390, ["sampler"]], [320, ["decode", "save"]]],
     groups: [["Demo model (random weights) + official sampler", ["loader", "text", "sampler"]],
              ["Decode (no VAE)", ["decode", "save"]]],
-    thumbnail: "Demo model (random weights) + official sampler",
+    card: { title: "Demo", badge: ["No download", "ok"],
+            lines: ["runs on a CPU, in under a minute", "random weights: colour noise, not a picture"],
+            flow: ["Demo Model", "Ideogram 4 Sampler", "Demo Decode"] },
   },
   ideogram4_captions: {
     nodes: [
@@ -428,7 +451,9 @@ const WORKFLOWS = {
     columns: [[430, ["note", "style", "object"]], [490, ["layout"]], [420, ["caption", "validate"]],
               [260, ["preview", "previewRepaired"]]],
     groups: [],
-    thumbnail: "Ideogram4Int8LayoutBoxes",
+    card: { title: "Structured captions", badge: ["No model needed", "ok"],
+            lines: ["layout boxes, elements, style", "validate and repair a caption"],
+            flow: ["Layout Boxes", "Caption Builder", "Validate / Repair"] },
   },
 };
 
@@ -457,6 +482,13 @@ function createInPage(spec) {
       w.callback?.(value);
     }
     if (n.models) node.properties.models = n.models;
+    // what the frontend writes for a registry pack's node (ComfyUI-Manager's workflow metadata): the pack's registry
+    // id and version, or comfy-core and the ComfyUI version; a frontend-only node (a note) has no python module
+    const module = String(node.constructor?.nodeData?.python_module ?? "").split(".")[0];
+    if (module === "custom_nodes") Object.assign(node.properties, { cnr_id: spec.pack.id, ver: spec.pack.version });
+    else if (["nodes", "comfy_extras", "comfy_api_nodes"].includes(module)) {
+      Object.assign(node.properties, { cnr_id: "comfy-core", ver: spec.comfyVersion });
+    }
     byKey[n.key] = node;
   }
   const slotIndex = (slots, name, where) => {
@@ -586,15 +618,6 @@ async function exportInPage() {
   return { workflow: JSON.parse(JSON.stringify(workflow)), output: JSON.parse(JSON.stringify(output)) };
 }
 
-function focusInPage([title, scale, x, y]) {
-  const app = window.comfyAPI.app.app;
-  const g = app.graph.groups.find((grp) => grp.title === title) ?? app.graph.nodes.find((n) => n.type === title);
-  if (!g) throw new Error(`no group or node '${title}'`);
-  app.canvas.ds.scale = scale;
-  app.canvas.ds.offset = [x / scale - g.pos[0], y / scale - g.pos[1]];
-  app.canvas.setDirty(true, true);
-}
-
 async function reloadInPage(workflow) {
   const app = window.comfyAPI.app.app;
   await app.loadGraphData(structuredClone(workflow), true, true, null);
@@ -644,16 +667,45 @@ async function openFrontend(page, url) {
   return page;
 }
 
-// card picture: 900 x 900 px of the canvas (clear of the sidebar, the run button and the minimap). The first-load
-// Templates browser can open after openFrontend closed what was there (a slow machine): closed again here, and a
-// card with a dialog still over the canvas is refused.
-async function thumbnail(page, name, focus) {
-  await page.bringToFront();
-  if (await closeDialogs(page)) throw new Error(`${name}: a dialog stays open over the canvas; no card taken`);
-  await page.evaluate(focusInPage, [focus, 0.9, 330, 140]);
-  await page.waitForTimeout(500);
-  await page.screenshot({ path: join(outDir, `${name}.jpg`), type: "jpeg", quality: 70,
-                          clip: { x: 300, y: 110, width: 900, height: 900 } });
+// -- the card picture -----------------------------------------------------------------------------------------------
+// The Templates dialog shows it square, about 220 px wide, under its own "Node graph" tag at the top left (the top
+// 64 px stay empty for it) and above the card's title (the file name, which names the pack): the type here is large
+// enough to read there (the title at 46 px of 512 reads as 20 px). Drawn by chromium from the spec's `card`: a title,
+// a badge (what the workflow needs: "ok" green for nothing to download, "need" amber for a download or a GPU), two
+// lines, the graph's main nodes in order.
+const esc = (text) => String(text).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+
+function cardHtml(card) {
+  const badge = card.badge[1] === "ok" ? ["#1d6b3a", "#e8fff0"] : ["#8a5a00", "#fff4e0"];
+  const flow = card.flow.map((n) => `<span class="node">${esc(n)}</span>`).join('<span class="arrow">→</span>');
+  return `<!doctype html><html><head><meta charset="utf-8"><style>
+  html,body{margin:0;width:512px;height:512px;overflow:hidden}
+  body{font-family:"DejaVu Sans",Arial,sans-serif;color:#f2f4f8;background:linear-gradient(160deg,#243247,#111722 70%);
+       box-sizing:border-box;padding:72px 34px 30px;display:flex;flex-direction:column}
+  h1{font-size:46px;line-height:1.08;margin:0 0 20px;font-weight:700}
+  .badge{align-self:flex-start;font-size:26px;font-weight:700;padding:8px 18px;border-radius:10px;
+         background:${badge[0]};color:${badge[1]}}
+  ul{margin:22px 0 0;padding:0;list-style:none;font-size:25px;line-height:1.35;color:#d5dceb}
+  li::before{content:"· ";color:#9fb4d4}
+  .flow{margin-top:auto;display:flex;flex-wrap:wrap;align-items:center;gap:8px 6px;font-size:19px}
+  .node{background:#35465f;border:1px solid #5c7396;border-radius:7px;padding:5px 10px;white-space:nowrap}
+  .arrow{color:#9fb4d4;font-size:22px}
+  </style></head><body><h1>${esc(card.title)}</h1>
+  <div class="badge">${esc(card.badge[0])}</div><ul>${card.lines.map((l) => `<li>${esc(l)}</li>`).join("")}</ul>
+  <div class="flow">${flow}</div></body></html>`;
+}
+
+async function cardPicture(context, title, card) {
+  const page = await context.newPage();
+  try {
+    await page.setViewportSize({ width: 512, height: 512 });
+    await page.setContent(cardHtml(card));
+    const overflow = await page.evaluate(() => document.body.scrollHeight > 512 || document.body.scrollWidth > 512);
+    if (overflow) throw new Error(`${title}: the card's text does not fit 512 x 512; shorten it`);
+    await page.screenshot({ path: join(outDir, `${title}.jpg`), type: "jpeg", quality: 85 });
+  } finally {
+    await page.close();
+  }
 }
 
 const browser = await chromium.launchPersistentContext(mkdtempSync(join(tmpdir(), "ig4i8-wf-")), {
@@ -672,8 +724,14 @@ try {
   });
   await nodes2Page.waitForTimeout(1000);
   mkdirSync(join(outDir, "api"), { recursive: true });
-  for (const [name, spec] of Object.entries(WORKFLOWS)) {
+  const comfyVersion = await page.evaluate(async () => (await (await fetch("/api/system_stats")).json()).system.comfyui_version);
+  const unknown = [...only, ...Object.keys(meta.titles)].filter((name) => !(name in WORKFLOWS));
+  if (unknown.length) throw new Error(`no workflow named ${unknown.join(", ")} (have ${Object.keys(WORKFLOWS).join(", ")})`);
+  for (const [name, workflowSpec] of Object.entries(WORKFLOWS)) {
     if (only.length && !only.includes(name)) continue;
+    const title = meta.titles[name];
+    if (!title) throw new Error(`${name}: no title in --meta`);
+    const spec = { ...workflowSpec, pack: meta.pack, comfyVersion };
     // classic layout, then Nodes 2.0 heights of that file; again with room for them until every node fits its room
     let heights = {};
     let built;
@@ -699,9 +757,9 @@ try {
     }
     const workflow = first.workflow;
     workflow.id = "00000000-0000-0000-0000-000000000000"; // no random id in a shipped file
-    writeFileSync(join(outDir, `${name}.json`), JSON.stringify(workflow, null, 1) + "\n");
+    writeFileSync(join(outDir, `${title}.json`), JSON.stringify(workflow, null, 1) + "\n");
     writeFileSync(join(outDir, "api", `${name}_api.json`), JSON.stringify(first.output, null, 1) + "\n");
-    await thumbnail(page, name, spec.thumbnail);
+    await cardPicture(browser, title, spec.card);
     summary[name] = { nodes: workflow.nodes.length, links: workflow.links.length, ids: built.ids,
                       bounds: built.bounds, fit: built.fit, nodes2: heights };
   }

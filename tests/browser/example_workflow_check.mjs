@@ -1,10 +1,12 @@
 // Opens each example workflow the way a user does — Templates dialog, the pack's category, the workflow's card —
 // in a real ComfyUI frontend, and reports what the frontend made of it; takes a screenshot of each.
 //
-//   node tests/browser/example_workflow_check.mjs <base-url> <shots-dir> <pack-folder-name> <name> [<name> ...]
+//   node tests/browser/example_workflow_check.mjs <base-url> <shots-dir> <pack-folder-name> <category> <title> ...
 //
+// <category>: the label the dialog's sidebar shows for the pack's folder (its locale names it); <title>: a template's
+// file name, which the dialog shows as the card's title.
 // Reported per workflow (one JSON line on stdout, for tests/test_example_workflows_comfyui.py to check):
-//   listed          the card was in the pack's template category
+//   listed          the card was in the pack's template category, with its title on one line (not cut)
 //   nodes           node count after loading; missingTypes: node types the frontend does not know
 //   widgetProblems  widgets whose value differs from the file's (by name), or a combo value the combo does not
 //                   offer, or a number outside the widget's min/max
@@ -25,9 +27,9 @@ import { join } from "node:path";
 const require = createRequire(import.meta.url);
 const { chromium } = require("playwright-core");
 
-const [base, shots, packName, ...names] = process.argv.slice(2);
-if (!base || !shots || !packName || !names.length) {
-  console.error("usage: example_workflow_check.mjs <base-url> <shots-dir> <pack-folder-name> <name> [<name> ...]");
+const [base, shots, packName, category, ...names] = process.argv.slice(2);
+if (!base || !shots || !packName || !category || !names.length) {
+  console.error("usage: example_workflow_check.mjs <base-url> <shots-dir> <pack-folder-name> <category> <title> ...");
   process.exit(2);
 }
 mkdirSync(shots, { recursive: true });
@@ -144,10 +146,19 @@ try {
     if (!(await page.locator("[role=dialog]").count())) {
       await page.evaluate(() => window.comfyAPI.app.app.extensionManager.command.execute("Comfy.BrowseTemplates"));
     }
-    await page.getByText(packName, { exact: true }).first().click({ timeout: 30000 });
+    await page.getByText(category, { exact: true }).first().click({ timeout: 30000 });
     const card = page.locator(`[data-testid="template-workflow-${name}"]`);
     const listed = (await card.count()) > 0;
     if (listed) await page.screenshot({ path: join(shots, `templates-${packName}.png`) });
+    // the card's title and the category's label, each on its line: cut (an ellipsis) where wider than their box
+    const cut = listed
+      ? await page.evaluate(([title, label]) => {
+          const fits = (el) => el && el.scrollWidth <= el.clientWidth + 1;
+          const h3 = [...document.querySelectorAll("h3")].find((h) => h.textContent.trim() === title);
+          const nav = [...document.querySelectorAll("span, div")].find((e) => e.children.length === 0 && e.textContent.trim() === label);
+          return [...(fits(h3) ? [] : [`title ${title}`]), ...(fits(nav) ? [] : [`category ${label}`])];
+        }, [name, category])
+      : [];
     if (!listed) {
       results.push({ name, listed });
       await page.keyboard.press("Escape");
@@ -159,7 +170,7 @@ try {
     await page.waitForFunction(() => window.comfyAPI.app.app.graph.nodes.length > 0, null, { timeout: 30000 });
     await page.waitForTimeout(2500);
     const fileJson = await page.evaluate(async ([pack, n]) =>
-      (await fetch(`/api/workflow_templates/${pack}/${n}.json`)).json(), [packName, name]);
+      (await fetch(`/api/workflow_templates/${pack}/${encodeURIComponent(n)}.json`)).json(), [packName, name]);
     const r = await page.evaluate(inspect, [name, fileJson]);
     await page.screenshot({ path: join(shots, `${name}.png`) });
     // what the frontend says about errors, when it says anything (e.g. model files not installed)
@@ -196,6 +207,7 @@ try {
     await page.waitForTimeout(400);
     await page.screenshot({ path: join(shots, `${name}-note.png`) });
     r.listed = listed;
+    r.cut = cut;
     r.consoleProblems = console_.filter((line) => !IGNORED.some((re) => re.test(line)));
     results.push(r);
   }

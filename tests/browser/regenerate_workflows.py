@@ -14,15 +14,19 @@ them when none is named: name only the ones that changed, so the others stay byt
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
 import subprocess
 import sys
 
+import tomllib
+
 TESTS = pathlib.Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 sys.path.insert(0, str(TESTS))
 
+from workflow_checks import TEMPLATES  # noqa: E402
 from workflow_models import example_server  # noqa: E402
 
 BUILDER = TESTS / "browser" / "build_example_workflows.mjs"
@@ -30,7 +34,7 @@ BUILDER = TESTS / "browser" / "build_example_workflows.mjs"
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="*", help="workflows to build (file stems); none: every one")
+    parser.add_argument("names", nargs="*", help="workflows to build (keys of TEMPLATES); none: every one")
     parser.add_argument("--out", default=str(ROOT / "example_workflows"), help="output folder")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model stand-ins (they are never run)")
     opts = parser.parse_args(argv)
@@ -47,7 +51,12 @@ def main(argv: list[str] | None = None) -> int:
             failures = server.import_failures()
             if failures:
                 raise SystemExit(f"ComfyUI could not import {failures}:\n{server.log_tail()}")
-        cmd = ["node", str(BUILDER), pinned.url, opts.out, "--nodes2", nodes2.url, *opts.names]
+        project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+        # the registry id (ComfyUI's registry takes pyproject's [project] name) and version the nodes' cnr_id / ver
+        # carry, and the file title of each workflow
+        meta = {"pack": {"id": project["name"], "version": project["version"]}, "titles": TEMPLATES}
+        cmd = ["node", str(BUILDER), pinned.url, opts.out, "--nodes2", nodes2.url, "--meta", json.dumps(meta)]
+        cmd += opts.names
         print("+", " ".join(cmd), flush=True)
         return subprocess.run(cmd, cwd=ROOT, check=False).returncode
     finally:

@@ -15,10 +15,12 @@ import {
   perModelCounts,
   checkReport,
   describeEnvironment,
+  knownRuns,
   dominantPath,
   formatMs,
   formatShare,
   layerRows,
+  modelNotes,
   modelSeverity,
   reasonGroups,
   sortModels,
@@ -29,6 +31,7 @@ import {
   useLabels,
   wantsBadge,
   warningText,
+  withoutDeviceReason,
 } from "../../web/lib/gemm_status.mjs";
 
 const FIXTURE = new URL("../fixtures/gemm_status_sample.json", import.meta.url);
@@ -85,9 +88,78 @@ test("mixed paths are listed fastest first, with what has not run", () => {
   const s = summarizeModel(m);
   assert.equal(
     s.headline,
-    "conditional: 5/11 linears on fused INT8 · 2 on cuBLAS INT8 (not fused) · 3 dequantized to bf16 (phantom INT8) · 1 bf16-protected · 1 not run in the last pass",
+    "conditional: 5/11 linears on fused INT8 · 2 on cuBLAS INT8 (not fused) · 3 dequantized to bf16 (phantom INT8) · 1 bf16-protected · 1 not run yet",
   );
   assert.equal(s.notRun, 1);
+});
+
+test("before its first pass a model has not run yet: no count of layers a pass missed", () => {
+  // the load push (and the panel during the first run) had every layer at 0 calls: "31 not run in the last pass"
+  const loaded = makeModel("conditional", [...repeat(23, "triton-int8"), ...repeat(8, "bf16")], { notRun: 31 });
+  const s = summarizeModel(loaded);
+  assert.equal(s.headline, "conditional: 23/31 linears on fused INT8 · 8 bf16-protected · not run yet");
+  assert.doesNotMatch(s.headline, /last pass|31 not run/);
+});
+
+test("the image-only pass's text projection is idle by design, with the server's why, not a layer to run", () => {
+  const why = "not run by design: the unconditional pass is image-only (no text tokens to project)";
+  const m = makeModel("unconditional", [...repeat(3, "cublas-int8"), ["llm_cond_proj", "cublas-int8", why]], {
+    notRun: 1,
+  });
+  m.idle = { llm_cond_proj: why };
+  const s = summarizeModel(m);
+  assert.equal(s.notRun, 0);
+  assert.equal(s.headline, "unconditional: 4/4 linears on cuBLAS INT8 (not fused) · 1 idle by design");
+  assert.deepEqual(s.idle, [{ layer: "llm_cond_proj", why }]);
+  assert.ok(reasonGroups(m).every((g) => g.reason !== why), "an idle layer has no why-not-faster");
+  assert.equal(layerRows(m).find((r) => r.layer === "llm_cond_proj").reason, why);
+  delete m.idle; // a layer the server does not call idle is still one to run
+  assert.match(summarizeModel(m).headline, /1 not run yet$/);
+});
+
+test("on a CPU the shared 'needs a CUDA GPU' reason is said once (the banner), not per layer, group and note", () => {
+  const shared = "CPU tensors: the fused Triton kernel needs a CUDA GPU (sm_80+)";
+  const measured = "CPU: torch._int_mm took 0.37 ms against 1.13 ms for the dequantized float32 matmul at M=280 K=256 N=768 (measured on first use), so it runs";
+  const report = sample();
+  report.path_labels = {
+    device: "cpu",
+    preferred: "cublas-int8",
+    device_reason: shared,
+    labels: { "cublas-int8": "CPU INT8 matmul (torch._int_mm)", "dequant-bf16": "CPU dequantized float32 matmul", bf16: "float (protected)" },
+  };
+  report.status = { code: "no_cuda", message: "No CUDA GPU is visible to torch: ... The fused Triton INT8 kernel needs an NVIDIA GPU (sm_80 or newer).", notes: [] };
+  const model = makeModel("conditional-demo", [
+    ...repeat(3, "cublas-int8").map(([l, p]) => [l, p, `${shared}; ${measured}`]),
+    ["final_layer.linear", "bf16", "unquantized top-level layer"],
+  ]);
+  model.notes = {
+    rope: `q/k RMSNorm + RoPE: the pack's op (qk_norm_rope) as its pure-torch twin: ${shared}`,
+    block_norms: `block RMSNorms with their modulation and residual: ComfyUI's ops (the twin): ${shared}`,
+  };
+  report.models = [model];
+  try {
+    const banner = statusBanner(report);
+    const s = summarizeReport(report).models[0];
+    const card = [
+      s.headline,
+      s.warning,
+      ...modelNotes(model).map((n) => n.text),
+      ...reasonGroups(model).map((g) => g.reason),
+      ...layerRows(model).map((r) => r.reason),
+    ].join("\n");
+    assert.doesNotMatch(card, /needs a CUDA GPU/, card);
+    assert.match(s.warning, /measured faster\. Why: CPU: torch\._int_mm took 0\.37 ms/);
+    assert.deepEqual(modelNotes(model).map((n) => n.text), [
+      "block RMSNorms with their modulation and residual: ComfyUI's ops (the twin)",
+      "q/k RMSNorm + RoPE: the pack's op (qk_norm_rope) as its pure-torch twin",
+    ]);
+    assert.equal([banner.text, ...banner.notes].join(" ").match(/needs an NVIDIA GPU/g).length, 1);
+    assert.equal(withoutDeviceReason(shared), "");
+    assert.equal(withoutDeviceReason("forced by X"), "forced by X");
+  } finally {
+    useLabels(null);
+  }
+  assert.equal(withoutDeviceReason(`${shared}; x`), `${shared}; x`); // a GPU report names no shared reason
 });
 
 test("warning rule: any dequant-bf16 layer makes the model a warning", () => {
@@ -141,7 +213,7 @@ test("fixture: conditional is a notice (one cuBLAS layer), unconditional a warni
   assert.equal(cond.severity, "notice");
   assert.equal(unc.severity, "warning");
   assert.match(unc.headline, /^unconditional: \d+\/\d+ linears dequantized to bf16 \(phantom INT8\)/);
-  assert.match(unc.headline, /1 not run in the last pass$/);
+  assert.match(unc.headline, /1 not run yet$/);
   assert.equal(summarizeReport(r).severity, "warning");
 });
 
@@ -401,6 +473,24 @@ test("a badge from an earlier run is labelled so, in the idle colours", () => {
   r.nodes["9"].prompt_id = "older";
   assert.equal(nodeBadge(r, SAMPLER).stale, true);
   assert.equal(nodeBadge(r, LOADER).stale, true);
+});
+
+test("a freshly loaded workflow shows no badge from the runs before it was loaded", () => {
+  // Nodes 2.0 showed the last run's badge on a workflow just opened from the Templates browser: same node ids
+  const r = sample();
+  const before = knownRuns(r, "the-prompt-that-ran");
+  assert.ok(before.has(String(r.nodes["8"].prompt_id)) && before.has(String(r.last_prompt_id)));
+  assert.ok(before.has("the-prompt-that-ran") && r.models.every((m) => m.last_run == null || before.has(m.last_run)));
+  for (const node of [LOADER, SAMPLER]) {
+    assert.ok(nodeBadge(r, node), "shown while the graph that ran is on the canvas");
+    assert.equal(nodeBadge(r, node, null, before), null);
+  }
+  // the loaded graph runs: its nodes' new events are not hidden
+  const ran = structuredClone(r);
+  for (const id of ["8", "9"]) ran.nodes[id].prompt_id = "a-new-prompt";
+  for (const m of ran.models) m.last_run = "a-new-prompt";
+  assert.equal(nodeBadge(ran, LOADER, "a-new-prompt", before).stale, false);
+  assert.deepEqual([...knownRuns(null)], []);
 });
 
 test("per-layer and per-model calls show the last run and the total, each labelled", () => {

@@ -63,6 +63,21 @@ export function useLabels(report) {
   deviceLabels = pl && typeof pl === "object" && pl.labels && typeof pl.labels === "object" ? pl : null;
 }
 
+const SEPARATORS = /^[\s;:,]+|[\s;:,]+$/g;
+
+/** `text` without the reason every layer and note on this device shares (`path_labels.device_reason`: off CUDA, "the
+ * fused kernel needs a CUDA GPU"), which the banner gives once: per layer, per reason group and per note it repeated
+ * the same sentence several times a model. What is left keeps its own words ("" when nothing is). */
+export function withoutDeviceReason(text) {
+  const shared = deviceLabels?.device_reason;
+  if (typeof text !== "string" || typeof shared !== "string" || !shared || !text.includes(shared)) return text;
+  return text
+    .split(shared)
+    .map((part) => part.replace(SEPARATORS, ""))
+    .filter(Boolean)
+    .join("; ");
+}
+
 function onCpu() {
   return deviceLabels?.device === "cpu";
 }
@@ -169,9 +184,14 @@ export function summarizeModel(model) {
     if (onCpu()) parts.push(parts.length === 0 ? `${counts[p]}/${all} linears on ${pathLabel(p)}` : `${counts[p]} on ${pathLabel(p)}`);
     else parts.push(parts.length === 0 ? FIRST_PART_TEXT[p](counts[p], all) : PART_TEXT[p](counts[p]));
   }
-  const notRun = Math.max(0, Number(model?.layers_total ?? all) - Number(model?.layers_run ?? all));
-  // "not run in the last pass", not "not run yet": the image-only unconditional pass never runs llm_cond_proj
-  if (notRun > 0) parts.push(`${notRun} not run in the last pass`);
+  // before its first pass (a load push, a run still going) nothing has run: "not run yet", not a count of layers the
+  // last pass missed; layers its passes never run (the image-only pass's text projection) are idle by design
+  const idle = idleLayers(model);
+  const ran = Number(model?.layers_run ?? all);
+  const notRun = Math.max(0, Number(model?.layers_total ?? all) - ran - idle.length);
+  if (all > 0 && ran === 0) parts.push("not run yet");
+  else if (notRun > 0) parts.push(`${notRun} not run yet`);
+  if (ran > 0 && idle.length) parts.push(`${idle.length} idle by design`);
   const severity = modelSeverity(model);
   const headline = all === 0 ? `${label}: no linears recorded` : `${label}: ${parts.join(" · ")}`;
   return {
@@ -183,8 +203,18 @@ export function summarizeModel(model) {
     counts,
     total: all,
     notRun,
+    idle,
     warning: warningText(model),
   };
+}
+
+/** [{layer, why}] of the layers the model's passes never run (the report's `idle`), by layer name. */
+export function idleLayers(model) {
+  const idle = model?.idle && typeof model.idle === "object" && !Array.isArray(model.idle) ? model.idle : {};
+  return Object.entries(idle)
+    .filter(([, why]) => typeof why === "string")
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([layer, why]) => ({ layer, why }));
 }
 
 /** The sentence under a model's headline when it is not all fused; null when there is nothing to say.
@@ -199,7 +229,8 @@ export function warningText(model) {
     if (slow) {
       return `${c[slow]} linear${c[slow] === 1 ? "" : "s"} on the ${pathLabel(slow)}, slower here than the ${pathLabel(deviceLabels.preferred)}.${why}`;
     }
-    return `On the CPU: the fused INT8 kernel needs a CUDA GPU; the quantized linears run the CPU matmul the pack measured faster.${why}`;
+    // the banner says once why there is no fused kernel here; this says which CPU matmul runs and what it rests on
+    return `On the CPU the quantized linears run the CPU matmul the pack measured faster.${why}`;
   }
   const n = c["dequant-bf16"];
   if (n > 0) {
@@ -237,21 +268,28 @@ export function modelNotes(model) {
   return Object.entries(notes)
     .filter(([, text]) => typeof text === "string" && text)
     .sort(([a], [b]) => (order.indexOf(a) + 1 || 99) - (order.indexOf(b) + 1 || 99) || a.localeCompare(b))
-    .map(([kind, text]) => ({ kind, text }));
+    .map(([kind, text]) => ({ kind, text: withoutDeviceReason(text) }))
+    .filter((n) => n.text);
 }
 
 /** Layers grouped by (path, reason), slowest path first, biggest group first (needs the layer table). */
 export function reasonGroups(model) {
   const groups = new Map();
-  const add = (path, reason, count) => {
-    const key = `${path}\u0000${reason ?? ""}`;
-    const g = groups.get(key) ?? { path, reason: reason ?? "", count: 0 };
+  const add = (path, raw, count) => {
+    const reason = withoutDeviceReason(raw ?? "");
+    const key = `${path}\u0000${reason}`;
+    const g = groups.get(key) ?? { path, reason, count: 0 };
     g.count += count;
     groups.set(key, g);
   };
-  if (Array.isArray(model?.layers)) for (const l of model.layers) add(l.path, l.reason, 1);
-  // a websocket push has no layer table; its per-reason counts say the same (reports of older packs lack them)
-  else if (Array.isArray(model?.reasons)) for (const r of model.reasons) add(r.path, r.reason, Number(r.layers) || 0);
+  const idle = model?.idle && typeof model.idle === "object" ? model.idle : {};
+  // a layer idle by design has no why-not: its path did not run (the report's `reasons` leave it out too)
+  if (Array.isArray(model?.layers)) {
+    for (const l of model.layers) if (!(l.layer in idle)) add(l.path, l.reason, 1);
+  } else if (Array.isArray(model?.reasons)) {
+    // a websocket push has no layer table; its per-reason counts say the same (reports of older packs lack them)
+    for (const r of model.reasons) add(r.path, r.reason, Number(r.layers) || 0);
+  }
   return [...groups.values()].sort(
     (a, b) => PATHS.indexOf(b.path) - PATHS.indexOf(a.path) || b.count - a.count || a.reason.localeCompare(b.reason),
   );
@@ -425,13 +463,13 @@ export const LAYER_FILTERS = {
 
 /** Rows of a model's per-layer table (null when the report was fetched without layers).
  * A row whose reason repeats the row above has `sameReasonAsAbove`, so a table of 221 rows that all
- * say "CPU tensors: …" prints it once. */
+ * give one reason prints it once; the reason every layer of the device shares (banner) is left out. */
 export function layerRows(model, filter = "all") {
   if (!Array.isArray(model?.layers)) return null;
   const keep = LAYER_FILTERS[filter];
   if (!keep) throw new Error(`unknown layer filter ${JSON.stringify(filter)}; use one of ${Object.keys(LAYER_FILTERS).join(", ")}`);
   let previous = null;
-  return model.layers.filter(keep).map((l) => ({
+  return model.layers.filter(keep).map((l) => ({ ...l, reason: withoutDeviceReason(l.reason) })).map((l) => ({
     layer: String(l.layer),
     shape: formatShape(l.N, l.K),
     m: l.calls > 0 ? String(l.M_last) : "—",
@@ -489,18 +527,21 @@ export function applyEvent(state, detail) {
 /**
  * The badge of one node on the canvas, tied to the run and the models it came from: {text, severity, colors,
  * tooltip, stale} or null. `node`: {id, type, widgets: {name: value}}; `currentPrompt`: the prompt the frontend saw
- * start last (null: the report's last_prompt_id, e.g. right after a page reload).
+ * start last (null: the report's last_prompt_id, e.g. right after a page reload); `hiddenRuns`: runs (prompt ids)
+ * from before the graph on the canvas was loaded — its nodes did not take part in them.
  *
  * No badge when the report has no event of this node id (a node id alone matches nodes of other workflows), when
  * that event came from a node of another type, when a loader's file widgets now name other files than it loaded,
- * or when none of its models is in the report any more. A badge from an earlier run (neither the node nor one of
- * its models ran in the current run) reads "earlier run · …" in the idle colours.
+ * when it came from a run before this graph was loaded (a freshly opened workflow showed the last run's badge), or
+ * when none of its models is in the report any more. A badge from an earlier run (neither the node nor one of its
+ * models ran in the current run) reads "earlier run · …" in the idle colours.
  */
-export function nodeBadge(report, node, currentPrompt = null) {
+export function nodeBadge(report, node, currentPrompt = null, hiddenRuns = null) {
   if (checkReport(report) || !node) return null;
   useLabels(report);
   const entry = report.nodes?.[String(node.id)];
   if (!entry) return null;
+  if (hiddenRuns?.has(String(entry.prompt_id))) return null;
   if (entry.node_type && node.type && entry.node_type !== node.type) return null;
   for (const [name, value] of Object.entries(entry.source ?? {})) {
     const now = node.widgets?.[name];
@@ -521,6 +562,16 @@ export function nodeBadge(report, node, currentPrompt = null) {
     tooltip: `From an earlier run (prompt ${entry.prompt_id ?? "unknown"}), not the current one.\n${badge.tooltip}`,
     stale: true,
   };
+}
+
+/** The runs (prompt ids) a report and the frontend know of: when a graph is loaded, its nodes took part in none. */
+export function knownRuns(report, currentPrompt = null) {
+  const runs = new Set();
+  for (const entry of Object.values(report?.nodes ?? {})) if (entry?.prompt_id != null) runs.add(String(entry.prompt_id));
+  for (const m of report?.models ?? []) if (m?.last_run != null) runs.add(String(m.last_run));
+  if (report?.last_prompt_id != null) runs.add(String(report.last_prompt_id));
+  if (currentPrompt != null) runs.add(String(currentPrompt));
+  return runs;
 }
 
 /** Our loader / sampler nodes get a badge: ids start with Ideogram4Int8 and name a loader or sampler. */

@@ -3,7 +3,7 @@
 //
 //   node tests/browser/example_workflow_check.mjs <base-url> <shots-dir> <pack-folder-name> <name> [<name> ...]
 //
-// Reported per workflow (one JSON line on stdout, for tests/test_example_workflows_comfyui.py to check):
+// Reported per workflow (one JSON line on stdout, for tests/comfyui/test_example_workflows_comfyui.py to check):
 //   listed          the card was in the pack's template category
 //   nodes           node count after loading; missingTypes: node types the frontend does not know
 //   widgetProblems  widgets whose value differs from the file's (by name), or a combo value the combo does not

@@ -21,7 +21,7 @@ import subprocess
 import pytest
 from packaging.requirements import Requirement
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 TORCH_FAMILY = re.compile(r"^(torch|torchvision|torchaudio|torchsde|triton|nvidia-.*)$")
 
 

@@ -11,7 +11,7 @@ import pytest
 from caption_fixtures import load
 from comfyui_ideogram4_int8.ideogram4.captions.builder import elements_from_boxes
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("case", load("box_elements.json")["cases"], ids=lambda c: c["note"][:40])

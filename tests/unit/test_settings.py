@@ -10,7 +10,7 @@ import re
 import pytest
 from comfyui_ideogram4_int8.kernels import path_choice, registry, settings
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHIPPED_DIRS = ("kernels", "ideogram4", "nodes", "web")
 TEXT_SUFFIXES = {".py", ".js", ".mjs", ".json", ".md", ".css", ".html"}
 NAME = re.compile(r"IDEOGRAM4_INT8_[A-Z0-9_]*[A-Z0-9]")

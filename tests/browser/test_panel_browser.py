@@ -23,7 +23,7 @@ from test_status_comfyui import COND, WEIGHTS, expected_layers, panel_server
 
 pytestmark = pytest.mark.comfyui
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "browser" / "gemm_panel_shots.mjs"
 OURS = ("Ideogram4Int8Loader", "Ideogram4Int8Sampler")
 

@@ -32,7 +32,7 @@ from comfyui_ideogram4_int8.ideogram4.synthetic import (
 )
 from ideogram4_checks import TINY, tiny_weights
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 F32 = torch.float32
 
 

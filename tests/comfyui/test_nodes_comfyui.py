@@ -25,7 +25,7 @@ from workflow_models import loader_node
 
 pytestmark = pytest.mark.comfyui
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NODE_IDS = ("Ideogram4Int8Loader", "Ideogram4Int8Patch", "Ideogram4Int8Sampler")
 # Whole-model comparisons on the int8 path: two implementations that differ by float rounding (1e-7) upstream of a
 # linear can flip one activation's int8 rounding (1 LSB); random tiny weights amplify that to 1e-4..7e-3 (seen over

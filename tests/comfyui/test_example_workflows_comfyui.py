@@ -49,7 +49,7 @@ from workflow_models import COND, example_server
 
 pytestmark = pytest.mark.comfyui
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHECK_SCRIPT = ROOT / "tests" / "browser" / "example_workflow_check.mjs"
 SEED = int.from_bytes(os.urandom(3), "little")
 

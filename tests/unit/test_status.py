@@ -25,7 +25,7 @@ from comfyui_ideogram4_int8.kernels.path_choice import ENV_PATH
 from comfyui_ideogram4_int8.kernels.tuning import PICKER
 from comfyui_ideogram4_int8.nodes import status_report as status
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "gemm_status_sample.json"
 
 

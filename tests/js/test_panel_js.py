@@ -17,7 +17,7 @@ from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY
 from comfyui_ideogram4_int8.kernels.path_choice import ENV_PATH
 from comfyui_ideogram4_int8.nodes import status_report as status
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="node is not on PATH (CI has Node 20)")
 

@@ -17,7 +17,7 @@ from comfyui_ideogram4_int8.kernels import configs as C
 from comfyui_ideogram4_int8.kernels.env import arch_name
 from offline_compile import ARCHS, SMEM_LIMIT, ptxas_present
 
-HERE = pathlib.Path(__file__).parent
+TESTS = pathlib.Path(__file__).resolve().parents[1]
 needs_triton = pytest.mark.skipif(
     backends.triton_import_error() is not None, reason=str(backends.triton_import_error())
 )
@@ -26,7 +26,7 @@ needs_triton = pytest.mark.skipif(
 def _quick_compile(tmp_path: pathlib.Path, *archs: str) -> list[dict]:
     """The rows of ``offline_compile.py --quick`` for ``archs``, in a process of its own (no interpreter)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    cmd = [sys.executable, str(HERE / "offline_compile.py"), "--quick", "--arch", *archs]
+    cmd = [sys.executable, str(TESTS / "offline_compile.py"), "--quick", "--arch", *archs]
     out = subprocess.run(
         [*cmd, "--json", str(tmp_path / "rows.json")], capture_output=True, text=True, env=env, timeout=1200
     )
@@ -97,7 +97,7 @@ def test_the_offline_compile_covers_every_family_within_its_limit():
 def test_the_offline_compile_refuses_the_interpreter():
     env = dict(os.environ, TRITON_INTERPRET="1")
     out = subprocess.run(
-        [sys.executable, str(HERE / "offline_compile.py"), "--quick"],
+        [sys.executable, str(TESTS / "offline_compile.py"), "--quick"],
         capture_output=True,
         text=True,
         env=env,

@@ -33,7 +33,7 @@ from workflow_models import loader_node
 
 pytestmark = pytest.mark.comfyui
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SEED = int.from_bytes(os.urandom(3), "little")
 SAMPLER = "8"
 

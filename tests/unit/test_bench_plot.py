@@ -8,7 +8,7 @@ import pathlib
 
 import pytest
 
-RESULTS = pathlib.Path(__file__).resolve().parents[1] / "bench" / "results"
+RESULTS = pathlib.Path(__file__).resolve().parents[2] / "bench" / "results"
 
 
 def _inside(fig, artist) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from comfyui_ideogram4_int8.ideogram4 import validate_caption
 from comfyui_ideogram4_int8.ideogram4.captions.builder import elements_from_boxes
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 UI = json.loads((ROOT / "example_workflows" / "ideogram4_captions.json").read_text(encoding="utf-8"))
 API = json.loads((ROOT / "example_workflows" / "api" / "ideogram4_captions_api.json").read_text(encoding="utf-8"))
 CORE_NODES = {"PreviewAny"}

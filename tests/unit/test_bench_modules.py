@@ -13,7 +13,7 @@ import sys
 import pytest
 from import_graph import assert_no_cycle
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = "comfyui_ideogram4_int8"
 OPTIONAL = {"triton", "matplotlib"}  # third-party modules a probe or the plot may need, absent on some machines
 

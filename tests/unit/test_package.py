@@ -13,7 +13,7 @@ import pytest
 import tomllib
 from import_graph import assert_no_cycle
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_import_has_no_side_effects():

@@ -21,7 +21,7 @@ from comfyui_ideogram4_int8.ideogram4.demo import physical_cores
 from ideogram4_checks import seed_of
 from PIL import Image
 
-PYTHON_DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "python.md"
+PYTHON_DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md"
 
 
 def _env(**extra):

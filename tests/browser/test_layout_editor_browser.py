@@ -18,7 +18,7 @@ from browser_checks import shots_dir
 
 pytestmark = pytest.mark.comfyui
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "browser" / "layout_editor_shots.mjs"
 WORKFLOW = ROOT / "example_workflows" / "ideogram4_captions.json"
 

@@ -30,7 +30,7 @@ from test_status_comfyui import COND, WEIGHTS, panel_server
 
 pytestmark = pytest.mark.comfyui
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "browser" / "frontend_check.mjs"
 NEWEST_ENV = "COMFYUI_NEWEST_FRONTEND_ROOT"
 

@@ -3,7 +3,7 @@
 The streamer's CPU mode copies in place with the same order and bindings as on a GPU, so what it streams (whole
 blocks, or a block's pieces: attention, the w1|w3 pair, w2), into which slot, in which order, when a slot is freed,
 and that a streamed model computes exactly what the resident one does, are checked here; the overlap of copies and
-compute on a copy stream is checked on a GPU (tests/test_streaming_gpu.py)."""
+compute on a copy stream is checked on a GPU (tests/cuda/test_streaming_gpu.py)."""
 
 from __future__ import annotations
 

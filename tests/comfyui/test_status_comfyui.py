@@ -34,7 +34,7 @@ from comfyui_ideogram4_int8.nodes import status_report as status
 
 pytestmark = pytest.mark.comfyui
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 WEIGHTS = "ideogram4-tiny-w8a8.safetensors"
 COND = "ideogram4_test_cond.safetensors"
 TEXT_TOKENS = 5

@@ -8,7 +8,7 @@ import ast
 import pathlib
 import re
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHIPPED_DIRS = ("kernels", "ideogram4", "nodes", "web")
 # source and prose; JSON files are data (the shipped tuning table keeps when and where each entry was measured)
 CODE_SUFFIXES = {".py", ".js", ".mjs", ".css", ".html", ".md"}

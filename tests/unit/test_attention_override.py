@@ -111,18 +111,3 @@ def test_an_8bit_path_that_fails_on_a_real_call_gives_way_to_sdpa_for_good(serve
     calls = served["int8"].calls
     override(None, q, k, v, 2, skip_reshape=True)
     assert override.runs["sdpa"] == 2 and served["int8"].calls == calls  # not tried again
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("n", [4096, 4608 + 512, 77])
-def test_sdpa_cudnn_first_matches_float32_at_head_dim_256(n, gen, setting):
-    if A.PRIORITY is None:
-        pytest.skip("this torch cannot order SDPA backends")
-    setting("IDEOGRAM4_INT8_ATTENTION", "sdpa")
-    attention_choice.clear()
-    override = A.PackAttention()
-    q, k, v = _qkv(gen, h=18, n=n, d=256, dtype=torch.bfloat16, device="cuda")
-    out = override(None, q, k, v, 18, skip_reshape=True)
-    assert out.shape == (1, n, 18 * 256) and out.dtype == torch.bfloat16 and override.runs["sdpa"] == 1
-    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float()).transpose(1, 2).reshape(1, n, -1)
-    assert rel_err(out, ref) < 1e-2, f"seed {gen.initial_seed()}"

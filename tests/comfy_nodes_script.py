@@ -1,7 +1,7 @@
 """Checks of the pack's ComfyUI nodes inside a real ComfyUI's Python (in-process, --cpu).
 
 Usage: <comfy python> comfy_nodes_script.py COMFYUI_DIR PACK_PARENT_DIR WORK_DIR CHECK SEED
-Prints one JSON line with the measurements of CHECK; tests/comfyui/test_nodes_comfyui.py asserts on them.
+Prints one JSON line with the measurements of CHECK; the tests in tests/comfyui/ assert on them.
 Every check writes fresh synthetic weights (seeded by SEED) into WORK_DIR/models/diffusion_models.
 """
 

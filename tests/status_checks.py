@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import jsonschema
 import panel_model
-import pytest
 from comfyui_ideogram4_int8.kernels import REGISTRY, settings
 from comfyui_ideogram4_int8.kernels.path_choice import ENV_PATH
 from comfyui_ideogram4_int8.nodes import status_report as status
 
 
-@pytest.fixture(autouse=True)
-def clean_registry(setting):
-    """Autouse where imported: no forced path, no timing, an empty registry and no published nodes, before and after."""
+def clean_registry_around(setting):
+    """A test module's autouse fixture: no forced path, no timing, an empty registry and no published nodes, before
+    and after the test."""
     setting(ENV_PATH, None)
     setting(settings.GEMM_TIMING, None)
     REGISTRY.clear()

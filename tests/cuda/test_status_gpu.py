@@ -6,9 +6,14 @@ from __future__ import annotations
 import pytest
 from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY
 from comfyui_ideogram4_int8.nodes import status_report as status
-from status_checks import clean_registry, load_and_run, validate  # noqa: F401 (clean_registry: autouse fixture)
+from status_checks import clean_registry_around, load_and_run, validate
 
 pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(autouse=True)
+def clean_registry(setting):
+    yield from clean_registry_around(setting)
 
 
 def test_timing_of_a_real_gpu_run(tmp_path, gen, setting):

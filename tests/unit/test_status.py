@@ -22,10 +22,15 @@ from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY
 from comfyui_ideogram4_int8.kernels.path_choice import ENV_PATH
 from comfyui_ideogram4_int8.kernels.tuning import PICKER
 from comfyui_ideogram4_int8.nodes import status_report as status
-from status_checks import clean_registry, load_and_run, validate  # noqa: F401 (clean_registry: autouse fixture)
+from status_checks import clean_registry_around, load_and_run, validate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "gemm_status_sample.json"
+
+
+@pytest.fixture(autouse=True)
+def clean_registry(setting):
+    yield from clean_registry_around(setting)
 
 
 # -- schema ---------------------------------------------------------------------------------------

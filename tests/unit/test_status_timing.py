@@ -7,9 +7,14 @@ import pytest
 import torch
 from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY, settings
 from comfyui_ideogram4_int8.nodes import status_report as status
-from status_checks import clean_registry, load_and_run, validate  # noqa: F401 (clean_registry: autouse fixture)
+from status_checks import clean_registry_around, load_and_run, validate
 
 # -- timing ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def clean_registry(setting):
+    yield from clean_registry_around(setting)
 
 
 class StubRegistry:

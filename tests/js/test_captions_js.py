@@ -46,8 +46,16 @@ def test_extension_entry_parses_as_an_es_module(tmp_path):
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not on PATH (CI has Node 20)")
+    checked = []
     for src in (ROOT / "web").rglob("*.js"):
         copy = tmp_path / (src.stem + ".mjs")  # .mjs: parsed as a module; --check does not resolve imports
         copy.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
         out = subprocess.run([node, "--check", str(copy)], capture_output=True, text=True, timeout=60)
-        assert out.returncode == 0, f"{src}: {out.stderr}"
+        assert out.returncode == 0 and out.stderr == "", f"{src}: {out.stderr}"
+        checked.append(src.name)
+    assert {"ideogram4_captions.js", "ideogram4_gemm_panel.js"} <= set(checked), checked
+    # the check really parses: the same entry with a syntax error appended is refused, naming it
+    broken = tmp_path / "broken.mjs"
+    broken.write_text((ROOT / "web" / "ideogram4_captions.js").read_text(encoding="utf-8") + "\nconst = ;\n")
+    out = subprocess.run([node, "--check", str(broken)], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "SyntaxError" in out.stderr, out.stderr

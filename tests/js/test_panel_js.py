@@ -34,7 +34,8 @@ def test_panel_logic_node_tests():
         [NODE, "--test", "tests/js/gemm_status.test.mjs"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
-    assert "# fail 0" in out.stdout
+    assert "# fail 0" in out.stdout and "# pass " in out.stdout, out.stdout[-4000:]
+    assert int(out.stdout.split("# pass ", 1)[1].split()[0]) > 0, out.stdout[-4000:]  # tests ran, not none
 
 
 def test_web_entry_imports_only_what_the_lib_exports():
@@ -111,4 +112,8 @@ def test_web_entry_parses_as_an_es_module(tmp_path):
     copy = tmp_path / "entry.mjs"  # .mjs: node parses it as a module without a package.json
     copy.write_text((ROOT / "web" / "ideogram4_gemm_panel.js").read_text())
     out = subprocess.run([NODE, "--check", str(copy)], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    # the check really parses: the same entry with a syntax error appended is refused, naming it
+    copy.write_text(copy.read_text() + "\nconst = ;\n")
+    out = subprocess.run([NODE, "--check", str(copy)], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "SyntaxError" in out.stderr, out.stderr

@@ -118,7 +118,7 @@ def row_tiles(C: int) -> tuple[int, int]:
 def build_launch(src, residual, weight, vector, rows_per_item: int, eps: float, out, quantized=None, num_warps=None):
     """(kernel, grid, args, kwargs) for src [R, C] (rows of ``rows_per_item`` tokens per batch item), vector
     [B or 1, C] -> out [R, C], and (``quantized`` = (q int8 [R, C], scale float32 [R])) out's per-token int8 form.
-    ``num_warps``: the launch's (default: 4, 8 from 8192 columns; bench/block_norms.py sweeps it). Device-free."""
+    ``num_warps``: the launch's (default: 4, 8 from 8192 columns; bench/probes/block_norms.py sweeps it). Device-free."""
     R, C = src.shape
     head, tail = row_tiles(C)
     res = residual if residual is not None else src

@@ -1,7 +1,7 @@
 """Checks of the pack's ComfyUI nodes inside a real ComfyUI's Python (in-process, --cpu).
 
 Usage: <comfy python> comfy_nodes_script.py COMFYUI_DIR PACK_PARENT_DIR WORK_DIR CHECK SEED
-Prints one JSON line with the measurements of CHECK; tests/test_nodes_comfyui.py asserts on them.
+Prints one JSON line with the measurements of CHECK; the tests in tests/comfyui/ assert on them.
 Every check writes fresh synthetic weights (seeded by SEED) into WORK_DIR/models/diffusion_models.
 """
 
@@ -15,7 +15,7 @@ comfy_dir, pack_parent, work, check, seed = sys.argv[1], sys.argv[2], sys.argv[3
 sys.path.insert(0, pack_parent)
 sys.path.insert(0, comfy_dir)
 os.chdir(comfy_dir)
-GPU = os.environ.get("COMFY_GPU") == "1"  # tests/test_branch_device_gpu.py: ComfyUI on the GPU(s)
+GPU = os.environ.get("COMFY_GPU") == "1"  # tests/cuda/test_branch_device_gpu.py: ComfyUI on the GPU(s)
 sys.argv = [sys.argv[0]] if GPU else [sys.argv[0], "--cpu"]
 os.environ["HF_HUB_OFFLINE"] = "1"  # no network in tests: a hub request must be answered from the (empty) cache
 os.environ["HF_HOME"] = os.path.join(work, "hf_home")

@@ -1,5 +1,9 @@
 """Test-wide setup.
 
+* Tests live in one folder per tier: ``unit/`` (CPU, no marker), ``cuda/`` (``cuda``), ``comfyui/`` (``comfyui``),
+  ``browser/`` (``comfyui``, with chromium), ``js/`` (Node's test runner). The helper modules they share stay here,
+  next to this file, which puts this folder on ``sys.path`` so every tier imports them by name. ``comfyui/`` is
+  on it too: the browser tests drive the status test's server (``comfyui/test_status_comfyui.py``).
 * Without a GPU the Triton kernels run on the CPU interpreter: TRITON_INTERPRET=1 must be set
   before triton compiles anything, so it is set here, before any test module imports kernels.
 * `cuda` tests skip without a CUDA GPU; `comfyui` tests skip without COMFYUI_DIR.
@@ -15,6 +19,11 @@ import sys
 import tempfile
 
 import pytest
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+for _folder in (os.path.join(TESTS, "comfyui"), TESTS):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
 
 try:
     import torch

@@ -18,7 +18,7 @@ Cases: every portable config of the arch's search space (kernels/configs.py) and
 compiles one config per kernel family.
 Gluon on a Triton line the pack does not enable (backends.GLUON_TRITON_LINES) is compiled for
 information only: its failures are reported as INFO and do not fail the run.
-Exit status 1 if a case that must build fails. Used by tests/test_offline_compile.py and the CI
+Exit status 1 if a case that must build fails. Used by tests/unit/test_offline_compile.py and the CI
 compile matrix (.ci/compile-matrix), one throwaway venv per Triton version.
 """
 

@@ -113,8 +113,8 @@ def write_example_models(
 def example_server(with_models: bool, seed: int, args: tuple[str, ...] = ()):
     """An unstarted ComfyUI (``tests/comfyui_server.py``) with this pack, the test pack, the native sizes for the test
     pack and (``with_models``) every file the example workflows name: the server of
-    ``tests/test_example_workflows_comfyui.py`` and of ``tests/browser/regenerate_workflows.py``. ``args``: extra
-    ComfyUI arguments (``("--front-end-root", <static folder>)`` for another frontend)."""
+    ``tests/comfyui/test_example_workflows_comfyui.py`` and of ``tests/browser/regenerate_workflows.py``. ``args``:
+    extra ComfyUI arguments (``("--front-end-root", <static folder>)`` for another frontend)."""
     from comfyui_server import WITH_TEST_PACK, ComfyUIServer
 
     def setup(base):

@@ -5,7 +5,7 @@
 //
 // <category>: the label the dialog's sidebar shows for the pack's folder (its locale names it); <title>: a template's
 // file name, which the dialog shows as the card's title.
-// Reported per workflow (one JSON line on stdout, for tests/test_example_workflows_comfyui.py to check):
+// Reported per workflow (one JSON line on stdout, for tests/comfyui/test_example_workflows_comfyui.py to check):
 //   listed          the card was in the pack's template category, with its title on one line (not cut)
 //   nodes           node count after loading; missingTypes: node types the frontend does not know
 //   widgetProblems  widgets whose value differs from the file's (by name), or a combo value the combo does not

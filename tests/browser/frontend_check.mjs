@@ -1,4 +1,4 @@
-// The pack's frontend pieces in one ComfyUI frontend build (driven by tests/test_frontend_browser.py, which runs it
+// The pack's frontend pieces in one ComfyUI frontend build (driven by tests/browser/test_frontend_browser.py, which runs it
 // against the frontend ComfyUI 0.33 pins and against the newest comfyui-frontend-package).
 //
 //   node tests/browser/frontend_check.mjs <base-url> <out-prefix>

@@ -1,4 +1,4 @@
-// Screenshots of the GEMM-path panel in a real ComfyUI frontend (driven by tests/test_panel_browser.py).
+// Screenshots of the GEMM-path panel in a real ComfyUI frontend (driven by tests/browser/test_panel_browser.py).
 //
 //   node tests/browser/gemm_panel_shots.mjs <base-url> <out-prefix> <idle|runs|fixture> [options-json]
 //

@@ -1,4 +1,4 @@
-// The Layout Boxes editor in a real ComfyUI frontend (driven by tests/test_layout_editor_browser.py).
+// The Layout Boxes editor in a real ComfyUI frontend (driven by tests/browser/test_layout_editor_browser.py).
 //
 //   node tests/browser/layout_editor_shots.mjs <base-url> <out-prefix> <workflow.json>
 //

@@ -3,8 +3,8 @@
     source /work/comfy-env.sh   # or: COMFYUI_DIR, COMFYUI_PYTHON, CHROMIUM, NODE_PATH, COMFYUI_NEWEST_FRONTEND_ROOT
     .venv/bin/python tests/browser/regenerate_workflows.py [<name> ...] [--out <dir>]
 
-Starts the two ComfyUI servers ``build_example_workflows.mjs`` needs, both with the pack, the test pack and the
-example model stand-ins (``tests/workflow_models.py``; the same server as ``tests/test_example_workflows_comfyui.py``):
+Starts the two ComfyUI servers ``build_example_workflows.mjs`` needs, both with the pack, the test pack and the example
+model stand-ins (``tests/workflow_models.py``; the same server as ``tests/comfyui/test_example_workflows_comfyui.py``):
 one on the frontend ComfyUI pins (1.49.6 for 0.33), where the files are built, and one with ``--front-end-root
 $COMFYUI_NEWEST_FRONTEND_ROOT`` for the Nodes 2.0 layout pass. Then runs the builder for the named workflows (all of
 them when none is named: name only the ones that changed, so the others stay byte for byte) into ``example_workflows/``

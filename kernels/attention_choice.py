@@ -29,7 +29,6 @@ import importlib.metadata
 import inspect
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -37,8 +36,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from . import settings
-from .env import cache_dir, capability, gpu_name
+from . import entry_cache, settings
+from .env import capability, gpu_name
 
 log = logging.getLogger(__name__)
 
@@ -475,17 +474,11 @@ def cache_key(device: torch.device, shape: Shape, dtype: torch.dtype) -> str:
 
 
 def cache_file():
-    return cache_dir() / CACHE_NAME
+    return entry_cache.path_of(CACHE_NAME)
 
 
 def _read_cache() -> dict:
-    try:
-        doc = json.loads(cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    entries = doc.get("entries") if isinstance(doc, dict) else None
-    if not isinstance(entries, dict):
-        return {}
+    entries = entry_cache.read(CACHE_NAME)
     good = {}
     for key, entry in entries.items():  # an entry that is not {name: {"ms": number, "err": number}} is skipped
         if isinstance(entry, dict) and all(
@@ -499,14 +492,7 @@ def _read_cache() -> dict:
 def _write_cache(key: str, ms: dict, errors: dict) -> None:
     entries = _read_cache()
     entries[key] = {n: {"ms": round(ms[n], 5), "err": float(f"{errors[n]:.4g}")} for n in ms}
-    path = cache_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"entries": entries}, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError as exc:  # a read-only home must not break inference: the answer is kept for this process
-        log.warning("Ideogram4 INT8: could not write the attention cache %s: %s", path.name, exc)
+    entry_cache.write(CACHE_NAME, entries, "attention")
 
 
 __all__ = [

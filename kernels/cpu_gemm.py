@@ -19,17 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
-import os
 import pathlib
 import platform
 import time
 
 import torch
 
-from . import reference, settings
-from .env import cache_dir
+from . import entry_cache, reference, settings
 
 log = logging.getLogger(__name__)
 
@@ -191,26 +188,14 @@ def cache_key() -> str:
 
 
 def cache_file() -> pathlib.Path:
-    return cache_dir() / CACHE_NAME
+    return entry_cache.path_of(CACHE_NAME)
 
 
 def _read_cache() -> dict:
-    try:
-        doc = json.loads(cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    entries = doc.get("entries") if isinstance(doc, dict) else None
-    return entries if isinstance(entries, dict) else {}
+    return entry_cache.read(CACHE_NAME)
 
 
 def _write_cache(key: str, ms: dict) -> None:
     entries = _read_cache()
     entries[key] = {c: round(ms[c], 4) for c in CANDIDATES}
-    path = cache_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"entries": entries}, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError as exc:  # a read-only home must not break inference: the answer is kept for this process
-        log.warning("Ideogram4 INT8: could not write the CPU GEMM cache %s: %s", path, exc)
+    entry_cache.write(CACHE_NAME, entries, "CPU GEMM")

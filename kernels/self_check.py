@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import pathlib
@@ -37,9 +36,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from . import reference, settings
+from . import entry_cache, reference, settings
 from .configs import CONFIG_SPACES, SMEM_LIMIT, GemmConfig, config_space, fp8_tile, heuristic_config
-from .env import arch_name, cache_dir, capability, gpu_name, interpreter_mode, triton_version
+from .env import arch_name, capability, gpu_name, interpreter_mode, triton_version
 
 log = logging.getLogger(__name__)
 
@@ -250,16 +249,11 @@ def kernel_sources_digest() -> str:
 
 
 def _cache_file() -> pathlib.Path:
-    return cache_dir() / CACHE_NAME
+    return entry_cache.path_of(CACHE_NAME)
 
 
 def _read() -> dict:
-    try:
-        doc = json.loads(_cache_file().read_text())
-    except (OSError, ValueError):
-        return {}
-    entries = doc.get("entries") if isinstance(doc, dict) else None
-    return entries if isinstance(entries, dict) else {}
+    return entry_cache.read(CACHE_NAME)
 
 
 def _cached(family: str, device: torch.device) -> Result | None:
@@ -281,14 +275,7 @@ def _save(family: str, device: torch.device, result: Result) -> None:
         entries[key] = {}
     entries[key][family] = {"passed": True, "seconds": result.seconds}
     entries = dict(list(entries.items())[-_MAX_CACHE_ENTRIES:])
-    path = _cache_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"entries": entries}, indent=1, sort_keys=True))
-        tmp.replace(path)
-    except OSError as exc:  # a read-only home must not break inference: the result is kept for this process
-        log.warning("Ideogram4 INT8: could not write the self-check cache %s: %s", path, exc)
+    entry_cache.write(CACHE_NAME, entries, "self-check")
 
 
 # -- the checks: each returns None or the first mismatch, in words -------------------------------------------------

@@ -59,3 +59,15 @@ def check_runner(tmp_path_factory):
         return run_nodes_check(check, pack_parent, tmp_path_factory.mktemp(check))
 
     return run
+
+
+def _cpu_paths() -> str:
+    """How the loader's summary names the tiny W8A8 model's paths on a CPU (as the panel does, with the ids): its 23
+    int8 layers on cublas-int8 (the suite pins that CPU answer) and 8 protected or top-level layers in float."""
+    from comfyui_ideogram4_int8.kernels.path_choice import labels_here
+
+    _, words = labels_here()
+    return f"23 on {words['cublas-int8']} [cublas-int8], 8 on {words['bf16']} [bf16]"
+
+
+CPU_PATHS = _cpu_paths()

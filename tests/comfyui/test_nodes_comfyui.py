@@ -10,7 +10,7 @@ Synthetic weights use the demo config (128 latent channels, 4 blocks), so native
 from __future__ import annotations
 
 import pytest
-from comfy_check_run import INT8_WHOLE_MODEL, check_runner
+from comfy_check_run import CPU_PATHS, INT8_WHOLE_MODEL, check_runner
 
 pytestmark = pytest.mark.comfyui
 
@@ -35,7 +35,7 @@ def test_native_model_with_our_ops_matches_the_reference_dit(run_check):
         assert r[f"{fmt}/int8_weights"] >= 23, seed
     summary = r["w8a8/summary"]
     assert "conditional: i4_w8a8.safetensors" in summary and "unconditional: i4_w8a8.safetensors" in summary
-    assert "cublas-int8 23, bf16 8" in summary
+    assert f"GEMM paths: {CPU_PATHS}" in summary  # the panel's words for this device, with the path ids
     # the attention line names what runs on the load device (a CPU here: ComfyUI's own attention, not cuDNN)
     assert "attention: ComfyUI's own on the CPU" in summary and "cuDNN is ~2x" not in summary
     assert "bf16-protected layers (2): layers.1.feed_forward.w2, layers.3.feed_forward.w2" in summary

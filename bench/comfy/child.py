@@ -31,6 +31,7 @@ from ..timing import ClockWatch
 from .comfyui import comfyui_version, server_cleanup, setup_comfyui
 from .device import GIB, bandwidth, reset_peaks, take_all_but
 from .peers import (
+    PEER_COMFY_ARGS,
     TEXT_ENCODER,
     TEXT_TOKENS,
     WIDTH,
@@ -56,7 +57,7 @@ def run(a) -> dict:
     logging.getLogger("comfyui_ideogram4_int8").setLevel(logging.DEBUG)
     try:
         entry.update(bandwidth())
-        entry["dynamic_vram"] = setup_comfyui(a.comfyui, server=a.setup == "server")
+        entry["dynamic_vram"] = setup_comfyui(a.comfyui, server=a.setup == "server", options=PEER_COMFY_ARGS.get(peer))
         ballast = take_all_but(cap)  # held for the whole run: the emulated card's edge
         extra = ballast.numel() if ballast is not None else 0
         entry["ballast_gib"] = round(extra / GIB, 2)

@@ -37,7 +37,7 @@ import argparse
 import os
 
 from . import child, inprocess, parent
-from .peers import COMPILE_MODES, PEERS, SAMPLERS
+from .peers import COMPILE_MODES, PEER_COMFY_ARGS, PEERS, SAMPLERS
 
 
 def comfy_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
@@ -55,7 +55,11 @@ def comfy_parser(module: str, doc: str | None) -> argparse.ArgumentParser:
 def parse(argv):
     p = comfy_parser("comfy", __doc__)
     p.add_argument("--workdir", required=True, help="where the synthetic files go (~40 GB free for bf16)")
-    p.add_argument("--peers", default=",".join(PEERS), help=f"comma list of {list(PEERS)}")
+    p.add_argument(
+        "--peers",
+        default=",".join(x for x in PEERS if x not in PEER_COMFY_ARGS),
+        help=f"comma list of {list(PEERS)} (default: all but {list(PEER_COMFY_ARGS)}, which need --vram)",
+    )
     p.add_argument("--layers", type=int, default=None, help="fewer blocks (smoke runs only)")
     p.add_argument(
         "--config",
@@ -167,6 +171,9 @@ def parse(argv):
         p.error(f"--compile: choose from {list(COMPILE_MODES)}")
     if a.compile and any(a.vram) and not a.child:  # streaming under torch.compile is not measured
         p.error("--compile with --vram runs on the whole GPU only (--vram 0): emulated cards run eager peers")
+    needs_own_process = [x for x in a.peers if x in PEER_COMFY_ARGS]
+    if needs_own_process and not a.vram and not a.child:
+        p.error(f"--peers: {needs_own_process} set ComfyUI options read at its import: use --vram (a process a run)")
     unknown = [x for x in a.peers if x not in PEERS]
     if unknown:
         p.error(f"--peers: unknown {unknown}; choices: {list(PEERS)}")

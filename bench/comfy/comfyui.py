@@ -24,13 +24,17 @@ def import_comfyui(root: str):
         sys.argv = argv
 
 
-def setup_comfyui(root: str, server: bool) -> str:
-    """Import ComfyUI as its server does; returns what DynamicVRAM did ("enabled", or why not)."""
+def setup_comfyui(root: str, server: bool, options: dict | None = None) -> str:
+    """Import ComfyUI as its server does, with ``options`` (ComfyUI's command-line options by their ``args`` name, e.g.
+    ``use_ck_attention``) set before its modules read them; returns what DynamicVRAM did ("enabled", or why not)."""
     root = str(pathlib.Path(root).resolve())
     sys.path.insert(0, root)
     argv, sys.argv = sys.argv, [sys.argv[0]]
     try:
         from comfy.cli_args import args, enables_dynamic_vram
+
+        for name, value in (options or {}).items():
+            setattr(args, name, value)
 
         state = "off (--setup plain)"
         control = None

@@ -18,6 +18,7 @@ PEERS = {  # name: (layout, how it loads)
     "native-bf16": ("bf16", "native"),
     "native-fp8": ("fp8", "native"),
     "native-fp8-fast": ("fp8", "native-fast"),
+    "native-fp8-ck-attention": ("fp8", "native"),  # ComfyUI's --use-ck-attention: comfy-kitchen's INT8 attention
     "ours-fp8-patch": ("fp8", "patch"),
     "native-int8-convrot": ("int8_convrot", "native"),
     "ours-int8-convrot": ("int8_convrot", "loader"),
@@ -32,6 +33,9 @@ PEERS = {  # name: (layout, how it loads)
     "ours-w8a8-comfy-norms": ("w8a8", "loader"),  # the blocks' norms as ComfyUI's ops (A/B against the fused kernel)
     "ours-w8a8-no-handoff": ("w8a8", "loader"),  # the fused norms, the linears quantize their inputs (A/B)
     "ours-w8a8-conds-per-call": ("w8a8", "loader"),  # the context cast to the GPU in every call (A/B, --sampler native)
+}
+PEER_COMFY_ARGS = {  # ComfyUI command-line options a peer runs under: read when ComfyUI is imported, so --vram only
+    "native-fp8-ck-attention": {"use_ck_attention": True},
 }
 PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for the next)
     "ours-w8a8-graphs": {"IDEOGRAM4_INT8_CUDA_GRAPHS": "on"},

@@ -50,7 +50,7 @@ import sys
 from ..report import print_runs, two_places
 
 COMPILED = " compiled:"  # "<peer> compiled:<mode>": a run of the peer's MODELs under TorchCompileModel
-NATIVE = ("native-bf16", "native-fp8", "native-fp8-fast", "native-int8-convrot")
+NATIVE = ("native-bf16", "native-fp8", "native-fp8-fast", "native-int8-convrot", "native-fp8-ck-attention")
 
 
 def cap_name(cap: float) -> str:

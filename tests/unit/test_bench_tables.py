@@ -436,3 +436,18 @@ def test_the_report_to_paste_names_the_gpu_paths_self_check_and_each_shapes_rati
     pair = [c.strip() for c in rows["ffn_swiglu"].split("|")[1:-1]]
     assert pair[5] == "2.00" and pair[6:9] == ["-", "-", "-"]  # no GEMM-alone peer for the pair: '-', not a crash
     assert "failed: GemmPathUnavailable: self-check" in rows["w2"]
+
+
+def test_the_ck_attention_peer_runs_in_a_process_of_its_own(tmp_path, capsys):
+    """native-fp8-ck-attention is native fp8 under ComfyUI's --use-ck-attention, which ComfyUI reads when its attention
+    module is imported: it needs a process of its own (--vram), is refused in-process, and is not a default peer."""
+    from comfyui_ideogram4_int8.bench.comfy import cli, peers
+
+    assert peers.PEER_COMFY_ARGS["native-fp8-ck-attention"] == {"use_ck_attention": True}
+    assert peers.PEERS["native-fp8-ck-attention"] == ("fp8", "native")
+    base = ["--comfyui", str(tmp_path), "--workdir", str(tmp_path)]
+    assert "native-fp8-ck-attention" not in cli.parse(base).peers
+    with pytest.raises(SystemExit):
+        cli.parse([*base, "--peers", "native-fp8-ck-attention"])
+    assert "use --vram" in capsys.readouterr().err
+    assert cli.parse([*base, "--peers", "native-fp8-ck-attention", "--vram", "0"]).peers == ["native-fp8-ck-attention"]

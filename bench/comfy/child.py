@@ -288,7 +288,9 @@ def _run_peer(
     images, first_latent = [], None
     for i in range(a.images):
         last = i == a.images - 1
-        seed = a.seed if last and a.images > 1 else a.seed + i
+        again = last and a.images > 1  # the first image's seed (and prompt) again: a replayed run's latent
+        seed = a.seed if again else a.seed + i
+        prompt = 0 if again else i
         if last:
             server_cleanup()
             for m in models:  # the timed steps' copies only
@@ -302,9 +304,9 @@ def _run_peer(
             before = torch.cuda.memory_stats()
             warm = compiled_frames()
             with ClockWatch() as watch:  # the clock the steps ran at (a denser, compiled run may hold it lower)
-                latent, times, record = image(seed, i)
+                latent, times, record = image(seed, prompt)
         else:
-            latent, times, record = image(seed, i)
+            latent, times, record = image(seed, prompt)
             server_cleanup()  # what ComfyUI's executor does after each node
         images.append(record)
         if i == 0:

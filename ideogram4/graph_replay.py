@@ -225,13 +225,6 @@ def release_graphs_of(model) -> int:
     return 0
 
 
-def release_pools(devices=None) -> int:
-    """Release the pool of each of ``devices`` (all pools when None); returns the bytes they had reserved."""
-    with _POOLS_LOCK:
-        pools = [p for d, p in _POOLS.items() if devices is None or d in {torch.device(x) for x in devices}]
-    return sum(p.release() for p in pools)
-
-
 @dataclass
 class _Entry:
     calls: int = 0
@@ -255,14 +248,12 @@ class PassGraphs:
     """One model's graphs (module docstring). Thread-safe: two cards capture and replay from two threads, each
     under its own device."""
 
-    def __init__(
-        self, warmup: int = WARMUP_CALLS, max_signatures: int = MAX_SIGNATURES, pool: GraphPool | None = None
-    ) -> None:
+    def __init__(self, warmup: int = WARMUP_CALLS, max_signatures: int = MAX_SIGNATURES) -> None:
         self.warmup = warmup
         self.max_signatures = max(1, int(max_signatures))
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self._fingerprint: object = None
-        self._pool = pool
+        self._pool: GraphPool | None = None  # its device's pool, from the first capture on
         self._lock = threading.Lock()
         self.stats = GraphStats()
 
@@ -371,14 +362,11 @@ class PassGraphs:
         return _copy_out(out), "captured"
 
     def clear(self) -> None:
-        """Drop every graph (they are captured again at the next calls after the warm-up)."""
+        """Drop every graph (they are captured again at the next calls after the warm-up); their memory goes back to
+        the caching allocator once no graph of the pool is left."""
         with self._lock:
             self._clear_locked()
             self._fingerprint = None
-
-    def close(self) -> None:
-        """Drop every graph; their memory goes back to the caching allocator once no graph of the pool is left."""
-        self.clear()
 
 
 __all__ = [
@@ -387,7 +375,6 @@ __all__ = [
     "GraphStats",
     "signature",
     "pool_for",
-    "release_pools",
     "graphs_of",
     "release_graphs_of",
     "MODEL_ATTR",

@@ -333,6 +333,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
     def _to_resident(self, device) -> None:
         """Streaming ends: streamed layers come back to ``device`` as resident layers."""
         if self.stream is not None:
+            self._weights_move()
             self._stop_stream(move_to=device)
 
     def _stop_stream(self, move_to=None, release: bool = False) -> None:
@@ -340,7 +341,6 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         every host copy (before ComfyUI restores or drops them); neither: they stay pinned for the next plan."""
         stream = self.stream
         if stream is not None:
-            self._weights_move()
             stream.stop()
             self.model.ideogram4_stream = None
             names = getattr(self.model, "ideogram4_streamed_modules", None) or set()

@@ -20,6 +20,7 @@ The entry goes to the parent as one ``CHILD_RESULT <json>`` line on stdout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pathlib
 import statistics
@@ -242,10 +243,10 @@ def _run_peer(
         nonlocal ctx
         before = _model_counters(models)
         record = {"seed": seed}
-        if prompts is not None:
-            from .. import text_encoder as te
+        with _file_reads() if prompts is not None else contextlib.nullcontext() as reads:
+            if prompts is not None:
+                from .. import text_encoder as te
 
-            with _file_reads() as reads:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 cond = te.encode(prompts, te.PROMPTS[index % len(te.PROMPTS)])
@@ -253,17 +254,13 @@ def _run_peer(
                 torch.cuda.synchronize()
                 record["encode_s"] = round(time.perf_counter() - t0, 3)
                 record["text_tokens"] = int(ctx.shape[1])
-                t0 = time.perf_counter()
-                latent, times = sample(a.steps, seed)
-                latent = latent.float().cpu()
-                seconds = time.perf_counter() - t0
-            record["cycle_s"] = round(record["encode_s"] + seconds, 3)
-            record["files_read"] = reads
-        else:
             t0 = time.perf_counter()
             latent, times = sample(a.steps, seed)
             latent = latent.float().cpu()
             seconds = time.perf_counter() - t0
+        if prompts is not None:
+            record["cycle_s"] = round(record["encode_s"] + seconds, 3)
+            record["files_read"] = reads
         record.update(
             seconds=round(seconds, 3),
             steps=len(times),
@@ -367,34 +364,33 @@ def _run_peer(
     return out
 
 
-class _file_reads:  # noqa: N801 - used as a context manager, named for what it yields
-    """Counts, while open, the calls that read a model file from disk: ComfyUI's ``load_torch_file``, safetensors'
-    ``safe_open`` and the pack's ``open_safetensors`` (a prompt after the first must read none)."""
+@contextlib.contextmanager
+def _file_reads():
+    """Counts, while open, the calls that open a model file: ComfyUI's ``load_torch_file`` (under DynamicVRAM it reads
+    safetensors without ``safe_open``) and safetensors' ``safe_open`` (the pack's reads and ComfyUI's others). A prompt
+    after the first must open none."""
+    import comfy.utils
+    import safetensors
 
-    def __enter__(self) -> dict:
-        import comfy.utils
-        import safetensors
+    counts = {"load_torch_file": 0, "safe_open": 0}
+    saved = [
+        (comfy.utils, "load_torch_file", comfy.utils.load_torch_file),
+        (safetensors, "safe_open", safetensors.safe_open),
+    ]
 
-        from ...ideogram4 import safetensors_io
+    def counted(fn, name):
+        def call(*args, **kwargs):
+            counts[name] += 1
+            return fn(*args, **kwargs)
 
-        self.counts = {"load_torch_file": 0, "safe_open": 0, "open_safetensors": 0}
-        self.saved = [
-            (comfy.utils, "load_torch_file"),
-            (safetensors, "safe_open"),
-            (safetensors_io, "open_safetensors"),
-        ]
-        self.saved = [(mod, name, getattr(mod, name)) for mod, name in self.saved]
-        for mod, name, fn in self.saved:
+        return call
 
-            def counted(*args, _fn=fn, _name=name, **kwargs):
-                self.counts[_name] += 1
-                return _fn(*args, **kwargs)
-
-            setattr(mod, name, counted)
-        return self.counts
-
-    def __exit__(self, *exc) -> None:
-        for mod, name, fn in self.saved:
+    for mod, name, fn in saved:
+        setattr(mod, name, counted(fn, name))
+    try:
+        yield counts
+    finally:
+        for mod, name, fn in saved:
             setattr(mod, name, fn)
 
 

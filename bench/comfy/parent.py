@@ -67,8 +67,10 @@ def run(a) -> dict:
         # image of a reported run is a user's first after a load, not a first install), and no reported run is a
         # machine's first process (that one measured 303 ms per step where the same run measured 206 right after)
         # (one per way of loading: peers that load alike run the same kernels)
-        todo = list({PEERS[p][1]: p for p in reversed(pack) if PEERS[p][1] not in warmed}.values())[::-1]
-        todo = todo or ([] if warmed else peers[:1])
+        first_of_each = {}
+        for p in pack:
+            first_of_each.setdefault(PEERS[p][1], p)
+        todo = [p for how, p in first_of_each.items() if how not in warmed] or ([] if warmed else peers[:1])
         for peer in [] if a.no_warmup else todo:
             w = _spawn(a, peer, a.vram[0], files, log_name=f"warmup-{peer}", images=1, steps=2)
             result["info"].setdefault("warmups", {})[peer] = _first_image(w)

@@ -58,7 +58,7 @@ def test_replays_equal_eager_calls_on_fresh_inputs_and_moved_weights_recapture()
         got, mode = graphs.run(fn, (x, one), {}, fingerprint=(weights["q"].data_ptr(),))
         assert mode == expected and torch.equal(got, fn(x, one)), (seed, mode)
     assert graphs.stats.captures == 2 and not graphs.stats.failures
-    graphs.close()
+    graphs.clear()
 
 
 def test_a_pass_that_cannot_be_captured_stays_eager_with_its_reason():

@@ -58,14 +58,21 @@ def cap_name(cap: float) -> str:
 
 
 # -- the in-process run ------------------------------------------------------------------------------------------------
+def vs_natives(e: dict, natives: dict, key: str, prefix: str) -> None:
+    """``e["<prefix>_vs_<native>"]`` = the native run's ``key`` over ``e``'s, for each run of ``natives`` ({native:
+    its entry on the same card, compiled alike}) that has it."""
+    mine = e.get(key)
+    for ref, other in natives.items():
+        theirs = other.get(key)
+        if mine and theirs:
+            e[f"{prefix}_vs_{ref}"] = round(theirs / mine, 3)
+
+
 def peer_ratios(result: dict) -> None:
     peers = result["peers"]
     for entry in peers.values():
         suffix = f" compiled:{entry['compiled']}" if entry.get("compiled") else ""  # against peers compiled alike
-        for ref in NATIVE:
-            base = peers.get(ref + suffix, {}).get("step_ms")
-            if base and entry.get("step_ms"):
-                entry[f"speedup_vs_{ref}"] = round(base / entry["step_ms"], 3)
+        vs_natives(entry, {ref: peers.get(ref + suffix, {}) for ref in NATIVE}, "step_ms", "speedup")
 
 
 def print_peers(result: dict) -> None:
@@ -157,14 +164,12 @@ def card_ratios(result: dict) -> None:
             streamed = e.get("gib_streamed_per_step") or 0
             bw = e.get("pinned_gib_s")
             e["floor_ms"] = round(max(ours, streamed / bw * 1e3 if bw else 0), 1)
-        for ref in NATIVE:
-            other = runs.get(f"{ref}{suffix}@{cap}", {}).get("step_ms_median")
-            if other:
-                e[f"speedup_vs_{ref}"] = round(other / e["step_ms_median"], 3)
-        image_ratios(e, runs, peer, cap, suffix)
+        natives = {ref: runs.get(f"{ref}{suffix}@{cap}", {}) for ref in NATIVE}
+        vs_natives(e, natives, "step_ms_median", "speedup")
+        image_ratios(e, runs, peer, natives)
 
 
-def image_ratios(e: dict, runs: dict, peer: str, cap: str, suffix: str) -> None:
+def image_ratios(e: dict, runs: dict, peer: str, natives: dict) -> None:
     """Per image: the floor (steps x the larger of the peer's resident step and the bytes it streamed per step over
     the pinned bandwidth; without a resident run of the peer in the result, only the bus part, as
     ``image_s_bus_floor``), the warm image against it, and the ratio to each native peer's warm image on that card."""
@@ -184,13 +189,8 @@ def image_ratios(e: dict, runs: dict, peer: str, cap: str, suffix: str) -> None:
     if resident:
         e["image_x_floor"] = round(warm / e["image_s_floor"], 3)
     e["image_x_steps"] = round(warm / (steps * e["step_ms_median"] / 1e3), 3)  # what the step median does not show
-    for ref in NATIVE:
-        other = runs.get(f"{ref}{suffix}@{cap}", {}).get("image_s_warm_median")
-        if other:
-            e[f"image_speedup_vs_{ref}"] = round(other / warm, 3)
-        cycle, other = e.get("cycle_s_warm_median"), runs.get(f"{ref}{suffix}@{cap}", {}).get("cycle_s_warm_median")
-        if cycle and other:
-            e[f"cycle_speedup_vs_{ref}"] = round(other / cycle, 3)
+    vs_natives(e, natives, "image_s_warm_median", "image_speedup")
+    vs_natives(e, natives, "cycle_s_warm_median", "cycle_speedup")
 
 
 def print_cards(result: dict) -> None:

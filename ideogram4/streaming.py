@@ -15,6 +15,9 @@ int8 GEMM operands, and bf16 protected layers) stay in pinned host memory and cr
   waiting only for its slot's previous occupant to finish computing. The compute stream waits for ``u``'s copy
   alone. Weights stay in their stored form (int8 stays int8): the kernels read the slot as they read a resident
   weight. Three slots of pieces keep about a block in flight, as two slots of whole blocks did.
+  With ``per_pass`` set, no copy is queued past a forward's last unit and each forward starts from empty slots, so
+  the forward can be captured as one CUDA graph: its copies from pinned memory and the events between the two
+  streams become part of the graph, and a replay streams the weights with no Python hook running.
 
 This module knows nothing of ComfyUI: what a unit's tensors are and how a module is pointed at a slot are callbacks
 (``StreamUnit``), and the caller says whether a block's FFN runs its pair before w2 (``block_pieces(split=...)``);
@@ -318,6 +321,9 @@ class BlockStreamer:
         )
         self._timings: list = []  # (copy start, copy end, needed) events of the forward running now
         self._pending: list = []  # those of the forward before, read once the next one ended
+        # True while a forward may be captured in a CUDA graph: no copy is queued past the forward's last unit (a
+        # graph must hold every copy it waits for, and no copy of the next forward may outlive it)
+        self.per_pass = False
         self.copies = 0  # units copied (tests: the order of prefetch)
         # ("copy" | "use" | "free", block index, piece, slot) when tracing is on (tests: order and slots)
         self.trace: list[tuple[str, int, str, int]] = []
@@ -344,31 +350,41 @@ class BlockStreamer:
         next one is bound. Its kernels are queued on the compute stream by then, so its slot is free once the event
         recorded now has passed."""
         pos = self.order[(index, piece)]
+        capturing = self.cuda and torch.cuda.is_current_stream_capturing()
         if self.current is not None:
             self._release()
+        if self.per_pass and pos == 0:  # a forward of its own: nothing queued by the one before is waited for, and
+            self.queue.clear()  # every unit takes the same slot in every forward (what a capture saw, eager ones see)
+            self.next_slot = 0
         if self.queue and self.queue[0][0] == pos:
             entry = self.queue.popleft()
         else:  # not queued ahead (first forward, or an order the prediction missed): copy now, predict afresh
-            if self.copies and self.slots > 1:
+            if self.copies and self.slots > 1 and (self.queue or pos != 0):  # a forward may start with none queued
                 self.stats.mispredicted += 1
             self.queue.clear()
-            entry = self._issue(pos)
+            self._fence()
+            entry = self._issue(pos, capturing)
         _, slot, done, timing = entry
         if self.cuda:
             compute = torch.cuda.current_stream(self.device)  # this device's, whichever the thread's current one is
-            needed = torch.cuda.Event(enable_timing=True)
-            needed.record(compute)
+            if timing[0] is not None:  # a graph's copies are not timed: its events only order the streams
+                needed = torch.cuda.Event(enable_timing=True)
+                needed.record(compute)
+                self._timings.append((timing[0], timing[1], needed))
             compute.wait_event(done)
-            self._timings.append((timing[0], timing[1], needed))
         self.units[pos].bind(self.views[pos][slot])
         self.current = (pos, slot)
         if self.tracing:
             self.trace.append(("use", index, piece, slot))
         ahead = {e[0] for e in self.queue}
         for k in range(1, self.slots):
-            nxt = (pos + k) % len(self.units)
+            nxt = pos + k
+            if nxt >= len(self.units):
+                if self.per_pass:
+                    break
+                nxt %= len(self.units)
             if nxt not in ahead and nxt != pos:
-                self.queue.append(self._issue(nxt))
+                self.queue.append(self._issue(nxt, capturing))
                 ahead.add(nxt)
 
     def after(self, index: int, piece: str = WHOLE) -> None:
@@ -391,7 +407,17 @@ class BlockStreamer:
         if pos == len(self.units) - 1:
             self._close_forward()
 
-    def _issue(self, pos: int) -> tuple:
+    def _fence(self) -> None:
+        """Every slot is free once the compute queued so far has run: the start of a forward with nothing queued
+        ahead. It also replaces the slot events of an earlier capture, which order nothing outside their graph, and
+        under a capture it is what brings the copy stream into the graph."""
+        if not self.cuda:
+            return
+        ev = torch.cuda.Event()
+        ev.record(torch.cuda.current_stream(self.device))
+        self.freed = [ev] * self.slots
+
+    def _issue(self, pos: int, capturing: bool = False) -> tuple:
         slot = self.next_slot
         self.next_slot = (slot + 1) % self.slots
         unit, views = self.units[pos], self.views[pos][slot]
@@ -402,21 +428,26 @@ class BlockStreamer:
             for dst, src in zip(views, unit.host, strict=True):
                 dst.copy_(src)
             return pos, slot, None, (None, None)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        timed = not capturing
+        start, end = torch.cuda.Event(enable_timing=timed), torch.cuda.Event(enable_timing=timed)
         with torch.cuda.stream(self.copy_stream):
             if self.freed[slot] is not None:
                 self.copy_stream.wait_event(self.freed[slot])
-            start.record()
+            if timed:
+                start.record()
             for dst, src, pinned in zip(views, unit.host, unit.pinned or [False] * len(views), strict=True):
                 dst.copy_(src, non_blocking=pinned)
             end.record()
-        return pos, slot, end, (start, end)
+        return pos, slot, end, (start, end) if timed else (None, None)
 
     # -- measurement -------------------------------------------------------------------------------------------------
     def _close_forward(self) -> None:
         """A forward's last streamed unit was released: read the previous forward's events (long done by now, so
         nothing waits) and keep this one's for the next time."""
         previous, self._pending, self._timings = self._pending, self._timings, []
+        if self.cuda and torch.cuda.is_current_stream_capturing():  # nothing of a captured forward is timed
+            self._pending = previous
+            return
         if not self.cuda:
             self.stats.forwards += 1
             return

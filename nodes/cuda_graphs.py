@@ -16,9 +16,12 @@ For each run, ``pass_graphs`` adds a ``DIFFUSION_MODEL`` wrapper (ComfyUI's wrap
 helpers use it) to each of the pack's MODELs and takes it off after.
 
 A pass stays eager, and the panel says why (model note ``cuda_graphs``), under: the setting; the first pass of a
-model at a resolution (it autotunes: nothing may benchmark during a capture); low-VRAM streaming (Python hooks copy
-blocks in); weights not all on the card; another node's block patches (their Python would run only at capture);
+model at a resolution (it autotunes: nothing may benchmark during a capture); weights off the card outside the
+pack's streaming (ComfyUI's own partial load); another node's block patches (their Python would run only at capture);
 torch.compile; the panel's per-GEMM timing; an input that is not a tensor or a plain value; a failed capture.
+Low-VRAM streaming does not keep a pass eager: while graphs are on, each pass streams on its own
+(``BlockStreamer.per_pass``), so its copies from pinned memory are captured with its kernels; only weights streamed
+from pageable memory (past ComfyUI's pinned-memory limit) keep it eager.
 Natives (MODELs without the pack's linears) are never touched.
 
 The registry records the calls of the eager and captured passes only (no Python runs in a replay); the note says how
@@ -63,9 +66,12 @@ def _off_reason(patcher, transformer_options: dict) -> str | None:
     """Why this pass must stay eager (see the module docstring), or None."""
     if kernels.REGISTRY.timing_enabled:
         return "the panel's per-GEMM timing is on (it records events around each GEMM call)"
-    stream = getattr(patcher.model, "ideogram4_stream", None)
-    if stream is not None and stream.plan.streamed:
-        return f"low-VRAM streaming ({len(stream.plan.streamed)} blocks copied in by Python hooks each pass)"
+    stream = _stream_of(patcher)
+    if stream is not None and stream.streamer.stats.pageable:
+        return (
+            f"low-VRAM streaming from pageable memory ({stream.streamer.stats.pageable} tensors past the pinned-memory "
+            "limit: a graph copies from pinned memory only)"
+        )
     for kind in BLOCK_PATCHES:
         if any(transformer_options.get(kind, {}).values()):
             return f"another node patches the blocks (transformer_options '{kind}')"
@@ -75,12 +81,23 @@ def _off_reason(patcher, transformer_options: dict) -> str | None:
     return None
 
 
+def _stream_of(patcher):
+    """The model's low-VRAM streaming state (``streaming_patcher``) while blocks stream, else None."""
+    stream = getattr(patcher.model, "ideogram4_stream", None)
+    return stream if stream is not None and stream.plan.streamed else None
+
+
 def fingerprint(patcher, diffusion_model: torch.nn.Module) -> tuple | None:
     """What a graph of this MODEL's pass is valid for beyond its inputs: the MODEL's patch set and the address of
-    every weight and buffer (a graph reads them there). None when one is not on a GPU."""
-    ptrs = [getattr(patcher, "patches_uuid", None)]
+    every weight and buffer (a graph reads them there). While blocks stream, their weights are host memory the graph
+    copies from, and the streamer's slots what it copies into: both addresses count. None when a weight is off the
+    GPU otherwise (ComfyUI's own partial load casts it in Python at each call)."""
+    ptrs: list = [getattr(patcher, "patches_uuid", None)]
+    stream = _stream_of(patcher)
+    if stream is not None:
+        ptrs += [id(stream.streamer)] + [b.data_ptr() for b in stream.streamer.buffers]
     for t in itertools.chain(diffusion_model.parameters(), diffusion_model.buffers()):
-        if t.device.type != "cuda":
+        if t.device.type != "cuda" and stream is None:
             return None
         ptrs.append(t.data_ptr())
     return tuple(ptrs)
@@ -120,6 +137,7 @@ class _GraphWrapper:
         self.failures_before = len(self.graphs.stats.failures)
         self.run_off = run_off  # why no pass of this run uses graphs (run_reason), or None
         self.off: str | None = None
+        self.streams: list = []  # streamers set to per-pass streaming for this run (set back after it)
 
     def __call__(self, executor, x, timesteps, context=None, attention_mask=None, transformer_options={}, **kwargs):  # noqa: B006 - ComfyUI's signature
         on_gpu = isinstance(x, torch.Tensor) and x.device.type == "cuda"
@@ -134,6 +152,11 @@ class _GraphWrapper:
             self.off = why
             self.modes["eager"] += 1
             return executor(x, timesteps, context, attention_mask, transformer_options, **kwargs)
+
+        stream = _stream_of(self.patcher)
+        if stream is not None:  # every pass streams on its own: it may be captured with its copies
+            stream.streamer.per_pass = True
+            self.streams.append(stream.streamer)
 
         def one_pass(x, timesteps, context, attention_mask, **kw):
             return executor(x, timesteps, context, attention_mask, transformer_options, **kw)
@@ -189,6 +212,8 @@ def pass_graphs(models):
     finally:
         for model, wrapper in installed:
             model.remove_wrappers_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY)
+            for streamer in wrapper.streams:  # eager runs prefetch the next pass's first weights again
+                streamer.per_pass = False
             kernels.REGISTRY.set_model_note(wrapper.label, NOTE_KIND, wrapper.note() or None)
 
 

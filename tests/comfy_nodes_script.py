@@ -1654,6 +1654,16 @@ def check_streaming():
     res["mispredicted"] = stream.streamer.stats.mispredicted
     res["note"] = kernels.REGISTRY.model_notes("conditional").get(streaming_patcher.NOTE_KIND)
     res["report"] = streaming_patcher.stream_report(cond)
+    # CUDA graphs while streaming: a pass may be captured unless a weight streams from pageable memory; the graph's
+    # key holds the slots it copies into and the host weights it copies from
+    from comfyui_ideogram4_int8.nodes import cuda_graphs
+
+    res["graphs_off_reason"] = cuda_graphs._off_reason(cond, {})
+    res["pageable"] = stream.streamer.stats.pageable
+    fp = cuda_graphs.fingerprint(cond, dm)
+    host_ptrs = {t.data_ptr() for u in stream.streamer.units for t in u.host}
+    res["fingerprint_streaming"] = fp is not None and {b.data_ptr() for b in stream.streamer.buffers} <= set(fp)
+    res["fingerprint_host_weights"] = fp is not None and len(host_ptrs & set(fp)) > 0
     res["read_from_slot"] = _read_from_slot(stream, first, lambda: dm(x, sigma, context=ctx))
     # ComfyUI asks for memory back: more blocks stream, the output stays; the replaced plan's slots are gone at once
     # (not at the next garbage collection: ComfyUI reads free memory right after and asks again if it is not there)

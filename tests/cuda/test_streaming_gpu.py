@@ -2,7 +2,8 @@
 w1|w3 pair, w2), or as whole blocks, through the fused kernels equal the resident run bit for bit; the registry
 records the fused paths on the streamed layers (the pair as one GEMM: w1 and w3 carry no hooks); the copies run on a
 stream of their own, overlapping the GEMMs (read from the profiler's per-stream order, not from a timing bound); the
-per-piece timing events reach the stream's statistics."""
+per-piece timing events reach the stream's statistics; a streamed forward captured as a CUDA graph replays its
+copies."""
 
 from __future__ import annotations
 
@@ -167,4 +168,41 @@ def test_streamed_int8_blocks_equal_resident_and_copies_overlap_compute(split):
 
     overlapping = sum(1 for c in copies for k in kernels_ if span(c)[0] < span(k)[1] and span(k)[0] < span(c)[1])
     assert overlapping > 0
+    s.drain()
+
+
+def test_streamed_forward_captured_as_a_graph_replays_its_copies():
+    """Per-pass streaming (``per_pass``) captured by ``PassGraphs``: the replays equal the resident forward bit for
+    bit, the first replayed pass streams from empty slots (nothing queued by the pass before), and the copies are in
+    the graph: a host weight changed in place after the capture reaches the replay's output."""
+    from comfyui_ideogram4_int8.ideogram4.graph_replay import PassGraphs
+
+    seed = int.from_bytes(os.urandom(3), "little")
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    blocks = torch.nn.Sequential(*[_Block(i, g) for i in range(6)])
+    x0 = torch.randn(1000, K, generator=g, device="cuda").bfloat16()
+    with torch.no_grad():
+        want = [blocks(x0 * (k + 1)) for k in range(4)]
+    streamed = streaming.spread(3, 6)
+    s = _stream(blocks, streamed, True)
+    s.per_pass = True
+    graphs = PassGraphs()
+    modes = []
+    with torch.no_grad():
+        for k in range(4):
+            out, mode = graphs.run(blocks, (x0 * (k + 1),), {}, fingerprint=(id(s),))
+            modes.append(mode)
+            assert torch.equal(out, want[k]), f"seed {seed} pass {k} ({mode})"
+    assert modes == ["eager", "captured", "replayed", "replayed"] and not graphs.stats.failures
+    assert s.stats.mispredicted == 0 and not s.queue  # nothing left queued past a forward's last unit
+    # the copies are graph nodes: negate one streamed weight in its pinned host memory; the replay reads it
+    unit = s.units[-1]  # the last block's w2
+    unit.host[0].neg_()
+    s.per_pass = True
+    with torch.no_grad():
+        eager = blocks(x0)  # hooks bind the changed host copy through the streamer
+        replayed, mode = graphs.run(blocks, (x0,), {}, fingerprint=(id(s),))
+    assert mode == "replayed"
+    assert torch.equal(replayed, eager) and not torch.equal(replayed, want[0]), f"seed {seed}"
+    graphs.clear()
     s.drain()

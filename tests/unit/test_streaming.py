@@ -434,6 +434,41 @@ def test_pieces_prefetch_in_order_across_blocks_and_around_the_forward(slots):
     assert s.stats.mispredicted == 0 and s.copies == forwards * n + slots - 1
 
 
+@pytest.mark.parametrize("slots", [2, 3])
+def test_per_pass_streaming_queues_nothing_past_the_forward(slots):
+    """``per_pass`` (a forward that may be captured as a CUDA graph): each forward copies its own pieces only, the
+    first one when it starts; nothing is left queued at its end; eager forwards before it (cross-forward prefetch)
+    leave nothing the next per-pass forward waits for; the output stays the resident one."""
+    seed = int.from_bytes(__import__("os").urandom(3), "little")
+    blocks, x = _ideo_model(seed)
+    with torch.no_grad():
+        want = blocks(x)
+    streamed = (1, 3, 5)
+    s = _streamed_pieces(blocks, streamed, slots)
+    with torch.no_grad():
+        assert torch.equal(blocks(x), want)  # an eager forward: the next forward's first pieces are queued
+    assert len(s.queue) == slots - 1
+    s.per_pass, s.tracing = True, True
+    n, forwards = len(s.units), 3
+    with torch.no_grad():
+        for _ in range(forwards):
+            assert torch.equal(blocks(x), want), f"seed {seed}"
+            assert not s.queue and s.current is None
+    copies = [e[1:3] for e in s.trace if e[0] == "copy"]
+    assert copies == [u.key for u in s.units] * forwards  # each forward its own pieces, in order, none ahead
+    first_use = [t for t, e in enumerate(s.trace) if e[:3] == ("use", *s.units[0].key)]
+    for t in first_use:  # a forward's first piece is copied when it starts, right before its use
+        assert s.trace[t - 1][:3] == ("copy", *s.units[0].key)
+    _check_slots_never_overwritten_in_use(s.trace)
+    slot_of = [[e[3] for e in s.trace if e[0] == "use"][f * n : (f + 1) * n] for f in range(forwards)]
+    assert slot_of == [[k % slots for k in range(n)]] * forwards  # the slots a capture saw, every forward
+    assert s.stats.mispredicted == 0 and s.copies == (forwards + 1) * n + slots - 1
+    s.per_pass = False  # back to eager: the prefetch around the forward resumes
+    with torch.no_grad():
+        assert torch.equal(blocks(x), want)
+    assert len(s.queue) == slots - 1 and s.stats.mispredicted == 0
+
+
 def test_an_interrupted_piece_frees_its_slot():
     blocks, x = _ideo_model(12, n=4)
     with torch.no_grad():

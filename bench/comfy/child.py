@@ -243,7 +243,7 @@ def _run_peer(
         nonlocal ctx
         before = _model_counters(models)
         record = {"seed": seed}
-        with _file_reads() if prompts is not None else contextlib.nullcontext() as reads:
+        with _pack_log() as pack_log, _file_reads() if prompts is not None else contextlib.nullcontext() as reads:
             if prompts is not None:
                 from .. import text_encoder as te
 
@@ -268,6 +268,8 @@ def _run_peer(
             step_ms=[round(t, 1) for t in times],
             **{k: v - before.get(k, 0) for k, v in _model_counters(models).items()},
         )
+        if pack_log:  # what the pack's patcher did to the models during the run (loads, budgets, plans)
+            record["pack_log"] = pack_log[:PACK_LOG_LINES]
         return latent, times, record
 
     import comfy.patcher_extension
@@ -392,6 +394,33 @@ def _file_reads():
     finally:
         for mod, name, fn in saved:
             setattr(mod, name, fn)
+
+
+PACK_LOG_LINES = 24
+
+
+@contextlib.contextmanager
+def _pack_log():
+    """The pack's log lines (debug included) of one run, kept for its image record instead of printed."""
+    import logging
+
+    lines: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage()[:300])
+
+    logger = logging.getLogger("comfyui_ideogram4_int8")
+    handler, level, propagate = _Keep(logging.DEBUG), logger.level, logger.propagate
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        logger.propagate = propagate
 
 
 def _model_counters(models) -> dict:

@@ -57,21 +57,27 @@ def _modules(patcher, whole_model: bool) -> list[tuple[str, torch.nn.Module]]:
     return list(found.values())
 
 
-def planned(patcher, whole_model: bool) -> list[tuple[str, torch.nn.Module, torch.Tensor, torch.Tensor]]:
-    """(key, module, tensor, host data) of every tensor ``before_load`` moves: the host tensors of the modules
-    ComfyUI's load moves, less those of LoRA-patched modules."""
-    out, seen = [], set()
+def _plan(patcher, whole_model: bool) -> tuple[list[tuple[str, torch.Tensor, torch.Tensor]], list[torch.nn.Module]]:
+    """(tensors, owners): (key, tensor, host data) of each host tensor to move, once each, and every module holding
+    one; the modules are those ComfyUI's load moves, less the LoRA-patched ones."""
+    items, owners, seen = [], {}, set()
     for name, m in _modules(patcher, whole_model):
         if any(f"{name}.{p}" in patcher.patches for p in m._parameters):
             continue
         for pname, t in (*m._parameters.items(), *m._buffers.items()):
-            if t is None or id(t) in seen:
-                continue
             data = t._qdata if isinstance(t, QuantizedTensor) else t
-            if data.device.type == "cpu":
+            if t is None or data.device.type != "cpu":
+                continue
+            owners[id(m)] = m  # a tensor shared by two modules: each module's _apply takes the copy
+            if id(t) not in seen:
                 seen.add(id(t))
-                out.append((f"{name}.{pname}" if name else pname, m, t, data))
-    return out
+                items.append((f"{name}.{pname}" if name else pname, t, data))
+    return items, list(owners.values())
+
+
+def planned(patcher, whole_model: bool) -> list[tuple[str, torch.Tensor, torch.Tensor]]:
+    """(key, tensor, host data) of every tensor ``before_load`` moves (see ``_plan``)."""
+    return _plan(patcher, whole_model)[0]
 
 
 def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | None:
@@ -86,13 +92,13 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
     host_twin = device.type == "cpu" and getattr(patcher.model, "ideogram4_upload_any_device", False)  # tests
     if device.type != "cuda" and not host_twin:
         return None
-    items = planned(patcher, whole_model)
+    items, owners = _plan(patcher, whole_model)
     if not items:
         return None
     moved, report = upload.to_device([data for *_, data in items], device, host_twin=host_twin)
     for key, *_ in items:
         patcher.unpin_weight(key)  # a weight ComfyUI pinned when it offloaded it (a no-op for the others)
-    table = {id(t): (t, new) for (_, _, t, _), new in zip(items, moved, strict=True)}
+    table = {id(t): (t, new) for (_, t, _), new in zip(items, moved, strict=True)}
 
     def swap(t):
         entry = table.get(id(t))
@@ -104,7 +110,7 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
         return new
 
     with torch.no_grad():
-        for m in {id(m): m for _, m, _, _ in items}.values():
+        for m in owners:
             m._apply(swap, recurse=False)
     note = f"weights to the card: {report.describe()}"
     label = _publish(patcher, note)

@@ -24,8 +24,9 @@ def assert_upload(r: dict, path: str) -> None:
             assert side["on_device"] == side["tensors"], (case, side)
             assert side["on_host_after"] and side["weights_after"], (case, side)
             assert side["pinned_after"] == 0 and side["comfy_pinned_keys_after"] == 0, (case, side)
-        # nothing more on the card than ComfyUI's own move leaves, loaded or unloaded
-        assert p["allocated"] == c["allocated"] and p["allocated_after"] == c["allocated_after"] == 0, (case, p, c)
+        # no more on the card than ComfyUI's own move leaves, loaded or unloaded (a second copy, or a tensor kept,
+        # would show here: the ComfyUI run comes second)
+        assert p["allocated"] == c["allocated"] and p["allocated_after"] == c["allocated_after"], (case, p, c)
         assert p["planned"] == c["planned"] and p["copied_other"] == c["copied_other"], (case, p, c)
     for case in ("full", "streamed", "offload"):
         assert pack[case]["weights_as_loaded"], case  # every uploaded tensor equal to its host original

@@ -111,6 +111,11 @@ EXPERIMENTS = {
     "no-fuse-gate-up": Experiment("the FFN's w1 and w3 as two linears instead of one fused call"),
     "smooth-fold": Experiment("the smoothing fold's gate/up mode (off: every divide at run time)", SMOOTH_FOLD_MODES),
     "stream-whole-blocks": Experiment("low-VRAM streaming of whole blocks through 2 slots instead of pieces"),
+    "upload": Experiment(
+        "a MODEL's weights to the card as ComfyUI's load moves them, module by module (comfyui), instead of one "
+        "staged bulk copy",
+        ("comfyui",),
+    ),
     "pass-estimate": Experiment("ComfyUI's doubled-batch memory estimate under the pack's sampler", ("comfyui",)),
     "no-resident-conds": Experiment("the text context cast to the device in every model call, as ComfyUI does"),
     "self-check": Experiment(

@@ -41,7 +41,7 @@ import torch
 from .. import kernels
 from ..ideogram4 import graph_replay, streaming
 from ..kernels import settings
-from . import stream_pieces
+from . import stream_pieces, weight_upload
 from .int8_ops import site_label
 from .op_coverage import CONTEXT_ONLY
 from .stream_pieces import host_data as _host_data
@@ -208,6 +208,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             _ON_DEVICE.add(self)
         if full_load or not streams or budget <= 0 or budget >= 1e30:
             self._to_resident(device_to)
+            if full_load or budget >= 1e30:  # ComfyUI moves every module (a smaller budget: its own partial load)
+                weight_upload.before_load(self, device_to, whole_model=full_load)
             return super().load(device_to, lowvram_model_memory, force_patch_weights, full_load)
         if self.stream is not None and budget >= self.model.model_loaded_weight_memory:
             # a streaming model keeps its plan when offered more (short of a full load): growing on one branch's
@@ -217,6 +219,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         plan = self.stream_plan(budget)  # InsufficientVRAMError names the minimum
         if not plan.streamed:
             self._to_resident(device_to)
+            weight_upload.before_load(self, device_to, whole_model=False)
             return super().load(device_to, lowvram_model_memory=1e32, force_patch_weights=force_patch_weights)
         self._apply(device_to, plan)
         return None
@@ -289,6 +292,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                     for _, m in _streamable(block):
                         self._unstream_module(m, device)
             self.model.ideogram4_streamed_modules = names
+            weight_upload.before_load(self, device, whole_model=False)  # _load_list leaves the streamed ones out
             super().load(device, lowvram_model_memory=1e32, force_patch_weights=False)  # the rest, resident
             stream = _ModelStream(self, device, plan)
             self.model.ideogram4_stream = stream

@@ -2,7 +2,8 @@
 (``comfy_nodes_script.py`` run by ComfyUI's own Python, --cpu): parity of ComfyUI's native Ideogram 4 with the pack's
 ops against the reference DiT, the sampler against ``ideogram4.sample`` and against the native DualModelGuider graph,
 fp8 protected layers, interruption, LoRA (full load / lowvram), smoothing folded at load, offload / clone /
-state_dict, low-VRAM streaming, the branch-device and CUDA-graph nodes, the patch node, bad inputs, progress hooks.
+state_dict, low-VRAM streaming, the staged weight upload, the branch-device and CUDA-graph nodes, the patch node, bad
+inputs, progress hooks.
 The fused ops in those models are in test_native_ops_comfyui.py, a real server in test_nodes_server_comfyui.py.
 Synthetic weights use the demo config (128 latent channels, 4 blocks), so native Flux2 latents fit.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 from comfy_check_run import CPU_PATHS, INT8_WHOLE_MODEL, check_runner
+from upload_checks import CASES, assert_upload
 
 pytestmark = pytest.mark.comfyui
 
@@ -248,6 +250,16 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert lt["comfyui_env_estimate"][0] == pytest.approx(lt["per_pass_estimate"])
     assert lt["factor_restored"]
     assert "at least" in r["insufficient"] and "GiB" in r["insufficient"]
+
+
+def test_resident_weights_go_up_in_one_staged_copy(run_check):
+    r = run_check("upload")
+    # the CPU stands in for the card: the pack's loads ran the staged plan with host copies (an upload to a CPU is
+    # otherwise a .to that copies nothing); ComfyUI's own move under upload=comfyui copied nothing
+    assert_upload(r, "host-twin")
+    assert r["device"] == "cpu" and "host (the CPU twin) staging buffers" in r["pack"]["full"]["note"]
+    assert all(r["comfyui"][case]["copied_planned"] == 0 for case in CASES)
+    assert r["pack"]["lora"]["copied_other"] == 1  # the patched weight, merged by ComfyUI in both modes
 
 
 def test_branch_device_node_and_concurrent_passes(run_check):

@@ -1,0 +1,46 @@
+"""What the ``upload`` check of ``comfy_nodes_script.py`` must show, on the CPU (the host twin standing in for the
+card: tests/comfyui) and with ComfyUI on a GPU (pinned staging: tests/cuda)."""
+
+from __future__ import annotations
+
+CASES = ("full", "lora", "streamed", "offload")
+
+
+def assert_upload(r: dict, path: str) -> None:
+    """``r``: the check's RESULT; ``path``: the upload path the pack's loads must report."""
+    seed = r["__seed__"]
+    pack, comfy = r["pack"], r["comfyui"]
+    for case in CASES:
+        p, c = pack[case], comfy[case]
+        # the same output as ComfyUI's own move, bit for bit
+        assert r["max_abs_vs_comfyui"][case] == 0.0, (seed, case)
+        # the pack's load copied every tensor it planned, through the staged path, and said so
+        assert p["report"]["path"] == path and p["report"]["tensors"] == p["planned"], (case, p["report"])
+        assert p["planned"] > 0 and p["copied_planned"] == p["planned"], (case, p)
+        assert p["note"].startswith("weights to the card: ") and "staging buffers" in p["note"], p["note"]
+        # upload=comfyui: ComfyUI's own path ran, no note
+        assert c["report"] is None and c["note"] is None, (case, c)
+        for side in (p, c):
+            assert side["on_device"] == side["tensors"], (case, side)
+            assert side["on_host_after"] and side["weights_after"], (case, side)
+            assert side["pinned_after"] == 0 and side["comfy_pinned_keys_after"] == 0, (case, side)
+        # no more on the card than ComfyUI's own move leaves, loaded or unloaded (a second copy, or a tensor kept,
+        # would show here: the ComfyUI run comes second)
+        assert p["allocated"] == c["allocated"] and p["allocated_after"] == c["allocated_after"], (case, p, c)
+        assert p["planned"] == c["planned"] and p["copied_other"] == c["copied_other"], (case, p, c)
+    for case in ("full", "streamed", "offload"):
+        assert pack[case]["weights_as_loaded"], case  # every uploaded tensor equal to its host original
+    # the LoRA-patched module stays on ComfyUI's path (merged on the card, its original kept in ComfyUI's backup)
+    lora = pack["lora"]
+    assert lora["module_keys_planned"] == 0 and lora["planned"] < pack["full"]["planned"]
+    assert r["lora_changed_output"] > 1e-3
+    # the resident part of a streamed load only: the streamed blocks' weights stay on the host
+    streamed = pack["streamed"]
+    assert streamed["streamed_blocks"] == 2 and streamed["streamed_weights_on_host"]
+    assert streamed["planned_streamed"] == 0 and streamed["planned"] < pack["full"]["planned"]
+    # ComfyUI's partial unload, then a full reload through the pack's upload
+    off = pack["offload"]
+    assert off["freed"] and off["reload_report"]["path"] == path and off["on_device_reloaded"] == off["tensors"]
+    assert off["comfy_pinned_keys_reloaded"] == 0 and off["pinned_reloaded"] == 0
+    if off["comfy_pinned_keys_unloaded"]:  # what ComfyUI pinned when it offloaded went up straight from there
+        assert off["reload_report"]["pinned"] > 0, off

@@ -142,6 +142,13 @@ def split_plan(cfg: GemmConfig, K: int) -> tuple[int, int]:
     return kps, -(-k_tiles // kps)
 
 
+def pointer_k_split(cfg: GemmConfig, K: int) -> tuple[int, bool]:
+    """(K range per split of the portable pointer kernel, a multiple of BLOCK_K; whether no K masking is needed)."""
+    per_split = -(-K // cfg.split_k)
+    k_per_split = -(-per_split // cfg.block_k) * cfg.block_k
+    return k_per_split, K % k_per_split == 0
+
+
 def gluon_rows_per_consumer(cfg: GemmConfig) -> int:
     """Cooperative: each of the two consumer warpgroups owns half the rows; ping-pong: whole tiles."""
     return cfg.block_m // 2 if cfg.kernel == "gluon-ws" else cfg.block_m

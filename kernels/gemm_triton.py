@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import triton
 
+from .configs import pointer_k_split
 from .env import sm_count
 from .gemm_triton_kernels import (
     _gate_up_kernel,
@@ -28,13 +29,6 @@ from .operands import tma_problem
 
 # The compiled kernel of the last launch (tests read its PTX to check wgmma vs mma.sync).
 LAST_LAUNCH: dict = {}
-
-
-def _k_split(K: int, cfg) -> tuple[int, bool]:
-    """K range per split (a multiple of BLOCK_K) and whether no K masking is needed."""
-    k_per_split = triton.cdiv(triton.cdiv(K, cfg.split_k), cfg.block_k) * cfg.block_k
-    even_k = K % k_per_split == 0 and k_per_split % cfg.block_k == 0
-    return k_per_split, even_k
 
 
 def build_launches(
@@ -54,7 +48,7 @@ def build_launches(
         raise ValueError(f"{cfg.key()}: {why}")
     if cfg.kernel == "triton-tma" and tma_problem(q, w, out) is None:
         return [_persistent_launch(q, w, cfg, q_scale, w_scale, bias, out, raw_int32, num_sms)]
-    k_per_split, even_k = _k_split(K, cfg)
+    k_per_split, even_k = pointer_k_split(cfg, K)
     split_k = triton.cdiv(K, k_per_split)
     grid = (triton.cdiv(M, cfg.block_m) * triton.cdiv(N, cfg.block_n), split_k)
     tiles = (cfg.block_m, cfg.block_n, cfg.block_k, cfg.group_m)

@@ -5,22 +5,25 @@ A kernel that compiles for an architecture may still compute wrong results on it
 a device the GPU tests never ran on. So ``backends.unavailable`` (and ``fp8_gemm.fp8_unavailable``) ask
 ``verdict(family, device)`` after their own questions; the first ask runs the family's check, and a mismatch becomes
 that backend's reason to be unavailable on that device: the path choice moves down the ladder (gluon -> triton ->
-cublas -> reference), checking each backend it reaches the same way. Families: ``triton`` (the quantizer; the GEMM's
-int32 accumulator at edge tiles; dequant + bias on the family's large tile, a small-M tile and split K; the SwiGLU
-pair; the persistent TMA kernels where the family's space has them), ``gluon`` (int32, dequant + bias, SwiGLU pair),
-``fp8`` (the e4m3 quantizer and the fp8 GEMM), ``cublas`` (torch._int_mm's int32).
+cublas -> reference), checking each backend it reaches the same way.
+
+A family runs exactly the kernels Ideogram 4's own calls run on that device, on small problems (self_check_plan.py),
+so its compiles are the ones the model's first pass needs anyway: ``triton`` (the quantizer; the portable GEMMs the
+model's picks name or fall back to), ``gluon`` (the Gluon picks), ``fp8`` (the e4m3 quantizer and the fp8 GEMM),
+``cublas`` (torch._int_mm's int32). A pick autotuning makes later is checked by the next process.
 
 The contract (the twins, reference.py), element by element, outputs NaN-poisoned first: quantizer codes and scales
-and int32 accumulators equal bit for bit; a dequantized output y (out_dtype's unit roundoff eps) within
+and cuBLAS's int32 accumulators equal bit for bit; a dequantized output y (out_dtype's unit roundoff eps) within
 ``eps |t| + 2^-22 (|p| + |bias|)`` of the twin's float32 value t (p = acc s_tok s_ch: the GPU's fused multiply-add
 against the twin's two roundings); the SwiGLU pair within ``eps |t| + (|g| + 8) 2^-20 |t|`` (the kernel's exp
 against torch's; plus float32's smallest normal times (|g| + 1)(|u| + 1), a sigmoid flushed to zero); the fp8 GEMM
-within ``eps |t| + 2^-8 sum_k |q w| s_tok s_ch + 2^-22 |bias|`` (fp8 tensor cores add with fewer bits).
+within ``eps |t| + 2^-8 sum_k |q w| s_tok s_ch + 2^-22 |bias|`` (fp8 tensor cores add with fewer bits). The Triton
+GEMMs' accumulators are checked through their dequantized outputs: their raw int32 store is a variant the model
+never runs.
 
-A check runs a few small problems once per device, most of its time compiling kernels the model then runs. A pass is
-cached on disk per (GPU, driver, torch, Triton, kernel sources) next to the autotune cache; a failure is not: the next
-process checks (and says so) again. The experiment ``self-check=on`` checks every device, the measured families too
-(and the CPU interpreter, for tests); ``self-check=off`` none.
+A check runs once per device. A pass is cached on disk per (GPU, driver, torch, Triton, kernel sources) next to the
+autotune cache with a digest of its launches; a failure is not: the next process checks (and says so) again. The
+experiment ``self-check=on`` checks every device, the measured families too (and the CPU interpreter); ``off`` none.
 """
 
 from __future__ import annotations
@@ -37,7 +40,6 @@ import torch
 import torch.nn.functional as F
 
 from . import entry_cache, reference, settings
-from .configs import CONFIG_SPACES, SMEM_LIMIT, GemmConfig, config_space, fp8_tile, heuristic_config
 from .env import arch_name, capability, gpu_name, interpreter_mode, triton_version
 
 log = logging.getLogger(__name__)
@@ -48,9 +50,8 @@ MEASURED_ARCHS = ("sm90",)
 CACHE_NAME = "self_check.json"
 _MAX_CACHE_ENTRIES = 32
 
-# problem sizes: M and N no multiple of any tile (edge tiles in both), all multiples of 16 as the model's are (the
-# same compiled kernel variants as Ideogram 4's shapes), K a multiple of every BLOCK_K and of two splits
-_M, _N, _K, _M_SMALL, _M_SPLIT = 144, 208, 512, 5, 33
+# torch._int_mm's problem (cuBLAS: nothing for Triton to compile): M and N no multiple of a tile, K of two
+_M, _N, _K = 144, 208, 512
 
 
 def setting() -> str:
@@ -256,10 +257,18 @@ def _read() -> dict:
     return entry_cache.read(CACHE_NAME)
 
 
+def _plan(family: str, device: torch.device) -> str:
+    """A digest of the launches ``family``'s check makes on ``device``: they follow the model's picks there, which
+    autotuning may change (a pass stored before covers the launches it made)."""
+    from . import self_check_plan
+
+    return self_check_plan.digest(self_check_plan.target_of(device), family)
+
+
 def _cached(family: str, device: torch.device) -> Result | None:
-    """The pass stored for this family and device key, or None."""
+    """The pass stored for this family and device key, covering the launches its check makes now, or None."""
     entry = _read().get(device_cache_key(device), {}).get(family)
-    if not isinstance(entry, dict) or entry.get("passed") is not True:
+    if not isinstance(entry, dict) or entry.get("passed") is not True or entry.get("launches") != _plan(family, device):
         return None
     seconds = entry.get("seconds")
     return Result(family, True, None, float(seconds) if isinstance(seconds, (int, float)) else 0.0, from_cache=True)
@@ -273,7 +282,7 @@ def _save(family: str, device: torch.device, result: Result) -> None:
     key = device_cache_key(device)
     if not isinstance(entries.get(key), dict):
         entries[key] = {}
-    entries[key][family] = {"passed": True, "seconds": result.seconds}
+    entries[key][family] = {"passed": True, "seconds": result.seconds, "launches": _plan(family, device)}
     entries = dict(list(entries.items())[-_MAX_CACHE_ENTRIES:])
     entry_cache.write(CACHE_NAME, entries, "self-check")
 
@@ -281,17 +290,23 @@ def _save(family: str, device: torch.device, result: Result) -> None:
 # -- the checks: each returns None or the first mismatch, in words -------------------------------------------------
 
 
-def _operands(device: torch.device, m: int, n: int, k: int, seed: int):
-    """Activations with outlier channels (a zero row, a NaN row), their twin quantization, an int8 weight with
-    per-channel scales and a bf16 bias: drawn on the CPU from a fixed seed, then moved to ``device``."""
+def _activations(m: int, k: int, seed: int) -> torch.Tensor:
+    """bf16 rows [m, k] with outlier channels (and, beyond two rows, a zero row and a NaN row), from a fixed seed."""
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(m, k, generator=gen) * 0.5
     x[:, torch.randperm(k, generator=gen)[: k // 64]] *= 30.0
     if m > 2:
         x[1] = 0.0
         x[2, k // 3] = float("nan")
-    x = x.bfloat16()
+    return x.bfloat16()
+
+
+def _operands(device: torch.device, m: int, n: int, k: int, seed: int):
+    """Activations (``_activations``), their twin quantization, an int8 weight with per-channel scales and a bf16
+    bias: drawn on the CPU from a fixed seed, then moved to ``device``."""
+    x = _activations(m, k, seed)
     q, s = reference.quantize_per_token_ref(x)
+    gen = torch.Generator().manual_seed(seed + 1)
     w = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
     ws = torch.rand(n, generator=gen) * 2e-4 + 2e-5  # outputs of a few units: the SwiGLU's curve, not its tails
     bias = (torch.randn(n, generator=gen) * 0.1).bfloat16()
@@ -340,113 +355,99 @@ def _pair_bound(acc1, acc3, s, s1, s3, out_dtype) -> tuple[torch.Tensor, torch.T
     return t, (eps + (g.abs() + 8) * 2.0**-20) * t.abs() + flushed + torch.finfo(out_dtype).tiny
 
 
-def _gemm_checks(device: torch.device, launch, configs: dict[str, GemmConfig], pair: GemmConfig | None):
-    """The GEMM checks shared by the portable and the Gluon kernels: ``launch(q, w, cfg, q_scale, w_scale, bias,
-    out, raw_int32, up)`` runs one config. ``configs``: {"raw": cfg, "linear": cfg, ...} by what each runs."""
-    (_, q, s, w, ws, bias), (_, qd, sd, wd, wsd, biasd) = _operands(device, _M, _N, _K, 1)
-    acc = reference.int8_matmul_int32_ref(q, w)
-    for name, cfg in configs.items():
-        if name == "raw":
-            out = launch(qd, wd, cfg, None, None, None, _nan((_M, _N), torch.int32, device), True, None)
-            problem = _compare(f"int32 accumulator ({cfg.key()})", out, acc)
-        else:
-            m = {"small-M": _M_SMALL, "split-K": _M_SPLIT}.get(name, _M)
-            out = launch(qd[:m], wd, cfg, sd[:m], wsd, biasd, _nan((m, _N), torch.bfloat16, device), False, None)
-            want, bound = _epilogue_bound(acc[:m], s[:m], ws, bias, torch.bfloat16)
-            problem = _compare(f"dequant + bias ({cfg.key()}, {name})", out, want, bound)
+def _gemm_checks(device: torch.device, launch, cases) -> str | None:
+    """The cases of one backend (self_check_plan.gemm_cases): ``launch(q, w, cfg, q_scale, w_scale, bias, out,
+    raw_int32, up)`` runs one config; the first mismatch, or None."""
+    for i, case in enumerate(cases):
+        problem = _gemm_case(device, launch, case, seed=10 + 2 * i)
         if problem:
             return problem
-    if pair is not None:
-        f = _N // 2
-        w3 = torch.randint(-127, 128, (f, _K), generator=torch.Generator().manual_seed(2), dtype=torch.int8)
-        s3 = torch.rand(f, generator=torch.Generator().manual_seed(3)) * 2e-4 + 2e-5
-        out = _nan((_M, f), torch.bfloat16, device)
-        out = launch(qd, wd[:f], pair, sd, wsd[:f], None, out, False, (w3.to(device), s3.to(device)))
-        want, bound = _pair_bound(acc[:, :f], reference.int8_matmul_int32_ref(q, w3), s, ws[:f], s3, torch.bfloat16)
-        return _compare(f"SwiGLU pair ({pair.key()})", out, want, bound)
     return None
 
 
-def _arch_of(device: torch.device) -> str:
-    return arch_name(capability(device)) if device.type == "cuda" else "cpu"
+def _gemm_case(device: torch.device, launch, case, seed: int) -> str | None:
+    m, n, k = case.m, case.n, case.k
+    (_, q, s, w, ws, bias), (_, qd, sd, wd, wsd, biasd) = _operands(device, m, n, k, seed)
+    acc = reference.int8_matmul_int32_ref(q, w)
+    out = _nan((m, n), torch.bfloat16, device)
+    if case.pair:
+        gen = torch.Generator().manual_seed(seed + 1)
+        w3 = torch.randint(-127, 128, (n, k), generator=gen, dtype=torch.int8)
+        s3 = torch.rand(n, generator=gen) * 2e-4 + 2e-5
+        out = launch(qd, wd, case.cfg, sd, wsd, None, out, False, (w3.to(device), s3.to(device)))
+        want, bound = _pair_bound(acc, reference.int8_matmul_int32_ref(q, w3), s, ws, s3, torch.bfloat16)
+        return _compare(case.name(), out, want, bound)
+    if not case.bias:
+        bias = biasd = None
+    out = launch(qd, wd, case.cfg, sd, wsd, biasd, out, False, None)
+    want, bound = _epilogue_bound(acc, s, ws, bias, torch.bfloat16)
+    return _compare(case.name(), out, want, bound)
 
 
-def _portable_configs(device: torch.device) -> tuple[dict[str, GemmConfig], list[GemmConfig]]:
-    """The portable kernels' configs the check runs: the family's large tile (raw int32 and dequant + bias), a
-    small-M tile, split K; and the persistent TMA kernel's first config where the family's space has it."""
-    arch = _arch_of(device)
-    large = heuristic_config(arch, 4096, 4096, 4096)
-    configs = {
-        "raw": large,
-        "large tile": large,
-        "small-M": heuristic_config(arch, _M_SMALL, 4096, 4096),
-        "split-K": dataclasses.replace(large, split_k=2),
-    }
-    pairs = [large]
-    cc = capability(device) if device.type == "cuda" else None
-    if cc is not None and cc >= (9, 0):
-        props = torch.cuda.get_device_properties(device)
-        limit = getattr(props, "shared_memory_per_block_optin", None) or SMEM_LIMIT.get(arch)
-        tma = next((c for c in config_space(arch, 4096, limit, ("triton-tma",))), None)
-        if tma is not None:
-            configs["TMA"] = tma
-            if tma.problem(2, swiglu=True) is None:
-                pairs.append(tma)
-    return configs, pairs
+def _quantizer_checks(device: torch.device, rows, codes=torch.int8) -> str | None:
+    """The Triton quantizer on ``rows`` [(m, K)] against its twin: codes and scales bit for bit."""
+    from . import quant_triton
+
+    what = "e4m3 quantizer" if codes != torch.int8 else "quantizer"
+    for m, k in rows:
+        x = _activations(m, k, seed=k)
+        q, s = quant_triton.quantize_rows_triton(x.to(device), codes=codes)
+        qr, sr = reference.quantize_per_token_ref(x, codes=codes)
+        if codes != torch.int8:  # compared as their bytes: e4m3 has no equality on every torch
+            q, qr = q.view(torch.uint8), qr.view(torch.uint8)
+        problem = _compare(f"{what} codes ({m}x{k})", q, qr) or _compare(f"{what} scales ({m}x{k})", s, sr)
+        if problem:
+            return problem
+    return None
 
 
 def _check_triton(device: torch.device) -> str | None:
-    from . import gemm_triton, quant_triton
+    from . import gemm_triton, self_check_plan
 
-    (x, *_), (xd, *_) = _operands(device, _M, _N, _K, 0)
-    q, s = quant_triton.quantize_rows_triton(xd)
-    qr, sr = reference.quantize_per_token_ref(x)
-    problem = _compare("quantizer codes", q, qr) or _compare("quantizer scales", s, sr)
+    problem = _quantizer_checks(device, self_check_plan.quant_rows())
     if problem:
         return problem
 
     def launch(q, w, cfg, qs, ws, bias, out, raw, up):
         return gemm_triton.launch_gemm(q, w, cfg, qs, ws, bias, out, raw, up=up)
 
-    configs, pairs = _portable_configs(device)
-    for i, pair in enumerate(pairs):
-        problem = _gemm_checks(device, launch, configs if i == 0 else {}, pair)
-        if problem:
-            return problem
-    return None
+    cases = self_check_plan.gemm_cases(self_check_plan.target_of(device))["triton"]
+    return _gemm_checks(device, launch, cases)
 
 
 def _check_gluon(device: torch.device) -> str | None:
-    from . import gemm_gluon
-
-    cfg = next(c for c in CONFIG_SPACES["sm90"] if c.is_gluon and c.split_k == 1)
+    from . import gemm_gluon, self_check_plan
 
     def launch(q, w, cfg, qs, ws, bias, out, raw, up):
         return gemm_gluon.launch_gemm(q, w, cfg, qs, ws, bias, out, raw, up=up)
 
-    return _gemm_checks(device, launch, {"raw": cfg, "large tile": cfg}, cfg)
+    cases = self_check_plan.gemm_cases(self_check_plan.target_of(device))["gluon"]
+    return _gemm_checks(device, launch, cases)
 
 
 def _check_fp8(device: torch.device) -> str | None:
-    from . import gemm_triton, quant_triton
+    from . import gemm_triton, self_check_plan
 
-    (x, *_), (xd, *_) = _operands(device, _M, _N, _K, 4)
     codes = torch.float8_e4m3fn
-    q, s = quant_triton.quantize_rows_triton(xd, codes=codes)
-    qr, sr = reference.quantize_per_token_ref(x, codes=codes)
-    problem = _compare("e4m3 quantizer codes", q.view(torch.uint8), qr.view(torch.uint8))
-    if problem or (problem := _compare("e4m3 quantizer scales", s, sr)):
+    problem = _quantizer_checks(device, self_check_plan.quant_rows(fp8=True), codes)
+    if problem:
         return problem
+    case = self_check_plan.fp8_case(self_check_plan.target_of(device))
+    m, n, k = case.m, case.n, case.k
+    qr, sr = reference.quantize_per_token_ref(_activations(m, k, seed=4), codes=codes)
     gen = torch.Generator().manual_seed(5)
-    w = (torch.randn(_N, _K, generator=gen) * 64).clamp(-448, 448).to(codes)
-    ws, bias = torch.rand(_N, generator=gen) * 1e-3 + 1e-5, (torch.randn(_N, generator=gen) * 0.1).bfloat16()
-    tile = fp8_tile(_arch_of(device))
-    out = _nan((_M, _N), torch.bfloat16, device)
-    gemm_triton.launch_gemm(q, w.to(device), tile, s, ws.to(device), bias.to(device), out)
+    w = (torch.randn(n, k, generator=gen) * 64).clamp(-448, 448).to(codes)
+    ws = torch.rand(n, generator=gen) * 1e-3 + 1e-5
+    bias = (torch.randn(n, generator=gen) * 0.1).bfloat16() if case.bias else None
+    out = _nan((m, n), torch.bfloat16, device)
+    biasd = bias.to(device) if bias is not None else None
+    gemm_triton.launch_gemm(qr.to(device), w.to(device), case.cfg, sr.to(device), ws.to(device), biasd, out)
     t = reference.fp8_matmul_ref(qr, w, sr, ws, bias, torch.float32)
     mass = (qr.float().abs() @ w.float().abs().t()) * sr[:, None] * ws[None, :]
-    bound = torch.finfo(torch.bfloat16).eps * t.abs() + 2.0**-8 * mass + 2.0**-22 * bias.float().abs()
-    return _compare(f"fp8 GEMM ({tile.key()})", out, t, bound + torch.finfo(torch.bfloat16).tiny)
+    bound = torch.finfo(torch.bfloat16).eps * t.abs() + 2.0**-8 * mass
+    if bias is not None:
+        bound = bound + 2.0**-22 * bias.float().abs()
+    return _compare(case.name().replace("dequant", "fp8 GEMM", 1), out, t, bound + torch.finfo(torch.bfloat16).tiny)
 
 
 def _check_cublas(device: torch.device) -> str | None:

@@ -128,23 +128,31 @@ class ConfigPicker:
         arch = arch_name(capability(q.device) if q.is_cuda else None)
         gpu, line = gpu_name(q.device), triton_line()
         key = (arch, gpu, line, N, K, m_bucket(M), epilogue)
-        with self._lock:
-            found = self._picks.get(key)
-        if found is None:
-            found = self._from_disk(key) or shipped_config(arch, gpu, line, M, N, K, epilogue)
+        found = self.known(arch, gpu, line, M, N, K, epilogue)
         if found is None and q.is_cuda and launch is not None and not settings.flag("no-autotune"):
             found = self._autotune(key, arch, M, N, K, q.device, launch, epilogue == EPILOGUE_PAIR)
         if found is None:
-            cfg = heuristic_config(arch, M, N, K)
-            if epilogue == EPILOGUE_PAIR:  # the SwiGLU epilogue runs unsplit
-                cfg = dataclasses.replace(cfg, split_k=1)
-            found = (cfg, "heuristic")
+            found = (_heuristic(arch, M, N, K, epilogue), "heuristic")
         with self._lock:
             self._picks[key] = found
             if len(self._fast) > 4096:
                 self._fast.clear()
             self._fast[fast] = found
         return found
+
+    def known(self, arch, gpu, line, M: int, N: int, K: int, epilogue: str = EPILOGUE_LINEAR):
+        """(config, source) of a call that needs no autotuning: this process's pick, the autotune cache's, the
+        shipped table's; else None."""
+        key = (arch, gpu, line, N, K, m_bucket(M), epilogue)
+        with self._lock:
+            found = self._picks.get(key)
+        return found or self._from_disk(key) or shipped_config(arch, gpu, line, M, N, K, epilogue)
+
+    def planned(self, arch, gpu, line, M: int, N: int, K: int, epilogue: str = EPILOGUE_LINEAR) -> GemmConfig:
+        """The config a call will run without timing anything: the known pick, else the heuristic (which autotuning
+        compiles among its trials, and which runs where autotuning is off)."""
+        found = self.known(arch, gpu, line, M, N, K, epilogue)
+        return found[0] if found else _heuristic(arch, M, N, K, epilogue)
 
     def picks(self) -> list[dict]:
         with self._lock:
@@ -229,6 +237,13 @@ class ConfigPicker:
             tmp.replace(path)
         except OSError as exc:  # a read-only home must not break inference
             log.warning("Ideogram4 INT8: could not write autotune cache %s: %s", path, exc)
+
+
+def _heuristic(arch: str, M: int, N: int, K: int, epilogue: str) -> GemmConfig:
+    cfg = heuristic_config(arch, M, N, K)
+    if epilogue == EPILOGUE_PAIR:  # the SwiGLU epilogue runs unsplit
+        cfg = dataclasses.replace(cfg, split_k=1)
+    return cfg
 
 
 def _disk_key(key) -> str:

@@ -4,6 +4,11 @@ and a kernel computing wrong results is demoted with its reason while the layer 
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
+import subprocess
+import sys
 import time
 
 import pytest
@@ -63,7 +68,38 @@ def test_the_self_check_forced_on_this_gpu_passes_and_a_later_process_reuses_it(
         )
 
 
-@pytest.mark.parametrize("fault, caught", [("epilogue scale", "dequant + bias"), ("tile edge", "int32 accumulator")])
+def _cost(order: str, folder) -> dict:
+    """tests/self_check_cost.py in a process of its own with an empty Triton cache."""
+    env = {**os.environ, "TRITON_CACHE_DIR": str(folder / "triton"), settings.CACHE_DIR: str(folder / "pack")}
+    env[settings.EXPERIMENTS_VAR] = ",".join(e for e in (env.get(settings.EXPERIMENTS_VAR), "no-autotune") if e)
+    script = pathlib.Path(__file__).resolve().parents[1] / "self_check_cost.py"
+    out = subprocess.run([sys.executable, str(script), order], capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_checks_compiles_are_the_ones_the_models_first_pass_needs(tmp_path, capsys):
+    """Cold (an empty Triton cache): the check first, then Ideogram 4's calls at their real shapes; and the other
+    way round. The check compiles nothing the model's calls have not compiled already (printed: each step's time and
+    compile count, a benchmark record, not an assertion on time)."""
+    first = _cost("check-first", tmp_path / "check-first")
+    after = _cost("model-first", tmp_path / "model-first")
+    assert after["check"]["compiled"] == [], after["check"]["compiled"]
+    with capsys.disabled():
+        print(
+            f"\nself-check forced on {first['gpu']}, empty Triton cache, no autotuning: "
+            f"check first {first['check']['seconds']:.2f} s ({len(first['check']['compiled'])} compiles; "
+            + ", ".join(f"{f} {s:.2f} s" for f, s in first["families"].items())
+            + f"), then the model's calls {first['model']['seconds']:.2f} s "
+            f"({len(first['model']['compiled'])} compiles); the model's calls first {after['model']['seconds']:.2f} s "
+            f"({len(after['model']['compiled'])} compiles), then the check {after['check']['seconds']:.2f} s "
+            f"({len(after['check']['compiled'])} compiles)"
+        )
+        for name in first["model"]["compiled"]:
+            print(f"  compiled by the model's calls after the check: {name[:200]}")
+
+
+@pytest.mark.parametrize("fault, caught", [("epilogue scale", "dequant"), ("tile edge", "dequant")])
 def test_a_kernel_computing_wrong_results_on_this_gpu_is_demoted_and_the_layer_equals_the_twin(
     fault, caught, forced, monkeypatch
 ):

@@ -121,3 +121,14 @@ def test_available_says_why_not(monkeypatch, hopper, frontend, cc, head_dim, dty
 
 def test_available_on_the_cpu_says_it_needs_a_gpu():
     assert A.available(CPU) == (False, "cuDNN's FP8 attention needs a CUDA GPU (the model is on the CPU)")
+
+
+def test_a_graph_is_never_built_during_a_capture(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    built = []
+    monkeypatch.setattr(A, "_build", lambda *args: built.append(args))
+    A.clear()
+    t8 = torch.zeros(1, 2, 8, 16, dtype=torch.float8_e4m3fn)
+    with pytest.raises(RuntimeError, match="built outside a CUDA graph capture only"):
+        A._graph_for(t8, t8, t8, torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16), 0.25)
+    assert built == []

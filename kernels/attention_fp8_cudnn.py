@@ -228,19 +228,25 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | 
         )
     if not (q.is_cuda and q.dtype in DTYPES and q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v must be bf16 or fp16 CUDA tensors of one dtype (got {q.dtype} on {q.device})")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    (q8, dq), (k8, dk), (v8, dv) = (quantize_e4m3(t) for t in (q, k, v))
     out = torch.empty_like(q)  # q's strides: the layout SDPA's output has
+    return attention_quantized(quantize_e4m3(q), quantize_e4m3(k), quantize_e4m3(v), out, scale)
+
+
+def attention_quantized(q, k, v, out: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """The cuDNN call alone: q, k, v as ``quantize_e4m3`` pairs (e4m3 tensor, descale), O written into ``out``
+    (bf16 / fp16, [B, H, L, D]) and returned. ``attention`` is this after quantizing; a caller whose q, k, v
+    arrive quantized (a fused producer, or the probe timing the kernel alone) calls it directly."""
+    (q8, dq), (k8, dk), (v8, dv) = q, k, v
+    scale = 1.0 / math.sqrt(q8.shape[-1]) if scale is None else float(scale)
     built = _graph_for(q8, k8, v8, out, scale)
-    amax = torch.empty(2, 1, 1, 1, device=q.device, dtype=torch.float32)
+    amax = torch.empty(2, 1, 1, 1, device=out.device, dtype=torch.float32)
     data = {
-        "q": q8, "k": k8, "v": v8, "descale_q": dq, "descale_k": dk, "descale_v": dv, **_constants(q.device),
+        "q": q8, "k": k8, "v": v8, "descale_q": dq, "descale_k": dk, "descale_v": dv, **_constants(out.device),
         "o": out, "amax_s": amax[0:1], "amax_o": amax[1:2],
     }  # fmt: skip
-    workspace = torch.empty(max(built.workspace, 1), device=q.device, dtype=torch.uint8)
-    handle = _handle(q.device)
-    cudnn = _frontend()
-    cudnn.set_stream(handle, torch.cuda.current_stream(q.device).cuda_stream)
+    workspace = torch.empty(max(built.workspace, 1), device=out.device, dtype=torch.uint8)
+    handle = _handle(out.device)
+    _frontend().set_stream(handle, torch.cuda.current_stream(out.device).cuda_stream)
     built.graph.execute({built.tensors[name]: t for name, t in data.items()}, workspace, handle=handle)
     return out
 
@@ -256,6 +262,7 @@ __all__ = [
     "E4M3_MAX",
     "MAX_HEAD_DIM",
     "attention",
+    "attention_quantized",
     "attention_reference",
     "available",
     "backend_version",

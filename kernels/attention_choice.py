@@ -4,17 +4,19 @@ Candidates (``CANDIDATES``), each with ``unavailable(device, shape, dtype) -> st
 [B, H, L, D] layout:
   sdpa  PyTorch SDPA with cuDNN attention first, then FlashAttention-2 (ComfyUI orders FlashAttention-2 first)
   int8  comfy-kitchen's ``int8_attention`` (ComfyUI's own dependency, used through its public functions)
-  fp8   cuDNN's FP8 attention through nvidia-cudnn-frontend: not wired yet, so it always says why it cannot run
+  fp8   cuDNN's FP8 attention through nvidia-cudnn-frontend, an optional dependency (attention_fp8_cudnn.py)
 
 ``choose`` answers the first call of a shape on a device by measuring every candidate that can run there on probe
 inputs of that shape (q and k with outlier channels, as the blocks' q / k after RMSNorm + RoPE have): the error of
 each against float32 attention of the same inputs (relative Frobenius, worst head) and its time (CUDA events, or an
 injected timer). The fastest whose error is within ``BOUND`` wins; SDPA wins a tie. The answer is kept in memory and,
 with its numbers, in ``attention.json`` in the pack's cache folder, keyed by GPU, compute capability, torch,
-comfy-kitchen, cuDNN and cudnn-frontend versions, shape and dtype (``key_fields``): a later process re-decides from
-the stored numbers without measuring. Nothing is measured while a CUDA graph is captured or torch.compile traces:
-an undecided shape runs SDPA then, labelled, until an eager call decides. An 8-bit path that fails while measured
-or run gives way to SDPA for that shape, with the failure as the reason; a pass never fails for it.
+comfy-kitchen, cuDNN (torch's and the one the frontend loaded) and cudnn-frontend versions, shape and dtype
+(``key_fields``): a later process re-decides from the stored numbers without measuring. Nothing is measured while a
+CUDA graph is captured or torch.compile traces: an undecided shape runs SDPA then, labelled, until an eager call
+decides. An 8-bit path that fails while measured or run gives way to SDPA for that shape, with the failure as the
+reason; a pass never fails for it. On a family in ``MEASURED_HERE`` the paths measured slower there are not measured
+again.
 
 ``IDEOGRAM4_INT8_ATTENTION`` = sdpa | int8 | fp8 forces a path where it can run (else SDPA, and the reason says
 why); ``comfyui`` is handled by the override's installer (nodes/attention_override.py), which never asks here.
@@ -36,7 +38,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from . import entry_cache, settings
+from . import attention_fp8_cudnn, entry_cache, settings
 from .env import capability, gpu_name
 
 log = logging.getLogger(__name__)
@@ -147,33 +149,22 @@ class KitchenInt8:
 
 def cudnn_frontend_version() -> str | None:
     """The installed nvidia-cudnn-frontend's version, or None (not installed)."""
-    for dist in ("nvidia-cudnn-frontend", "cudnn-frontend"):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+    return attention_fp8_cudnn.frontend_version()
 
 
 class CudnnFp8:
-    """cuDNN's FP8 attention through nvidia-cudnn-frontend (an optional dependency). Its graph is not built here
-    yet, so it always says why it cannot run; ``run`` refuses rather than pretend."""
+    """cuDNN's FP8 attention through nvidia-cudnn-frontend, an optional dependency (kernels/attention_fp8_cudnn.py):
+    q, k, v quantized to e4m3 per tensor on the device, O in bf16."""
 
     name = FP8
     label = "cuDNN FP8 attention"
-    NOT_WIRED = "cuDNN FP8 attention is not wired into the pack yet (cudnn-frontend {} is installed)"
 
     def unavailable(self, device: torch.device, shape: Shape | None = None, dtype: torch.dtype | None = None):
-        try:
-            importlib.import_module("cudnn")
-        except ImportError:
-            return "nvidia-cudnn-frontend is not installed (pip install nvidia-cudnn-frontend)"
-        except Exception as exc:  # noqa: BLE001
-            return f"nvidia-cudnn-frontend did not import ({type(exc).__name__}: {exc})"
-        return self.NOT_WIRED.format(cudnn_frontend_version() or "(unknown version)")
+        ok, why = attention_fp8_cudnn.available(device, shape.head_dim if shape is not None else None, dtype)
+        return None if ok else why
 
     def run(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError(self.NOT_WIRED.format(cudnn_frontend_version() or "(unknown version)"))
+        return attention_fp8_cudnn.attention(q, k, v)
 
 
 CANDIDATES = {c.name: c for c in (SdpaCudnnFirst(), KitchenInt8(), CudnnFp8())}
@@ -316,22 +307,28 @@ def _forced(pool: dict, path: str, device, shape, dtype) -> Choice:
     return Choice(SDPA, f"{how} asked for, but {why}")
 
 
-MEASURED_HERE = {(9, 0): "0.579 ms for cuDNN's bf16 SDPA against 1.288 ms for comfy-kitchen's INT8 at 4608 tokens"}
-# families whose answer this repository measured (H100 / H200: docs/performance.md, Attention): SDPA without measuring
-# again at every new shape on every user's card; a forced path or another family measures
+MEASURED_HERE = {
+    (9, 0): {INT8: "0.579 ms for cuDNN's bf16 SDPA against 1.288 ms for comfy-kitchen's INT8 at 4608 tokens"}
+}
+# per family, the 8-bit paths this repository measured slower than SDPA there (H100 / H200: docs/performance.md,
+# Attention): not measured again at every new shape on every user's card. A path not listed (cuDNN's FP8 where the
+# optional frontend is installed) is still measured against SDPA; a forced path or another family measures all.
 
 
 def _automatic(pool: dict, device, shape, dtype, timer) -> Choice:
     why_not = {name: _why_not(c, device, shape, dtype) for name, c in pool.items()}
     if why_not.get(SDPA):  # the baseline cannot be ordered: still SDPA, the caller's plain call
         return Choice(SDPA, why_not[SDPA])
-    known = MEASURED_HERE.get(capability(device)) if device.type == "cuda" else None
-    if known and pool is CANDIDATES:
-        return Choice(SDPA, f"measured on this GPU family: no 8-bit path is faster ({known}, 18 heads of 256)")
-    ready = [name for name, why in why_not.items() if why is None]
+    known = MEASURED_HERE.get(capability(device), {}) if device.type == "cuda" and pool is CANDIDATES else {}
+    ready = [name for name, why in why_not.items() if why is None and name not in known]
     unavailable = "; ".join(f"{name}: {why}" for name, why in why_not.items() if why)
     if ready == [SDPA]:
+        if known:
+            measured = "; ".join(known.values())
+            return Choice(SDPA, f"measured on this GPU family: no 8-bit path is faster ({measured}, 18 heads of 256)")
         return Choice(SDPA, f"no 8-bit path can run here ({unavailable})")
+    slower = "; ".join(f"{name}: measured slower on this GPU family ({known[name]})" for name in known if name in pool)
+    unavailable = "; ".join(x for x in (unavailable, slower) if x)
     key = cache_key(device, shape, dtype)
     stored = _read_cache().get(key, {})
     if all(isinstance(stored.get(name), dict) for name in ready):
@@ -454,7 +451,7 @@ def wall_timer(fn: Callable[[], object]) -> float:
 
 
 def key_fields(device: torch.device, shape: Shape, dtype: torch.dtype) -> dict:
-    """What a measured answer depends on."""
+    """What a measured answer depends on (``cudnn``: torch's cuDNN; ``cudnn_fp8``: the one the frontend loaded)."""
     cc = capability(device)
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
@@ -464,6 +461,7 @@ def key_fields(device: torch.device, shape: Shape, dtype: torch.dtype) -> dict:
         "comfy_kitchen": kitchen_version(),
         "cudnn": cudnn,
         "cudnn_frontend": cudnn_frontend_version(),
+        "cudnn_fp8": attention_fp8_cudnn.backend_version() if cudnn_frontend_version() else None,
         "shape": [shape.tokens, shape.heads, shape.head_dim],
         "dtype": str(dtype).replace("torch.", ""),
     }

@@ -1,7 +1,19 @@
 """Probe (not product code): 8-bit attention at Ideogram 4's shapes against cuDNN's bf16 SDPA (issue 28's
 attention share: 35-38 ms of a ~170 ms step).
 
-    python -m comfyui_ideogram4_int8.bench.probes.attention_probe        (a CUDA GPU with Triton; ~1 min)
+    python -m comfyui_ideogram4_int8.bench.probes.attention_probe                   (both tables; ~2 min)
+    python -m comfyui_ideogram4_int8.bench.probes.attention_probe --only libraries  (the libraries' table)
+    python -m comfyui_ideogram4_int8.bench.probes.attention_probe --only triton     (the Triton variants)
+
+The libraries' table: the attention paths the pack can choose (kernels/attention_choice.py) at 4608 / 4096 tokens
+(1024x1024, conditional / unconditional) and 16896 / 16384 (2048x2048), 18 heads of 256, on the choice's probe
+inputs (q and k with outlier channels): PyTorch SDPA (cuDNN first), cuDNN's FP8 attention (nvidia-cudnn-frontend;
+its e4m3 quantizing pass included, and the cuDNN call alone on inputs quantized beforehand), comfy-kitchen's INT8
+attention (whole, and its kernel alone after prequantize_int8_attention). ms per call (CUDA events) and the relative
+Frobenius error against float32 attention (worst head); a row whose library is missing says why instead. The FP8
+rows' note gives their twin's error (e4m3 q, k, v only), the part the inputs' quantization alone explains.
+
+The Triton table:
 
 One Triton flash-attention kernel in four variants: QK in bf16 or int8 (per-token scales, K smoothed by its mean
 over tokens, which softmax ignores), PV in bf16 or fp8 e4m3 (V with a per-channel scale, stored transposed so the
@@ -18,13 +30,18 @@ PV, takes 0.542 ms at 4608 tokens against cuDNN's 0.525 (H100; 0.487 against 0.4
 pass; fp8 PV is slower (0.92-1.07 ms) and errs 2.7% against float64. No variant was built into the pack.
 """
 
+import argparse
 import functools
+import importlib
 import math
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+
+from ...kernels import attention_choice as AC
+from ...kernels import attention_fp8_cudnn as A
 
 LOG2E = 1.4426950408889634
 
@@ -229,7 +246,7 @@ def errors(out_bnhd, q, k, v, heads=(0, 7)):
     return max(r for r, _ in res), min(c for _, c in res)
 
 
-def main():
+def triton_table():
     dev = "cuda"
     torch.backends.cuda.matmul.allow_tf32 = False
     print(torch.__version__, triton.__version__, torch.cuda.get_device_name())
@@ -285,6 +302,96 @@ def main():
     print("\nN | variant | cfg | ms/call | TFLOPS | rel err vs f64 | cos | torch quant ms")
     for r in rows:
         print(" | ".join(str(round(x, 5)) if isinstance(x, float) else str(x) for x in r))
+
+
+LIBRARY_TOKENS = (4608, 4096, 16896, 16384)
+
+
+def _float32_attention(q, k, v):
+    """Head by head: float32 SDPA may take the math kernel, whose [L, L] scores of all heads would not fit."""
+    heads = [F.scaled_dot_product_attention(*(t[:, h : h + 1].float() for t in (q, k, v))) for h in range(q.shape[1])]
+    return torch.cat(heads, dim=1)
+
+
+def _kitchen_rows(q, k, v, ref, shape):
+    why = AC.KitchenInt8().unavailable(q.device, shape, q.dtype)
+    if why:
+        return [
+            ("comfy-kitchen int8", None, None, None, why),
+            ("comfy-kitchen int8 (prequantized)", None, None, None, why),
+        ]
+    kitchen = importlib.import_module("comfy_kitchen")
+    version = AC.kitchen_version()
+    out = kitchen.int8_attention(q, k, v)
+    rows = [("comfy-kitchen int8", AC.cuda_event_timer(lambda: kitchen.int8_attention(q, k, v)), None,
+             AC.worst_head_error(out, ref), f"comfy-kitchen {version}")]  # fmt: skip
+    if not all(hasattr(kitchen, f) for f in ("prequantize_int8_attention", "int8_attention_from_prequantized")):
+        return [*rows, ("comfy-kitchen int8 (prequantized)", None, None, None,
+                        f"comfy-kitchen {version} has no prequantize_int8_attention")]  # fmt: skip
+    pre = kitchen.prequantize_int8_attention(q, k, v)
+    out = kitchen.int8_attention_from_prequantized(pre)
+    ms = AC.cuda_event_timer(lambda: kitchen.int8_attention_from_prequantized(pre))
+    quant = AC.cuda_event_timer(lambda: kitchen.prequantize_int8_attention(q, k, v))
+    return [*rows, ("comfy-kitchen int8 (prequantized)", ms, quant, AC.worst_head_error(out, ref), "kernel alone")]
+
+
+def _fp8_rows(q, k, v, ref, shape):
+    ok, why = A.available(q.device, shape.head_dim, q.dtype)
+    if not ok:
+        return [("cuDNN fp8", None, None, None, why), ("cuDNN fp8 (prequantized)", None, None, None, why)]
+    twin = AC.worst_head_error(A.attention_reference(q, k, v), ref)
+    note = f"twin {twin:.2e}; cuDNN {A.backend_version()}, frontend {A.frontend_version()}"
+    try:
+        out = A.attention(q, k, v)
+    except Exception as exc:  # noqa: BLE001 - the probe reports what cuDNN said
+        why = f"{type(exc).__name__}: {str(exc)[:300]}"
+        return [("cuDNN fp8", None, None, None, why), ("cuDNN fp8 (prequantized)", None, None, None, why)]
+    rows = [("cuDNN fp8", AC.cuda_event_timer(lambda: A.attention(q, k, v)), None, AC.worst_head_error(out, ref), note)]
+    quantized = [A.quantize_e4m3(t) for t in (q, k, v)]
+    o = torch.empty_like(q)
+    ms = AC.cuda_event_timer(lambda: A.attention_quantized(*quantized, o))
+    quant = AC.cuda_event_timer(lambda: [A.quantize_e4m3(t) for t in (q, k, v)])
+    return [*rows, ("cuDNN fp8 (prequantized)", ms, quant, AC.worst_head_error(o, ref), "the cuDNN call alone")]
+
+
+def _sdpa_row(q, k, v, ref):
+    sdpa = AC.CANDIDATES[AC.SDPA]
+    out = sdpa.run(q, k, v)
+    return (
+        "SDPA bf16, cuDNN first",
+        AC.cuda_event_timer(lambda: sdpa.run(q, k, v)),
+        None,
+        AC.worst_head_error(out, ref),
+        "",
+    )
+
+
+def library_table():
+    dev = torch.device("cuda", torch.cuda.current_device())
+    print(torch.__version__, torch.cuda.get_device_name(), "cuDNN (torch)", torch.backends.cudnn.version())
+    rows = []
+    for tokens in LIBRARY_TOKENS:
+        shape = AC.Shape(tokens, 18, 256)
+        q, k, v = AC.probe_inputs(dev, shape, torch.bfloat16)
+        ref = _float32_attention(q, k, v)
+        for section in ([_sdpa_row(q, k, v, ref)], _fp8_rows(q, k, v, ref, shape), _kitchen_rows(q, k, v, ref, shape)):
+            rows += [(tokens, *row) for row in section]
+        del q, k, v, ref
+        torch.cuda.empty_cache()
+    print("\ntokens | path | ms/call | quantizing ms (apart) | error vs float32 (worst head) | note")
+    for tokens, name, ms, quant, err, note in rows:
+        cells = ("-" if x is None else f"{x:.3f}" for x in (ms, quant))
+        print(f"{tokens} | {name} | {' | '.join(cells)} | {'-' if err is None else f'{err:.2e}'} | {note}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", choices=("libraries", "triton"), help="one table (both without it)")
+    only = parser.parse_args().only
+    if only in (None, "libraries"):
+        library_table()
+    if only in (None, "triton"):
+        triton_table()
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ pytestmark = pytest.mark.cuda
 # Ideogram 4's attention at 1024x1024 and at a 4096-token image alone: 18 heads of 256
 SHAPES = [AC.Shape(4608, 18, 256), AC.Shape(4096, 18, 256)]
 EIGHT_BIT = [name for name in AC.CANDIDATES if name != AC.SDPA]
+# paths expected within BOUND on the probe inputs; cuDNN's FP8 (per-tensor e4m3) errs more there and is held to its
+# own bound in test_attention_fp8_cudnn_gpu.py (the choice measures it and rejects it while it is over BOUND)
+WITHIN_BOUND = [AC.INT8]
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +33,7 @@ def _device():
     return torch.device("cuda", torch.cuda.current_device())
 
 
-@pytest.mark.parametrize("name", EIGHT_BIT)
+@pytest.mark.parametrize("name", WITHIN_BOUND)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_each_available_8bit_path_is_within_its_bound_of_float32_attention(name, shape, gen):
     candidate = AC.CANDIDATES[name]
@@ -68,12 +71,22 @@ def test_choose_measures_every_path_that_can_run_and_keeps_the_numbers(shape):
     assert AC.cache_file().exists() and AC.choose(device, shape, torch.bfloat16, candidates=pool) is choice
 
 
-def test_the_families_measured_here_take_sdpa_without_measuring():
+def test_the_families_measured_here_measure_only_the_paths_not_measured_there():
     device = _device()
-    if AC.capability(device) not in AC.MEASURED_HERE:
+    known = AC.MEASURED_HERE.get(AC.capability(device))
+    if known is None:
         pytest.skip("measured on this GPU family in the repository: H100 / H200 only")
+    unlisted = [
+        n
+        for n, c in AC.CANDIDATES.items()
+        if n != AC.SDPA and n not in known and c.unavailable(device, SHAPES[0], torch.bfloat16) is None
+    ]
     choice = AC.choose(device, SHAPES[0], torch.bfloat16)
-    assert choice.path == AC.SDPA and not choice.measured and "measured on this GPU family" in choice.reason
+    if not unlisted:
+        assert choice.path == AC.SDPA and not choice.measured and "measured on this GPU family" in choice.reason
+    else:  # cuDNN's FP8 where the frontend is installed: measured against SDPA, the known-slower paths are not
+        assert choice.measured and set(choice.ms) == {AC.SDPA, *unlisted}
+        assert all(f"{n}: measured slower on this GPU family" in choice.reason for n in known)
 
 
 def test_the_override_runs_the_chosen_path_and_its_output_is_within_the_bound():

@@ -10,6 +10,7 @@ import pytest
 import torch
 from attention_fakes import FakeCandidate, fake_timer
 from comfyui_ideogram4_int8.kernels import attention_choice as AC
+from comfyui_ideogram4_int8.kernels import attention_fp8_cudnn as fp8_cudnn
 from comfyui_ideogram4_int8.kernels import settings
 
 CPU = torch.device("cpu")
@@ -61,7 +62,9 @@ def test_no_faster_8bit_path_keeps_sdpa_and_says_so_with_the_numbers():
 
 def test_the_cache_key_names_everything_the_answer_depends_on(monkeypatch):
     fields = AC.key_fields(CPU, SHAPE, torch.bfloat16)
-    assert set(fields) == {"gpu", "capability", "torch", "comfy_kitchen", "cudnn", "cudnn_frontend", "shape", "dtype"}
+    assert set(fields) == {
+        *("gpu", "capability", "torch", "comfy_kitchen", "cudnn", "cudnn_frontend", "cudnn_fp8", "shape", "dtype")
+    }
     assert fields["shape"] == [48, 2, 16] and fields["dtype"] == "bfloat16" and fields["torch"] == torch.__version__
     key = AC.cache_key(CPU, SHAPE, torch.bfloat16)
     assert AC.cache_key(CPU, AC.Shape(49, 2, 16), torch.bfloat16) != key
@@ -69,7 +72,10 @@ def test_the_cache_key_names_everything_the_answer_depends_on(monkeypatch):
     monkeypatch.setattr(AC, "kitchen_version", lambda: "9.9.9")
     assert AC.cache_key(CPU, SHAPE, torch.bfloat16) != key
     monkeypatch.setattr(AC, "cudnn_frontend_version", lambda: "1.2.3")
-    assert json.loads(AC.cache_key(CPU, SHAPE, torch.bfloat16))["cudnn_frontend"] == "1.2.3"
+    with_frontend = AC.cache_key(CPU, SHAPE, torch.bfloat16)
+    assert json.loads(with_frontend)["cudnn_frontend"] == "1.2.3" and with_frontend != key
+    monkeypatch.setattr(fp8_cudnn, "backend_version", lambda: 91500)  # the cuDNN the frontend loaded
+    assert json.loads(AC.cache_key(CPU, SHAPE, torch.bfloat16))["cudnn_fp8"] == 91500
 
 
 def test_an_answer_is_reused_in_memory_and_from_the_cache_file(monkeypatch):
@@ -145,11 +151,8 @@ def test_what_the_kitchen_and_cudnn_modules_say_is_the_reason(monkeypatch):
     assert AC.KitchenInt8().unavailable(cuda, AC.Shape(4608, 18, 256), torch.bfloat16) is None
     q = torch.ones(1)
     assert AC.KitchenInt8().run(q, q, q) is q and ran == [q]  # through the public function
-    monkeypatch.setitem(sys.modules, "cudnn", types.SimpleNamespace())
-    why = AC.CudnnFp8().unavailable(cuda)
-    assert why.startswith("cuDNN FP8 attention is not wired into the pack yet")
-    with pytest.raises(NotImplementedError, match="not wired"):
-        AC.CudnnFp8().run(q, q, q)
+    monkeypatch.setitem(sys.modules, "cudnn", types.SimpleNamespace())  # a frontend without the graph API
+    assert "has no FP8 attention in its graph API" in AC.CudnnFp8().unavailable(cuda)
 
 
 def test_a_path_that_fails_while_measured_or_asked_loses_with_the_reason():
@@ -263,3 +266,71 @@ def test_the_families_measured_here_take_sdpa_and_others_still_measure(monkeypat
     monkeypatch.setattr(AC, "gpu_name", lambda device=None: "a GPU of another family")
     choice = AC.choose(cuda, SHAPE, torch.float32, timer=timer)
     assert choice.path == "int8" and choice.measured and measured == [["int8", "sdpa"]]
+
+
+def test_on_a_family_measured_here_fp8_is_still_measured_against_sdpa(monkeypatch):
+    """sm_90: comfy-kitchen's INT8 is known slower there, so only SDPA and cuDNN's FP8 (where the frontend is
+    installed) are measured; FP8 is kept when faster within the bound and loses when over it."""
+    cuda = torch.device("cuda", 0)
+    shipped = {name: FakeCandidate(name) for name in ("sdpa", "int8", "fp8")}
+    monkeypatch.setattr(AC, "CANDIDATES", shipped)
+    monkeypatch.setattr(AC, "_capturing", lambda device: False)
+    monkeypatch.setattr(AC, "capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(AC, "gpu_name", lambda device=None: "an H200")
+    measured, numbers = [], {}
+
+    def measure(pool, device, shape, dtype, timer=None):  # the numbers a GPU gave
+        measured.append(sorted(pool))
+        return dict(numbers["ms"]), dict(numbers["err"]), {}
+
+    monkeypatch.setattr(AC, "measure", measure)
+    numbers.update(ms={"sdpa": 0.58, "fp8": 0.41}, err={"sdpa": 1e-3, "fp8": AC.BOUND / 2})
+    choice = AC.choose(cuda, SHAPE, torch.bfloat16)
+    assert choice.path == "fp8" and choice.measured and measured == [["fp8", "sdpa"]]
+    assert "int8: measured slower on this GPU family (0.579 ms" in choice.reason
+    AC.clear()
+    numbers.update(err={"sdpa": 1e-3, "fp8": AC.BOUND * 2})
+    choice = AC.choose(cuda, AC.Shape(64, 2, 16), torch.bfloat16)
+    assert choice.path == "sdpa" and "fp8 0.410 ms (error 4.0e-02 over the bound" in choice.reason
+    AC.clear()
+    shipped["fp8"].why_not = "nvidia-cudnn-frontend is not installed"  # as on every card without the frontend
+    choice = AC.choose(cuda, AC.Shape(32, 2, 16), torch.bfloat16)
+    assert choice.path == "sdpa" and not choice.measured and choice.reason.startswith("measured on this GPU family")
+    assert len(measured) == 2
+
+
+class _FakeFp8Kernel:
+    """attention_fp8_cudnn.attention replaced by float32 attention plus ``noise`` (to give it an error), in q's dtype:
+    what the real candidate calls, runnable on the CPU."""
+
+    def __init__(self, noise):
+        self.noise, self.calls = noise, 0
+
+    def __call__(self, q, k, v, scale=None):
+        self.calls += 1
+        out = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), scale=scale)
+        return (out + self.noise * out.abs().mean()).to(q.dtype)
+
+
+@pytest.mark.parametrize(("noise", "kept"), [(0.0, True), (AC.BOUND * 3, False)])
+def test_the_fp8_candidate_is_kept_when_faster_within_the_bound_and_keyed_by_its_versions(monkeypatch, noise, kept):
+    kernel = _FakeFp8Kernel(noise)
+    monkeypatch.setattr(fp8_cudnn, "available", lambda device, head_dim=None, dtype=None: (True, ""))
+    monkeypatch.setattr(fp8_cudnn, "attention", kernel)
+    monkeypatch.setattr(AC, "cudnn_frontend_version", lambda: "1.32.0")
+    monkeypatch.setattr(fp8_cudnn, "backend_version", lambda: 91500)
+    sdpa = FakeCandidate("sdpa")
+    pool = {"sdpa": sdpa, "fp8": AC.CudnnFp8()}
+
+    def timer(fn):  # fp8 twice as fast as SDPA
+        before = kernel.calls
+        fn()
+        return 0.3 if kernel.calls > before else 0.6
+
+    shape = AC.Shape(64, 2, 32)
+    choice = AC.choose(CPU, shape, torch.bfloat16, candidates=pool, timer=timer)
+    assert choice.measured and choice.ms == {"sdpa": 0.6, "fp8": 0.3}
+    assert 1e-4 < choice.errors["fp8"] and (choice.errors["fp8"] <= AC.BOUND) == kept
+    assert choice.path == ("fp8" if kept else "sdpa")
+    (key,) = json.loads(AC.cache_file().read_text())["entries"]
+    assert json.loads(key)["cudnn_frontend"] == "1.32.0" and json.loads(key)["cudnn_fp8"] == 91500

@@ -29,7 +29,7 @@ import threading
 
 import torch
 
-from . import self_check, settings
+from . import settings
 from .configs import BACKEND_OF, KERNELS
 from .env import capability, interpreter_mode, triton_line, triton_version, version_tuple
 
@@ -84,17 +84,32 @@ def gluon_import_error() -> str | None:
 
 BACKENDS = ("gluon", "triton", "cublas", "reference")  # fastest first
 
+# The first-use self-check (kernels/self_check.py) registers itself here when kernels/__init__.py imports it: a hook,
+# not an import, since the check runs the configs the tuning picks among the backends this module says can run.
+_FIRST_USE_CHECK = None
+
+
+def set_first_use_check(check) -> None:
+    """``check.verdict(backend, device)``: why ``backend`` failed its check on ``device`` (None: passed or not
+    checked); ``check.results(device)``: what the checks found, for the report."""
+    global _FIRST_USE_CHECK
+    _FIRST_USE_CHECK = check
+
+
+def _verdict(backend: str, device: torch.device) -> str | None:
+    return _FIRST_USE_CHECK.verdict(backend, device) if _FIRST_USE_CHECK is not None else None
+
 
 def unavailable(backend: str, device: torch.device) -> str | None:
     """None when ``backend`` (one of ``BACKENDS``) can run on ``device`` with this machine's torch and Triton;
     else why not, in words for the panel. Asked on every GEMM call: the Gluon answer is cached per switch."""
     if backend == "triton":
-        return _triton_unavailable(device) or self_check.verdict("triton", device)
+        return _triton_unavailable(device) or _verdict("triton", device)
     if backend == "gluon":
         why = _gluon_unavailable(device, settings.gluon(), interpreter_mode())
-        return why or self_check.verdict("gluon", device)
+        return why or _verdict("gluon", device)
     if backend == "cublas":
-        return _cublas_unavailable(device) or self_check.verdict("cublas", device)
+        return _cublas_unavailable(device) or _verdict("cublas", device)
     if backend == "reference":
         return None
     raise ValueError(f"backend {backend!r}: expected one of {BACKENDS}")
@@ -207,5 +222,5 @@ def report() -> dict:
         "triton_kernels": unavailable("triton", device) or "available",
         "cublas_int8": unavailable("cublas", device) or "available",
         "demoted": DEMOTIONS.items(),
-        "self_check": self_check.results(device),
+        "self_check": _FIRST_USE_CHECK.results(device) if _FIRST_USE_CHECK is not None else {},
     }

@@ -33,13 +33,14 @@ import hashlib
 import logging
 import os
 import pathlib
+import sys
 import threading
 import time
 
 import torch
 import torch.nn.functional as F
 
-from . import entry_cache, reference, settings
+from . import backends, entry_cache, reference, settings
 from .env import arch_name, capability, gpu_name, interpreter_mode, triton_version
 
 log = logging.getLogger(__name__)
@@ -457,3 +458,6 @@ def _check_cublas(device: torch.device) -> str | None:
 
 
 _CHECKS = {"gluon": _check_gluon, "triton": _check_triton, "fp8": _check_fp8, "cublas": _check_cublas}
+
+
+backends.set_first_use_check(sys.modules[__name__])

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import threading
 
 import comfy.model_management
@@ -44,6 +45,8 @@ from ..ideogram4.graph_replay import graphs_of
 from ..kernels import settings
 from . import op_coverage
 from .native_model import model_labels
+
+log = logging.getLogger("comfyui_ideogram4_int8")
 
 ENV_GRAPHS = settings.CUDA_GRAPHS
 NOTE_KIND = "cuda_graphs"
@@ -161,8 +164,19 @@ class _GraphWrapper:
         def one_pass(x, timesteps, context, attention_mask, **kw):
             return executor(x, timesteps, context, attention_mask, transformer_options, **kw)
 
+        inputs = (x, timesteps, context, attention_mask)
         try:
-            out, mode = self.graphs.run(one_pass, (x, timesteps, context, attention_mask), kwargs, fp)
+            try:
+                out, mode = self.graphs.run(one_pass, inputs, kwargs, fp)
+            except torch.OutOfMemoryError:
+                # a new input shape's eager pass, on a card whose graph pool holds the activations of the shapes
+                # captured before (the run asked ComfyUI for no more: streaming_patcher.one_pass_per_branch): the
+                # pool goes and the pass runs again (its next call captures anew)
+                if not release(self.patcher):
+                    raise
+                log.info("ideogram4-int8: CUDA graphs released for a pass that ran out of memory; running it again")
+                torch.cuda.empty_cache()
+                out, mode = self.graphs.run(one_pass, inputs, kwargs, fp)
         except TypeError as exc:  # an input without a signature (signature() raised before anything ran)
             self.off = str(exc)
             self.modes["eager"] += 1

@@ -249,6 +249,11 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert lt["inside_estimate"][0] == pytest.approx(lt["one_batch_estimate"]) and lt["inside_factor_ratio"] == 0.5
     assert lt["comfyui_env_estimate"][0] == pytest.approx(lt["per_pass_estimate"])
     assert lt["factor_restored"]
+    # with graphs held, the branch asks for its pass less the pool (the other branch, holding none, asks in full)
+    assert lt["held_estimate"][0] == pytest.approx(lt["one_batch_estimate"] - lt["held_pool"], rel=1e-6)
+    assert lt["held_uncond"][0] == pytest.approx(lt["one_batch_estimate"])
+    assert lt["held_no_shape"][0] == pytest.approx(lt["one_batch_estimate"])
+    assert lt["held_all"][0] == 0
     assert "at least" in r["insufficient"] and "GiB" in r["insufficient"]
 
 

@@ -225,15 +225,6 @@ def release_graphs_of(model) -> int:
     return 0
 
 
-def pool_bytes_of(model) -> int:
-    """The bytes of the pool ``model``'s graphs were captured into, while it holds any (0 otherwise): memory that
-    already holds the activations of the passes it replays."""
-    graphs = getattr(model, MODEL_ATTR, None)
-    if graphs is None or not graphs.graphs or graphs._pool is None:
-        return 0
-    return graphs._pool.bytes
-
-
 @dataclass
 class _Entry:
     calls: int = 0
@@ -386,7 +377,6 @@ __all__ = [
     "pool_for",
     "graphs_of",
     "release_graphs_of",
-    "pool_bytes_of",
     "MODEL_ATTR",
     "on_pool_bytes",
     "WARMUP_CALLS",

@@ -107,25 +107,49 @@ def fingerprint(patcher, diffusion_model: torch.nn.Module) -> tuple | None:
 
 
 _RESERVED_LOCK = threading.Lock()
-_RESERVED: dict[str, int] = {}  # bytes this module added to ComfyUI's reserved VRAM, per device
+_RESERVED: dict[str, int] = {}  # bytes of the graph pools, per device, while their graphs live
+_APPLIED = [0]  # bytes this module has added to ComfyUI's reserved VRAM now
+_RUNS = [0]  # the pack's sampling runs in progress (pass_graphs)
+
+
+def _apply_reserve_locked() -> None:
+    """ComfyUI's reserved VRAM holds the pools' bytes, except while the pack's own sampling runs.
+
+    ComfyUI counts a pool's free blocks as free memory, and outside the pack's runs they are not free to anything
+    else while the graphs live. During a run they are the passes' activations, which the run's memory requests ask
+    for anyway: counting them as reserved too made ComfyUI unload part of a streaming branch at the next prompt (on
+    an H200 capped at 16 GB, ~1 GiB asked back: more blocks streamed and both branches captured again)."""
+    target = 0 if _RUNS[0] else sum(_RESERVED.values())
+    comfy.model_management.EXTRA_RESERVED_VRAM += target - _APPLIED[0]
+    _APPLIED[0] = target
 
 
 def _count_pool(device: torch.device, delta: int) -> None:
-    """A graph pool grew or was released: ComfyUI's reserved VRAM follows (ComfyUI counts a pool's free blocks as
-    free memory; they are not free to anything else while the graphs live)."""
+    """A graph pool grew or was released."""
     with _RESERVED_LOCK:
         key = str(device)
-        held = _RESERVED.get(key, 0)
-        new = max(0, held + delta)
-        comfy.model_management.EXTRA_RESERVED_VRAM += new - held
-        _RESERVED[key] = new
+        _RESERVED[key] = max(0, _RESERVED.get(key, 0) + delta)
+        _apply_reserve_locked()
+
+
+@contextlib.contextmanager
+def _pack_run():
+    with _RESERVED_LOCK:
+        _RUNS[0] += 1
+        _apply_reserve_locked()
+    try:
+        yield
+    finally:
+        with _RESERVED_LOCK:
+            _RUNS[0] -= 1
+            _apply_reserve_locked()
 
 
 graph_replay.on_pool_bytes(_count_pool)
 
 
 def reserved_for_graphs() -> dict[str, int]:
-    """Bytes of graph pools added to ComfyUI's reserved VRAM, per device."""
+    """Bytes of graph pools counted in ComfyUI's reserved VRAM outside the pack's runs, per device."""
     with _RESERVED_LOCK:
         return {k: v for k, v in _RESERVED.items() if v}
 
@@ -222,7 +246,8 @@ def pass_graphs(models):
         model.add_wrapper_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY, wrapper)
         installed.append((model, wrapper))
     try:
-        yield [w for _, w in installed]
+        with _pack_run():
+            yield [w for _, w in installed]
     finally:
         for model, wrapper in installed:
             model.remove_wrappers_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY)

@@ -237,7 +237,7 @@ def sample(
     callback = latent_preview.prepare_callback(model, plan.steps, {})
     kernels.REGISTRY.begin_run()
     try:
-        with one_pass_per_branch([model, model_negative], latent.shape), pass_graphs([model, model_negative]):
+        with one_pass_per_branch([model, model_negative]), pass_graphs([model, model_negative]):
             # each MODEL runs its own pass (no doubled batch), replayed as a CUDA graph where it can
             load_together([model, model_negative], latent.shape)  # both branches share the card (low-VRAM streaming)
             samples = guider.sample(

@@ -412,9 +412,8 @@ def _pack_models(models) -> list:
 
 
 @contextlib.contextmanager
-def one_pass_per_branch(models, noise_shape=None):
-    """While the pack's sampler runs, ComfyUI's memory estimate for a pack MODEL is that of the pass it runs, less
-    what its CUDA graphs already hold.
+def one_pass_per_branch(models):
+    """While the pack's sampler runs, ComfyUI's memory estimate for a pack MODEL is that of the pass it runs.
 
     ComfyUI's ``sampler_helpers.estimate_memory`` asks a model for a doubled batch, because a single-model CFG runs
     the conditional and unconditional rows in one batch. The pack's sampler runs each branch MODEL on its own pass
@@ -422,24 +421,13 @@ def one_pass_per_branch(models, noise_shape=None):
     (0.93 GiB at 1024², 3.7 GiB at 2048², from ComfyUI's factor) is weights that crossed the bus every pass instead.
     The per-sample factor (``memory_usage_factor``) is halved for the run and restored after, so every request
     ComfyUI makes during it (``load_together``'s too) equals ComfyUI's own one-batch estimate. The experiment
-    ``pass-estimate=comfyui`` keeps the doubled request (comparisons).
-
-    A MODEL whose passes replay CUDA graphs runs them on the activations in the graphs' pool, which ComfyUI already
-    counts as reserved (``nodes/cuda_graphs.py``); asking for the pass's activations again made ComfyUI unload part
-    of a streaming branch on the next prompt (more blocks streamed, and the graphs captured again). With
-    ``noise_shape``, the request is the pass's estimate less the pool's bytes (none below zero). Should a new input
-    shape's first (eager) pass then run out of memory, ``cuda_graphs`` releases the pool and runs it again."""
+    ``pass-estimate=comfyui`` keeps the doubled request (comparisons)."""
     bases = list(dict.fromkeys(m.model for m in _pack_models(models)))
     if settings.experiment(PASS_ESTIMATE) == "comfyui":
         bases = []
     saved = [(b, b.memory_usage_factor) for b in bases]
     for b, factor in saved:
         b.memory_usage_factor = factor / 2
-        held = graph_replay.pool_bytes_of(b.diffusion_model) if noise_shape is not None else 0
-        if held:
-            one_pass = b.memory_required([noise_shape[0] * 2] + list(noise_shape[1:]))  # ComfyUI's doubled batch
-            if one_pass > 0:
-                b.memory_usage_factor = factor / 2 * max(0.0, one_pass - held) / one_pass
     try:
         yield
     finally:

@@ -1787,23 +1787,6 @@ def check_streaming():
                 raise RuntimeError("sampling failed")
         except RuntimeError:
             pass
-        # graphs held: a branch's request is its pass's estimate less the pool holding its activations
-        from comfyui_ideogram4_int8.ideogram4 import graph_replay
-
-        held = graph_replay.graphs_of(cond.model.diffusion_model)
-        held._entries[("fake",)] = graph_replay._Entry(graph=object())  # a graph stands in (no capture on a CPU)
-        held._pool = graph_replay.GraphPool(torch.device("cpu"))
-        held._pool.bytes = int(one_batch * 0.25)
-        with streaming_patcher.one_pass_per_branch([cond, uncond], noise_shape):
-            inside["held_estimate"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
-            inside["held_uncond"] = comfy.sampler_helpers.estimate_memory(uncond, noise_shape, {"positive": []})
-        with streaming_patcher.one_pass_per_branch([cond, uncond]):  # no shape given: no discount
-            inside["held_no_shape"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
-        held._pool.bytes = int(one_batch * 5)
-        with streaming_patcher.one_pass_per_branch([cond, uncond], noise_shape):
-            inside["held_all"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
-        held._entries.clear()
-        held._pool = None
     finally:
         comfy.model_management.load_models_gpu, cond.load_device = real_load, real_device
     res["load_together"] = {
@@ -1819,11 +1802,6 @@ def check_streaming():
         "inside_estimate": list(inside.get("estimate", ())),
         "inside_factor_ratio": inside.get("uncond_factor", 0) / factor,
         "comfyui_env_estimate": list(inside.get("comfyui_env", ())),
-        "held_pool": int(one_batch * 0.25),
-        "held_estimate": list(inside.get("held_estimate", ())),
-        "held_uncond": list(inside.get("held_uncond", ())),
-        "held_no_shape": list(inside.get("held_no_shape", ())),
-        "held_all": list(inside.get("held_all", ())),
         "factor_restored": cond.model.memory_usage_factor == factor and uncond.model.memory_usage_factor == factor,
     }
     try:
@@ -2231,6 +2209,11 @@ def _graph_release_cases(model):
         pool.captured(5 << 20)
         return graphs
 
+    graphs = hold()  # the pack's own run: the pool is the passes' activations, which its requests ask for
+    with _env(settings.CUDA_GRAPHS, None), cuda_graphs.pass_graphs([model]):
+        out["reserved_in_run"] = mm.EXTRA_RESERVED_VRAM - base
+    out["reserved_after_run"] = mm.EXTRA_RESERVED_VRAM - base
+    graph_replay.release_graphs_of(dm)
     for case, move in (
         ("detach_for_reload", lambda: model.detach(unpatch_all=False)),
         ("partially_unload", lambda: model.partially_unload(model.offload_device, 1 << 20)),

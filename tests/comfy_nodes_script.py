@@ -1798,6 +1798,7 @@ def check_streaming():
         "per_pass_estimate": doubled,
         "one_batch_estimate": one_batch,
         "margin": streaming_patcher.PER_PASS_MARGIN,
+        "graphs_on": settings.cuda_graphs() != "off",
         "inside_memory_required": calls[1][1].get("memory_required") if len(calls) > 1 else None,
         "inside_estimate": list(inside.get("estimate", ())),
         "inside_factor_ratio": inside.get("uncond_factor", 0) / factor,

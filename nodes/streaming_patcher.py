@@ -56,6 +56,7 @@ NOTE_KIND = "streaming"
 PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors allocated between the loads
 GRAPH_SHARE = 1 / 3  # of a pass's estimate, left free too at the first load while CUDA graphs are on (load_together)
 _ON_DEVICE: weakref.WeakSet = weakref.WeakSet()  # patchers whose model has weights on a device
+_TOGETHER: dict[str, list] = {}  # device -> the pack MODELs one load_models_gpu call is loading there (load_together)
 
 
 def streaming_enabled() -> bool:
@@ -207,6 +208,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         streams = self._streams_on(device_to)
         if streams:
             _ON_DEVICE.add(self)
+            budget, full_load = self._share_with_pending(device_to, budget, full_load)
         if full_load or not streams or budget <= 0 or budget >= 1e30:
             self._to_resident(device_to)
             if full_load or budget >= 1e30:  # ComfyUI moves every module (a smaller budget: its own partial load)
@@ -224,6 +226,23 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             return super().load(device_to, lowvram_model_memory=1e32, force_patch_weights=force_patch_weights)
         self._apply(device_to, plan)
         return None
+
+    def _share_with_pending(self, device, budget: float, full_load: bool) -> tuple[float, bool]:
+        """(budget, full_load) for this load when the pack's other MODELs of the same ``load_models_gpu`` call
+        (``loading_together``) still have to load on ``device``: ComfyUI offers the first one all the free memory,
+        so when the models together do not fit, this one takes its share by size at once (the full load the next
+        load would shrink again moved gigabytes twice, and pinned them, in the first image)."""
+        if not 0 < budget < 1e30:
+            return budget, full_load
+        pending = [
+            p
+            for p in _TOGETHER.get(str(torch.device(device)), ())
+            if p.model is not self.model and p.model.model_loaded_weight_memory <= 0
+        ]
+        total = self.model_size() + sum(p.model_size() for p in pending)
+        if not pending or budget >= total:
+            return budget, full_load
+        return budget * self.model_size() / total, False
 
     def _weights_move(self) -> None:
         """ComfyUI is about to move or re-patch this model's weights: CUDA graphs that read them where they are go
@@ -462,8 +481,24 @@ def load_together(models, noise_shape) -> bool:
     if settings.cuda_graphs() != "off":
         per_pass += per_pass * GRAPH_SHARE
     per_pass += PER_PASS_MARGIN
-    comfy.model_management.load_models_gpu(pack, memory_required=per_pass, minimum_memory_required=per_pass)
+    with loading_together(pack):
+        comfy.model_management.load_models_gpu(pack, memory_required=per_pass, minimum_memory_required=per_pass)
     return True
+
+
+@contextlib.contextmanager
+def loading_together(models):
+    """The pack's MODELs among ``models`` load in one ``load_models_gpu`` call: on a card where they do not all fit,
+    each takes its share of the memory as it loads (``Ideogram4ModelPatcher._share_with_pending``)."""
+    by_device: dict[str, list] = {}
+    for m in _pack_models(models):
+        by_device.setdefault(str(torch.device(m.load_device)), []).append(m)
+    _TOGETHER.update(by_device)
+    try:
+        yield
+    finally:
+        for device in by_device:
+            _TOGETHER.pop(device, None)
 
 
 def streaming_summary(models) -> str:
@@ -524,6 +559,7 @@ __all__ = [
     "stream_report",
     "streaming_summary",
     "load_together",
+    "loading_together",
     "one_pass_per_branch",
     "streaming_enabled",
     "pieces_enabled",

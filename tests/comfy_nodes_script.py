@@ -1759,6 +1759,25 @@ def check_streaming():
     cond.unpatch_model(cpu)
     uncond.unpatch_model(cpu)
     res["uncond_host_layer_back"] = not udm.llm_cond_proj.comfy_cast_weights
+    # loaded in one call (load_together), the first MODEL takes its share at once: no full load for the second
+    # load to shrink (its plan stays), and the two fit what the first was offered
+    joint = uncond.model_size() + _streaming_budget(cond, 4)
+    with streaming_patcher.loading_together([uncond, cond]):
+        uncond.patch_model(device_to=cpu, lowvram_model_memory=joint)
+        first = {"streams": uncond.stream is not None, "changes": uncond.model.ideogram4_plan_changes}
+        cond.patch_model(device_to=cpu, lowvram_model_memory=joint - uncond.model.model_loaded_weight_memory)
+    with torch.no_grad():
+        out = dm(x, sigma, context=ctx)
+    res["together"] = {
+        "first_streams": first["streams"],
+        "first_kept": uncond.model.ideogram4_plan_changes == first["changes"],
+        "second_streams": cond.stream is not None,
+        "within": cond.model.model_loaded_weight_memory + uncond.model.model_loaded_weight_memory <= joint,
+        "max_abs": (out - full).abs().max().item(),
+        "left_after": dict(streaming_patcher._TOGETHER),
+    }
+    cond.unpatch_model(cpu)
+    uncond.unpatch_model(cpu)
     # load_together leaves free what ComfyUI's per-pass requests (prepare_sampling) will insist on, so they shrink
     # neither branch afterwards (load_models_gpu recorded instead of run: the CPU stands in for a CUDA card)
     import comfy.sampler_helpers

@@ -239,6 +239,9 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert r["uncond_host_layer_cast"] and "unused layers left on the host" in r["uncond_plan_note"]
     assert r["max_abs_uncond_streamed"] == 0.0 and r["max_abs_uncond_text_streamed"] == 0.0
     assert r["uncond_host_layer_back"]
+    tg = r["together"]
+    assert tg["first_streams"] and tg["first_kept"] and tg["second_streams"] and tg["within"], tg
+    assert tg["max_abs"] == 0.0 and tg["left_after"] == {}
     lt = r["load_together"]
     assert lt["loaded"] and lt["calls"] == 2 and lt["models"] == [True, True]
     assert lt["per_pass_estimate"] > 0

@@ -26,7 +26,8 @@ from ..ideogram4.load_plan import (
     plan_branches,
 )
 from . import ffn_fusion, native_model
-from .native_model import build_native_model, node_id_of, publish, resolve_compute_dtype
+from .native_model import build_native_model, resolve_compute_dtype
+from .panel import node_id_of, publish
 from .streaming_patcher import streaming_summary
 from .widgets import (
     COMPUTE_DTYPE,

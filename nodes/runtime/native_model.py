@@ -27,11 +27,11 @@ import comfy.supported_models
 import psutil
 import torch
 
-from ..ideogram4 import smooth_fold
-from ..ideogram4.comfy_form import to_comfy_state_dict
-from ..ideogram4.config import Ideogram4Config
-from ..ideogram4.errors import CheckpointError
-from ..kernels import settings
+from ...ideogram4 import smooth_fold
+from ...ideogram4.comfy_form import to_comfy_state_dict
+from ...ideogram4.config import Ideogram4Config
+from ...ideogram4.errors import CheckpointError
+from ...kernels import settings
 from . import block_norms, ffn_fusion, op_coverage, qk_rope, resident_conds
 from .attention_override import install as install_attention
 from .int8_ops import declare_sites, label_sites, link_folds, make_ops, site_label

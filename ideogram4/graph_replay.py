@@ -18,8 +18,8 @@ graph's own output is overwritten by its next replay.
 ``GraphPool``: the graphs of every model on one device share one memory pool (the two branches' passes run one after
 the other there). ``release()`` drops every graph in it and hands its memory back to the caching allocator; the
 pool's bytes (the memory its captures reserved) are reported to listeners (``on_pool_bytes``), so a model manager can
-count them as used. Torch only (no ComfyUI): ``nodes/cuda_graphs.py`` decides when a MODEL's passes use graphs and
-releases the pool when ComfyUI moves the weights.
+count them as used. Torch only (no ComfyUI): ``nodes/runtime/cuda_graphs.py`` decides when a MODEL's passes use graphs
+and releases the pool when ComfyUI moves the weights.
 """
 
 from __future__ import annotations

@@ -23,8 +23,8 @@ s already applied upstream; at run time its input is divided by s / f only (noth
 already holds ``input_folded`` (a model saved after the fold) is left as it is.
 
 The inverse (LoRA on a folded model: the real weights from the stored ones and back) is at the end; the ComfyUI
-ops (``nodes/int8_ops.py``) only wire it to ComfyUI's weight functions. ComfyUI-free. The fold runs once, at load;
-the inverse runs where ComfyUI applies a LoRA (when it patches the weights, or per call in lowvram mode).
+ops (``nodes/runtime/int8_ops.py``) only wire it to ComfyUI's weight functions. ComfyUI-free. The fold runs once, at
+load; the inverse runs where ComfyUI applies a LoRA (when it patches the weights, or per call in lowvram mode).
 """
 
 from __future__ import annotations

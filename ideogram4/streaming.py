@@ -21,7 +21,7 @@ int8 GEMM operands, and bf16 protected layers) stay in pinned host memory and cr
 
 This module knows nothing of ComfyUI: what a unit's tensors are and how a module is pointed at a slot are callbacks
 (``StreamUnit``), and the caller says whether a block's FFN runs its pair before w2 (``block_pieces(split=...)``);
-``nodes/streaming_patcher.py`` wires it to ComfyUI's ModelPatcher.
+``nodes/runtime/streaming_patcher.py`` wires it to ComfyUI's ModelPatcher.
 """
 
 from __future__ import annotations
@@ -182,10 +182,10 @@ def block_pieces(
     Ideogram 4's block runs adaln_modulation and its attention first, then ``feed_forward``, which runs w1 and w3 (one
     fused pair kernel) before w2. So: "attention", every streamable module outside the FFN, bound when the block
     starts; "gate_up", w1 + w3, bound when the FFN starts (w1 and w3 themselves get no hooks: the pair runs fused only
-    on modules without hooks, nodes/ffn_fusion.py); "down", w2, bound when w2 starts and released when it returned.
-    A piece with nothing streamable is left out. Without ``split`` (the caller does not know that the FFN is called
-    as a module and runs its pair before w2), without a ``feed_forward.w2`` module, or with other streamable modules
-    in the FFN, the block streams whole: one piece, bound and released by the block's own hooks."""
+    on modules without hooks, nodes/runtime/ffn_fusion.py); "down", w2, bound when w2 starts and released when it
+    returned. A piece with nothing streamable is left out. Without ``split`` (the caller does not know that the FFN is
+    called as a module and runs its pair before w2), without a ``feed_forward.w2`` module, or with other streamable
+    modules in the FFN, the block streams whole: one piece, bound and released by the block's own hooks."""
     streamable = tuple(streamable)
     whole = [Piece(WHOLE, streamable, block)]
     ffn = getattr(block, FFN, None)
@@ -205,7 +205,7 @@ def block_pieces(
 
 
 class _Bind:
-    leaves_input_alone = True  # reads no argument of the module it runs before (nodes/block_norms.py asks)
+    leaves_input_alone = True  # reads no argument of the module it runs before (nodes/runtime/block_norms.py asks)
 
     def __init__(self, streamer, index: int, piece: str):
         self.streamer, self.index, self.piece = streamer, index, piece

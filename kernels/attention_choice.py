@@ -19,7 +19,7 @@ reason; a pass never fails for it. On a family in ``MEASURED_HERE`` the paths me
 again.
 
 ``IDEOGRAM4_INT8_ATTENTION`` = sdpa | int8 | fp8 forces a path where it can run (else SDPA, and the reason says
-why); ``comfyui`` is handled by the override's installer (nodes/attention_override.py), which never asks here.
+why); ``comfyui`` is handled by the override's installer (nodes/runtime/attention_override.py), which never asks here.
 comfy_kitchen and cudnn are imported inside the functions that need them, never at import.
 """
 

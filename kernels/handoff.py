@@ -14,7 +14,7 @@ caller runs once the consumer is done, so an unclaimed offer never outlives its 
 Inference tensors have no version counter, and ComfyUI runs its nodes under ``torch.inference_mode``. For them the
 guarantee is the caller's: the block offers only where nothing can write the output before the consuming linear reads
 it (ComfyUI's or the pack's attention / FFN class, whose first op is that linear, and no foreign forward pre-hook:
-``nodes/block_norms.py``) and clears right after the consumer.
+``nodes/runtime/block_norms.py``) and clears right after the consumer.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ a GEMM of hundreds of microseconds).
 
 Optional timing (``enable_timing(True)``): CUDA events around each GEMM; ``end_run()`` then
 sums the elapsed time per path for the last run.
+
+What is said about a model as a whole (its attention, graphs, streaming...) is not a GEMM path: it lives in
+``model_notes.ModelNotes``; the registry holds that store so its callers reach both through ``REGISTRY`` and a
+model's notes go with its layers (``clear``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import threading
 import time
 
 import torch
+
+from .model_notes import ModelNotes
 
 PATH_TRITON = "triton-int8"
 PATH_FP8 = "triton-fp8"  # a float8 e4m3 weight (a layer kept out of INT8) on fp8 tensor cores: fp8_gemm.py
@@ -109,7 +115,7 @@ class GemmRegistry:
         self._last_run_ms: dict[str, float] | None = None
         self._last_run_wall_ms: float | None = None
         self._run_started: float | None = None
-        self._model_notes: dict[str, dict[str, str]] = {}  # label -> {kind: message}
+        self._model_notes = ModelNotes()
         self.launches: collections.Counter = collections.Counter()
         # per call site: a standing note appended to every reason recorded for it (set by whoever names the
         # site, e.g. "SmoothQuant divide kept at run time: ..."); record() would otherwise overwrite it per call
@@ -208,25 +214,14 @@ class GemmRegistry:
             if rec is not None and note not in rec.reason:
                 rec.reason = f"{rec.reason}; {note}" if rec.reason else note
 
-    # -- model-level notes (e.g. a forward that routed around the pack's op) -------------------------
+    # -- model-level notes (model_notes.py: e.g. a forward that routed around the pack's op) -------------
     def set_model_note(self, model: str, kind: str, message: str | None) -> bool:
         """Set (or, with ``message`` None, clear) the note ``kind`` of ``model``; True when it changed."""
-        with self._lock:
-            notes = self._model_notes.setdefault(model, {})
-            if notes.get(kind) == message:
-                return False
-            if message is None:
-                notes.pop(kind, None)
-            else:
-                notes[kind] = message
-            return True
+        return self._model_notes.set(model, kind, message)
 
     def model_notes(self, model: str | None = None) -> dict[str, dict[str, str]] | dict[str, str]:
         """{kind: message} of ``model``, or {model: {kind: message}} of every model with notes."""
-        with self._lock:
-            if model is not None:
-                return dict(self._model_notes.get(model, {}))
-            return {m: dict(n) for m, n in self._model_notes.items() if n}
+        return self._model_notes.of(model)
 
     def declare(self, site: str, path: str, reason: str, n: int, k: int, note: str | None = None) -> None:
         """Register a layer before it ever runs (e.g. at load), with zero calls; ``note``: see set_note."""
@@ -278,16 +273,15 @@ class GemmRegistry:
         return sorted({r.model for r in self.layers()})
 
     def clear(self, model: str | None = None) -> None:
+        self._model_notes.clear(model)
         with self._lock:
             if model is None:
                 self._layers.clear()
-                self._model_notes.clear()
                 self._notes.clear()
                 self._split_hints.clear()
             else:
                 for site in [s for s, r in self._layers.items() if r.model == model]:
                     del self._layers[site]
-                self._model_notes.pop(model, None)
                 for site in [s for s in self._notes if s.split("/", 1)[0] == model and "/" in s]:
                     del self._notes[site]
                 for site in [s for s in self._split_hints if s.split("/", 1)[0] == model and "/" in s]:

@@ -20,8 +20,8 @@ from comfy_api.v0_0_2 import io, ui
 
 from .. import kernels
 from ..ideogram4 import placement
-from .int8_ops import site_label
-from .native_model import require_ideogram4
+from .runtime.int8_ops import site_label
+from .runtime.native_model import require_ideogram4
 
 CATEGORY = "Ideogram 4 INT8/model"
 NODE_NAME = "Ideogram 4 Branch Device"

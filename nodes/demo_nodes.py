@@ -19,7 +19,8 @@ from comfy_api.v0_0_2 import io, ui
 from .. import kernels
 from ..ideogram4 import demo_model
 from ..ideogram4.load_plan import branch_report, format_summary
-from .native_model import COMPUTE_DTYPES, build_native_model, node_id_of, publish, resolve_compute_dtype
+from .panel import node_id_of, publish
+from .runtime.native_model import COMPUTE_DTYPES, build_native_model, resolve_compute_dtype
 from .widgets import COMPUTE_DTYPE, COMPUTE_DTYPE_TOOLTIP, GEMM_CHOICES, GEMM_PATH, GEMM_PATH_TOOLTIP
 
 log = logging.getLogger("comfyui_ideogram4_int8")

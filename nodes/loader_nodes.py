@@ -25,9 +25,10 @@ from ..ideogram4.load_plan import (
     host_bytes_needed,
     plan_branches,
 )
-from . import ffn_fusion, native_model
-from .native_model import build_native_model, node_id_of, publish, resolve_compute_dtype
-from .streaming_patcher import streaming_summary
+from .panel import node_id_of, publish
+from .runtime import ffn_fusion, native_model
+from .runtime.native_model import build_native_model, resolve_compute_dtype
+from .runtime.streaming_patcher import streaming_summary
 from .widgets import (
     COMPUTE_DTYPE,
     COMPUTE_DTYPE_TOOLTIP,

@@ -21,10 +21,11 @@ from .. import kernels
 from ..ideogram4.checkpoint import read_branch
 from ..ideogram4.errors import CheckpointError
 from ..ideogram4.load_plan import FREE_SOME_RAM, branch_report, check_host_memory, format_summary, host_bytes_of
-from . import ffn_fusion, native_model
-from .attention_override import install as install_attention
-from .int8_ops import int8_linears
-from .native_model import build_native_model, config_of, node_id_of, publish, require_ideogram4
+from .panel import node_id_of, publish
+from .runtime import ffn_fusion, native_model
+from .runtime.attention_override import install as install_attention
+from .runtime.int8_ops import int8_linears
+from .runtime.native_model import build_native_model, config_of, require_ideogram4
 from .widgets import GEMM_PATH, GEMM_PATH_TOOLTIP
 
 log = logging.getLogger("comfyui_ideogram4_int8")

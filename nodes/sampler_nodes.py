@@ -27,9 +27,10 @@ from ..ideogram4 import placement
 from ..ideogram4 import sampling_args as sa
 from ..ideogram4.schedule import DEFAULT_PRESET, PRESETS
 from ..kernels import settings
-from .cuda_graphs import pass_graphs
-from .native_model import model_labels, node_id_of, publish, require_ideogram4, text_features
-from .streaming_patcher import load_together, one_pass_per_branch
+from .panel import node_id_of, publish
+from .runtime.cuda_graphs import pass_graphs
+from .runtime.native_model import model_labels, require_ideogram4, text_features
+from .runtime.streaming_patcher import load_together, one_pass_per_branch
 
 CATEGORY = "Ideogram 4 INT8/sampling"
 NODE_NAME = "Ideogram 4 Sampler"

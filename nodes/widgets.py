@@ -7,7 +7,7 @@ each node, where the tests read them from the source.
 from __future__ import annotations
 
 from .. import kernels
-from .native_model import COMPUTE_DTYPES
+from .runtime.native_model import COMPUTE_DTYPES
 
 GEMM_CHOICES = ("auto", kernels.PATH_TRITON, kernels.PATH_CUBLAS, kernels.PATH_DEQUANT)
 GEMM_PATH = {"options": list(GEMM_CHOICES), "default": "auto", "advanced": True}

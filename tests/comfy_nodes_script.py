@@ -44,7 +44,8 @@ from comfyui_ideogram4_int8.ideogram4.config import Ideogram4Config  # noqa: E40
 from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT  # noqa: E402
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import dequantize_entries, w8a8_linears  # noqa: E402
 from comfyui_ideogram4_int8.kernels import settings  # noqa: E402
-from comfyui_ideogram4_int8.nodes import int8_ops, loader_nodes, native_model, patch_nodes, sampler_nodes  # noqa: E402
+from comfyui_ideogram4_int8.nodes import loader_nodes, patch_nodes, sampler_nodes  # noqa: E402
+from comfyui_ideogram4_int8.nodes.runtime import int8_ops, native_model  # noqa: E402
 
 MODELS = os.path.join(work, "models", "diffusion_models")
 os.makedirs(MODELS, exist_ok=True)
@@ -220,7 +221,7 @@ def check_parity():
         res[f"dequant/whole/{case}"] = rel(ours[case], want[case])
     res["paths_dequant"] = kernels.REGISTRY.counts("conditional")
     # (3) float weights through the pack's build path vs ComfyUI's stock ops vs the reference DiT's float path
-    from comfyui_ideogram4_int8.nodes.native_model import build_native_model
+    from comfyui_ideogram4_int8.nodes.runtime.native_model import build_native_model
 
     floats = _dequantized_state(read_branch(files["w8a8"], "conditional", dtype=torch.float32))
     stock = stock_dit(CFG)
@@ -247,7 +248,7 @@ def _latent_node(cond, uncond, ctx, seed_, preset="Turbo 12", w=256, h=256, **kw
 
 def _float_models(path):
     """Both branches as native MODELs through the pack's build path, with the dequantized float weights."""
-    from comfyui_ideogram4_int8.nodes.native_model import build_native_model
+    from comfyui_ideogram4_int8.nodes.runtime.native_model import build_native_model
 
     out = []
     for branch in ("conditional", "unconditional"):
@@ -959,7 +960,7 @@ def check_gate_up():
     state-dict keys stay native; the fused forward equals the two modules' own forwards exactly (fp32); it serves for
     no smoothing / a shared vector / ConvRot, splits (labelled) for different vectors, hooks, on-the-fly patches,
     offloaded or streamed weights; a partial (lowvram) load keeps it and the same output."""
-    from comfyui_ideogram4_int8.nodes import ffn_fusion, op_coverage
+    from comfyui_ideogram4_int8.nodes.runtime import ffn_fusion, op_coverage
 
     write_all()
     write_shared_smooth()
@@ -1069,7 +1070,7 @@ def check_gate_up_lora():
     (set_weight): w1 / w3 stay int8 and the pair stays ONE fused call, equal to the merged modules' own forwards and
     close to the float reference of W + delta. Lowvram: the patched block splits (labelled), the others stay fused.
     Unpatching restores the exact output."""
-    from comfyui_ideogram4_int8.nodes import ffn_fusion
+    from comfyui_ideogram4_int8.nodes.runtime import ffn_fusion
 
     write_all()
     path = write_shared_smooth()
@@ -1145,7 +1146,8 @@ def check_coverage():
     import logging
 
     import torch.nn.functional as F
-    from comfyui_ideogram4_int8.nodes import op_coverage, status_report
+    from comfyui_ideogram4_int8.nodes import status_report
+    from comfyui_ideogram4_int8.nodes.runtime import op_coverage
 
     write_all()
     cond, uncond, _ = load("i4_w8a8.safetensors")
@@ -1219,7 +1221,7 @@ def check_coverage_replay():
     when none ever did; without graph trees the same forward is a bypass of every unmoved layer. Driven through the
     check's compiled entry (what the graph's after_forward op calls) with the op-call counters set by hand."""
     from comfyui_ideogram4_int8.kernels import ops as kernel_ops
-    from comfyui_ideogram4_int8.nodes import op_coverage
+    from comfyui_ideogram4_int8.nodes.runtime import op_coverage
 
     write_all()
     cond, _, _ = load("i4_w8a8.safetensors")
@@ -1262,7 +1264,7 @@ def _compile_case(dm, opts, label, steps, kw, quantized):
     torch.compile(fullgraph=True, aot_eager) over ``steps`` sampling steps (new noise and sigma, same shapes), never
     recompiling; the registry records and the coverage tally after each."""
     import torch._dynamo as dynamo
-    from comfyui_ideogram4_int8.nodes import op_coverage
+    from comfyui_ideogram4_int8.nodes.runtime import op_coverage
     from torch._dynamo.testing import CompileCounterWithBackend
     from torch._dynamo.utils import counters
 
@@ -1367,7 +1369,7 @@ def check_compile():
     import torch.nn.functional as F
     from comfy_api.torch_helpers import set_torch_compile_wrapper
     from comfy_extras.nodes_torch_compile import skip_torch_compile_dict
-    from comfyui_ideogram4_int8.nodes import op_coverage
+    from comfyui_ideogram4_int8.nodes.runtime import op_coverage
     from torch._dynamo.testing import CompileCounterWithBackend
 
     write_all()
@@ -1539,7 +1541,7 @@ def _piece_bytes_by_hand(block):
     """The three pieces of a streamed block from its modules, independently of the streamer: attention
     (adaln_modulation, qkv, o), the w1|w3 pair, w2; each tensor aligned as in a slot."""
     from comfyui_ideogram4_int8.ideogram4 import streaming
-    from comfyui_ideogram4_int8.nodes.stream_pieces import weight_bytes
+    from comfyui_ideogram4_int8.nodes.runtime.stream_pieces import weight_bytes
 
     ff, at = block.feed_forward, block.attention
     groups = [(block.adaln_modulation, at.qkv, at.o), (ff.w1, ff.w3), (ff.w2,)]
@@ -1557,8 +1559,8 @@ def _read_from_slot(stream, block, forward):
     """Per streamable module of ``block``: whether the weight it computed with in ``forward()`` lay in a slot (an
     unbound module would still compute right on the CPU, cast from its host copy). w1 / w3 are read in the fused pair
     call (a hook on them would split the pair); the others in a pre-hook that runs after the streamer's."""
-    from comfyui_ideogram4_int8.nodes import ffn_fusion
-    from comfyui_ideogram4_int8.nodes.stream_pieces import host_data
+    from comfyui_ideogram4_int8.nodes.runtime import ffn_fusion
+    from comfyui_ideogram4_int8.nodes.runtime.stream_pieces import host_data
 
     spans = [(b.data_ptr(), b.data_ptr() + b.numel()) for b in stream.streamer.buffers]
     seen = {}
@@ -1593,13 +1595,13 @@ def _read_from_slot(stream, block, forward):
 
 
 def check_streaming():
-    """Low-VRAM streaming (nodes.streaming_patcher) with CPU copies: ComfyUI's partial-load budget met block by
+    """Low-VRAM streaming (nodes.runtime.streaming_patcher) with CPU copies: ComfyUI's partial-load budget met block by
     block; a streamed block crosses as three pieces (attention, the fused w1|w3 pair, w2) through three slots of the
     largest piece, or whole through two with the experiment stream-whole-blocks; the streamed model computes what the
     resident one does, bit for bit, through the same paths; LoRA merged into the streamed copy; partially_unload
     streams more; unpatch restores; the pack's two MODELs rebalance."""
     from comfyui_ideogram4_int8.ideogram4 import streaming
-    from comfyui_ideogram4_int8.nodes import ffn_fusion, stream_pieces, streaming_patcher
+    from comfyui_ideogram4_int8.nodes.runtime import ffn_fusion, stream_pieces, streaming_patcher
 
     write_all()
     cond, uncond, _ = load("i4_w8a8.safetensors")
@@ -1656,7 +1658,7 @@ def check_streaming():
     res["report"] = streaming_patcher.stream_report(cond)
     # CUDA graphs while streaming: a pass may be captured unless a weight streams from pageable memory; the graph's
     # key holds the slots it copies into and the host weights it copies from
-    from comfyui_ideogram4_int8.nodes import cuda_graphs
+    from comfyui_ideogram4_int8.nodes.runtime import cuda_graphs
 
     res["graphs_off_reason"] = cuda_graphs._off_reason(cond, {})
     res["pageable"] = stream.streamer.stats.pageable
@@ -1861,7 +1863,7 @@ def _report(calls):
 def _upload_cases(cond, device, lora_patch, inp, calls):
     """One mode's loads (the pack's upload, or ComfyUI's own move under upload=comfyui): what each load did, the
     model's output after it, and what stayed after the model went back to the host."""
-    from comfyui_ideogram4_int8.nodes import stream_pieces, weight_upload
+    from comfyui_ideogram4_int8.nodes.runtime import stream_pieces, weight_upload
 
     dm = cond.model.diffusion_model
     cpu = torch.device("cpu")
@@ -1947,13 +1949,13 @@ def _upload_cases(cond, device, lora_patch, inp, calls):
 
 
 def check_upload():
-    """What ComfyUI's load moves to the device unchanged goes there first in one staged copy (nodes.weight_upload):
-    on a GPU (COMFY_GPU=1) through pinned staging buffers, on the CPU (standing in for the card) through the same plan
-    with host copies. A full load, a LoRA-patched full load, the resident part of a streamed load and a reload after
-    ComfyUI's partial unload give the same weights and output as ComfyUI's own move (upload=comfyui); the LoRA module
-    and the streamed blocks keep their paths; unpatching moves everything back, nothing stays on the card or
-    pinned."""
-    from comfyui_ideogram4_int8.nodes import weight_upload
+    """What ComfyUI's load moves to the device unchanged goes there first in one staged copy
+    (nodes.runtime.weight_upload): on a GPU (COMFY_GPU=1) through pinned staging buffers, on the CPU (standing in for
+    the card) through the same plan with host copies. A full load, a LoRA-patched full load, the resident part of a
+    streamed load and a reload after ComfyUI's partial unload give the same weights and output as ComfyUI's own move
+    (upload=comfyui); the LoRA module and the streamed blocks keep their paths; unpatching moves everything back,
+    nothing stays on the card or pinned."""
+    from comfyui_ideogram4_int8.nodes.runtime import weight_upload
 
     write_all()
     cond, _, _ = load("i4_w8a8.safetensors")
@@ -2101,14 +2103,14 @@ def _branch_device_gpu(cond, uncond, ctx, s):
 
 
 def check_cuda_graphs():
-    """The sampler's CUDA graphs (nodes/cuda_graphs.py). Anywhere: the wrapper goes on the pack's MODELs for the run
-    only (never on a native MODEL) and comes off after it, also when the run fails; a pass on a CPU runs as it
+    """The sampler's CUDA graphs (nodes/runtime/cuda_graphs.py). Anywhere: the wrapper goes on the pack's MODELs for the
+    run only (never on a native MODEL) and comes off after it, also when the run fails; a pass on a CPU runs as it
     always does, with no note; the reasons a pass stays eager; the graphs kept between runs go when ComfyUI moves the
     weights. With COMFY_GPU=1: the latent with graphs (the default) equals the eager one (IDEOGRAM4_INT8_CUDA_GRAPHS=0)
     bit for bit, passes were replayed, the bypass check saw no bypass, the fused path ran; the next run replays every
     pass from the first run's graphs, bit for bit; unloading the MODELs frees their pool."""
     import comfy.patcher_extension
-    from comfyui_ideogram4_int8.nodes import cuda_graphs, op_coverage
+    from comfyui_ideogram4_int8.nodes.runtime import cuda_graphs, op_coverage
 
     dm_kind = comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL
     write_all()
@@ -2214,7 +2216,7 @@ def _graph_release_cases(model):
     ComfyUI's reserved VRAM while they live. A CPU has no graphs: a stand-in pool and entries are put on the model."""
     import comfy.model_management as mm
     from comfyui_ideogram4_int8.ideogram4 import graph_replay
-    from comfyui_ideogram4_int8.nodes import cuda_graphs
+    from comfyui_ideogram4_int8.nodes.runtime import cuda_graphs
 
     dm = model.model.diffusion_model
     base = mm.EXTRA_RESERVED_VRAM
@@ -2255,11 +2257,11 @@ def _graph_release_cases(model):
 
 
 def check_rope():
-    """The blocks' q/k RMSNorm + RoPE through the pack's kernel (nodes/qk_rope.py): every attention of a pack MODEL
-    swapped, ComfyUI's rotation matrix is [[c, -s], [s, c]] per pair (what the tables read), the swapped forward
+    """The blocks' q/k RMSNorm + RoPE through the pack's kernel (nodes/runtime/qk_rope.py): every attention of a pack
+    MODEL swapped, ComfyUI's rotation matrix is [[c, -s], [s, c]] per pair (what the tables read), the swapped forward
     equals ComfyUI's own (fp32: to rounding; bf16: close), went through kernels.qk_norm_rope twice per block, and
     says so in the model note; the experiment rope=comfyui runs ComfyUI's exactly, labelled."""
-    from comfyui_ideogram4_int8.nodes import qk_rope
+    from comfyui_ideogram4_int8.nodes.runtime import qk_rope
 
     write_all()
     x, ctx, sigma, _ = inputs(batch=1)
@@ -2270,13 +2272,13 @@ def check_rope():
 
 
 def check_block_norms():
-    """The blocks' modulated RMSNorms through the pack's ops (nodes/block_norms.py): every block of a pack MODEL
+    """The blocks' modulated RMSNorms through the pack's ops (nodes/runtime/block_norms.py): every block of a pack MODEL
     swapped; a forward of the model equals ComfyUI's own block forward bit for bit on the CPU (the ops run their
     twins, ComfyUI's own ops, there), in fp32 and bf16, with each block calling the pre-norm and the gated residual
     twice; the model note says which ran and why; the experiment block-norms=comfyui runs ComfyUI's forward,
     labelled; the streamed path is the same code (the streaming checks run it)."""
     from comfy.ldm.ideogram4.model import Ideogram4TransformerBlock
-    from comfyui_ideogram4_int8.nodes import block_norms
+    from comfyui_ideogram4_int8.nodes.runtime import block_norms
 
     write_all()
     x, ctx, sigma, _ = inputs(batch=2)
@@ -2314,15 +2316,15 @@ def check_block_norms():
 
 
 def check_block_norm_handoff():
-    """The pre-norms hand their quantized output to the linears they feed (nodes/block_norms.py, kernels/handoff.py).
-    Anywhere: which linears take plain rows (W8A8 with its smoothing folded, bf16 quantized on load: qkv and w1 of
-    every block; int8_convrot: none, its quantizer rotates), the blocks ask the pre-norm for the handoff exactly for
-    those, the experiment block-norms=no-handoff for none, and no offer outlives a forward. With COMFY_GPU=1 (bf16
-    MODELs: the kernels run): sampled latents with and without the handoff are equal bit for bit, each block's two
-    handoffs were taken in every pass, and the model note says so."""
+    """The pre-norms hand their quantized output to the linears they feed (nodes/runtime/block_norms.py,
+    kernels/handoff.py). Anywhere: which linears take plain rows (W8A8 with its smoothing folded, bf16 quantized on
+    load: qkv and w1 of every block; int8_convrot: none, its quantizer rotates), the blocks ask the pre-norm for the
+    handoff exactly for those, the experiment block-norms=no-handoff for none, and no offer outlives a forward. With
+    COMFY_GPU=1 (bf16 MODELs: the kernels run): sampled latents with and without the handoff are equal bit for bit, each
+    block's two handoffs were taken in every pass, and the model note says so."""
     from comfyui_ideogram4_int8.kernels import handoff
-    from comfyui_ideogram4_int8.nodes import block_norms
-    from comfyui_ideogram4_int8.nodes.int8_ops import quantizes_plain_rows
+    from comfyui_ideogram4_int8.nodes.runtime import block_norms
+    from comfyui_ideogram4_int8.nodes.runtime.int8_ops import quantizes_plain_rows
 
     write_all()
     x, ctx, sigma, _ = inputs(batch=1)
@@ -2390,14 +2392,14 @@ def check_block_norm_handoff():
 
 
 def check_resident_conds():
-    """The context is put on the sampling device once per run (nodes/resident_conds.py). Anywhere: through ComfyUI's
-    own ``encode_model_conds``, a CPU float32 context comes back as is for a CPU run, and for another device in the
-    model's inference dtype, where ``_apply_model``'s per-call cast returns it unchanged; installing twice wraps
+    """The context is put on the sampling device once per run (nodes/runtime/resident_conds.py). Anywhere: through
+    ComfyUI's own ``encode_model_conds``, a CPU float32 context comes back as is for a CPU run, and for another device
+    in the model's inference dtype, where ``_apply_model``'s per-call cast returns it unchanged; installing twice wraps
     once. With COMFY_GPU=1: every model call of a sampling run gets the same CUDA tensor (no per-call copy) and the
     latent equals the one sampled with ComfyUI's own extra_conds, bit for bit."""
     import comfy.model_management
     import comfy.samplers
-    from comfyui_ideogram4_int8.nodes import resident_conds
+    from comfyui_ideogram4_int8.nodes.runtime import resident_conds
 
     write_all()
     x, ctx, _, _ = inputs(batch=1)
@@ -2492,7 +2494,7 @@ def check_step_profile():
 def _rope_errors(att, xa, freqs):
     """q after norm + RoPE, the pack's kernel and ComfyUI's, each against float64 of the same q."""
     import comfy.quant_ops
-    from comfyui_ideogram4_int8.nodes import qk_rope
+    from comfyui_ideogram4_int8.nodes.runtime import qk_rope
 
     b, n, _ = xa.shape
     with torch.no_grad():
@@ -2510,7 +2512,7 @@ def _rope_errors(att, xa, freqs):
 
 def _rope_case(dtype, x, ctx, sigma):
     from comfy.ldm.ideogram4.model import Ideogram4Attention
-    from comfyui_ideogram4_int8.nodes import qk_rope
+    from comfyui_ideogram4_int8.nodes.runtime import qk_rope
 
     res = {}
     cond, _, _ = load("i4_w8a8.safetensors", dtype=dtype)
@@ -2549,12 +2551,12 @@ def _rope_case(dtype, x, ctx, sigma):
 
 
 def check_rope_demotion():
-    """The q/k norm + RoPE kernel failing to build or launch inside ComfyUI's attention (nodes/qk_rope.py): with
+    """The q/k norm + RoPE kernel failing to build or launch inside ComfyUI's attention (nodes/runtime/qk_rope.py): with
     Triton said to run here (its CPU interpreter) and the kernel made to raise, the attention returns what its twin
     gives, the failing variant is tried once and demoted, and the model note names the failure."""
     from comfyui_ideogram4_int8.kernels import backends
     from comfyui_ideogram4_int8.kernels import qk_norm_rope_triton as R
-    from comfyui_ideogram4_int8.nodes import qk_rope
+    from comfyui_ideogram4_int8.nodes.runtime import qk_rope
 
     write_all()
     x, ctx, sigma, _ = inputs(batch=1)
@@ -2636,7 +2638,7 @@ def check_protected_fp8():
         res[f"{tag}_recorded"] = sum(n in recs for n in protected)
     # no silent bypass covers the fp8 layers too: one routed around its forward is named
     import torch.nn.functional as F
-    from comfyui_ideogram4_int8.nodes import op_coverage
+    from comfyui_ideogram4_int8.nodes.runtime import op_coverage
 
     dm8 = lin["fp8"][0].model.diffusion_model
     cov = op_coverage.coverage(dm8)

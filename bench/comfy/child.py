@@ -179,7 +179,8 @@ def _run_peer(
 
     from ... import kernels
     from ...ideogram4 import sampling_args
-    from ...nodes import cuda_graphs, sampler_nodes, streaming_patcher
+    from ...nodes import sampler_nodes
+    from ...nodes.runtime import cuda_graphs, streaming_patcher
 
     config = config_for(a)
     size = a.size or WIDTH

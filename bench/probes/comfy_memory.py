@@ -2,8 +2,8 @@
 
 Builds the conditional and unconditional branches at full size (9.3B-parameter DiT each) from synthetic weights,
 through the node pack's own path: the in-memory W8A8 form (what ``read_branch`` returns for the transformerlab
-file) -> ``nodes.native_model.build_native_model`` (ComfyUI's native Ideogram 4 model + the pack's fused-INT8 ops,
-on the CPU as the loader does) -> the ``Ideogram 4 Sampler`` node's sampling function (ComfyUI's guider,
+file) -> ``nodes.runtime.native_model.build_native_model`` (ComfyUI's native Ideogram 4 model + the pack's fused-INT8
+ops, on the CPU as the loader does) -> the ``Ideogram 4 Sampler`` node's sampling function (ComfyUI's guider,
 KSAMPLER euler and model management, which load both models onto the GPU). Then it samples a few steps with a
 text of ``--tokens`` tokens and prints ``torch.cuda.max_memory_allocated`` over the run.
 
@@ -60,7 +60,8 @@ def _import_comfyui(root: str, device: str, emulate_gib: float | None):
             args.reserve_vram = max(0.0, total - emulate_gib)
         import comfy.model_management  # noqa: F401  (sets up devices)
 
-        from ...nodes import native_model, sampler_nodes  # noqa: F401  (ComfyUI's node API must import too)
+        from ...nodes import sampler_nodes  # noqa: F401  (ComfyUI's node API must import too)
+        from ...nodes.runtime import native_model  # noqa: F401
     finally:
         sys.argv = argv
 
@@ -136,7 +137,7 @@ def run(argv=None) -> dict:
         import comfy.model_management
 
         from ...nodes import sampler_nodes
-        from ...nodes.native_model import build_native_model
+        from ...nodes.runtime.native_model import build_native_model
 
         dtype = torch.bfloat16 if cuda else torch.float32
         models = {}

@@ -64,7 +64,7 @@ def test_gate_up_pair_runs_as_one_fused_call_in_native_models(run_check):
 
 
 def test_q_k_norm_and_rope_run_the_pack_kernel_in_native_models(run_check):
-    """Every block's attention runs q/k RMSNorm + RoPE through kernels.qk_norm_rope (nodes/qk_rope.py), equal to
+    """Every block's attention runs q/k RMSNorm + RoPE through kernels.qk_norm_rope (nodes/runtime/qk_rope.py), equal to
     ComfyUI's own forward to rounding (fp32) and close in bf16; the tables it reads are ComfyUI's rotation; the
     env switch runs ComfyUI's exactly, and the model note says which ran."""
     r = run_check("rope")
@@ -101,7 +101,7 @@ def test_a_q_k_rope_kernel_that_fails_is_demoted_once_and_the_attention_runs_its
 
 def test_block_norms_run_the_pack_ops_in_native_models(run_check):
     """Every block's four modulated RMSNorms go through kernels.rms_norm_modulate / rms_norm_gated_residual
-    (nodes/block_norms.py), twice each per block; on the CPU they run their twins, so the model's output equals
+    (nodes/runtime/block_norms.py), twice each per block; on the CPU they run their twins, so the model's output equals
     ComfyUI's own block forward bit for bit; the note says which ran and why; the env switch runs ComfyUI's."""
     r = run_check("block_norms")
     for dtype in ("fp32", "bf16"):
@@ -206,7 +206,8 @@ def test_every_quantized_linear_runs_through_the_op_and_a_bypass_is_labelled(run
     assert r["conditional/coverage"] == {"expected": q, "ran": q, "missing": [], "replayed": []}
     assert r["image_only/registry_calls"] == q - 1 and r["image_only/coverage"]["ran"] == q - 1
     assert r["sampler_forwards"] == 2 and r["sampler_uncond_forwards"] == 2
-    # before the bypass, each model carries only its q/k RoPE and block-norm notes (nodes/qk_rope.py, block_norms.py)
+    # before the bypass, each model carries only its q/k RoPE and block-norm notes
+    # (nodes/runtime/qk_rope.py, block_norms.py)
     assert {label: sorted(n) for label, n in r["notes_before"].items()} == {
         "conditional": ["block_norms", "rope"],
         "unconditional": ["block_norms", "rope"],

@@ -42,7 +42,7 @@ STEPS = 2  # custom preset: 1 main step (guidance 7) + 1 polish step (guidance 3
 SIZE = 256  # the sampler's smallest size: a 16 x 16 latent
 LOADER, CONDITIONING, SAMPLER, SAVE = "1", "2", "3", "4"  # node ids of the prompt
 BRANCHES = ["conditional", "unconditional"]
-REASON_PROTECTED = "protected in checkpoint (stored bf16)"  # nodes/int8_ops.py
+REASON_PROTECTED = "protected in checkpoint (stored bf16)"  # nodes/runtime/int8_ops.py
 REASON_TOP = "unquantized top-level layer"
 # a variable of the test process must not leak into the server; a test sets what it needs
 CLEAN_ENV = {"IDEOGRAM4_INT8_GEMM_PATH": None, "IDEOGRAM4_INT8_GEMM_TIMING": None}

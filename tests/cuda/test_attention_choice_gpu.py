@@ -1,5 +1,5 @@
-"""The attention choice on a GPU (kernels/attention_choice.py, nodes/attention_override.py): each 8-bit path that
-can run here against float32 attention at Ideogram 4's shapes, the choice with its timings, and the override
+"""The attention choice on a GPU (kernels/attention_choice.py, nodes/runtime/attention_override.py): each 8-bit path
+that can run here against float32 attention at Ideogram 4's shapes, the choice with its timings, and the override
 running the chosen path."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from comfyui_ideogram4_int8.kernels import REGISTRY, settings
 from comfyui_ideogram4_int8.kernels import attention_choice as AC
-from comfyui_ideogram4_int8.nodes import attention_override as A
+from comfyui_ideogram4_int8.nodes.runtime import attention_override as A
 
 pytestmark = pytest.mark.cuda
 

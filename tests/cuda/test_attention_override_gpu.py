@@ -1,5 +1,5 @@
 """The pack's attention override on a GPU: cuDNN SDPA first at Ideogram's head dimension
-(nodes/attention_override.py; its CPU logic is tests/unit/test_attention_override.py)."""
+(nodes/runtime/attention_override.py; its CPU logic is tests/unit/test_attention_override.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from comfyui_ideogram4_int8.kernels import attention_choice
-from comfyui_ideogram4_int8.nodes import attention_override as A
+from comfyui_ideogram4_int8.nodes.runtime import attention_override as A
 from kernel_checks import rel_err
 
 pytestmark = pytest.mark.cuda

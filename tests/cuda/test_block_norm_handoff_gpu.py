@@ -1,6 +1,6 @@
 """GPU (cuda, ComfyUI): the blocks' pre-norms hand their quantized output to the linears they feed
-(nodes/block_norms.py, kernels/handoff.py) in a sampled run through ComfyUI, and the latent equals the one without
-the handoff bit for bit. Skips without a GPU or a ComfyUI checkout (COMFYUI_DIR)."""
+(nodes/runtime/block_norms.py, kernels/handoff.py) in a sampled run through ComfyUI, and the latent equals the one
+without the handoff bit for bit. Skips without a GPU or a ComfyUI checkout (COMFYUI_DIR)."""
 
 from __future__ import annotations
 

@@ -102,4 +102,4 @@ def test_sampler_with_cuda_graphs_equals_eager_through_comfyui(tmp_path):
     assert after["card_bytes_returned"] >= held["pool_bytes"] // 2, (after, held)
     assert all("triton-int8" in paths for paths in gpu["paths"].values()), gpu["paths"]
     assert gpu["wrappers_after"] == []
-    assert gpu["rope_launches"] > 0  # q/k norm + RoPE through the pack's Triton kernel (nodes/qk_rope.py)
+    assert gpu["rope_launches"] > 0  # q/k norm + RoPE through the pack's Triton kernel (nodes/runtime/qk_rope.py)

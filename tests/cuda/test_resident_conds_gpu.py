@@ -1,6 +1,6 @@
 """GPU (cuda, ComfyUI): in a sampled run through ComfyUI, the pack's models get their context already on the GPU
-(nodes/resident_conds.py): the per-call cast copies nothing, where with ComfyUI's own extra_conds it makes a copy in
-every call, and the latent is the same bit for bit. Skips without a GPU or a ComfyUI checkout (COMFYUI_DIR)."""
+(nodes/runtime/resident_conds.py): the per-call cast copies nothing, where with ComfyUI's own extra_conds it makes a
+copy in every call, and the latent is the same bit for bit. Skips without a GPU or a ComfyUI checkout (COMFYUI_DIR)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,8 @@ class _Attention(torch.nn.Module):
 
 
 class _FeedForward(torch.nn.Module):
-    """w2(silu(w1 x) * w3 x) with w1|w3 as one fused pair call reading both weights in place (nodes/ffn_fusion.py)."""
+    """w2(silu(w1 x) * w3 x) with w1|w3 as one fused pair call reading both weights in place
+    (nodes/runtime/ffn_fusion.py)."""
 
     def __init__(self, index, g):
         super().__init__()
@@ -127,7 +128,8 @@ def test_streamed_int8_blocks_equal_resident_and_copies_overlap_compute(split):
     else:
         assert keys == [(i, streaming.WHOLE) for i in streamed] and len(s.buffers) == 2
         assert s.slot_bytes == (3 * K * K + K * K + 3 * F * K)
-    for i in streamed:  # the pair stays one fused call: hooks on w1 / w3 would make nodes/ffn_fusion.py split it
+    # the pair stays one fused call: hooks on w1 / w3 would make nodes/runtime/ffn_fusion.py split it
+    for i in streamed:
         ff = blocks[i].feed_forward
         assert not (
             ff.w1._forward_pre_hooks or ff.w1._forward_hooks or ff.w3._forward_pre_hooks or ff.w3._forward_hooks

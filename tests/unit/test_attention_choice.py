@@ -231,7 +231,7 @@ def test_a_compiled_call_looks_the_answer_up_without_measuring(monkeypatch):
     """Traced by torch.compile (fullgraph), the override's lookup is a dictionary read: an undecided shape runs SDPA."""
     if AC.PRIORITY is None:
         pytest.skip("this torch cannot order SDPA backends")
-    from comfyui_ideogram4_int8.nodes import attention_override as A
+    from comfyui_ideogram4_int8.nodes.runtime import attention_override as A
 
     monkeypatch.setattr(A, "_serves", lambda q, k, v, mask, skip_reshape, kw: True)
     override = A.PackAttention("compiled")

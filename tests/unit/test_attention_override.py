@@ -1,4 +1,4 @@
-"""The pack's attention override for its ComfyUI MODELs (nodes/attention_override.py, no ComfyUI import)."""
+"""The pack's attention override for its ComfyUI MODELs (nodes/runtime/attention_override.py, no ComfyUI import)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from attention_fakes import FakeCandidate, fake_timer
 from comfyui_ideogram4_int8.kernels import REGISTRY, attention_choice
-from comfyui_ideogram4_int8.nodes import attention_override as A
+from comfyui_ideogram4_int8.nodes.runtime import attention_override as A
 from kernel_checks import rel_err
 
 

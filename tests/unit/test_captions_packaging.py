@@ -33,6 +33,20 @@ def _glob_match(rel: str, pattern: str) -> bool:
     return len(parts) == len(pats) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pats, strict=True))
 
 
+def test_every_package_folder_is_declared():
+    """pyproject.toml names its packages one by one: a folder with an ``__init__.py`` missing there (a new
+    subpackage) would import from a checkout and be left out of a wheel."""
+    packages, _ = _package_data()
+    tops = [d for d in ROOT.iterdir() if (d / "__init__.py").is_file() and d.name != "tests"]
+    folders = {
+        ".".join(("comfyui_ideogram4_int8", *init.parent.relative_to(ROOT).parts))
+        for top in tops
+        for init in top.rglob("__init__.py")
+    }
+    assert "comfyui_ideogram4_int8.nodes.runtime" in folders
+    assert folders - set(packages) == set()
+
+
 def test_caption_subpackage_and_data_files_are_declared():
     packages, package_data = _package_data()
     assert "comfyui_ideogram4_int8.ideogram4.captions" in packages

@@ -15,7 +15,7 @@ from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT
 from comfyui_ideogram4_int8.ideogram4.synthetic import write_comfy_int8, write_w8a8
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import CONVROT_NOTE, w8a8_linears
 from comfyui_ideogram4_int8.kernels import ops, reference
-from comfyui_ideogram4_int8.nodes import after_forward as af
+from comfyui_ideogram4_int8.nodes.runtime import after_forward as af
 from ideogram4_checks import TINY, inputs, tiny_weights
 from torch._dynamo.testing import CompileCounter
 from torch._dynamo.utils import counters

@@ -95,6 +95,16 @@ def test_dependency_direction():
                         assert not name.startswith("comfyui_ideogram4_int8.ideogram4"), f"{path}: {name}"
 
 
+def test_runtime_never_imports_a_node_module():
+    """Inside nodes/: node modules import nodes/runtime/, never the other way (lazy imports included)."""
+    for path in (ROOT / "nodes" / "runtime").rglob("*.py"):
+        for name in _imports(path):
+            up_one = name.startswith("..") and not name.startswith("...")  # ``from .. import x``: nodes/ itself
+            assert not up_one, f"{path}: imports {name}"
+            if name.startswith("comfyui_ideogram4_int8.nodes"):
+                assert name.startswith("comfyui_ideogram4_int8.nodes.runtime"), f"{path}: imports {name}"
+
+
 def test_kernels_import_each_other_without_cycles():
     """Every import between kernels/ modules, lazy ones inside functions included, points one way."""
     mods = {p.stem: p for p in (ROOT / "kernels").glob("*.py")}

@@ -15,7 +15,7 @@ import logging
 import torch
 from torch import Tensor
 
-from ..kernels import ops as kernel_ops
+from ...kernels import ops as kernel_ops
 
 # No `from __future__ import annotations`: the op's schema is inferred from its annotations (as in kernels/ops.py).
 

@@ -34,9 +34,9 @@ import comfy.ops
 import torch
 from comfy.ldm.lumina.model import FeedForward, clamp_fp16
 
-from .. import kernels
-from ..kernels import ops as kernel_ops
-from ..kernels import settings
+from ... import kernels
+from ...kernels import ops as kernel_ops
+from ...kernels import settings
 from .int8_ops import is_int8_weight
 
 _is_compiling = torch.compiler.is_compiling

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from .. import kernels
-from ..kernels import attention_choice, settings
-from ..kernels.attention_choice import CANDIDATES, PRIORITY, SDPA, Shape
+from ... import kernels
+from ...kernels import attention_choice, settings
+from ...kernels.attention_choice import CANDIDATES, PRIORITY, SDPA, Shape
 
 KEY = "optimized_attention_override"
 NOTE_KIND = "attention"

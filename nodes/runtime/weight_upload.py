@@ -29,9 +29,9 @@ import logging
 import torch
 from comfy.quant_ops import QuantizedTensor
 
-from .. import kernels
-from ..ideogram4 import upload
-from ..kernels import settings
+from ... import kernels
+from ...ideogram4 import upload
+from ...kernels import settings
 from .int8_ops import site_label
 
 log = logging.getLogger("comfyui_ideogram4_int8")

@@ -39,10 +39,10 @@ import comfy.model_management
 import comfy.patcher_extension
 import torch
 
-from .. import kernels
-from ..ideogram4 import graph_replay
-from ..ideogram4.graph_replay import graphs_of
-from ..kernels import settings
+from ... import kernels
+from ...ideogram4 import graph_replay
+from ...ideogram4.graph_replay import graphs_of
+from ...kernels import settings
 from . import op_coverage
 from .native_model import model_labels
 

@@ -21,25 +21,21 @@ context is put on the sampling device once per run instead of in every call (``r
 
 from __future__ import annotations
 
-import logging
-
 import comfy.model_base
 import comfy.model_management
 import comfy.supported_models
 import psutil
 import torch
 
-from ..ideogram4 import smooth_fold
-from ..ideogram4.comfy_form import to_comfy_state_dict
-from ..ideogram4.config import Ideogram4Config
-from ..ideogram4.errors import CheckpointError
-from ..kernels import settings
+from ...ideogram4 import smooth_fold
+from ...ideogram4.comfy_form import to_comfy_state_dict
+from ...ideogram4.config import Ideogram4Config
+from ...ideogram4.errors import CheckpointError
+from ...kernels import settings
 from . import block_norms, ffn_fusion, op_coverage, qk_rope, resident_conds
 from .attention_override import install as install_attention
 from .int8_ops import declare_sites, label_sites, link_folds, make_ops, site_label
 from .streaming_patcher import Ideogram4ModelPatcher
-
-log = logging.getLogger("comfyui_ideogram4_int8")
 
 COMPUTE_DTYPES = {"auto": None, "bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -208,24 +204,6 @@ def model_labels(*models) -> list[str]:
     return labels
 
 
-def node_id_of(node_cls) -> str | None:
-    """The running node's id (V3 hidden ``unique_id``); None when called outside ComfyUI's executor."""
-    return getattr(getattr(node_cls, "hidden", None), "unique_id", None)
-
-
-def publish(event: str, *args, **kwargs) -> None:
-    """Tell the GEMM-path panel: ``status_nodes.publish`` with these arguments, when that module imports; never
-    raises (a node module that fails to import takes only its own nodes away)."""
-    try:
-        from . import status_nodes
-
-        fn = getattr(status_nodes, "publish", None)
-        if fn is not None:
-            fn(event, *args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - the panel must never break a load or a run
-        log.debug("ideogram4-int8: panel publish(%r) failed: %s", event, exc)
-
-
 __all__ = [
     "build_native_model",
     "model_config_for",
@@ -234,8 +212,6 @@ __all__ = [
     "require_ideogram4",
     "config_of",
     "text_features",
-    "publish",
     "model_labels",
-    "node_id_of",
     "COMPUTE_DTYPES",
 ]

@@ -35,9 +35,9 @@ import comfy.ops
 import torch
 from comfy.quant_ops import QuantizedTensor
 
-from .. import kernels
-from ..ideogram4.comfy_form import FOLDED_KEY, SMOOTH_KEY
-from ..ideogram4.smooth_fold import (
+from ... import kernels
+from ...ideogram4.comfy_form import FOLDED_KEY, SMOOTH_KEY
+from ...ideogram4.smooth_fold import (
     folded_rows,
     linked_folds,
     real_to_input,
@@ -47,9 +47,9 @@ from ..ideogram4.smooth_fold import (
     stored_to_real,
     unfold_norm,
 )
-from ..ideogram4.w8a8_module import w8a8_forward
-from ..kernels import ops as kernel_ops
-from ..kernels.fp8_gemm import select_fp8_path
+from ...ideogram4.w8a8_module import w8a8_forward
+from ...kernels import ops as kernel_ops
+from ...kernels.fp8_gemm import select_fp8_path
 
 _is_compiling = torch.compiler.is_compiling  # True while dynamo traces: module counters are not touched then
 INT8_LAYOUT = "TensorWiseINT8Layout"

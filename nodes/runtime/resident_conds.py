@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kernels import settings
+from ...kernels import settings
 
 EXPERIMENT = "no-resident-conds"  # ComfyUI's per-call cast (A/B measurements)
 CONTEXT_KEY = "c_crossattn"  # what _apply_model casts to (device, inference dtype) on every call

@@ -7,9 +7,9 @@ from __future__ import annotations
 import comfy.model_management
 import torch
 
-from .. import kernels
-from ..kernels import settings
-from ..kernels.backends import unavailable
+from ... import kernels
+from ...kernels import settings
+from ...kernels.backends import unavailable
 
 
 def comfyui_reason(experiment: str, own: str) -> str | None:

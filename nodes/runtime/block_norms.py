@@ -29,9 +29,9 @@ import torch
 from comfy.ldm.ideogram4 import model as ideogram4_model
 from comfy.ldm.lumina.model import FeedForward
 
-from .. import kernels
-from ..kernels import handoff, settings
-from ..kernels.dispatch import block_norm_demotion
+from ... import kernels
+from ...kernels import handoff, settings
+from ...kernels.dispatch import block_norm_demotion
 from . import swapped_blocks
 from .ffn_fusion import GateUpFeedForward
 from .int8_ops import quantizes_plain_rows

@@ -24,8 +24,8 @@ import torch
 from comfy.ldm.ideogram4 import model as ideogram4_model
 from torch.utils.weak import WeakIdKeyDictionary
 
-from ..kernels import ops as kernel_ops
-from ..kernels.dispatch import qk_rope_demotion
+from ...kernels import ops as kernel_ops
+from ...kernels.dispatch import qk_rope_demotion
 from . import swapped_blocks
 from .swapped_blocks import swap_class, write_note
 

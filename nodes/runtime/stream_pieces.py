@@ -13,7 +13,7 @@ import torch
 from comfy.ldm.lumina.model import FeedForward
 from comfy.quant_ops import QuantizedTensor
 
-from ..ideogram4 import streaming
+from ...ideogram4 import streaming
 
 
 def streamable(block: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:

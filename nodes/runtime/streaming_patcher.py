@@ -38,9 +38,9 @@ import comfy.model_management
 import comfy.model_patcher
 import torch
 
-from .. import kernels
-from ..ideogram4 import graph_replay, streaming
-from ..kernels import settings
+from ... import kernels
+from ...ideogram4 import graph_replay, streaming
+from ...kernels import settings
 from . import stream_pieces, weight_upload
 from .int8_ops import site_label
 from .op_coverage import CONTEXT_ONLY
@@ -246,7 +246,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def _weights_move(self) -> None:
         """ComfyUI is about to move or re-patch this model's weights: CUDA graphs that read them where they are go
-        (``nodes/cuda_graphs.py``), with every graph sharing their pool, and the pool's memory with them."""
+        (``nodes/runtime/cuda_graphs.py``), with every graph sharing their pool, and the pool's memory with them."""
         freed = graph_replay.release_graphs_of(getattr(self.model, "diffusion_model", None))
         if freed:
             log.debug("ideogram4-int8: CUDA graphs released (%.2f GiB)", freed / streaming.GIB)

@@ -26,7 +26,7 @@ import weakref
 
 import torch
 
-from .. import kernels
+from ... import kernels
 from .after_forward import after_forward, on_after_forward
 from .int8_ops import compiled_calls, int8_linears, op_calls, runs_packs_op
 

@@ -21,6 +21,8 @@ import tempfile
 import pytest
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
+# the checks comfy_nodes_script.py runs in ComfyUI's Python: importing them reads that script's command line
+collect_ignore = ["comfy_checks"]
 for _folder in (os.path.join(TESTS, "comfyui"), TESTS):
     if _folder not in sys.path:
         sys.path.insert(0, _folder)

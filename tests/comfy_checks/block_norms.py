@@ -5,7 +5,7 @@ from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.kernels import settings
 from comfyui_ideogram4_int8.nodes import loader_nodes
 
-from comfy_checks.common import GPU, G, _env, _experiments, _latent_node, inputs, load, write_all
+from comfy_checks.common import GPU, G, env_var, experiments, inputs, latent_node, load, write_all
 
 
 def check_block_norms():
@@ -45,7 +45,7 @@ def check_block_norms():
         for b in dm.layers:
             b.__class__ = block_norms.FusedNormBlock
         res[f"{dtype}/equal"] = bool(torch.equal(ours, theirs))
-        with _experiments("block-norms=comfyui"), torch.no_grad():
+        with experiments("block-norms=comfyui"), torch.no_grad():
             switched = dm(x.to(cast), sigma, context=ctx.to(cast))
         res[f"{dtype}/switch_equal"] = bool(torch.equal(switched, theirs))
         res[f"{dtype}/switch_note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
@@ -85,7 +85,7 @@ def check_block_norm_handoff():
                 c.append(kw["hand_off"]) or f(*a, **kw)
             )
             try:
-                with _experiments(listed), torch.inference_mode():  # as ComfyUI runs nodes
+                with experiments(listed), torch.inference_mode():  # as ComfyUI runs nodes
                     dm(x.bfloat16(), sigma, context=ctx.bfloat16())
             finally:
                 block_norms.kernels.rms_norm_modulate = real
@@ -112,13 +112,13 @@ def check_block_norm_handoff():
             s = int(torch.randint(0, 2**31, (1,), generator=G))
             kernels.REGISTRY.clear()
             # every pass runs Python (no graphs): the handoffs can be counted; inference mode as ComfyUI's executor
-            with _env(settings.CUDA_GRAPHS, "0"), torch.inference_mode():
-                with _experiments(f"block-norms={block_norms.NO_HANDOFF}"):
-                    off = _latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
+            with env_var(settings.CUDA_GRAPHS, "0"), torch.inference_mode():
+                with experiments(f"block-norms={block_norms.NO_HANDOFF}"):
+                    off = latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
                 res["gpu/off_note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
                 res["gpu/off_handoffs"] = kernels.REGISTRY.launches["quant_handoff"]
                 kernels.REGISTRY.clear()
-                on = _latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
+                on = latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
             res["gpu/note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
             res["gpu/handoffs"] = kernels.REGISTRY.launches["quant_handoff"]
             res["gpu/equal"] = bool(torch.equal(on, off))

@@ -129,7 +129,7 @@ def native_unet(path, dtype=None):
         return comfy.sd.load_diffusion_model(path, model_options=opts)
 
 
-def _dequantized_state(st):
+def dequantized_state(st):
     """A read_branch result with every int8 linear replaced by its float weight (smoothing / ConvRot undone)."""
     floats = {}
     for k, v in st.items():
@@ -146,7 +146,7 @@ def _dequantized_state(st):
     return floats
 
 
-def _latent_node(cond, uncond, ctx, seed_, preset="Turbo 12", w=256, h=256, **kw):
+def latent_node(cond, uncond, ctx, seed_, preset="Turbo 12", w=256, h=256, **kw):
     """The LATENT of our sampler node."""
     out = sampler_nodes.Ideogram4Int8Sampler.execute(
         model=cond, model_negative=uncond, positive=[[ctx, {}]], seed=seed_, preset=preset, width=w, height=h, **kw
@@ -164,7 +164,7 @@ def _set(name, value):
 
 
 @contextlib.contextmanager
-def _env(name, value):
+def env_var(name, value):
     """The pack's switch ``name`` at ``value`` inside the block, as it was after."""
     old = os.environ.get(name)
     _set(name, value)
@@ -174,13 +174,13 @@ def _env(name, value):
         _set(name, old)
 
 
-def _experiments(*entries):
+def experiments(*entries):
     """The experiments ``entries`` added to the list (the suite's CPU pin stays) inside the block."""
     listed = os.environ.get(settings.EXPERIMENTS_VAR, "")
-    return _env(settings.EXPERIMENTS_VAR, ",".join(e for e in (listed, *entries) if e))
+    return env_var(settings.EXPERIMENTS_VAR, ",".join(e for e in (listed, *entries) if e))
 
 
-def _streaming_budget(patcher, streamed_blocks):
+def streaming_budget(patcher, streamed_blocks):
     """A weight budget under which ``patcher``'s plan streams exactly ``streamed_blocks`` blocks."""
     sizes = patcher._block_bytes()
     fixed = patcher.model_size() - sum(sizes)

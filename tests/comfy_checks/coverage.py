@@ -4,7 +4,7 @@ import torch
 from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.nodes.runtime import int8_ops
 
-from comfy_checks.common import _latent_node, inputs, load, write_all
+from comfy_checks.common import inputs, latent_node, load, write_all
 
 
 def check_coverage():
@@ -36,7 +36,7 @@ def check_coverage():
         res[f"{case}/registry_calls"] = calls() - c0
         res[f"{case}/coverage"] = cov.last
     f0 = cov.forwards
-    _latent_node(cond, uncond, ctx, 3, preset="custom", steps=2)
+    latent_node(cond, uncond, ctx, 3, preset="custom", steps=2)
     res["sampler_forwards"] = cov.forwards - f0
     res["sampler_uncond_forwards"] = op_coverage.coverage(uncond.model.diffusion_model).forwards
     res["notes_before"] = kernels.REGISTRY.model_notes()

@@ -6,7 +6,7 @@ import torch
 from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.kernels import settings
 
-from comfy_checks.common import CFG, GPU, MODELS, G, _env, _latent_node, load, native_unet, write_all
+from comfy_checks.common import CFG, GPU, MODELS, G, env_var, latent_node, load, native_unet, write_all
 
 
 def check_cuda_graphs():
@@ -43,11 +43,11 @@ def check_cuda_graphs():
     # why a run or a pass stays eager: the setting (run_reason), then the checks before each pass
 
     reasons = {}
-    with _env(settings.CUDA_GRAPHS, "0"):
+    with env_var(settings.CUDA_GRAPHS, "0"):
         reasons["env_off"] = cuda_graphs.run_reason()
-    with _env(settings.CUDA_GRAPHS, "1"):
+    with env_var(settings.CUDA_GRAPHS, "1"):
         reasons["env_on"] = cuda_graphs.run_reason()
-    with _env(settings.CUDA_GRAPHS, None):
+    with env_var(settings.CUDA_GRAPHS, None):
         reasons["default"] = cuda_graphs.run_reason()
     reasons["pass_plain"] = cuda_graphs._off_reason(cond, {})
     reasons["patches"] = cuda_graphs._off_reason(cond, {"patches_replace": {"dit": {("double_block", 0): len}}})
@@ -61,15 +61,15 @@ def check_cuda_graphs():
         kernels.REGISTRY.enable_timing(False)
     seen["reasons"] = reasons
     kernels.REGISTRY.clear()
-    eager = _latent_node(cond, uncond, ctx, s)
+    eager = latent_node(cond, uncond, ctx, s)
     seen["cpu_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
     if GPU:
         kernels.REGISTRY.clear()
-        with _env(settings.CUDA_GRAPHS, "0"):
-            off = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
+        with env_var(settings.CUDA_GRAPHS, "0"):
+            off = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         seen["off_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
-        with _env(settings.CUDA_GRAPHS, None):  # the default: graphs on
-            auto = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
+        with env_var(settings.CUDA_GRAPHS, None):  # the default: graphs on
+            auto = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         seen["auto_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
         seen["auto_equal"] = bool(torch.equal(auto, off))
         kernels.REGISTRY.clear()
@@ -77,14 +77,14 @@ def check_cuda_graphs():
 
         cuda_graphs.release(cond)  # what the default run captured: the next run starts with none
         replayed_before = op_coverage.coverage(cond.model.diffusion_model).replayed
-        with _env(settings.CUDA_GRAPHS, "1"):  # one card: graphs only when asked for
-            on = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
+        with env_var(settings.CUDA_GRAPHS, "1"):  # one card: graphs only when asked for
+            on = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
         replayed = op_coverage.coverage(cond.model.diffusion_model).replayed - replayed_before
         graphs = graph_replay.graphs_of(cond.model.diffusion_model)
         captures = graphs.stats.captures
-        with _env(settings.CUDA_GRAPHS, "1"):  # the next prompt: the graphs of the first run replay from pass 1
-            again = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
+        with env_var(settings.CUDA_GRAPHS, "1"):  # the next prompt: the graphs of the first run replay from pass 1
+            again = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         again_notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
         pool = graphs._pool
         held = {"graphs": graphs.graphs, "pool_bytes": pool.bytes, "reserved": cuda_graphs.reserved_for_graphs()}
@@ -139,7 +139,7 @@ def _graph_release_cases(model):
         return graphs
 
     graphs = hold()  # the pack's own run: the pool is the passes' activations, which its requests ask for
-    with _env(settings.CUDA_GRAPHS, None), cuda_graphs.pass_graphs([model]):
+    with env_var(settings.CUDA_GRAPHS, None), cuda_graphs.pass_graphs([model]):
         out["reserved_in_run"] = mm.EXTRA_RESERVED_VRAM - base
     out["reserved_after_run"] = mm.EXTRA_RESERVED_VRAM - base
     graph_replay.release_graphs_of(dm)

@@ -7,7 +7,7 @@ from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.kernels import settings
 from comfyui_ideogram4_int8.nodes import sampler_nodes
 
-from comfy_checks.common import CFG, GPU, G, _env, _experiments, _latent_node, inputs, load, write_all
+from comfy_checks.common import CFG, GPU, G, env_var, experiments, inputs, latent_node, load, write_all
 
 
 def check_branch_device():
@@ -43,13 +43,13 @@ def check_branch_device():
         )
         for k, m in (("conditional", cond), ("unconditional", uncond))
     ]
-    one_after_other = _latent_node(cond, uncond, ctx, s)
+    one_after_other = latent_node(cond, uncond, ctx, s)
     original = sampler_nodes.PerStepGuidanceGuider
     sampler_nodes.PerStepGuidanceGuider = functools.partial(original, concurrent=True)
     try:
         for k in threads:
             threads[k].clear()
-        side_by_side = _latent_node(cond, uncond, ctx, s)
+        side_by_side = latent_node(cond, uncond, ctx, s)
         res["threads"] = {k: sorted(v) for k, v in threads.items()}  # True: the main thread
         res["concurrent_max_abs"] = (side_by_side - one_after_other).abs().max().item()
 
@@ -58,13 +58,13 @@ def check_branch_device():
 
         h = uncond.model.diffusion_model.register_forward_pre_hook(boom)
         try:
-            _latent_node(cond, uncond, ctx, s)
+            latent_node(cond, uncond, ctx, s)
             res["worker_error"] = None
         except RuntimeError as exc:
             res["worker_error"] = str(exc)
         finally:
             h.remove()
-        res["after_error_max_abs"] = (_latent_node(cond, uncond, ctx, s) - one_after_other).abs().max().item()
+        res["after_error_max_abs"] = (latent_node(cond, uncond, ctx, s) - one_after_other).abs().max().item()
     finally:
         sampler_nodes.PerStepGuidanceGuider = original
         for h in hooks:
@@ -97,7 +97,7 @@ def _branch_device_gpu(cond, uncond, ctx, s):
     from comfyui_ideogram4_int8.nodes import branch_device_nodes as branch_device
 
     ran = {"conditional": set(), "unconditional": set()}
-    one = _latent_node(cond, uncond, ctx, s).double()
+    one = latent_node(cond, uncond, ctx, s).double()
     placed, note = branch_device.place(uncond, "second GPU")
     hooks = [
         m.model.diffusion_model.register_forward_pre_hook(lambda mod, a, k=k: ran[k].add(str(a[0].device)))
@@ -105,7 +105,7 @@ def _branch_device_gpu(cond, uncond, ctx, s):
     ]
     try:
         kernels.REGISTRY.clear()
-        two = _latent_node(cond, placed, ctx, s).double()
+        two = latent_node(cond, placed, ctx, s).double()
     finally:
         for h in hooks:
             h.remove()
@@ -148,7 +148,7 @@ def check_resident_conds():
     dtype = model.get_dtype_inference()
     res["meta"] = [str(on_meta.device), str(on_meta.dtype), str(dtype), list(on_meta.shape) == list(ctx.shape)]
     res["meta_cast_is_noop"] = comfy.model_management.cast_to_device(on_meta, on_meta.device, dtype) is on_meta
-    with _experiments(resident_conds.EXPERIMENT):  # the A/B switch: ComfyUI's per-call cast
+    with experiments(resident_conds.EXPERIMENT):  # the A/B switch: ComfyUI's per-call cast
         res["switched_off_same_tensor"] = encoded(torch.device("meta")) is ctx
     if GPU:
         seen, real = [], comfy.model_management.cast_to_device
@@ -162,13 +162,13 @@ def check_resident_conds():
         s = int(torch.randint(0, 2**31, (1,), generator=G))
         comfy.model_management.cast_to_device = recording
         try:
-            with _env(settings.CUDA_GRAPHS, "0"), torch.inference_mode():
-                ours = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=256, h=256)
+            with env_var(settings.CUDA_GRAPHS, "0"), torch.inference_mode():
+                ours = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=256, h=256)
                 res["gpu/casts"] = sorted({str(c) for c in seen})
                 res["gpu/calls"] = len(seen)
                 seen.clear()
                 del model.extra_conds  # ComfyUI's own: a copy per call
-                theirs = _latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=256, h=256)
+                theirs = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=256, h=256)
                 res["gpu/own_casts"] = sorted({str(c) for c in seen})
         finally:
             comfy.model_management.cast_to_device = real

@@ -12,7 +12,7 @@ from comfyui_ideogram4_int8.ideogram4.w8a8_module import dequantize_entries, w8a
 from comfyui_ideogram4_int8.nodes import loader_nodes
 from comfyui_ideogram4_int8.nodes.runtime import int8_ops
 
-from comfy_checks.common import CFG, MODELS, G, _experiments, inputs, load, reference, rel, seed, weights, write_all
+from comfy_checks.common import CFG, MODELS, G, experiments, inputs, load, reference, rel, seed, weights, write_all
 
 
 def write_shared_smooth(name="i4_w8a8_shared.safetensors"):
@@ -60,7 +60,7 @@ def check_gate_up():
     ):
         # the transformerlab layout (w1 and w3 with different vectors): folded with w1/w3 mode 'ratio' w3 still
         # divides by a ratio at run time (two quantizer passes, split); with the default 'min' both share a vector
-        with _experiments("smooth-fold=ratio" if fmt == "w8a8" else ""):
+        with experiments("smooth-fold=ratio" if fmt == "w8a8" else ""):
             cond, uncond, summary = load(cf, uf)
         dm = cond.model.diffusion_model
         ffs = [b.feed_forward for b in dm.layers]
@@ -81,7 +81,7 @@ def check_gate_up():
         rec = {r.layer: r for r in kernels.REGISTRY.layers("conditional")}
         res[f"{fmt}/w1_fusion"] = rec["layers.0.feed_forward.w1"].fusion
         res[f"{fmt}/w3_reason"] = rec["layers.0.feed_forward.w3"].reason
-        with _experiments(ffn_fusion.EXPERIMENT), torch.no_grad():
+        with experiments(ffn_fusion.EXPERIMENT), torch.no_grad():
             split = dm(x, sigma, context=ctx)
         res[f"{fmt}/fused_vs_split_max_abs"] = (fused - split).abs().max().item()
         res[f"{fmt}/vs_reference_dit"] = rel(fused, _ref_forward(cf, x, sigma, ctx))
@@ -94,14 +94,14 @@ def check_gate_up():
     xb, cb = x.bfloat16(), ctx.bfloat16()  # as ComfyUI's apply_model casts them to the inference dtype
     with torch.no_grad():
         fused = dm(xb, sigma, context=cb)
-        with _experiments(ffn_fusion.EXPERIMENT):
+        with experiments(ffn_fusion.EXPERIMENT):
             split = dm(xb, sigma, context=cb)
     res["bf16/dtype"] = str(fused.dtype)
     res["bf16/fused_calls"] = [b.feed_forward.fused_calls for b in dm.layers]
     res["bf16/fused_vs_split"] = rel(fused.float(), split.float())
     # split reasons, each with the pair's other conditions met; loaded unfolded, so both linears divide their input
     # by the file's (shared) vector at run time and an in-place change of one vector must be seen
-    with _experiments("smooth-fold=off"):
+    with experiments("smooth-fold=off"):
         cond, _, _ = load("i4_w8a8_shared.safetensors")
     dm = cond.model.diffusion_model
     ff = dm.layers[0].feed_forward
@@ -194,7 +194,7 @@ def check_gate_up_lora():
     res["merged_fused"] = [(f.fused_calls - a, f.split_calls - b) for f, (a, b) in zip(ffs, n0, strict=True)]
     res["full_load_vs_ref"] = rel(got, want)
     res["full_load_fusion"] = {r.layer: r.fusion for r in kernels.REGISTRY.layers("conditional")}[names[0]]
-    with _experiments(ffn_fusion.EXPERIMENT), torch.no_grad():
+    with experiments(ffn_fusion.EXPERIMENT), torch.no_grad():
         res["fused_vs_split_after_merge"] = (got - dm(x, sigma, context=ctx)).abs().max().item()
     comfy.model_management.unload_all_models()
     with torch.no_grad():

@@ -18,10 +18,10 @@ from comfy_checks.common import (
     CFG,
     MODELS,
     G,
-    _latent_node,
     demo_sizes,
     forward_cases,
     inputs,
+    latent_node,
     load,
     native_unet,
     reference,
@@ -210,20 +210,20 @@ def check_bad_inputs():
         "patch_non_ideogram",
         lambda: patch_nodes.Ideogram4Int8Patch.execute(model=other, label="conditional", gemm_path="auto"),
     )
-    expect("sampler_non_ideogram", lambda: _latent_node(other, uncond, ctx, 0))
-    expect("sampler_non_ideogram_negative", lambda: _latent_node(cond, other, ctx, 0))
-    expect("sampler_clip_l_conditioning", lambda: _latent_node(cond, uncond, torch.randn(1, 77, 768), 0))
+    expect("sampler_non_ideogram", lambda: latent_node(other, uncond, ctx, 0))
+    expect("sampler_non_ideogram_negative", lambda: latent_node(cond, other, ctx, 0))
+    expect("sampler_clip_l_conditioning", lambda: latent_node(cond, uncond, torch.randn(1, 77, 768), 0))
     expect(
         "sampler_zero_out_none",
         lambda: sampler_nodes.Ideogram4Int8Sampler.execute(
             model=cond, model_negative=uncond, positive=[[None, {}]], seed=0, preset="Turbo 12", width=256, height=256
         ),
     )
-    expect("size_not_multiple", lambda: _latent_node(cond, uncond, ctx, 0, w=1000, h=1024))
-    expect("size_aspect", lambda: _latent_node(cond, uncond, ctx, 0, w=2048, h=256 + 64))
-    expect("size_small", lambda: _latent_node(cond, uncond, ctx, 0, w=128, h=256))
+    expect("size_not_multiple", lambda: latent_node(cond, uncond, ctx, 0, w=1000, h=1024))
+    expect("size_aspect", lambda: latent_node(cond, uncond, ctx, 0, w=2048, h=256 + 64))
+    expect("size_small", lambda: latent_node(cond, uncond, ctx, 0, w=128, h=256))
     expect(
-        "custom_polish_too_many", lambda: _latent_node(cond, uncond, ctx, 0, preset="custom", steps=4, polish_steps=6)
+        "custom_polish_too_many", lambda: latent_node(cond, uncond, ctx, 0, preset="custom", steps=4, polish_steps=6)
     )
     expect(
         "with_base_ok",
@@ -252,14 +252,14 @@ def check_hooks():
         load_updates = list(updates)
         updates.clear()
         ctx = torch.randn(1, 4, CFG.llm_features_dim, generator=G)
-        _latent_node(cond, uncond, ctx, 3, preset="custom", steps=3)
+        latent_node(cond, uncond, ctx, 3, preset="custom", steps=3)
         sample_updates = list(updates)
 
         def broken(event, *args, **kwargs):
             raise RuntimeError("panel is down")
 
         status_nodes.publish = broken
-        _latent_node(cond, uncond, ctx, 4, preset="custom", steps=2)
+        latent_node(cond, uncond, ctx, 4, preset="custom", steps=2)
         load("i4_w8a8.safetensors", dtype="bf16")
         survived = True
     finally:

@@ -11,7 +11,7 @@ from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT
 from comfyui_ideogram4_int8.ideogram4.w8a8_module import dequantize_entries, w8a8_linears
 from comfyui_ideogram4_int8.nodes.runtime import int8_ops
 
-from comfy_checks.common import CFG, MODELS, G, _experiments, inputs, load, reference, rel, seed, weights, write_all
+from comfy_checks.common import CFG, MODELS, G, experiments, inputs, load, reference, rel, seed, weights, write_all
 
 
 def _qkv(model):
@@ -95,7 +95,7 @@ LORA_KEYS = (
 
 def _load_mode(name, mode):
     """The loader's MODELs with the smoothing fold mode ``mode`` (None: the default)."""
-    with _experiments(f"smooth-fold={mode}" if mode is not None else ""):
+    with experiments(f"smooth-fold={mode}" if mode is not None else ""):
         return load(name)
 
 

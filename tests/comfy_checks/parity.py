@@ -18,7 +18,7 @@ from comfy_checks.common import (
     CFG,
     MODELS,
     G,
-    _dequantized_state,
+    dequantized_state,
     forward_cases,
     inputs,
     load,
@@ -93,7 +93,7 @@ def check_parity():
     # (3) float weights through the pack's build path vs ComfyUI's stock ops vs the reference DiT's float path
     from comfyui_ideogram4_int8.nodes.runtime.native_model import build_native_model
 
-    floats = _dequantized_state(read_branch(files["w8a8"], "conditional", dtype=torch.float32))
+    floats = dequantized_state(read_branch(files["w8a8"], "conditional", dtype=torch.float32))
     stock = stock_dit(CFG)
     stock.load_state_dict(floats, strict=True)
     ours_float, _ = build_native_model(dict(floats), CFG, label="float", compute_dtype=torch.float32)

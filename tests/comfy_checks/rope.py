@@ -3,7 +3,7 @@
 import torch
 from comfyui_ideogram4_int8 import kernels
 
-from comfy_checks.common import _env, _experiments, inputs, load, rel, write_all
+from comfy_checks.common import env_var, experiments, inputs, load, rel, write_all
 
 
 def check_rope():
@@ -71,7 +71,7 @@ def _rope_case(dtype, x, ctx, sigma):
     with torch.no_grad():
         ours = atts[0](xa, mask, freqs)
         comfy_own = Ideogram4Attention.forward(atts[0], xa, mask, freqs)
-        with _experiments("rope=comfyui"):
+        with experiments("rope=comfyui"):
             switched = atts[0](xa, mask, freqs)
     res["vs_comfyui"] = rel(ours.float(), comfy_own.float())
     res["switch_equal"] = bool(torch.equal(switched, comfy_own))
@@ -117,7 +117,7 @@ def check_rope_demotion():
             twin = att(xa, mask, freqs)  # no interpreter: the twin without trying the kernel
             res["cpu_note"] = kernels.REGISTRY.model_notes("conditional").get(qk_rope.NOTE_KIND)
             res["cpu_tries"] = len(tries)
-            with _env("TRITON_INTERPRET", "1"):
+            with env_var("TRITON_INTERPRET", "1"):
                 outs = [att(xa, mask, freqs)]  # the forward whose kernel fails: its own note says so
                 res["note"] = kernels.REGISTRY.model_notes("conditional").get(qk_rope.NOTE_KIND)
                 outs.append(att(xa, mask, freqs))

@@ -7,7 +7,7 @@ from comfyui_ideogram4_int8.ideogram4 import make_noise, read_branch, sample
 from comfyui_ideogram4_int8.nodes import sampler_nodes
 from comfyui_ideogram4_int8.nodes.runtime import int8_ops
 
-from comfy_checks.common import CFG, G, _dequantized_state, _latent_node, inputs, load, reference, rel, seed, write_all
+from comfy_checks.common import CFG, G, dequantized_state, inputs, latent_node, load, reference, rel, seed, write_all
 
 
 def _float_models(path):
@@ -16,7 +16,7 @@ def _float_models(path):
 
     out = []
     for branch in ("conditional", "unconditional"):
-        floats = _dequantized_state(read_branch(path, branch, dtype=torch.float32))
+        floats = dequantized_state(read_branch(path, branch, dtype=torch.float32))
         out.append(build_native_model(floats, CFG, label=f"float-{branch}", compute_dtype=torch.float32)[0])
     return out
 
@@ -32,7 +32,7 @@ def check_sampler():
 
     def node_and_sample(c, u):
         """The node's latent, and ``sample``'s on the same two diffusion models and noise."""
-        got = _latent_node(c, u, ctx, s)
+        got = latent_node(c, u, ctx, s)
         with torch.no_grad():
             want = sample(
                 c.model.diffusion_model,
@@ -64,7 +64,7 @@ def check_sampler():
     res["int8/vs_sample"] = rel(got, want)
     res["int8/vs_reference_dit"] = rel(got, ref)
     res["int8/shape"] = list(got.shape)
-    res["int8/other_seed_diff"] = rel(_latent_node(cond, uncond, ctx, s + 1, preset="custom", steps=3), got)
+    res["int8/other_seed_diff"] = rel(latent_node(cond, uncond, ctx, s + 1, preset="custom", steps=3), got)
     # the native graph (DualModelGuider, negative unconnected + Ideogram4Scheduler + SamplerCustomAdvanced) with a
     # constant guidance: our node with a custom preset of 0 polish steps must give the same latent
     from comfy_extras import nodes_custom_sampler as ncs
@@ -80,7 +80,7 @@ def check_sampler():
         sigmas=sigmas,
         latent_image=EmptyFlux2LatentImage.execute(width=256, height=384, batch_size=1).result[0],
     ).result[0]["samples"]
-    ours = _latent_node(
+    ours = latent_node(
         cond,
         uncond,
         ctx,
@@ -117,7 +117,7 @@ def check_sampler():
 
         for name, p in PRESETS.items():
             seen.clear()
-            _latent_node(cond, uncond, ctx, s, preset=name, w=1024, h=1024)
+            latent_node(cond, uncond, ctx, s, preset=name, w=1024, h=1024)
             want_sig = our_sigmas(p.steps, 1024, 1024, p.mu, p.std)[:-1].tolist()
             res[f"preset/{name}/guidance_ok"] = [g for _, g in seen] == list(p.guidance)
             res[f"preset/{name}/sigma_max_abs"] = max(abs(a - b) for (a, _), b in zip(seen, want_sig, strict=True))
@@ -131,7 +131,7 @@ def check_interrupt():
     write_all()
     cond, uncond, _ = load("i4_w8a8.safetensors")
     ctx = torch.randn(1, 6, CFG.llm_features_dim, generator=G)
-    clean = _latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
+    clean = latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
     steps_seen = []
 
     def hook(value, total, preview, node_id=None):
@@ -146,7 +146,7 @@ def check_interrupt():
     comfy.utils.PROGRESS_THROTTLE_MIN_INTERVAL = 0.0
     interrupted = False
     try:
-        _latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
+        latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
     except comfy.model_management.InterruptProcessingException:
         interrupted = True
     finally:
@@ -154,7 +154,7 @@ def check_interrupt():
         comfy.utils.PROGRESS_THROTTLE_MIN_INTERVAL = throttle
         comfy.model_management.interrupt_current_processing(False)
     leftovers = [n for n, m in int8_ops.int8_linears(cond.model.diffusion_model).items() if len(m.weight_function)]
-    again = _latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
+    again = latent_node(cond, uncond, ctx, 7, preset="Turbo 12")
     return {
         "interrupted": interrupted,
         "steps_before_interrupt": max(steps_seen) if steps_seen else 0,

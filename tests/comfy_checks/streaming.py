@@ -6,7 +6,7 @@ from comfy.quant_ops import QuantizedTensor
 from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.kernels import settings
 
-from comfy_checks.common import G, _experiments, _streaming_budget, inputs, load, write_all
+from comfy_checks.common import G, experiments, inputs, load, streaming_budget, write_all
 
 
 def _piece_bytes_by_hand(block):
@@ -90,7 +90,7 @@ def check_streaming():
     cpu = torch.device("cpu")
     for m in (cond, uncond):
         m.model.ideogram4_stream_any_device = True  # the CPU stands in for the card (copies in place)
-    budget = _streaming_budget(cond, 3)
+    budget = streaming_budget(cond, 3)
     cond.patch_model(device_to=cpu, lowvram_model_memory=budget)
     stream = cond.model.ideogram4_stream
     res["streamed"] = list(stream.plan.streamed)
@@ -146,7 +146,7 @@ def check_streaming():
 
     old_slots = [weakref.ref(b) for b in stream.streamer.buffers]
     del stream
-    target = _streaming_budget(cond, 4)
+    target = streaming_budget(cond, 4)
     gc.disable()
     try:
         freed = cond.partially_unload(cpu, memory_to_free=cond.model.model_loaded_weight_memory - target)
@@ -161,8 +161,8 @@ def check_streaming():
     cond.unpatch_model(cpu)
     res["stream_after_unpatch"] = cond.stream is None
     # the experiment stream-whole-blocks (A/B): whole blocks through two slots of the largest block, the same output
-    with _experiments(streaming_patcher.WHOLE_BLOCKS):
-        cond.patch_model(device_to=cpu, lowvram_model_memory=_streaming_budget(cond, 3))
+    with experiments(streaming_patcher.WHOLE_BLOCKS):
+        cond.patch_model(device_to=cpu, lowvram_model_memory=streaming_budget(cond, 3))
         whole = cond.model.ideogram4_stream
         whole.streamer.tracing = True
         fused_before = ff.fused_calls
@@ -207,13 +207,13 @@ def check_streaming():
     # the pack's two MODELs on one card: the second load rebalances the first to its share
     uncond.patch_model(device_to=cpu, lowvram_model_memory=uncond.model_size() * 2)
     res["uncond_first_resident"] = uncond.stream is None
-    cond.patch_model(device_to=cpu, lowvram_model_memory=_streaming_budget(cond, 4))
+    cond.patch_model(device_to=cpu, lowvram_model_memory=streaming_budget(cond, 4))
     res["uncond_streams_after_rebalance"] = uncond.stream is not None
     cond_stream = cond.model.ideogram4_stream  # None: what the other branch freed made room for all of it
     res["cond_streamed_after_rebalance"] = len(cond_stream.plan.streamed) if cond_stream is not None else 0
     res["within_pool"] = (
         cond.model.model_loaded_weight_memory + uncond.model.model_loaded_weight_memory
-        <= _streaming_budget(cond, 4) + uncond.model_size()
+        <= streaming_budget(cond, 4) + uncond.model_size()
     )
     with torch.no_grad():
         res["max_abs_rebalanced"] = (dm(x, sigma, context=ctx) - full).abs().max().item()
@@ -235,7 +235,7 @@ def check_streaming():
     res["uncond_host_layer_back"] = not udm.llm_cond_proj.comfy_cast_weights
     # loaded in one call (load_together), the first MODEL takes its share at once: no full load for the second
     # load to shrink (its plan stays), and the two fit what the first was offered
-    joint = uncond.model_size() + _streaming_budget(cond, 4)
+    joint = uncond.model_size() + streaming_budget(cond, 4)
     with streaming_patcher.loading_together([uncond, cond]):
         uncond.patch_model(device_to=cpu, lowvram_model_memory=joint)
         first = {"streams": uncond.stream is not None, "changes": uncond.model.ideogram4_plan_changes}
@@ -272,7 +272,7 @@ def check_streaming():
             streaming_patcher.load_together([cond, uncond], noise_shape)
             inside["estimate"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
             inside["uncond_factor"] = uncond.model.memory_usage_factor
-        with _experiments(f"{streaming_patcher.PASS_ESTIMATE}=comfyui"):
+        with experiments(f"{streaming_patcher.PASS_ESTIMATE}=comfyui"):
             with streaming_patcher.one_pass_per_branch([cond, uncond]):
                 inside["comfyui_env"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
         try:

@@ -6,7 +6,7 @@ from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.nodes import loader_nodes, sampler_nodes
 from comfyui_ideogram4_int8.nodes.runtime import int8_ops
 
-from comfy_checks.common import CFG, G, _experiments, _latent_node, inputs, load, write_all
+from comfy_checks.common import CFG, G, experiments, inputs, latent_node, load, write_all
 
 
 def _records(label):
@@ -135,7 +135,7 @@ def check_compile():
         ("w8a8_fp8_protected", "i4_w8a8.safetensors", loader_nodes.SAME_FILE, ""),  # the fp8 op in the graph
     ):
         extra = {"protected_layers": "fp8"} if fmt.endswith("fp8_protected") else {}
-        with _experiments(f"smooth-fold={mode}" if mode else ""):
+        with experiments(f"smooth-fold={mode}" if mode else ""):
             cond, uncond, _ = load(cf, uf, **extra)
         for branch, patcher, cases in (
             (
@@ -257,17 +257,17 @@ def check_compile():
 
     dynamo.reset()
     text = torch.randn(1, 5, CFG.llm_features_dim, generator=G)
-    want = _latent_node(cond, uncond, text, 11)
+    want = latent_node(cond, uncond, text, 11)
     res["sampler_node/eager_norm"] = want.norm().item()
-    res["sampler_node/positive_compiled"] = (_latent_node(compiled(cond), uncond, text, 11) - want).abs().max().item()
+    res["sampler_node/positive_compiled"] = (latent_node(compiled(cond), uncond, text, 11) - want).abs().max().item()
     res["sampler_node/both_compiled"] = (
-        (_latent_node(compiled(cond), compiled(uncond), text, 11) - want).abs().max().item()
+        (latent_node(compiled(cond), compiled(uncond), text, 11) - want).abs().max().item()
     )
     fixed = sampler_nodes.own_model_options
     sampler_nodes.own_model_options = lambda run_options, patcher, run_patcher: run_options
     try:
         res["sampler_node/positive_compiled_run_options"] = (
-            (_latent_node(compiled(cond), uncond, text, 11) - want).abs().max().item()
+            (latent_node(compiled(cond), uncond, text, 11) - want).abs().max().item()
         )
     finally:
         sampler_nodes.own_model_options = fixed

@@ -7,7 +7,7 @@ from comfy.quant_ops import QuantizedTensor
 from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.kernels import settings
 
-from comfy_checks.common import GPU, G, _env, _experiments, _streaming_budget, inputs, load, write_all
+from comfy_checks.common import GPU, G, env_var, experiments, inputs, load, streaming_budget, write_all
 
 
 def _tensors(dm):
@@ -92,7 +92,7 @@ def _upload_cases(cond, device, lora_patch, inp, calls):
     case["module_keys_planned"] = sum(k.startswith(key.rsplit(".", 1)[0] + ".") for k in planned)
     res["lora"] = unloaded(lora, case, base, pinned)
     # the resident part of a streamed load: the streamed blocks' weights stay on the host
-    budget = _streaming_budget(cond, 2)
+    budget = streaming_budget(cond, 2)
     case, planned, base, pinned = loaded(cond, budget, "streamed")
     stream = cond.model.ideogram4_stream
     streamed = [m for i in stream.plan.streamed for _, m in stream_pieces.streamable(dm.layers[i])]
@@ -108,7 +108,7 @@ def _upload_cases(cond, device, lora_patch, inp, calls):
     res["streamed"] = unloaded(cond, case, base, pinned)
     # ComfyUI's own partial unload (streaming off) pins what it offloads; the next full load copies it straight
     # from pinned memory, then unpins it as ComfyUI's load does
-    with _env(settings.STREAM, "off"):
+    with env_var(settings.STREAM, "off"):
         case, _, base, pinned = loaded(cond, 0, "offload")
         case["freed"] = cond.partially_unload(cpu, memory_to_free=cond.model_size() // 2) > 0
         case["comfy_pinned_keys_unloaded"] = len(cond.pinned)
@@ -154,14 +154,14 @@ def check_upload():
     x, ctx, sigma, _ = inputs()
     res = {"device": device.type, "pinned_memory_limit": comfy.model_management.MAX_PINNED_MEMORY > 0}
     outs = {}
-    with _experiments(f"{weight_upload.EXPERIMENT}=comfyui"):  # what a first forward leaves behind, before measuring
+    with experiments(f"{weight_upload.EXPERIMENT}=comfyui"):  # what a first forward leaves behind, before measuring
         cond.patch_model(device_to=device, lowvram_model_memory=0)
         with torch.no_grad():
             cond.model.diffusion_model(*(t.to(device) for t in (x, sigma)), context=ctx.to(device))
         cond.unpatch_model(torch.device("cpu"))
     try:
         for mode, entries in (("pack", ()), ("comfyui", (f"{weight_upload.EXPERIMENT}=comfyui",))):
-            with _experiments(*entries):
+            with experiments(*entries):
                 res[mode], outs[mode] = _upload_cases(cond, device, lora_patch, (x, ctx, sigma), calls)
     finally:
         weight_upload.before_load = spied

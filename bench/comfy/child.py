@@ -406,10 +406,11 @@ def _pack_log():
     import logging
 
     lines: list[str] = []
+    start = time.perf_counter()
 
     class _Keep(logging.Handler):
-        def emit(self, record):
-            lines.append(record.getMessage()[:300])
+        def emit(self, record):  # seconds since the image started, then the message
+            lines.append(f"+{time.perf_counter() - start:.2f}s {record.getMessage()[:300]}")
 
     logger = logging.getLogger("comfyui_ideogram4_int8")
     handler, level, propagate = _Keep(logging.DEBUG), logger.level, logger.propagate

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 import weakref
 
 import comfy.model_management
@@ -294,6 +295,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if self.stream is not None and self.stream.plan == plan and self.stream.device == device:
             return
         self._weights_move()
+        started = time.perf_counter()
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
@@ -321,7 +323,13 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             self.model.ideogram4_plan_changes = getattr(self.model, "ideogram4_plan_changes", 0) + 1
             _ON_DEVICE.add(self)
         stream.publish()
-        log.info("ideogram4-int8: %s %s", stream.label or "model", plan.describe())
+        # the seconds say what a new plan cost (weights moved both ways, host copies pinned): a run should pay it once
+        log.info(
+            "ideogram4-int8: %s %s (applied in %.2f s)",
+            stream.label or "model",
+            plan.describe(),
+            time.perf_counter() - started,
+        )
 
     def _stream_module(self, key: str, m, device) -> None:
         """``m``'s weight to pinned host memory (LoRA merged on ``device`` first); its small tensors on ``device``."""

@@ -370,14 +370,20 @@ def _check_slots_never_overwritten_in_use(trace, busy=None):
             assert busy.pop(slot) == (i, piece)
 
 
-@pytest.mark.parametrize("slots", [1, 2, 3])
-def test_pieces_stream_equal_to_resident_and_each_binding_frees_the_piece_before(slots):
+def _odd_blocks_streamed(slots):
+    """(seed, blocks, x, the resident output, streamed blocks, streamer): a fresh model whose blocks 1, 3 and 5 stream
+    as pieces through ``slots``."""
     seed = int.from_bytes(__import__("os").urandom(3), "little")
     blocks, x = _ideo_model(seed)
     with torch.no_grad():
         want = blocks(x)
     streamed = (1, 3, 5)
-    s = _streamed_pieces(blocks, streamed, slots)
+    return seed, blocks, x, want, streamed, _streamed_pieces(blocks, streamed, slots)
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_pieces_stream_equal_to_resident_and_each_binding_frees_the_piece_before(slots):
+    seed, blocks, x, want, streamed, s = _odd_blocks_streamed(slots)
     between = []  # what is bound when a resident block starts: nothing (w2's hook released the block before)
     for i in (0, 2, 4):
         blocks[i].register_forward_pre_hook(lambda m, a: between.append(s.current))
@@ -439,12 +445,7 @@ def test_per_pass_streaming_queues_nothing_past_the_forward(slots):
     """``per_pass`` (a forward that may be captured as a CUDA graph): each forward copies its own pieces only, the
     first one when it starts; nothing is left queued at its end; eager forwards before it (cross-forward prefetch)
     leave nothing the next per-pass forward waits for; the output stays the resident one."""
-    seed = int.from_bytes(__import__("os").urandom(3), "little")
-    blocks, x = _ideo_model(seed)
-    with torch.no_grad():
-        want = blocks(x)
-    streamed = (1, 3, 5)
-    s = _streamed_pieces(blocks, streamed, slots)
+    seed, blocks, x, want, streamed, s = _odd_blocks_streamed(slots)
     with torch.no_grad():
         assert torch.equal(blocks(x), want)  # an eager forward: the next forward's first pieces are queued
     assert len(s.queue) == slots - 1

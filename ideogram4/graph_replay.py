@@ -258,6 +258,11 @@ class PassGraphs:
         self.stats = GraphStats()
 
     @property
+    def pool(self) -> GraphPool | None:
+        """The pool of the device this model captured on (None before its first capture)."""
+        return self._pool
+
+    @property
     def graphs(self) -> int:
         """Graphs held now."""
         return sum(1 for e in self._entries.values() if e.graph is not None)

@@ -438,7 +438,7 @@ def _model_counters(models) -> dict:
         graphs = getattr(dm, graph_replay.MODEL_ATTR, None)
         if graphs is not None:
             out["graph_captures"] += graphs.stats.captures
-            if graphs._pool is not None and id(graphs._pool) not in pools:
-                pools.add(id(graphs._pool))
-                out["graph_pool_releases"] += graphs._pool.releases
+            if graphs.pool is not None and id(graphs.pool) not in pools:
+                pools.add(id(graphs.pool))
+                out["graph_pool_releases"] += graphs.pool.releases
     return out

@@ -86,7 +86,7 @@ def check_cuda_graphs():
         with env_var(settings.CUDA_GRAPHS, "1"):  # the next prompt: the graphs of the first run replay from pass 1
             again = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         again_notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
-        pool = graphs._pool
+        pool = graphs.pool
         held = {"graphs": graphs.graphs, "pool_bytes": pool.bytes, "reserved": cuda_graphs.reserved_for_graphs()}
         reserved_before = torch.cuda.memory_reserved()
         comfy.model_management.unload_all_models()  # ComfyUI unloads the MODELs: the pool goes with them

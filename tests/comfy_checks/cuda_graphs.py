@@ -112,9 +112,41 @@ def check_cuda_graphs():
                 "card_bytes_returned": reserved_before - torch.cuda.memory_reserved(),
             },
         }
+        seen["gpu"]["oom"] = _out_of_memory_case(cond, uncond, ctx, s)
     seen["cpu_finite"] = bool(torch.isfinite(eager).all())
     seen["release"] = _graph_release_cases(cond)
     return seen
+
+
+def _out_of_memory_case(cond, uncond, ctx, s):
+    """A new resolution's eager pass that runs out of memory while the model holds graphs (raised inside its first
+    block, under the pack's wrapper): the pool goes, the pass runs again, and the run's latent equals one without the
+    failure."""
+    from comfyui_ideogram4_int8.ideogram4 import graph_replay
+
+    raised = []
+
+    def out_of_memory_once(module, args):
+        if not raised:
+            raised.append(True)
+            raise torch.OutOfMemoryError("CUDA out of memory (raised by the check)")
+
+    with env_var(settings.CUDA_GRAPHS, "1"):
+        latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)  # graphs held again after the unload
+        graphs = graph_replay.graphs_of(cond.model.diffusion_model)
+        held, releases = graphs.graphs, graphs.pool.releases
+        hook = cond.model.diffusion_model.layers[0].register_forward_pre_hook(out_of_memory_once)
+        try:
+            got = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=384, h=384)
+        finally:
+            hook.remove()
+        want = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=384, h=384)
+    return {
+        "held_before": held,
+        "raised": len(raised),
+        "released": graphs.pool.releases - releases,
+        "equal": bool(torch.equal(got, want)),
+    }
 
 
 def _graph_release_cases(model):

@@ -367,7 +367,7 @@ class BlockStreamer:
         _, slot, done, timing = entry
         if self.cuda:
             compute = torch.cuda.current_stream(self.device)  # this device's, whichever the thread's current one is
-            if timing[0] is not None:  # a graph's copies are not timed: its events only order the streams
+            if timing[0] is not None:  # timed copies only (not a captured forward's)
                 needed = torch.cuda.Event(enable_timing=True)
                 needed.record(compute)
                 self._timings.append((timing[0], timing[1], needed))
@@ -428,17 +428,18 @@ class BlockStreamer:
             for dst, src in zip(views, unit.host, strict=True):
                 dst.copy_(src)
             return pos, slot, None, (None, None)
-        timed = not capturing
-        start, end = torch.cuda.Event(enable_timing=timed), torch.cuda.Event(enable_timing=timed)
+        timed = not capturing  # a graph's copies are not timed: their events only order the streams
+        start = torch.cuda.Event(enable_timing=True) if timed else None
+        end = torch.cuda.Event(enable_timing=timed)
         with torch.cuda.stream(self.copy_stream):
             if self.freed[slot] is not None:
                 self.copy_stream.wait_event(self.freed[slot])
-            if timed:
+            if start is not None:
                 start.record()
             for dst, src, pinned in zip(views, unit.host, unit.pinned or [False] * len(views), strict=True):
                 dst.copy_(src, non_blocking=pinned)
             end.record()
-        return pos, slot, end, (start, end) if timed else (None, None)
+        return pos, slot, end, (start, end if timed else None)
 
     # -- measurement -------------------------------------------------------------------------------------------------
     def _close_forward(self) -> None:

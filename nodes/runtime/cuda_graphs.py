@@ -9,8 +9,8 @@ A model's graphs (``ideogram4.graph_replay.PassGraphs``, kept on its diffusion m
 the next prompt while the inputs' shapes and the weights stay the same. Their key holds the weights' addresses and
 the MODEL's patch set (``patches_uuid``): a LoRA or a move gets a new capture, never a stale replay. The graphs of a
 card share one memory pool; the pack's ModelPatcher releases it when ComfyUI moves the weights (``streaming_patcher``)
-and, while it lives, its size is in ComfyUI's reserved VRAM (``model_management.EXTRA_RESERVED_VRAM``): ComfyUI would
-otherwise count the pool's free blocks as free memory.
+and, while it lives, its size is in ComfyUI's reserved VRAM (``model_management.EXTRA_RESERVED_VRAM``) outside the
+pack's own runs: ComfyUI would otherwise count the pool's free blocks as free memory (``_apply_reserve_locked``).
 
 For each run, ``pass_graphs`` adds a ``DIFFUSION_MODEL`` wrapper (ComfyUI's wrapper mechanism, as TorchCompileModel's
 helpers use it) to each of the pack's MODELs and takes it off after.
@@ -164,7 +164,7 @@ class _GraphWrapper:
         self.failures_before = len(self.graphs.stats.failures)
         self.run_off = run_off  # why no pass of this run uses graphs (run_reason), or None
         self.off: str | None = None
-        self.streams: list = []  # streamers set to per-pass streaming for this run (set back after it)
+        self.streams: set = set()  # streamers set to per-pass streaming for this run (set back after it)
 
     def __call__(self, executor, x, timesteps, context=None, attention_mask=None, transformer_options={}, **kwargs):  # noqa: B006 - ComfyUI's signature
         on_gpu = isinstance(x, torch.Tensor) and x.device.type == "cuda"
@@ -181,9 +181,9 @@ class _GraphWrapper:
             return executor(x, timesteps, context, attention_mask, transformer_options, **kwargs)
 
         stream = _stream_of(self.patcher)
-        if stream is not None:  # every pass streams on its own: it may be captured with its copies
-            stream.streamer.per_pass = True
-            self.streams.append(stream.streamer)
+        if stream is not None and stream.streamer not in self.streams:  # each pass streams on its own: it may be
+            stream.streamer.per_pass = True  # captured with its copies
+            self.streams.add(stream.streamer)
 
         def one_pass(x, timesteps, context, attention_mask, **kw):
             return executor(x, timesteps, context, attention_mask, transformer_options, **kw)
@@ -194,8 +194,8 @@ class _GraphWrapper:
                 out, mode = self.graphs.run(one_pass, inputs, kwargs, fp)
             except torch.OutOfMemoryError:
                 # a new input shape's eager pass, on a card whose graph pool holds the activations of the shapes
-                # captured before (the run asked ComfyUI for no more: streaming_patcher.one_pass_per_branch): the
-                # pool goes and the pass runs again (its next call captures anew)
+                # captured before (out of ComfyUI's reserve during the run, so ComfyUI counted it as free): the pool
+                # goes and the pass runs again (its next call captures anew)
                 if not release(self.patcher):
                     raise
                 log.info("ideogram4-int8: CUDA graphs released for a pass that ran out of memory; running it again")

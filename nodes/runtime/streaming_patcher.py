@@ -21,7 +21,8 @@ call: they get no hooks), so the latent is the resident run's bit for bit.
 * Two MODELs on one card (Ideogram 4's two branches): ComfyUI gives the first model loaded all it asks for and the
   second the rest, so one pass would stream almost everything and the other nothing. Both passes hide their copies
   best when each streams its share, so a load that must stream rebalances the pack's other loaded MODELs on the
-  card to shares proportional to their sizes (the sum ComfyUI allowed is kept).
+  card to shares proportional to their sizes (the sum ComfyUI allowed is kept); loaded in one call
+  (``load_together``), each takes its share as it loads.
 * Pinned memory goes through ComfyUI's ``pin_memory`` (bounded by its ``MAX_PINNED_MEMORY``); a tensor it will not
   pin streams from pageable memory, labelled as such.
 * ``IDEOGRAM4_INT8_STREAM=off`` keeps ComfyUI's own partial load; ``IDEOGRAM4_INT8_STREAM_SLOTS`` sets the slots per
@@ -240,10 +241,9 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             for p in _TOGETHER.get(str(torch.device(device)), ())
             if p.model is not self.model and p.model.model_loaded_weight_memory <= 0
         ]
-        total = self.model_size() + sum(p.model_size() for p in pending)
-        if not pending or budget >= total:
+        if not pending or budget >= self.model_size() + sum(p.model_size() for p in pending):
             return budget, full_load
-        return budget * self.model_size() / total, False
+        return _share_by_size(budget, self, [self, *pending]), False
 
     def _weights_move(self) -> None:
         """ComfyUI is about to move or re-patch this model's weights: CUDA graphs that read them where they are go
@@ -417,10 +417,9 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if not others:
             return 0
         pool = budget + sum(p.model.model_loaded_weight_memory for p in others)
-        sizes = self.model_size() + sum(p.model_size() for p in others)
         freed = 0
         for p in others:
-            share = pool * p.model_size() / sizes
+            share = _share_by_size(pool, p, [self, *others])
             if p.model.model_loaded_weight_memory > share:
                 freed += p.partially_unload(p.offload_device, p.model.model_loaded_weight_memory - share)
         return freed
@@ -432,6 +431,12 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if unpatch_all:
             _ON_DEVICE.discard(self)
         return out
+
+
+def _share_by_size(total: float, patcher, patchers) -> float:
+    """``patcher``'s part of ``total`` bytes shared by ``patchers`` in proportion to their sizes (both branches hide
+    their copies best when each streams its share)."""
+    return total * patcher.model_size() / sum(p.model_size() for p in patchers)
 
 
 def _pack_models(models) -> list:

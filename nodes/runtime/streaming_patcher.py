@@ -19,10 +19,9 @@ call: they get no hooks), so the latent is the resident run's bit for bit.
 * LoRA: a streamed layer's patches are merged once, on the load device, into its host copy (the original is kept in
   ComfyUI's backup and restored on unpatch), so it streams merged and stays INT8, as a resident layer's merge does.
 * Two MODELs on one card (Ideogram 4's two branches): ComfyUI gives the first model loaded all it asks for and the
-  second the rest, so one pass would stream almost everything and the other nothing. Both passes hide their copies
-  best when each streams its share, so a load that must stream rebalances the pack's other loaded MODELs on the
-  card to shares proportional to their sizes (the sum ComfyUI allowed is kept); loaded in one call
-  (``load_together``), each takes its share as it loads.
+  second the rest, so one pass would stream almost everything and the other nothing. Both hide their copies best
+  when each streams its share by size: loaded in one call (``load_together``) each takes it as it loads, and a later
+  load that must stream rebalances the pack's other loaded MODELs on the card (the sum ComfyUI allowed is kept).
 * Pinned memory goes through ComfyUI's ``pin_memory`` (bounded by its ``MAX_PINNED_MEMORY``); a tensor it will not
   pin streams from pageable memory, labelled as such.
 * ``IDEOGRAM4_INT8_STREAM=off`` keeps ComfyUI's own partial load; ``IDEOGRAM4_INT8_STREAM_SLOTS`` sets the slots per

@@ -55,7 +55,7 @@ WHOLE_BLOCKS = "stream-whole-blocks"  # the experiment that streams whole blocks
 PASS_ESTIMATE = "pass-estimate"  # pass-estimate=comfyui: keep ComfyUI's doubled-batch estimate (comparisons)
 NOTE_KIND = "streaming"
 PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors allocated between the loads
-GRAPH_SHARE = 1 / 3  # of a pass's estimate, left free too at the first load while CUDA graphs are on (load_together)
+GRAPH_SHARE = 1 / 3  # of a pass's estimate, left free too at a first load while CUDA graphs are on (load_together)
 _ON_DEVICE: weakref.WeakSet = weakref.WeakSet()  # patchers whose model has weights on a device
 _TOGETHER: dict[str, list] = {}  # device -> the pack MODELs one load_models_gpu call is loading there (load_together)
 
@@ -481,16 +481,17 @@ def load_together(models, noise_shape) -> bool:
     later, so up to ~1.4 GiB of an 8 GB card stayed idle (H200, emulated 8 GB: 3.5 GiB of weights on the card,
     4.2 GiB torch peak).
 
-    With CUDA graphs on, a third of the pass's estimate more stays free (``GRAPH_SHARE``): after the first run's
-    capture, the next prompt's request found up to ~0.2 GiB less free than the first load had left (of 0.93 GiB
-    estimated at 1024², on an H200 capped at 16 GB: what the graphs keep allocated in their pool), and each shortfall
-    made ComfyUI unload a little of a branch: a new plan, and both branches' graphs captured again (2-3 s).
-    Returns whether it loaded."""
+    With CUDA graphs on, the first load leaves a third of the pass's estimate more free (``GRAPH_SHARE``), and the
+    later runs' requests do not ask for it: after the first run, the next prompt's request found up to ~0.2 GiB less
+    free than the first load had left (of 0.93 GiB estimated at 1024², on an H200 capped at 16 GB: what the graphs
+    and the first run's kernels keep allocated), and each shortfall made ComfyUI unload a little of a branch: a new
+    plan, and both branches' graphs captured again (2-3 s). Returns whether it loaded."""
     pack = _pack_models(models)
     if len(pack) < 2 or not streaming_enabled() or torch.device(pack[0].load_device).type != "cuda":
         return False
     per_pass = max(m.model.memory_required([noise_shape[0] * 2] + list(noise_shape[1:])) for m in pack)
-    if settings.cuda_graphs() != "off":
+    first_load = any(m.model.model_loaded_weight_memory <= 0 for m in pack)
+    if first_load and settings.cuda_graphs() != "off":
         per_pass += per_pass * GRAPH_SHARE
     per_pass += PER_PASS_MARGIN
     with loading_together(pack):

@@ -268,6 +268,11 @@ def check_streaming():
     try:
         cond.load_device = torch.device("cuda")
         loaded = streaming_patcher.load_together([cond, uncond, cond], noise_shape)
+        # a later run, both branches on the card already: no graph share asked again (the first load left it)
+        cond.model.model_loaded_weight_memory = uncond.model.model_loaded_weight_memory = 1
+        streaming_patcher.load_together([cond, uncond], noise_shape)
+        cond.model.model_loaded_weight_memory = uncond.model.model_loaded_weight_memory = 0
+        later = calls.pop()
         with streaming_patcher.one_pass_per_branch([cond, uncond, cond]):
             streaming_patcher.load_together([cond, uncond], noise_shape)
             inside["estimate"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
@@ -293,6 +298,7 @@ def check_streaming():
         "margin": streaming_patcher.PER_PASS_MARGIN,
         "graphs_on": settings.cuda_graphs() != "off",
         "inside_memory_required": calls[1][1].get("memory_required") if len(calls) > 1 else None,
+        "later_memory_required": later[1].get("memory_required"),
         "inside_estimate": list(inside.get("estimate", ())),
         "inside_factor_ratio": inside.get("uncond_factor", 0) / factor,
         "comfyui_env_estimate": list(inside.get("comfyui_env", ())),

@@ -116,6 +116,11 @@ EXPERIMENTS = {
         "staged bulk copy",
         ("comfyui",),
     ),
+    "host-copies": Experiment(
+        "a MODEL's host tensors freed once on the card, as ComfyUI does (off), instead of kept so an unload drops "
+        "the card copies",
+        ("off",),
+    ),
     "pass-estimate": Experiment("ComfyUI's doubled-batch memory estimate under the pack's sampler", ("comfyui",)),
     "no-resident-conds": Experiment("the text context cast to the device in every model call, as ComfyUI does"),
     "self-check": Experiment(

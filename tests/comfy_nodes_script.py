@@ -16,6 +16,7 @@ from comfy_checks import (
     cuda_graphs,
     devices,
     gate_up,
+    host_copies,
     loader,
     lora,
     parity,
@@ -51,6 +52,7 @@ CHECKS = {
     "compile": torch_compile.check_compile,
     "streaming": streaming.check_streaming,
     "upload": upload.check_upload,
+    "host_copies": host_copies.check_host_copies,
     "branch_device": devices.check_branch_device,
     "cuda_graphs": cuda_graphs.check_cuda_graphs,
 }

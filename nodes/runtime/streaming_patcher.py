@@ -42,7 +42,7 @@ import torch
 from ... import kernels
 from ...ideogram4 import graph_replay, streaming
 from ...kernels import settings
-from . import stream_pieces, weight_upload
+from . import host_copies, stream_pieces, weight_upload
 from .int8_ops import site_label
 from .op_coverage import CONTEXT_ONLY
 from .stream_pieces import host_data as _host_data
@@ -56,8 +56,10 @@ PASS_ESTIMATE = "pass-estimate"  # pass-estimate=comfyui: keep ComfyUI's doubled
 NOTE_KIND = "streaming"
 PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors allocated between the loads
 GRAPH_SHARE = 1 / 3  # of a pass's estimate, left free too at a first load while CUDA graphs are on (load_together)
+WHOLE_UNLOAD_SHARE = 1 / 4  # of its card bytes: a larger request outside the pack's runs unloads a MODEL whole
 _ON_DEVICE: weakref.WeakSet = weakref.WeakSet()  # patchers whose model has weights on a device
 _TOGETHER: dict[str, list] = {}  # device -> the pack MODELs one load_models_gpu call is loading there (load_together)
+_IN_RUN = [0]  # the pack's sampling runs in progress (one_pass_per_branch)
 
 
 def streaming_enabled() -> bool:
@@ -251,7 +253,9 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if freed:
             log.debug("ideogram4-int8: CUDA graphs released (%.2f GiB)", freed / streaming.GIB)
 
-    def partially_unload(self, device_to, memory_to_free=0, force_patch_weights=False):
+    def partially_unload(self, device_to, memory_to_free=0, force_patch_weights=False, whole=True):
+        """ComfyUI's request to free ``memory_to_free`` bytes: more blocks stream, or (``whole``, the default: a
+        request of ComfyUI's) nothing is freed where unloading the MODEL whole costs less (``_unloads_whole``)."""
         self._weights_move()
         device = self.load_device
         log.debug(
@@ -260,6 +264,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             memory_to_free / streaming.GIB,
             self.model.model_loaded_weight_memory / streaming.GIB,
         )
+        if whole and self._unloads_whole(memory_to_free):
+            return 0  # ComfyUI unloads it whole: the card copies are dropped (unpatch_model)
         if not self._streams_on(device) or self.model.model_loaded_weight_memory <= 0:
             return super().partially_unload(device_to, memory_to_free, force_patch_weights)
         before = self.model.model_loaded_weight_memory
@@ -279,12 +285,29 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         )
         return freed
 
+    def _unloads_whole(self, memory_to_free: float) -> bool:
+        """Whether a request to free ``memory_to_free`` bytes had better unload this MODEL whole: outside the pack's
+        runs (another model needs the room: the text encoder at a prompt change), a large part of it, and every weight
+        on the card has its host copy (``host_copies``), so the whole unload copies nothing where a partial one moves
+        weights back and pins them (a prompt change on an H200 capped at 16 GB: 5.4 s for 4.6 GiB)."""
+        loaded = self.model.model_loaded_weight_memory
+        return (
+            not _IN_RUN[0] and loaded > 0 and memory_to_free >= loaded * WHOLE_UNLOAD_SHARE and host_copies.covers(self)
+        )
+
     def unpatch_model(self, device_to=None, unpatch_weights=True):
         if unpatch_weights and self.stream is not None:
             log.debug("ideogram4-int8: unpatch %s: streaming stops", site_label(self.model.diffusion_model))
         if unpatch_weights:
             self._weights_move()
             self._stop_stream(release=True)
+            dropped = host_copies.restore(self)  # ComfyUI's .to below then copies nothing for these
+            if dropped:
+                log.info(
+                    "ideogram4-int8: %s unloaded: %.2f GiB of card copies dropped (host copies kept)",
+                    site_label(self.model.diffusion_model) or "model",
+                    dropped / streaming.GIB,
+                )
         return super().unpatch_model(device_to, unpatch_weights)
 
     # -- moving blocks ------------------------------------------------------------------------------------------------
@@ -295,6 +318,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             return
         self._weights_move()
         started = time.perf_counter()
+        self._pin_clock = [0.0, 0]  # seconds and bytes of pinning in this plan
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
@@ -310,8 +334,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                 names.add(key)
             for i, block in enumerate(blocks):
                 if i not in streamed:
-                    for _, m in _streamable(block):
-                        self._unstream_module(m, device)
+                    for name, m in _streamable(block):
+                        self._unstream_module(f"diffusion_model.layers.{i}.{name}", m, device)
             self.model.ideogram4_streamed_modules = names
             weight_upload.before_load(self, device, whole_model=False)  # _load_list leaves the streamed ones out
             super().load(device, lowvram_model_memory=1e32, force_patch_weights=False)  # the rest, resident
@@ -324,10 +348,12 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         stream.publish()
         # the seconds say what a new plan cost (weights moved both ways, host copies pinned): a run should pay it once
         log.info(
-            "ideogram4-int8: %s %s (applied in %.2f s)",
+            "ideogram4-int8: %s %s (applied in %.2f s, of which %.2f s pinned %.2f GiB of host memory)",
             stream.label or "model",
             plan.describe(),
             time.perf_counter() - started,
+            self._pin_clock[0],
+            self._pin_clock[1] / streaming.GIB,
         )
 
     def _stream_module(self, key: str, m, device) -> None:
@@ -341,11 +367,17 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             m.comfy_patched_weights = True
         w = m.weight
         if w.device.type != "cpu" or not _host_data(w).is_pinned():
-            host = w.to("cpu") if w.device.type != "cpu" else w
+            host = w if w.device.type == "cpu" else host_copies.host_of(self, weight_key, w)
+            host = w.to("cpu") if host is None else host
             data = _host_data(host)
+            pin_started = time.perf_counter()
             if data.is_contiguous() and comfy.model_management.pin_memory(data):
                 self._pinned().append(data)
+                clock = getattr(self, "_pin_clock", None) or [0.0, 0]
+                clock[0] += time.perf_counter() - pin_started
+                clock[1] += data.nbytes
             m._parameters["weight"] = torch.nn.Parameter(host, requires_grad=False)
+            host_copies.remember(self, [(weight_key, host, _host_data(host))])  # pinned once, for every later plan
         for name, p in list(m._parameters.items()):
             if name != "weight" and p is not None and p.device != device:
                 m._parameters[name] = torch.nn.Parameter(p.data.to(device), requires_grad=False)
@@ -353,11 +385,14 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             if b is not None and b.device != device:
                 m._buffers[name] = b.to(device)
 
-    def _unstream_module(self, m, device) -> None:
-        """A formerly streamed ``m`` back on ``device`` as a resident layer (its host copy already merged)."""
+    def _unstream_module(self, key: str, m, device) -> None:
+        """A formerly streamed ``m`` back on ``device`` as a resident layer (its host copy already merged). Its
+        pinned host weight stays, pinned, as the weight's host copy when it is the unpatched weight."""
         w = m.weight
         if w.device.type == "cpu" and getattr(m, "comfy_patched_weights", False):
-            self._unpin(_host_data(w))
+            weight_key = f"{key}.weight"
+            if not host_copies.remember(self, [(weight_key, w, _host_data(w))]):
+                self._unpin(_host_data(w))
             m._parameters["weight"] = torch.nn.Parameter(w.to(device), requires_grad=False)
             m.comfy_cast_weights = False
 
@@ -369,7 +404,9 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def _stop_stream(self, move_to=None, release: bool = False) -> None:
         """Remove the hooks and slots. ``move_to``: bring the streamed weights to that device; ``release``: unpin
-        every host copy (before ComfyUI restores or drops them); neither: they stay pinned for the next plan."""
+        every host tensor the model no longer keeps (a LoRA-merged one ComfyUI drops for its backup; all of them under
+        ``host-copies=off``); the kept host copies stay pinned for the next plan (unpinned when the model is
+        collected); neither: they all stay pinned for the next plan."""
         stream = self.stream
         if stream is not None:
             stream.stop()
@@ -380,13 +417,18 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             for name in names:
                 m = modules.get(name)
                 if m is not None and move_to is not None and torch.device(move_to).type != "cpu":
-                    self._unstream_module(m, move_to)
+                    self._unstream_module(name, m, move_to)
                 elif m is not None:
                     m.comfy_cast_weights = False
         if release:
-            for t in self._pinned():
-                comfy.model_management.unpin_memory(t)
-            self._pinned().clear()
+            kept = host_copies.kept_data(self)
+            pinned = self._pinned()
+            for t in pinned:
+                if t.data_ptr() not in kept:
+                    comfy.model_management.unpin_memory(t)
+            pinned[:] = [t for t in pinned if t.data_ptr() in kept]
+            if pinned and not hasattr(self.model, "ideogram4_unpin_at_exit"):
+                self.model.ideogram4_unpin_at_exit = weakref.finalize(self.model, _unpin_all, pinned)
             _ON_DEVICE.discard(self)
 
     def _pinned(self) -> list:
@@ -420,7 +462,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         for p in others:
             share = _share_by_size(pool, p, [self, *others])
             if p.model.model_loaded_weight_memory > share:
-                freed += p.partially_unload(p.offload_device, p.model.model_loaded_weight_memory - share)
+                freed += p.partially_unload(p.offload_device, p.model.model_loaded_weight_memory - share, whole=False)
         return freed
 
     def detach(self, unpatch_all=True):
@@ -430,6 +472,13 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if unpatch_all:
             _ON_DEVICE.discard(self)
         return out
+
+
+def _unpin_all(pinned: list) -> None:
+    """A collected model's pinned host tensors go back to pageable memory."""
+    for t in pinned:
+        comfy.model_management.unpin_memory(t)
+    pinned.clear()
 
 
 def _share_by_size(total: float, patcher, patchers) -> float:
@@ -460,9 +509,11 @@ def one_pass_per_branch(models):
     saved = [(b, b.memory_usage_factor) for b in bases]
     for b, factor in saved:
         b.memory_usage_factor = factor / 2
+    _IN_RUN[0] += 1
     try:
         yield
     finally:
+        _IN_RUN[0] -= 1
         for b, factor in saved:
             b.memory_usage_factor = factor
 

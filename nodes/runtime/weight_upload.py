@@ -32,6 +32,7 @@ from comfy.quant_ops import QuantizedTensor
 from ... import kernels
 from ...ideogram4 import upload
 from ...kernels import settings
+from . import host_copies
 from .int8_ops import site_label
 
 log = logging.getLogger("comfyui_ideogram4_int8")
@@ -95,6 +96,7 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
     items, owners = _plan(patcher, whole_model)
     if not items:
         return None
+    host_copies.remember(patcher, items)  # an unload then drops the card copies (host_copies)
     moved, report = upload.to_device([data for *_, data in items], device, host_twin=host_twin)
     for key, *_ in items:
         patcher.unpin_weight(key)  # a weight ComfyUI pinned when it offloaded it (a no-op for the others)

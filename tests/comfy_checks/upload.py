@@ -51,10 +51,15 @@ def _upload_cases(cond, device, lora_patch, inp, calls):
     def allocated():
         return torch.cuda.memory_allocated(device) if gpu else 0
 
+    def pinned_now():
+        """ComfyUI's count of pinned bytes, and the bytes of the host copies the pack keeps pinned."""
+        kept = sum(t.nbytes for t in getattr(cond.model, "ideogram4_pinned", ()))
+        return mm.TOTAL_PINNED_MEMORY, kept
+
     def loaded(patcher, budget, name):
         calls.clear()
         ptrs = {k: t.data_ptr() for k, t in _tensors(cond.model).items()}
-        base, pinned = allocated(), mm.TOTAL_PINNED_MEMORY
+        base, pinned = allocated(), pinned_now()
         patcher.patch_model(device_to=device, lowvram_model_memory=budget)
         planned = calls[0][1] if calls else []
         now = _tensors(cond.model)
@@ -78,7 +83,8 @@ def _upload_cases(cond, device, lora_patch, inp, calls):
         case["on_host_after"] = all(t.device.type == "cpu" for t in _tensors(dm).values())
         case["weights_after"] = _same_bytes(dm, original)
         case["allocated_after"] = allocated() - base
-        case["pinned_after"] = mm.TOTAL_PINNED_MEMORY - pinned
+        now = pinned_now()
+        case["pinned_after"], case["kept_pinned_after"] = now[0] - pinned[0], now[1] - pinned[1]
         case["comfy_pinned_keys_after"] = len(patcher.pinned)
         return case
 
@@ -108,7 +114,7 @@ def _upload_cases(cond, device, lora_patch, inp, calls):
     res["streamed"] = unloaded(cond, case, base, pinned)
     # ComfyUI's own partial unload (streaming off) pins what it offloads; the next full load copies it straight
     # from pinned memory, then unpins it as ComfyUI's load does
-    with env_var(settings.STREAM, "off"):
+    with env_var(settings.STREAM, "off"), experiments("host-copies=off"):  # a whole unload would take its place
         case, _, base, pinned = loaded(cond, 0, "offload")
         case["freed"] = cond.partially_unload(cpu, memory_to_free=cond.model_size() // 2) > 0
         case["comfy_pinned_keys_unloaded"] = len(cond.pinned)
@@ -116,7 +122,7 @@ def _upload_cases(cond, device, lora_patch, inp, calls):
         cond.partially_load(device, extra_memory=1e32)
         case["reload_report"] = _report(calls)
         case["comfy_pinned_keys_reloaded"] = len(cond.pinned)
-        case["pinned_reloaded"] = mm.TOTAL_PINNED_MEMORY - pinned
+        case["pinned_reloaded"] = mm.TOTAL_PINNED_MEMORY - pinned[0]
         case["on_device_reloaded"] = sum(t.device.type == device.type for t in _tensors(dm).values())
         with torch.no_grad():
             outs["offload"] = dm(x, sigma, context=ctx).float().cpu()

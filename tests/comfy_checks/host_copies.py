@@ -1,0 +1,110 @@
+"""Host copies kept at the upload, so an unload drops the card copies (the CPU stands in for the card: the staged
+upload's host-twin copies play the card tensors)."""
+
+import torch
+from comfy.quant_ops import QuantizedTensor
+
+from comfy_checks.common import GPU, G, experiments, inputs, load, streaming_budget, write_all
+
+
+def _tensors(dm):
+    return dict((*dm.named_parameters(), *dm.named_buffers()))
+
+
+def _data(t):
+    return t._qdata if isinstance(t, QuantizedTensor) else t
+
+
+def _bytes(t):
+    return _data(t).detach().cpu().contiguous().reshape(-1).view(torch.uint8).clone()
+
+
+def check_host_copies():
+    """A full load keeps the host tensor of everything it uploaded; a large request outside the pack's runs unloads
+    the MODEL whole (partially_unload frees nothing, so ComfyUI detaches it), a small one or one inside a run
+    streams more; unpatching puts the host copies back (no tensor copied: the same storage) with the weights as
+    loaded, and the next load computes as before. A LoRA-patched weight gets no host copy (ComfyUI restores its
+    backup), so a patched MODEL is not covered."""
+    from comfyui_ideogram4_int8.nodes.runtime import host_copies, streaming_patcher
+
+    write_all()
+    cond, _, _ = load("i4_w8a8.safetensors")
+    cpu = torch.device("cpu")
+    device = cond.load_device if GPU else cpu
+    if not GPU:
+        cond.model.ideogram4_upload_any_device = True
+        cond.model.ideogram4_stream_any_device = True
+    bm, dm = cond.model, cond.model.diffusion_model
+    x, ctx, sigma, _ = inputs()
+    x, ctx, sigma = (t.to(device) for t in (x, ctx, sigma))
+    original = {k: _bytes(t) for k, t in _tensors(dm).items()}
+
+    def forward():
+        with torch.no_grad():
+            return dm(x, sigma, context=ctx).float().cpu()
+
+    def as_loaded():
+        now = _tensors(dm)
+        return set(now) == set(original) and all(torch.equal(_bytes(now[k]), v) for k, v in original.items())
+
+    def on_copies():
+        """How many of the model's tensors are their kept host copies (the same storage)."""
+        copies = bm.ideogram4_host_copies
+        return sum(
+            1 for k, t in _tensors(bm).items() if k in copies and _data(copies[k]).data_ptr() == _data(t).data_ptr()
+        )
+
+    def uncovered(patcher):
+        return sorted(
+            k
+            for k, t in _tensors(bm).items()
+            if _data(t).device.type == device.type and host_copies.host_of(patcher, k, t) is None
+        )
+
+    res = {"tensors": len(_tensors(bm))}
+    cond.patch_model(device_to=device, lowvram_model_memory=0)
+    ref = forward()
+    loaded = bm.model_loaded_weight_memory
+    res["kept"] = len(bm.ideogram4_host_copies)
+    res["on_copies_loaded"] = on_copies()
+    res["covers"] = host_copies.covers(cond)
+    res["uncovered"] = uncovered(cond)
+    res["large_outside"] = cond.partially_unload(cpu, memory_to_free=loaded // 2)
+    res["small_outside"] = cond.partially_unload(cpu, memory_to_free=loaded // 20)
+    res["streams_after_small"] = cond.stream is not None and len(cond.stream.plan.streamed) > 0
+    with streaming_patcher.one_pass_per_branch([cond]):
+        res["large_inside"] = cond.partially_unload(cpu, memory_to_free=int(bm.model_loaded_weight_memory * 0.3))
+    res["max_abs_streamed"] = (forward() - ref).abs().max().item()
+    cond.unpatch_model(cpu)
+    res["on_copies_unloaded"] = on_copies()
+    res["on_host_unloaded"] = all(_data(t).device.type == "cpu" for t in _tensors(bm).values())
+    res["as_loaded_unloaded"] = as_loaded()
+    cond.patch_model(device_to=device, lowvram_model_memory=streaming_budget(cond, 2))
+    res["max_abs_reloaded"] = (forward() - ref).abs().max().item()
+    cond.unpatch_model(cpu)
+    res["as_loaded_reloaded"] = as_loaded()
+    # a LoRA on one weight: no host copy of it, the MODEL not covered, the original back after the unload
+    key = "diffusion_model.layers.0.attention.qkv.weight"
+    real = dm.layers[0].attention.qkv.weight.dequantize()
+    lora = cond.clone()
+    lora.add_patches({key: (torch.randn(real.shape, generator=G) * 0.3 * real.float().std(),)}, 1.0)
+    slack, host_copies.UNCOVERED_SLACK = host_copies.UNCOVERED_SLACK, 0  # the synthetic weights are small
+    try:
+        lora.patch_model(device_to=device, lowvram_model_memory=0)
+        res["lora_changed"] = (forward() - ref).abs().max().item()
+        res["lora_key_kept"] = host_copies.host_of(lora, key, dm.layers[0].attention.qkv.weight) is not None
+        res["lora_uncovered"] = uncovered(lora)
+        res["lora_covers"] = host_copies.covers(lora)
+        res["lora_large_outside"] = lora.partially_unload(cpu, memory_to_free=int(bm.model_loaded_weight_memory * 0.3))
+        lora.unpatch_model(cpu)
+    finally:
+        host_copies.UNCOVERED_SLACK = slack
+    res["as_loaded_after_lora"] = as_loaded()
+    # host-copies=off: nothing kept
+    del bm.ideogram4_host_copies
+    with experiments(f"{host_copies.EXPERIMENT}=off"):
+        cond.patch_model(device_to=device, lowvram_model_memory=0)
+        res["kept_off"] = len(getattr(bm, "ideogram4_host_copies", {}))
+        res["covers_off"] = host_copies.covers(cond)
+        cond.unpatch_model(cpu)
+    return res

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 from comfy_check_run import CPU_PATHS, INT8_WHOLE_MODEL, check_runner
+from host_copy_checks import assert_host_copies
 from upload_checks import CASES, assert_upload
 
 pytestmark = pytest.mark.comfyui
@@ -386,18 +387,4 @@ def test_progress_and_panel_hooks(run_check):
 
 
 def test_an_unload_drops_the_card_copies_of_kept_host_tensors(run_check):
-    r = run_check("host_copies")
-    # the full load kept the host tensor of everything it uploaded; none of them is in use while loaded
-    assert r["kept"] == r["tensors"] and r["on_copies_loaded"] == 0 and r["covers"] and r["uncovered"] == []
-    # outside the pack's runs a large request unloads whole (nothing freed: ComfyUI detaches), a small one streams
-    assert r["large_outside"] == 0 and r["small_outside"] > 0 and r["streams_after_small"]
-    # inside a run a large request streams more, never a whole unload
-    assert r["large_inside"] > 0 and r["max_abs_streamed"] == 0.0
-    # unloaded: every tensor is its host copy again (no copy made), as loaded; the next load computes the same
-    assert r["on_copies_unloaded"] == r["tensors"] and r["on_host_unloaded"] and r["as_loaded_unloaded"]
-    assert r["max_abs_reloaded"] == 0.0 and r["as_loaded_reloaded"]
-    # a LoRA-patched weight has no host copy; the MODEL is not covered; its unload restores ComfyUI's backup
-    key = "diffusion_model.layers.0.attention.qkv.weight"
-    assert r["lora_changed"] > 1e-3 and not r["lora_key_kept"] and r["lora_uncovered"] == [key]
-    assert not r["lora_covers"] and r["lora_large_outside"] > 0 and r["as_loaded_after_lora"]
-    assert r["kept_off"] == 0 and not r["covers_off"]
+    assert_host_copies(run_check("host_copies"))

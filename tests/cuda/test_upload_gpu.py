@@ -10,6 +10,7 @@ import pytest
 import torch
 from comfy_check_run import run_nodes_check_on_gpu
 from comfyui_ideogram4_int8.ideogram4 import upload
+from host_copy_checks import assert_host_copies
 from upload_checks import assert_upload
 
 pytestmark = pytest.mark.cuda
@@ -74,3 +75,8 @@ def test_the_packs_model_loads_through_the_staged_upload_as_comfyui_would(tmp_pa
     assert r["device"] == "cuda"
     assert_upload(r, "staged")
     assert "pinned staging buffers" in r["pack"]["full"]["note"]
+
+
+def test_an_unload_on_the_gpu_drops_the_card_copies_of_kept_host_tensors(tmp_path):
+    r = run_nodes_check_on_gpu(tmp_path, "host_copies")
+    assert_host_copies(r)

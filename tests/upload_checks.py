@@ -29,7 +29,7 @@ def assert_upload(r: dict, path: str) -> None:
             # pinned after: only the streamed weights' host copies the pack keeps for the next plan
             assert side["pinned_after"] == side["kept_pinned_after"] and side["comfy_pinned_keys_after"] == 0, side
             if case != "streamed":
-                assert side["kept_pinned_after"] == 0, (case, side)
+                assert side["kept_pinned_after"] <= 0, (case, side)  # host-copies=off unpins what earlier cases kept
         # no more on the card than ComfyUI's own move leaves, loaded or unloaded (a second copy, or a tensor kept,
         # would show here: the ComfyUI run comes second)
         assert p["allocated"] == c["allocated"] and p["allocated_after"] == c["allocated_after"], (case, p, c)

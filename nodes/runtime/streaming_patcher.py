@@ -292,8 +292,21 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         weights back and pins them (a prompt change on an H200 capped at 16 GB: 5.4 s for 4.6 GiB)."""
         loaded = self.model.model_loaded_weight_memory
         return (
-            not _IN_RUN[0] and loaded > 0 and memory_to_free >= loaded * WHOLE_UNLOAD_SHARE and host_copies.covers(self)
+            not _IN_RUN[0]
+            and not getattr(self, "_loading", False)
+            and loaded > 0
+            and memory_to_free >= loaded * WHOLE_UNLOAD_SHARE
+            and host_copies.covers(self)
         )
+
+    def partially_load(self, device_to, extra_memory=0, force_patch_weights=False):
+        """ComfyUI's load of a MODEL already on the card; a negative ``extra_memory`` shrinks it through
+        ``partially_unload``, which must then free the bytes (only ComfyUI's ``model_unload`` unloads it whole)."""
+        self._loading = True
+        try:
+            return super().partially_load(device_to, extra_memory, force_patch_weights)
+        finally:
+            self._loading = False
 
     def unpatch_model(self, device_to=None, unpatch_weights=True):
         if unpatch_weights and self.stream is not None:

@@ -75,6 +75,12 @@ def check_host_copies():
     with streaming_patcher.one_pass_per_branch([cond]):
         res["large_inside"] = cond.partially_unload(cpu, memory_to_free=int(bm.model_loaded_weight_memory * 0.3))
     res["max_abs_streamed"] = (forward() - ref).abs().max().item()
+    # ComfyUI's load of the loaded MODEL with less room (a negative extra): it shrinks, never a whole unload
+    cond.unpatch_model(cpu)
+    cond.patch_model(device_to=device, lowvram_model_memory=0)
+    before = bm.model_loaded_weight_memory
+    cond.partially_load(device, extra_memory=-int(before * 0.3))
+    res["shrunk_in_load"] = before - bm.model_loaded_weight_memory
     cond.unpatch_model(cpu)
     res["on_copies_unloaded"] = on_copies()
     res["on_host_unloaded"] = all(_data(t).device.type == "cpu" for t in _tensors(bm).values())

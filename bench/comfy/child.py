@@ -305,6 +305,11 @@ def _run_peer(
             warm = compiled_frames()
             with ClockWatch() as watch:  # the clock the steps ran at (a denser, compiled run may hold it lower)
                 latent, times, record = image(seed, prompt)
+        elif i == 0 and a.profile_first:  # where the first image's host time goes, in its record
+            ran: list = []
+            profile = host_profile(lambda s=seed, p=prompt, out=ran: out.append(image(s, p)), steps=1, top=40)
+            (latent, times, record), record["host_profile"] = ran[0], profile
+            server_cleanup()
         else:
             latent, times, record = image(seed, prompt)
             server_cleanup()  # what ComfyUI's executor does after each node

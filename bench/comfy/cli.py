@@ -112,6 +112,12 @@ def parse(argv):
         help="with --vram: the Python functions of one 2-step run by host time (cProfile) in each run's entry",
     )
     p.add_argument(
+        "--profile-first",
+        action="store_true",
+        help="with --vram and --images >= 2: the first image after the load under cProfile (where its host time "
+        "goes: loads, plans, eager passes, captures), in its image record",
+    )
+    p.add_argument(
         "--sampler",
         default="pack",
         choices=SAMPLERS,

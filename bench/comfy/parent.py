@@ -171,6 +171,8 @@ def _spawn(
         cmd += ["--kernels", "--kernel-steps", str(a.kernel_steps)]
     if a.host_profile:
         cmd += ["--host-profile"]
+    if a.profile_first:
+        cmd += ["--profile-first"]
     caches = pathlib.Path(a.workdir) / "kernel-caches"
     env = dict(os.environ, TRITON_CACHE_DIR=str(caches / "triton"), IDEOGRAM4_INT8_CACHE_DIR=str(caches / "pack"))
     t0 = time.perf_counter()

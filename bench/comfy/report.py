@@ -28,7 +28,8 @@ In-process run (``inprocess.run``; ``peer_ratios``, ``print_peers``, ``figure``)
          in the timed steps); pass_ms ({branch: {passes, host_ms_median, gpu_ms_median}}); step_ms_min,
          step_ms_median, step_ms (the last image's steps); peak_gib, torch_peak_reserved_gib, held_gib_end,
          torch_peak_reserved_gib_per_card; with --kernels: kernels, bus, profile, per_run (``bench/step_profile.py``,
-         ``bench/kernel_table.py``); with --host-profile: host_profile ({self, cumulative, unit}); streaming (each
+         ``bench/kernel_table.py``); with --host-profile: host_profile ({self, cumulative, unit}); with --profile-first:
+         the first image record's host_profile (ms in the whole image); streaming (each
          MODEL's stream report or null), gib_streamed_per_step, copy_ms_per_step, wait_ms_per_step, copies_hidden;
          paths, panel_notes, graph_notes, loaded; process_s; with --prompts: text_encoder_load_s, per image
          encode_s, text_tokens, cycle_s, files_read ({load_torch_file, safe_open, open_safetensors} calls),
@@ -297,6 +298,10 @@ def print_passes(result: dict) -> None:
             rows = list((e.get("host_profile") or {}).get(key, {}).items())[:12]
             if rows:
                 print(f"{name:<34} host {key} ms/step: " + "; ".join(f"{k[-60:]} {v[0]}" for k, v in rows))
+            first = (e.get("images") or [{}])[0]
+            rows = list((first.get("host_profile") or {}).get(key, {}).items())[:12]
+            if rows:
+                print(f"{name:<34} first image, host {key} ms: " + "; ".join(f"{k[-60:]} {v[0]}" for k, v in rows))
         alloc = e.get("allocator")
         if alloc and any(alloc.values()):
             print(f"{name:<34} allocator in the timed steps: " + ", ".join(f"{k} {v}" for k, v in alloc.items()))

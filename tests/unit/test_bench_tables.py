@@ -159,6 +159,17 @@ def test_comfy_vram_says_which_steps_a_profiled_run_covers_and_what_its_run_had_
     assert out[0].endswith("span +430.0 ms, neither busy +427.0 ms, its largest bus gap 427.5 ms (cudaMalloc)")
 
 
+def test_comfy_vram_prints_where_the_first_images_host_time_went(capsys):
+    """--profile-first: the first image's cProfile rows (ms in the whole image) print beside the run's own."""
+    from comfyui_ideogram4_int8.bench.comfy import report
+
+    first = {"seed": 0, "host_profile": {"cumulative": {"streaming_patcher.py:290(load)": [812.5, 2.0]}, "self": {}}}
+    report.print_passes({"runs": {"ours-w8a8@16GB": {"images": [first, {"seed": 1}]}, "native-fp8@16GB": {}}})
+    out = capsys.readouterr().out.splitlines()
+    want = " first image, host cumulative ms: streaming_patcher.py:290(load) 812.5"
+    assert out == ["ours-w8a8@16GB".ljust(34) + want]
+
+
 def test_comfy_vram_profiled_run_cuts_at_the_samplers_step_callbacks():
     """The --kernels run: the hooks the timing callback calls at each step's end drive the profiler, and are gone
     after the run (the timed steps never see them), also when the run fails."""

@@ -36,6 +36,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from .report import markdown_table
 from .timing import graph_ms, sustained_ms
 
 SHAPES = {  # name: (M, N, K)
@@ -583,23 +584,22 @@ def report_markdown(result: dict) -> str:
         f"- self-check: {done or 'none run'} (runs: {check.get('runs', '?')})",
         f"- device copy {info.get('copy_gbps', 0):.0f} GB/s; command: `{info['command']}`",
         "",
-        "| shape | M | N | K | ours ms | x cuBLAS bf16 | GEMM ms | x torch._int_mm | int32 exact | config (source) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
 
     def num(v, fmt):
         return format(v, fmt) if isinstance(v, (int, float)) else "-"
 
-    for r in result.get("rows", []):
+    def cells(r):
         exact = {None: "-", True: "yes", False: "NO"}[r.get("int32_bit_exact_vs_int_mm")]
-        lines.append(
-            f"| {r['shape']} | {r['M']} | {r['N']} | {r['K']} | {num(r.get('triton-int8_gpu_ms'), '.3f')} "
-            f"| {num(r.get('gpu_speedup_vs_bf16'), '.2f')} | {num(r.get('triton-gemm-only_gpu_ms'), '.3f')} "
-            f"| {num(r.get('gemm_gpu_speedup_vs_int_mm'), '.2f')} | {exact} "
-            f"| {r.get('triton_config')} ({r.get('triton_config_source')}) |"
-        )
-    for name, why in result.get("failed", {}).items():
-        lines.append(f"| {name} | failed: {why} |")
+        ours = [num(r.get("triton-int8_gpu_ms"), ".3f"), num(r.get("gpu_speedup_vs_bf16"), ".2f")]
+        gemm = [num(r.get("triton-gemm-only_gpu_ms"), ".3f"), num(r.get("gemm_gpu_speedup_vs_int_mm"), ".2f")]
+        config = f"{r.get('triton_config')} ({r.get('triton_config_source')})"
+        return [r["shape"], r["M"], r["N"], r["K"], *ours, *gemm, exact, config]
+
+    head = ("shape", "M", "N", "K", "ours ms", "x cuBLAS bf16", "GEMM ms", "x torch._int_mm", "int32 exact")
+    rows = [cells(r) for r in result.get("rows", [])]
+    rows += [[name, f"failed: {why}"] for name, why in result.get("failed", {}).items()]
+    lines += markdown_table((*head, "config (source)"), rows, right=range(1, 8))
     lines.append("")
     lines.append(
         "GPU time per call: the better of CUDA-graph replay and eager back-to-back calls. Ours: the whole linear (bf16 "

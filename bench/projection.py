@@ -29,6 +29,8 @@ import pathlib
 import re
 import sys
 
+from .report import markdown_table
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_INPUTS = pathlib.Path(__file__).with_name("projection_inputs.json")
 CLASSES = ("int8_gemm", "protected_gemm", "attention")  # the rest of the step is ``memory``
@@ -146,19 +148,18 @@ def _row(name, fmt, ms, gib, bus_gbs, steps, eta) -> dict:
 
 
 def table(rows: list[dict], steps: int) -> str:
-    head = "| card | protected | INT8 GEMM | protected GEMM | attention | rest | compute ms | streamed GiB | bus ms "
-    head += f"| hides | step ms | {steps}-step image s |"
-    lines = [head, "|---|---|" + "---:|" * 7 + "---|" + "---:|" * 2]
-    for r in rows:
-        ms = r["ms"]
+    head = ("card", "protected", "INT8 GEMM", "protected GEMM", "attention", "rest", "compute ms", "streamed GiB")
+    head += ("bus ms", "hides", "step ms", f"{steps}-step image s")
+
+    def cells(r):
         hides = "-" if r["streaming_hides"] is None else "yes" if r["streaming_hides"] else "**no**"
         gib = "-" if r["streamed_gib"] is None else f"{r['streamed_gib']:.2f}"
-        classes = " | ".join(f"{ms[c]:.0f}" for c in (*CLASSES, "memory"))
-        lines.append(
-            f"| {r['card']} | {r['protected']} | {classes} | {r['compute_ms']:.0f} | {gib} | {r['bus_ms']:.0f} | "
-            f"{hides} | {r['step_ms']:.0f} | {r['image_s']:.1f} |"
-        )
-    return "\n".join(lines)
+        classes = [f"{r['ms'][c]:.0f}" for c in (*CLASSES, "memory")]
+        streaming = [f"{r['compute_ms']:.0f}", gib, f"{r['bus_ms']:.0f}", hides]  # does the bus hide behind compute
+        return [r["card"], r["protected"], *classes, *streaming, f"{r['step_ms']:.0f}", f"{r['image_s']:.1f}"]
+
+    numbers = {*range(2, 9), 10, 11}  # every column but card, protected and hides
+    return "\n".join(markdown_table(head, [cells(r) for r in rows], right=numbers))
 
 
 def main(argv=None) -> int:

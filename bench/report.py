@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import sys
+from collections.abc import Container, Iterable, Sequence
 
 
 def command(module: str) -> str:
@@ -43,6 +44,20 @@ def run_info(module: str, **settings) -> dict:
 def two_places(e: dict, key: str, unit: str = "") -> str:
     """``e[key]`` with two decimals (and ``unit``), or '-' where the run has no such value."""
     return f"{e[key]:.2f}{unit}" if key in e else "-"
+
+
+def markdown_table(head: Sequence[str], rows: Iterable[Sequence], right: Container[int] = ()) -> list[str]:
+    """A Markdown table's lines: the header ``head``, the rule under it (the columns whose index is in ``right``
+    aligned right), then a line a row of ``rows``, each cell as ``str`` gives it. A row may stop short of the header
+    (a failed run: its name and why), never run past it."""
+
+    def line(cells: Sequence) -> str:
+        if len(cells) > len(head):
+            raise ValueError(f"a table row has {len(cells)} cells for {len(head)} columns: {list(cells)}")
+        return "| " + " | ".join(str(c) for c in cells) + " |"
+
+    rule = "|" + "".join("---:|" if i in right else "---|" for i in range(len(head)))
+    return [line(head), rule, *(line(r) for r in rows)]
 
 
 def print_runs(title: str, name_column, columns: str, runs: dict, row, failed: slice = slice(None, 100)) -> None:

@@ -37,7 +37,24 @@ def _widget(name: str) -> str:
     return f"widget '{name}'"
 
 
-STYLE_PLACES = {k: _widget(k) for k in ("aesthetics", "lighting", "photo", "medium", "art_style", "color_palette")}
+# The Style Description's text widgets in the node's order: name -> (placeholder, tooltip).
+STYLE_TEXTS = {
+    "aesthetics": ("clean, editorial, uncluttered", "Aesthetic keywords (required)."),
+    "lighting": ("soft window light from the left", "Lighting description (required)."),
+    "medium": (
+        "photograph / illustration / 3d_render / ...",
+        "Medium (required): photograph, illustration, 3d_render, painting, graphic_design, ... Left empty with kind "
+        "'photo' it becomes 'photograph'.",
+    ),
+    "photo": ("50mm lens, f/4, eye-level", "Camera and lens details; used when kind is 'photo'."),
+    "art_style": ("flat vector illustration, bold outlines", "The art style; used when kind is 'art_style'."),
+    "color_palette": (
+        "#2B1D14, #C8A27A, #F2EDE4",
+        f"Up to {MAX_STYLE_COLORS} colors as #RRGGBB, separated by commas or spaces. Lowercase and #RGB are "
+        "normalized (listed in the report).",
+    ),
+}
+STYLE_PLACES = {k: _widget(k) for k in STYLE_TEXTS}
 ELEMENT_PLACES = {
     "desc": _widget("desc"),
     "text": _widget("text"),
@@ -156,43 +173,9 @@ class StyleDescription(io.ComfyNode):
                     tooltip="photo: a photograph (uses the 'photo' text). art_style: anything else "
                     "(illustration, 3D render, graphic design...; uses the 'art_style' text).",
                 ),
-                io.String.Input(
-                    "aesthetics",
-                    default="",
-                    placeholder="clean, editorial, uncluttered",
-                    tooltip="Aesthetic keywords (required).",
-                ),
-                io.String.Input(
-                    "lighting",
-                    default="",
-                    placeholder="soft window light from the left",
-                    tooltip="Lighting description (required).",
-                ),
-                io.String.Input(
-                    "medium",
-                    default="",
-                    placeholder="photograph / illustration / 3d_render / ...",
-                    tooltip="Medium (required): photograph, illustration, 3d_render, painting, "
-                    "graphic_design, ... Left empty with kind 'photo' it becomes 'photograph'.",
-                ),
-                io.String.Input(
-                    "photo",
-                    default="",
-                    placeholder="50mm lens, f/4, eye-level",
-                    tooltip="Camera and lens details; used when kind is 'photo'.",
-                ),
-                io.String.Input(
-                    "art_style",
-                    default="",
-                    placeholder="flat vector illustration, bold outlines",
-                    tooltip="The art style; used when kind is 'art_style'.",
-                ),
-                io.String.Input(
-                    "color_palette",
-                    default="",
-                    placeholder="#2B1D14, #C8A27A, #F2EDE4",
-                    tooltip=f"Up to {MAX_STYLE_COLORS} colors as #RRGGBB, separated by commas or spaces."
-                    " Lowercase and #RGB are normalized (listed in the report).",
+                *(
+                    io.String.Input(name, default="", placeholder=placeholder, tooltip=tooltip)
+                    for name, (placeholder, tooltip) in STYLE_TEXTS.items()
                 ),
             ],
             outputs=[Style.Output(display_name="style")],

@@ -256,15 +256,28 @@ def sample(
     return samples.to(comfy.model_management.intermediate_device())
 
 
-CUSTOM_ONLY = "custom preset only: "  # how the tooltip of each input in _custom() starts
+CUSTOM_ONLY = "custom preset only: "  # how the tooltip of each input of _custom_inputs() starts
 GUIDANCE = (0.0, 30.0, 0.1)  # min, max, step of both guidance inputs
 
 
-def _custom(default, lo, hi, step) -> dict:
-    """The spec of an input only the 'custom' preset reads (steps, guidance, polish_steps, polish_guidance, mu, std;
-    the web extension hides them under a named preset, CUSTOM_ONLY in web/lib/sampler_widgets.mjs): an advanced
-    widget. Its tooltip starts with CUSTOM_ONLY."""
-    return dict(default=default, min=lo, max=hi, step=step, advanced=True)
+def _custom_inputs(base) -> list:
+    """The inputs only the 'custom' preset reads (the web extension hides them under a named preset, CUSTOM_ONLY in
+    web/lib/sampler_widgets.mjs): advanced widgets starting at the preset ``base``'s values, each tooltip starting
+    with CUSTOM_ONLY."""
+    g = base.guidance  # per step: the main steps' guidance, then the polish steps'
+    polish_tip = "how many final steps use the polish guidance (official: 3 / 2 / 1 for Quality / Default / Turbo)."
+    specs = (
+        (io.Int, "steps", base.steps, (1, sa.MAX_STEPS, 1), "number of Euler steps."),
+        (io.Float, "guidance", g[0], GUIDANCE, "guidance of the main steps (official: 7)."),
+        (io.Int, "polish_steps", g.count(g[-1]), (0, sa.MAX_STEPS, 1), polish_tip),
+        (io.Float, "polish_guidance", g[-1], GUIDANCE, "guidance of the polish steps (official: 3)."),
+        (io.Float, "mu", base.mu, (-5.0, 5.0, 0.05), "logSNR shift of the logit-normal schedule."),
+        (io.Float, "std", base.std, (0.05, 5.0, 0.05), "spread of the logit-normal schedule."),
+    )
+    return [
+        kind.Input(name, default=default, min=lo, max=hi, step=step, advanced=True, tooltip=CUSTOM_ONLY + what)
+        for kind, name, default, (lo, hi, step), what in specs
+    ]
 
 
 class Ideogram4Int8Sampler(io.ComfyNode):
@@ -272,7 +285,6 @@ class Ideogram4Int8Sampler(io.ComfyNode):
     def define_schema(cls):
         presets = list(sa.PRESET_CHOICES)
         base = PRESETS[DEFAULT_PRESET]
-        g = base.guidance  # per step: the main steps' guidance, then the polish steps'
         return io.Schema(
             node_id="Ideogram4Int8Sampler",
             display_name=NODE_NAME,
@@ -327,35 +339,7 @@ class Ideogram4Int8Sampler(io.ComfyNode):
                     advanced=True,
                     tooltip="Images per run (one noise tensor for the batch, as ComfyUI draws it).",
                 ),
-                io.Int.Input(
-                    "steps", **_custom(base.steps, 1, sa.MAX_STEPS, 1), tooltip=CUSTOM_ONLY + "number of Euler steps."
-                ),
-                io.Float.Input(
-                    "guidance",
-                    **_custom(g[0], *GUIDANCE),
-                    tooltip=CUSTOM_ONLY + "guidance of the main steps (official: 7).",
-                ),
-                io.Int.Input(
-                    "polish_steps",
-                    **_custom(g.count(g[-1]), 0, sa.MAX_STEPS, 1),
-                    tooltip=CUSTOM_ONLY + "how many final steps use the polish guidance "
-                    "(official: 3 / 2 / 1 for Quality / Default / Turbo).",
-                ),
-                io.Float.Input(
-                    "polish_guidance",
-                    **_custom(g[-1], *GUIDANCE),
-                    tooltip=CUSTOM_ONLY + "guidance of the polish steps (official: 3).",
-                ),
-                io.Float.Input(
-                    "mu",
-                    **_custom(base.mu, -5.0, 5.0, 0.05),
-                    tooltip=CUSTOM_ONLY + "logSNR shift of the logit-normal schedule.",
-                ),
-                io.Float.Input(
-                    "std",
-                    **_custom(base.std, 0.05, 5.0, 0.05),
-                    tooltip=CUSTOM_ONLY + "spread of the logit-normal schedule.",
-                ),
+                *_custom_inputs(base),
             ],
             outputs=[io.Latent.Output(display_name="LATENT")],
             hidden=[io.Hidden.unique_id],  # the panel ties this node's badge to the models it ran

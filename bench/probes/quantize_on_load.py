@@ -30,6 +30,7 @@ from ... import kernels
 from ...ideogram4.config import Ideogram4Config
 from ...ideogram4.formats.quantize_on_load import quantize_fp8_tensorwise, quantize_weight
 from ...ideogram4.synthetic import default_protected
+from ..report import markdown_table
 
 
 def _shapes(config: Ideogram4Config) -> dict[str, tuple[int, int, int]]:
@@ -127,17 +128,17 @@ def run(shape_names: list[str] | None, reps: int) -> dict:
 
 
 def table(result: dict) -> str:
+    def cells(r):
+        pack, twin = r["pack_s"], r["twin_s"]
+        times = [f"{pack * 1e3:.0f}", f"{twin * 1e3:.0f}", f"{twin / pack:.2f}"]
+        return [r["layer"], r["source"], f"{r['n']} x {r['k']}", r["count"], *times, "yes" if r["same"] else "NO"]
+
+    head = ("layer", "source", "N x K", "per branch", "pack ms", "twin ms", "twin / pack", "same bits")
     lines = [
         f"quantize-on-load on the CPU ({result['cpu_count']} cores, torch {result['torch']}, "
         f"{result['torch_threads']} threads), median of {result['reps']}",
-        "| layer | source | N x K | per branch | pack ms | twin ms | twin / pack | same bits |",
-        "|---|---|---|---|---|---|---|---|",
+        *markdown_table(head, [cells(r) for r in result["rows"]]),
     ]
-    for r in result["rows"]:
-        lines.append(
-            f"| {r['layer']} | {r['source']} | {r['n']} x {r['k']} | {r['count']} | {r['pack_s'] * 1e3:.0f} | "
-            f"{r['twin_s'] * 1e3:.0f} | {r['twin_s'] / r['pack_s']:.2f} | {'yes' if r['same'] else 'NO'} |"
-        )
     for kind, b in result["branch"].items():
         lines.append(
             f"one branch from {kind}: pack {b['pack_s']:.1f} s, twin {b['twin_s']:.1f} s "

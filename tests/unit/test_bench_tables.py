@@ -68,6 +68,17 @@ def test_smooth_block_prints_unfolded_folded_and_the_folds_gain(capsys):
     assert "0.600ms  1.50x bf16" in ffn_line and "0.550ms  1.64x bf16" in ffn_line
 
 
+def test_markdown_tables_align_the_columns_asked_and_refuse_a_row_past_the_header():
+    """The shared Markdown table (gemm's report, the projection, the quantize-on-load probe): a right-aligned rule
+    where asked, a short row (a failed run) kept short, a row longer than the header refused by its cell count."""
+    from comfyui_ideogram4_int8.bench.report import markdown_table
+
+    lines = markdown_table(("name", "ms", "ok"), [["qkv", 1.5, "yes"], ["w2", "failed: oom"]], right={1})
+    assert lines == ["| name | ms | ok |", "|---|---:|---|", "| qkv | 1.5 | yes |", "| w2 | failed: oom |"]
+    with pytest.raises(ValueError, match="4 cells for 3 columns"):
+        markdown_table(("name", "ms", "ok"), [["qkv", 1, 2, 3]])
+
+
 def test_comfy_tables_print_each_run_or_the_part_of_its_error_asked_for(capsys):
     from comfyui_ideogram4_int8.bench import report
 

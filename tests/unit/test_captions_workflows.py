@@ -34,6 +34,9 @@ def _declared_inputs() -> dict[str, set[str]]:
                 names |= {"placed", "y_min", "x_min", "y_max", "x_max", "color_palette", "elements"}
             if "_on_invalid_input()" in block:
                 names.add("on_invalid")
+            if "STYLE_TEXTS.items()" in block:  # the style node's text widgets: the keys of that module-level table
+                table = src.split("\nSTYLE_TEXTS = {\n", 1)[1].split("\n}\n", 1)[0]
+                names |= set(re.findall(r'^    "(\w+)": \(', table, re.M))
             out[m.group(1)] = names
     return out
 

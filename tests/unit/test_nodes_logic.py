@@ -471,9 +471,16 @@ CAPTION_NODES = {
 
 
 def _declared(name: str) -> tuple[str, set[str]]:
+    """A node module's node_id and input names: the literal name of each ``.Input(...)`` call, and the name in each
+    row of an input table (``(io.Float, "mu", ...)``, made into inputs by a comprehension)."""
     tree = ast.parse((ROOT / "nodes" / name).read_text())
     node_id = next(k.value.value for c in _calls(tree, "Schema") for k in c.keywords if k.arg == "node_id")
     inputs = {c.args[0].value for c in _calls(tree, "Input") if c.args and isinstance(c.args[0], ast.Constant)}
+    for row in ast.walk(tree):
+        if isinstance(row, ast.Tuple) and len(row.elts) > 1 and isinstance(row.elts[1], ast.Constant):
+            kind = row.elts[0]
+            if isinstance(kind, ast.Attribute) and isinstance(kind.value, ast.Name) and kind.value.id == "io":
+                inputs.add(row.elts[1].value)
     return node_id, inputs
 
 

@@ -314,7 +314,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if unpatch_weights:
             self._weights_move()
             self._stop_stream(release=True)
-            dropped = host_copies.restore(self)  # ComfyUI's .to below then copies nothing for these
+            to_host = device_to is not None and torch.device(device_to).type == "cpu"
+            dropped = host_copies.restore(self) if to_host else 0  # ComfyUI's .to below then copies nothing for these
             if dropped:
                 log.info(
                     "ideogram4-int8: %s unloaded: %.2f GiB of card copies dropped (host copies kept)",

@@ -441,8 +441,10 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                 if t.data_ptr() not in kept:
                     comfy.model_management.unpin_memory(t)
             pinned[:] = [t for t in pinned if t.data_ptr() in kept]
-            if pinned and not hasattr(self.model, "ideogram4_unpin_at_exit"):
-                self.model.ideogram4_unpin_at_exit = weakref.finalize(self.model, _unpin_all, pinned)
+            if pinned and not hasattr(self.model, "ideogram4_unpin_when_collected"):
+                finalizer = weakref.finalize(self.model, _unpin_all, pinned)
+                finalizer.atexit = False  # at exit the process's pinned memory goes with it
+                self.model.ideogram4_unpin_when_collected = finalizer
             _ON_DEVICE.discard(self)
 
     def _pinned(self) -> list:

@@ -20,3 +20,7 @@ def assert_host_copies(r: dict) -> None:
     assert r["lora_changed"] > 1e-3 and not r["lora_key_kept"] and r["lora_uncovered"] == [key]
     assert not r["lora_covers"] and r["lora_large_outside"] > 0 and r["as_loaded_after_lora"]
     assert r["kept_off"] == 0 and not r["covers_off"]
+    # a pinned host copy stays pinned over an unload, and is unpinned when its model is collected
+    pins = r["pins"]
+    assert pins["unpinned_at_unload"] == [True] and pins["pinned_after_unload"] == [True], pins
+    assert pins["unpinned_when_collected"] == [True], pins

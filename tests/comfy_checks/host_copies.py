@@ -19,6 +19,38 @@ def _bytes(t):
     return _data(t).detach().cpu().contiguous().reshape(-1).view(torch.uint8).clone()
 
 
+def _pins_until_collected(load_model, device):
+    """A kept host copy that is pinned stays pinned over an unload (a host tensor the model no longer keeps does
+    not), and is unpinned once the model is collected. On a CPU nothing pins, so the pinned list is filled by hand
+    and ComfyUI's unpin is recorded instead of run."""
+    import gc
+
+    import comfy.model_management as mm
+
+    unpinned = []
+    real_unpin = mm.unpin_memory
+    mm.unpin_memory = lambda t: unpinned.append(t.data_ptr()) or True
+    try:
+        patcher = load_model()
+        patcher.model.ideogram4_upload_any_device = not GPU  # the CPU stands in for the card
+        patcher.patch_model(device_to=device, lowvram_model_memory=0)
+        bm = patcher.model
+        kept = _data(next(iter(bm.ideogram4_host_copies.values())))
+        dropped = torch.zeros(16)
+        bm.ideogram4_pinned = [kept, dropped]
+        patcher.unpatch_model(torch.device("cpu"))
+        out = {
+            "unpinned_at_unload": [p == dropped.data_ptr() for p in unpinned],
+            "pinned_after_unload": [t.data_ptr() == kept.data_ptr() for t in bm.ideogram4_pinned],
+        }
+        del patcher, bm
+        gc.collect()
+        out["unpinned_when_collected"] = [p == kept.data_ptr() for p in unpinned[1:]]
+    finally:
+        mm.unpin_memory = real_unpin
+    return out
+
+
 def check_host_copies():
     """A full load keeps the host tensor of everything it uploaded; a large request outside the pack's runs unloads
     the MODEL whole (partially_unload frees nothing, so ComfyUI detaches it), a small one or one inside a run
@@ -106,6 +138,7 @@ def check_host_copies():
     finally:
         host_copies.UNCOVERED_SLACK = slack
     res["as_loaded_after_lora"] = as_loaded()
+    res["pins"] = _pins_until_collected(lambda: load("i4_w8a8.safetensors")[0], device)
     # host-copies=off: nothing kept
     del bm.ideogram4_host_copies
     with experiments(f"{host_copies.EXPERIMENT}=off"):

@@ -9,7 +9,7 @@ into a ComfyUI base directory, so the workflows load and run unchanged:
   1024x1024 sample is 4096 image tokens, so attention must stay cheap for a CPU): ours are read with their own
   config; ComfyUI's native UNETLoader needs the sizes from ``native_sizes()`` (passed to the test pack through
   ``IDEOGRAM4_TEST_NATIVE_SIZES``, see ``tests/comfy_test_pack``);
-* the VAE is a Flux2-layout VAE with a narrow decoder (``synthetic_flux2_vae``);
+* the VAE is a Flux2-layout VAE with a narrow decoder (``bench/flux2_vae.py``);
 * there are no text-encoder weights (the real one is 8B parameters): tests feed the conditioning from
   ``cond.safetensors`` through the test-only ``Ideogram4TestConditioning`` node instead of CLIPLoader +
   CLIPTextEncode. ``text_encoder_placeholder=True`` writes an empty placeholder under the real name, only so that
@@ -23,14 +23,14 @@ import json
 import pathlib
 
 import torch
+from comfyui_ideogram4_int8.bench.flux2_vae import FILE_NAME as VAE  # the name the example workflows load
+from comfyui_ideogram4_int8.bench.flux2_vae import write_flux2_vae
 from safetensors.torch import save_file
-from synthetic_flux2_vae import write_flux2_vae
 
 W8A8 = "ideogram4-int8-w8a8.safetensors"
 FP8 = "ideogram4_fp8_scaled.safetensors"
 FP8_UNCOND = "ideogram4_unconditional_fp8_scaled.safetensors"
 TEXT_ENCODER = "qwen3vl_8b_fp8_scaled.safetensors"
-VAE = "flux2-vae.safetensors"
 COND = "cond.safetensors"
 
 

@@ -63,7 +63,7 @@ def run(a) -> dict:
         extra = ballast.numel() if ballast is not None else 0
         entry["ballast_gib"] = round(extra / GIB, 2)
         files = {b: pathlib.Path(p) for b, p in job["files"].items()}
-        entry.update(_run_peer(a, peer, files, extra, job.get("compile"), job.get("text_encoder")))
+        entry.update(_run_peer(a, peer, files, extra, job.get("compile"), job.get("text_encoder"), job.get("vae")))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, which keeps the other runs
         import traceback
 
@@ -173,7 +173,13 @@ ALLOCATOR_COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "
 
 
 def _run_peer(
-    a, peer: str, files: dict, ballast_bytes: int, compile_mode: str | None = None, text_encoder: str | None = None
+    a,
+    peer: str,
+    files: dict,
+    ballast_bytes: int,
+    compile_mode: str | None = None,
+    text_encoder: str | None = None,
+    vae_file: str | None = None,
 ) -> dict:
     import latent_preview
 
@@ -201,6 +207,13 @@ def _run_peer(
         t0 = time.perf_counter()
         prompts = te.load(text_encoder)
         out["text_encoder_load_s"] = round(time.perf_counter() - t0, 1)
+    vae = None
+    if vae_file:  # VAE Decode after each image: the VAE loaded as VAELoader loads it, once
+        from .. import flux2_vae
+
+        t0 = time.perf_counter()
+        vae = flux2_vae.load(vae_file)
+        out["vae_load_s"] = round(time.perf_counter() - t0, 1)
     server_cleanup()
     marks: list = []
     peak = [0]
@@ -238,9 +251,30 @@ def _run_peer(
         times = [a_.elapsed_time(b) for a_, b in zip([start, *marks[:-1]], marks, strict=True)]
         return latent, times
 
+    before_decode: dict = {}  # the caching allocator before the last decode: the sampling's own numbers
+
+    def decode(latent, record):
+        """VAE Decode on the image's latent, as the next node: the executor's clean-up after the sampler, then the
+        node's call until the image exists; what ComfyUI left of each MODEL on the card before and after it (its
+        memory request may unload or shrink them: the next image then loads them again)."""
+        from .. import flux2_vae
+
+        server_cleanup()
+        before_decode.update(
+            peak=torch.cuda.max_memory_reserved(), held=torch.cuda.memory_reserved(), stats=torch.cuda.memory_stats()
+        )
+        record["models_loaded_gib_before_decode"] = [round(m.loaded_size() / GIB, 2) for m in models]
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        flux2_vae.decode(vae, latent)
+        torch.cuda.synchronize()
+        record["decode_s"] = round(time.perf_counter() - t0, 3)
+        record["models_loaded_gib_after_decode"] = [round(m.loaded_size() / GIB, 2) for m in models]
+
     def image(seed, index=0):
         """One run as a user waits for it: from the node call until the latent is on the host; with the prompt
-        cycle, a new prompt encoded first (the encode node's call until its features exist on the device)."""
+        cycle, a new prompt encoded first (the encode node's call until its features exist on the device); with
+        ``--decode``, the VAE Decode of its latent after it (inside the pack's log of the image)."""
         nonlocal ctx
         before = _model_counters(models)
         record = {"seed": seed}
@@ -259,8 +293,12 @@ def _run_peer(
             latent, times = sample(a.steps, seed)
             latent = latent.float().cpu()
             seconds = time.perf_counter() - t0
+            if vae is not None:
+                decode(latent, record)
+        if vae is not None:
+            record["image_decode_s"] = round(seconds + record["decode_s"], 3)
         if prompts is not None:
-            record["cycle_s"] = round(record["encode_s"] + seconds, 3)
+            record["cycle_s"] = round(record["encode_s"] + seconds + record.get("decode_s", 0), 3)
             record["files_read"] = reads
         record.update(
             seconds=round(seconds, 3),
@@ -324,13 +362,15 @@ def _run_peer(
         if len(images) > 1:
             out["cycle_s_warm_median"] = round(statistics.median(r["cycle_s"] for r in images[1:]), 3)
         out["files_read_in_cycles"] = sum(sum(r["files_read"].values()) for r in images[1:])
+    if vae is not None:
+        out.update(decode_summary(images))
     if len(images) > 1:
         out["image_s_warm_median"] = round(statistics.median(r["seconds"] for r in images[1:]), 3)
         out["latent_equal_first"] = bool(torch.equal(latent, first_latent))
     if compile_mode:  # frames dynamo compiled during the warm-up, and during the timed steps (recompiles: want 0)
         out["frames_compiled"] = {"warmup": warm - frames, "timed_steps": compiled_frames() - warm}
     out["sm_mhz_median"], out["watts_median"] = watch.sm_mhz, watch.watts
-    after = torch.cuda.memory_stats()
+    after = before_decode.get("stats") or torch.cuda.memory_stats()
     # the caching allocator's work in the timed steps: a retry is a failed cudaMalloc under the cap, answered by
     # freeing the cache after a synchronize (the host stops feeding the device)
     out["allocator"] = {k: after.get(k, 0) - before.get(k, 0) for k in ALLOCATOR_COUNTERS}
@@ -342,9 +382,13 @@ def _run_peer(
         step_ms_median=round(statistics.median(times), 1),
         step_ms=[round(t, 1) for t in times],
     )
-    held = torch.cuda.memory_reserved()
+    held = before_decode.get("held", torch.cuda.memory_reserved())
     out["peak_gib"] = round(max(peak[0] - ballast_bytes, 0) / GIB, 2)  # the card's use at step ends, context in
-    out["torch_peak_reserved_gib"] = round((torch.cuda.max_memory_reserved() - ballast_bytes) / GIB, 2)
+    reserved = torch.cuda.max_memory_reserved()
+    if vae is not None:  # the last image's peak with its decode; the sampling's own stays the one below
+        out["peak_reserved_gib_with_decode"] = round((reserved - ballast_bytes) / GIB, 2)
+        reserved = before_decode["peak"]
+    out["torch_peak_reserved_gib"] = round((reserved - ballast_bytes) / GIB, 2)
     out["held_gib_end"] = round((held - ballast_bytes) / GIB, 2)
     if torch.cuda.device_count() > 1:  # a two-GPU peer: the other cards' peaks (no ballast there)
         out["torch_peak_reserved_gib_per_card"] = {
@@ -369,6 +413,16 @@ def _run_peer(
         pathlib.Path(a.latents).mkdir(parents=True, exist_ok=True)
         torch.save(latent.float().cpu(), pathlib.Path(a.latents) / f"{peer}@{cap_name(json.loads(a.child)['cap'])}.pt")
     out["loaded"] = [type(m).__name__ for m in models]
+    return out
+
+
+def decode_summary(images: list) -> dict:
+    """A ``--decode`` run's keys from its image records: the first image with its decode, and the medians of the
+    warm ones (2..N) of the decode and of the image with it."""
+    out = {"image_decode_s_first": images[0]["image_decode_s"]}
+    if len(images) > 1:
+        for key in ("decode_s", "image_decode_s"):
+            out[f"{key}_warm_median"] = round(statistics.median(r[key] for r in images[1:]), 3)
     return out
 
 

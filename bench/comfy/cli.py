@@ -159,6 +159,13 @@ def parse(argv):
         "prompt, then the image samples from its features; reports the encode and cycle seconds and whether any "
         "file was read again",
     )
+    p.add_argument(
+        "--decode",
+        action="store_true",
+        help="with --vram: after each image, ComfyUI's VAE Decode on its latent as users run it (a Flux2 VAE at the "
+        "real decoder width, synthetic weights, bench/flux2_vae.py, loaded once per process as VAELoader loads it); "
+        "reports the decode and image-with-decode seconds, and what the decode's memory request did to the MODELs",
+    )
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)  # JSON of one run (peer, cap, files)
     a = p.parse_args(argv)
     a.peers = [x for x in a.peers.split(",") if x]
@@ -172,6 +179,8 @@ def parse(argv):
         p.error("--kernel-steps: at least 1")
     if a.images < 1:
         p.error("--images: at least 1")
+    if a.decode and not a.vram and not a.child:
+        p.error("--decode: decodes in the --vram runs only (a process a run): add --vram, e.g. --vram 0,16")
     a.compile = [x for x in a.compile.split(",") if x]
     if [x for x in a.compile if x not in COMPILE_MODES]:
         p.error(f"--compile: choose from {list(COMPILE_MODES)}")

@@ -28,7 +28,7 @@ import time
 import torch
 
 from ..report import command
-from .peers import PEERS, TEXT_ENCODER, WIDTH, config_for, each_layout, layout_files
+from .peers import PEERS, TEXT_ENCODER, VAE, WIDTH, config_for, each_layout, layout_files
 from .report import COMPILED, cap_name, card_ratios, print_cards, print_images, print_passes
 
 
@@ -46,6 +46,7 @@ def run(a) -> dict:
             "sampler": a.sampler,
             "vram_gib": a.vram,
             "images": a.images,
+            "decode": a.decode,
         },
         "runs": {},
     }
@@ -55,6 +56,8 @@ def run(a) -> dict:
     warmed: set = set()
     if a.prompts:  # one file for every run, written first
         _spawn_write(a, TEXT_ENCODER)
+    if a.decode:
+        _spawn_write(a, VAE)
     # each layout written in a process of its own: the parent never holds GPU memory
     for _, peers, files in each_layout(a.peers, lambda layout: _spawn_write(a, layout), keep=a.reuse_files):
         pack = [p for p in peers if not PEERS[p][1].startswith("native")]
@@ -99,17 +102,19 @@ def run(a) -> dict:
 
 
 def _first_image(entry: dict) -> dict:
-    """What a one-image run reports: its peer, card, load and image seconds (or its error)."""
+    """What a one-image run reports: its peer, card, load and image seconds, its decode's (or its error)."""
     out = {k: entry[k] for k in ("peer", "vram_gib", "load_s", "error") if k in entry}
     if entry.get("images"):
         out["image_s"] = entry["images"][0]["seconds"]
         out["step_ms_median"] = entry["images"][0]["step_ms_median"]
+        if "decode_s" in entry["images"][0]:
+            out["decode_s"] = entry["images"][0]["decode_s"]
     return out
 
 
 def _spawn_write(a, layout: str) -> dict:
-    """{branch: file} of ``layout`` (or {"text_encoder": file} for ``TEXT_ENCODER``), written by a child process
-    unless ``--reuse-files`` finds them."""
+    """{branch: file} of ``layout`` (or {"text_encoder": file} for ``TEXT_ENCODER``, {"vae": file} for ``VAE``),
+    written by a child process unless ``--reuse-files`` finds them."""
     files = layout_files(layout, pathlib.Path(a.workdir))
     if a.reuse_files and all(f.exists() for f in files.values()):
         print(f"[{layout}] using the files already in {a.workdir}", flush=True)
@@ -138,6 +143,8 @@ def _spawn(
     job["compile"] = compile_mode
     if a.prompts and peer is not None:
         job["text_encoder"] = str(layout_files(TEXT_ENCODER, pathlib.Path(a.workdir))["text_encoder"])
+    if a.decode and peer is not None:
+        job["vae"] = str(layout_files(VAE, pathlib.Path(a.workdir))["vae"])
     cmd = [
         sys.executable,
         "-m",

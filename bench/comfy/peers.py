@@ -47,6 +47,7 @@ PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for t
     "ours-w8a8-conds-per-call": {"IDEOGRAM4_INT8_EXPERIMENTS": "no-resident-conds"},
 }
 TEXT_ENCODER = "text-encoder"  # the prompt cycle's text encoder file (--prompts), written like a layout
+VAE = "vae"  # the VAE file each image is decoded with (--decode), written like a layout
 LAYOUTS = ("bf16", "fp8", "int8_convrot", "w8a8")
 COMPILE_MODES = ("default", "cudagraphs", "blocks", "max-autotune-no-cudagraphs", "reduce-overhead")
 SAMPLERS = ("pack", "native")
@@ -54,9 +55,17 @@ SAMPLERS = ("pack", "native")
 
 def write_layout(layout: str, config, workdir: pathlib.Path, seed: int) -> dict[str, pathlib.Path]:
     """{branch: file} of one layout, from the same seeded weights every layout derives from (``TEXT_ENCODER``: the
-    synthetic text encoder, ``bench/text_encoder.py``)."""
+    synthetic text encoder, ``bench/text_encoder.py``; ``VAE``: the synthetic Flux2 VAE, ``bench/flux2_vae.py``, at
+    the real decoder width)."""
     from ...ideogram4 import synthetic
 
+    if layout == VAE:
+        from .. import flux2_vae
+
+        path = layout_files(VAE, workdir)["vae"]
+        flux2_vae.write_flux2_vae(path, decoder_ch=flux2_vae.REAL_DECODER_CH, seed=seed)
+        print(f"[{layout}] wrote {path.stat().st_size / GIB:.2f} GiB", flush=True)
+        return {"vae": path}
     if layout == TEXT_ENCODER:
         from .. import text_encoder
 
@@ -112,7 +121,12 @@ def each_layout(peers: list[str], write, keep: bool = False):
 
 
 def layout_files(layout: str, workdir: pathlib.Path) -> dict[str, pathlib.Path]:
-    """{branch: file} where ``write_layout`` writes ``layout`` ({"text_encoder": file} for ``TEXT_ENCODER``)."""
+    """{branch: file} where ``write_layout`` writes ``layout`` ({"text_encoder": file} for ``TEXT_ENCODER``,
+    {"vae": file} for ``VAE``)."""
+    if layout == VAE:
+        from ..flux2_vae import FILE_NAME
+
+        return {"vae": workdir / FILE_NAME}
     if layout == TEXT_ENCODER:
         from ..text_encoder import FILE_NAME
 

@@ -16,9 +16,9 @@ In-process run (``inprocess.run``; ``peer_ratios``, ``print_peers``, ``figure``)
 
 ``--vram`` (``parent.run``, one ``child.run`` process a run; ``card_ratios``, ``print_cards``, ``print_passes``,
 ``print_images``)
-  info   command, layers, size, steps, setup, sampler, vram_gib (the card sizes), images; cold and warmups (the
-         first-ever image, the throw-away runs: peer, vram_gib, load_s, image_s, step_ms_median, error); gpu, torch,
-         triton, comfyui, pinned_gib_s, pageable_gib_s (from the first child that has them)
+  info   command, layers, size, steps, setup, sampler, vram_gib (the card sizes), images, decode; cold and warmups
+         (the first-ever image, the throw-away runs: peer, vram_gib, load_s, image_s, step_ms_median, decode_s,
+         error); gpu, torch, triton, comfyui, pinned_gib_s, pageable_gib_s (from the first child that has them)
   runs   "<peer>[ compiled:<mode>]@<card>", the card "resident" (the whole GPU) or "<GiB>GB" (``cap_name``):
          peer, vram_gib, gpu, torch, triton, pinned_gib_s, pageable_gib_s (host-to-device GiB/s), dynamic_vram,
          ballast_gib, comfyui, load_s and the load's notes, compiled, warmup_s (the first image's seconds);
@@ -33,11 +33,14 @@ In-process run (``inprocess.run``; ``peer_ratios``, ``print_peers``, ``figure``)
          MODEL's stream report or null), gib_streamed_per_step, copy_ms_per_step, wait_ms_per_step, copies_hidden;
          paths, panel_notes, graph_notes, loaded; process_s; with --prompts: text_encoder_load_s, per image
          encode_s, text_tokens, cycle_s, files_read ({load_torch_file, safe_open, open_safetensors} calls),
-         cycle_s_first, cycle_s_warm_median, files_read_in_cycles (after the first prompt)
+         cycle_s_first, cycle_s_warm_median, files_read_in_cycles (after the first prompt); with --decode: vae_load_s,
+         per image decode_s, image_decode_s (seconds + decode_s; cycle_s has it too), models_loaded_gib_before_decode
+         and _after_decode (GiB per MODEL), decode_s_warm_median, image_decode_s_warm_median, image_decode_s_first,
+         peak_reserved_gib_with_decode (the last image's; the other memory keys are the sampling's)
          added by ``card_ratios``: speedup_vs_eager, eager_sm_mhz (compiled runs), x_own_resident,
          x_ours_resident, floor_ms, speedup_vs_<native>; image_s_floor, image_x_floor, image_x_steps,
-         image_s_bus_floor (no resident run of the peer), image_speedup_vs_<native>, cycle_speedup_vs_<native>
-         (``image_ratios``); by ``parent.compare_latents`` (``--latents``):
+         image_s_bus_floor (no resident run of the peer), image_speedup_vs_<native>, cycle_speedup_vs_<native>,
+         image_decode_speedup_vs_<native> (``image_ratios``); by ``parent.compare_latents`` (``--latents``):
          latent_max_abs_vs_resident, latent_cosine_vs_resident
 """
 
@@ -192,6 +195,7 @@ def image_ratios(e: dict, runs: dict, peer: str, natives: dict) -> None:
     e["image_x_steps"] = round(warm / (steps * e["step_ms_median"] / 1e3), 3)  # what the step median does not show
     vs_natives(e, natives, "image_s_warm_median", "image_speedup")
     vs_natives(e, natives, "cycle_s_warm_median", "cycle_speedup")
+    vs_natives(e, natives, "image_decode_s_warm_median", "image_decode_speedup")
 
 
 def print_cards(result: dict) -> None:
@@ -257,9 +261,29 @@ def print_images(result: dict) -> None:
                 f"({two_places(e, 'cycle_speedup_vs_native-fp8', 'x')} native fp8), encodes {encodes} s, files read "
                 f"again after the first prompt: {e.get('files_read_in_cycles')}"
             )
+    for name, e in runs.items():  # --decode: VAE Decode after each image
+        if e.get("image_decode_s_first"):
+            print(f"{name:<34} {_decode_line(e)}")
     for key in ("cold", "warmups"):
         if info.get(key):
             print(f"{key}: {json.dumps(info[key])}")
+
+
+def _decode_line(e: dict) -> str:
+    """A run's images with VAE Decode after each: first and warm seconds, the ratios to native fp8 and bf16, the
+    decodes, and what they left of the MODELs on the card (an unload there is a reload in the next image)."""
+    r = functools.partial(two_places, e, unit="x")
+    decodes = [r_.get("decode_s") for r_ in e["images"]]
+    warm = e["images"][1:]
+    after = [r_.get("models_loaded_gib_after_decode") for r_ in warm]
+    before = [r_.get("models_loaded_gib_before_decode") for r_ in warm]
+    shrunk = sum(1 for b, a in zip(before, after, strict=True) if b and a and sum(a) < sum(b))
+    return (
+        f"with decode: first {e['image_decode_s_first']:.2f} s, warm {e.get('image_decode_s_warm_median', 0):.2f} s "
+        f"({r('image_decode_speedup_vs_native-fp8')} native fp8, {r('image_decode_speedup_vs_native-bf16')} native "
+        f"bf16), decodes {decodes} s, MODELs shrunk by a warm decode: {shrunk} of {len(warm)}, warm captures / plan "
+        f"changes: {sum(r_.get('graph_captures', 0) for r_ in warm)} / {sum(r_.get('plan_changes', 0) for r_ in warm)}"
+    )
 
 
 def print_passes(result: dict) -> None:

@@ -105,3 +105,48 @@ print("RESULT " + json.dumps({{
     assert r["detected"] == "TEModel.QWEN3VL_8B"
     assert r["quantized"] == 36 * 7 == r["scales"] == r["markers"] == r["fp8"]  # 36 layers x q/k/v/o/gate/up/down
     assert r["unmatched"] == [] and r["missing"] == []
+
+
+@pytest.mark.comfyui
+def test_the_benchs_vae_file_loads_and_decodes_through_comfyuis_path(tmp_path):
+    """--decode's VAE: the file the parent writes (``peers.write_layout``, the real decoder width) loads through the
+    child's path (``flux2_vae.load``: ``comfy.sd.VAE`` on the file, as VAELoader) as a Flux2 VAE of that width, and
+    ComfyUI's VAE Decode node (``flux2_vae.decode``) turns a 128-channel latent into an image 16 times its side."""
+    comfy_dir = pathlib.Path(os.environ["COMFYUI_DIR"])
+    python = os.environ.get("COMFYUI_PYTHON") or str(comfy_dir / ".venv" / "bin" / "python")
+    pack_parent = tmp_path / "pack"
+    pack_parent.mkdir()
+    (pack_parent / "comfyui_ideogram4_int8").symlink_to(ROOT)
+    work = tmp_path / "work"
+    work.mkdir()
+    script = f"""
+import json, pathlib, sys, torch
+sys.argv = [sys.argv[0]]
+sys.path.insert(0, {str(comfy_dir)!r})
+from comfy.cli_args import args
+args.cpu = True
+from comfyui_ideogram4_int8.bench import flux2_vae
+from comfyui_ideogram4_int8.bench.comfy import peers
+files = peers.write_layout(peers.VAE, None, pathlib.Path({str(work)!r}), 0)
+vae = flux2_vae.load(files["vae"])
+image = flux2_vae.decode(vae, torch.randn(1, 128, 4, 4, generator=torch.Generator().manual_seed(0)))
+print("RESULT " + json.dumps({{
+    "file": files["vae"].name,
+    "decoder_in": vae.first_stage_model.decoder.conv_in.out_channels,
+    "latent_channels": vae.latent_channels,
+    "shape": list(image.shape),
+    "finite": bool(torch.isfinite(image).all()),
+    "range": [float(image.min()), float(image.max())],
+}}))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(pack_parent)
+    run = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, run.stdout[-2000:] + run.stderr[-3000:]
+    r = json.loads(lines[-1][len("RESULT ") :])
+    assert r["file"] == "flux2-vae.safetensors"
+    assert r["decoder_in"] == 128 * 4  # the real width x the last ch_mult: ComfyUI read the width from the file
+    assert r["latent_channels"] == 128
+    assert r["shape"] == [1, 64, 64, 3] and r["finite"]
+    assert 0.0 <= r["range"][0] <= r["range"][1] <= 1.0  # the node's output range (process_output)

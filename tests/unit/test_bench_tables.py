@@ -3,6 +3,8 @@ bench/gemm._time_peers writes, and a peer that was not measured prints as '-'.""
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 import torch
 
@@ -473,3 +475,150 @@ def test_the_ck_attention_peer_runs_in_a_process_of_its_own(tmp_path, capsys):
         cli.parse([*base, "--peers", "native-fp8-ck-attention"])
     assert "use --vram" in capsys.readouterr().err
     assert cli.parse([*base, "--peers", "native-fp8-ck-attention", "--vram", "0"]).peers == ["native-fp8-ck-attention"]
+
+
+def _fake_children(monkeypatch, parent):
+    """``parent``'s child processes replaced: each command is kept, a write job answers with its files, a peer job
+    with an error entry (no GPU here); returns the kept commands."""
+    import json
+    import subprocess
+
+    from comfyui_ideogram4_int8.bench.comfy import cli, peers
+
+    commands = []
+
+    def fake_run(cmd, **_kw):
+        commands.append(cmd)
+        a = cli.parse(cmd[3:])
+        job = json.loads(a.child)
+        if job["write"]:
+            files = peers.layout_files(job["write"], pathlib.Path(a.workdir))
+            answer = {"files": {b: str(f) for b, f in files.items()}}
+        else:
+            answer = {"peer": job["peer"], "vram_gib": job["cap"], "error": "no GPU in this test"}
+        return subprocess.CompletedProcess(cmd, 0, "CHILD_RESULT " + json.dumps(answer), "")
+
+    monkeypatch.setattr(parent.subprocess, "run", fake_run)
+    monkeypatch.setattr(parent.os, "sync", lambda: None)
+    return commands
+
+
+def _jobs(commands):
+    import json
+
+    from comfyui_ideogram4_int8.bench.comfy import cli
+
+    return [json.loads(cli.parse(c[3:]).child) for c in commands]
+
+
+def test_comfy_decode_writes_the_vae_once_and_hands_it_to_every_peer_child(tmp_path, monkeypatch, capsys):
+    """--decode: the parent writes the real-width VAE file once, before any peer runs, and each peer's child (the
+    throw-away run too) gets it in its job; the writers get none, and a run without --decode hands no VAE over."""
+    from comfyui_ideogram4_int8.bench.comfy import cli, parent
+
+    base = ["--comfyui", str(tmp_path), "--workdir", str(tmp_path), "--peers", "native-fp8", "--vram", "16,8"]
+    commands = _fake_children(monkeypatch, parent)
+    result = parent.run(cli.parse([*base, "--decode"]))
+    jobs = _jobs(commands)
+    writes = [j["write"] for j in jobs if j["write"]]
+    assert writes == ["vae", "fp8"]
+    peer_jobs = [j for j in jobs if j["peer"]]
+    assert len(peer_jobs) == 3  # the warm-up, then one a card
+    assert {j["vae"] for j in peer_jobs} == {str(tmp_path / "flux2-vae.safetensors")}
+    assert not any("vae" in j for j in jobs if j["write"])
+    assert result["info"]["decode"] is True
+
+    commands.clear()
+    result = parent.run(cli.parse(base))
+    assert not any("vae" in j for j in _jobs(commands)) and result["info"]["decode"] is False
+    capsys.readouterr()
+
+
+def test_comfy_decode_file_is_reused_with_reuse_files(tmp_path, monkeypatch, capsys):
+    from comfyui_ideogram4_int8.bench.comfy import cli, parent
+
+    (tmp_path / "flux2-vae.safetensors").write_bytes(b"written by an earlier run")
+    commands = _fake_children(monkeypatch, parent)
+    argv = ["--comfyui", str(tmp_path), "--workdir", str(tmp_path), "--peers", "native-fp8", "--vram", "8"]
+    parent.run(cli.parse([*argv, "--decode", "--reuse-files", "--no-warmup"]))
+    assert [j["write"] for j in _jobs(commands) if j["write"]] == ["fp8"]
+    assert "[vae] using the files already in" in capsys.readouterr().out
+
+
+def test_comfy_decode_needs_vram(tmp_path, capsys):
+    """In-process runs do not decode: --decode without --vram is refused rather than dropped without a word."""
+    from comfyui_ideogram4_int8.bench.comfy import cli
+
+    with pytest.raises(SystemExit):
+        cli.parse(["--comfyui", str(tmp_path), "--workdir", str(tmp_path), "--decode"])
+    assert "--decode: decodes in the --vram runs only" in capsys.readouterr().err
+    assert cli.parse(["--comfyui", str(tmp_path), "--workdir", str(tmp_path), "--decode", "--vram", "0"]).decode
+
+
+def test_comfy_decode_summary_is_the_first_image_and_the_warm_medians():
+    from comfyui_ideogram4_int8.bench.comfy import child
+
+    images = [
+        {"seconds": 9.0, "decode_s": 1.5, "image_decode_s": 10.5},
+        {"seconds": 4.0, "decode_s": 0.4, "image_decode_s": 4.4},
+        {"seconds": 5.0, "decode_s": 2.0, "image_decode_s": 7.0},
+        {"seconds": 4.2, "decode_s": 0.5, "image_decode_s": 4.7},
+    ]
+    assert child.decode_summary(images) == {
+        "image_decode_s_first": 10.5,
+        "decode_s_warm_median": 0.5,
+        "image_decode_s_warm_median": 4.7,
+    }
+    assert child.decode_summary(images[:1]) == {"image_decode_s_first": 10.5}
+
+
+def test_comfy_vram_decode_ratios_and_line(capsys):
+    """--decode: the image with its decode against each native peer's on the same card, and a line per run saying
+    the decodes and whether one shrank the MODELs (then the next image captures and plans again)."""
+    from comfyui_ideogram4_int8.bench.comfy import report
+
+    def run(warm_with_decode, after, captures):
+        images = [{"seconds": 9.0, "steps": 20, "decode_s": 1.5, "image_decode_s": 10.5, "graph_captures": 4}]
+        for i, (w, gib) in enumerate(zip(warm_with_decode, after, strict=True)):
+            images.append(
+                {
+                    "seconds": w - 0.5,
+                    "steps": 20,
+                    "decode_s": 0.5,
+                    "image_decode_s": w,
+                    "models_loaded_gib_before_decode": [5.0, 5.0],
+                    "models_loaded_gib_after_decode": gib,
+                    "graph_captures": captures if i else 0,
+                    "plan_changes": 1 if captures else 0,
+                }
+            )
+        return {
+            "step_ms_median": 200.0,
+            "images": images,
+            "image_s_first": 9.0,
+            "image_s_warm_median": sorted(w - 0.5 for w in warm_with_decode)[len(warm_with_decode) // 2],
+            "image_decode_s_first": 10.5,
+            "image_decode_s_warm_median": sorted(warm_with_decode)[len(warm_with_decode) // 2],
+        }
+
+    runs = {
+        "native-fp8@8GB": run([9.0, 9.4], [[5.0, 5.0], [5.0, 5.0]], 0),
+        "native-bf16@8GB": run([12.0, 12.6], [[5.0, 5.0], [5.0, 5.0]], 0),
+        "ours-w8a8@8GB": run([6.0, 6.4], [[5.0, 5.0], [1.0, 5.0]], 3),
+        "ours-w8a8@16GB": run([5.0, 5.2], [[5.0, 5.0], [5.0, 5.0]], 0),
+    }
+    result = {"info": {"steps": 20, "images": 3}, "runs": runs}
+    report.card_ratios(result)
+    ours = runs["ours-w8a8@8GB"]
+    assert ours["image_decode_speedup_vs_native-fp8"] == round(9.4 / 6.4, 3)
+    assert ours["image_decode_speedup_vs_native-bf16"] == round(12.6 / 6.4, 3)
+    assert ours["image_speedup_vs_native-fp8"] == round(8.9 / 5.9, 3)  # the image alone keeps its own ratio
+    assert not any(k.startswith("image_decode_speedup") for k in runs["ours-w8a8@16GB"])  # no native on 16 GB
+    report.print_images(result)
+    lines = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if "with decode:" in ln}
+    assert set(lines) == set(runs)
+    assert lines["ours-w8a8@8GB"].endswith(
+        f"with decode: first 10.50 s, warm 6.40 s ({9.4 / 6.4:.2f}x native fp8, {12.6 / 6.4:.2f}x native bf16), "
+        "decodes [1.5, 0.5, 0.5] s, MODELs shrunk by a warm decode: 1 of 2, warm captures / plan changes: 3 / 2"
+    )
+    assert "(- native fp8, - native bf16)" in lines["ours-w8a8@16GB"]

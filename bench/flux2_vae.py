@@ -1,4 +1,5 @@
-"""A tiny synthetic Flux2 VAE file that ComfyUI 0.33's VAELoader detects as Flux2 (test-only).
+"""A synthetic Flux2 VAE file that ComfyUI's VAELoader detects as Flux2: the benchmarks' VAE Decode after each image
+(``--decode``, at the real width) and the tests' stand-in for ``flux2-vae.safetensors`` (narrow, fast on a CPU).
 
 How ComfyUI recognises a Flux2 VAE (``comfy/sd.py`` ``VAE.__init__``, the ``decoder.conv_in.weight`` branch):
 ``decoder.conv_in.weight`` has 32 input channels (z_channels = 32, 4-D), ``bn.running_mean`` exists
@@ -9,9 +10,12 @@ that), ``num_res_blocks`` at 2.
 
 What can be small: the decoder width. ComfyUI takes it from the file (``decoder.conv_in.weight.shape[0] //
 ch_mult[-1]``), so ``decoder_ch`` here sets it; GroupNorm uses 32 groups, so 32 is the smallest width that works
-(the real file uses 128). The encoder's width is fixed at 128 in ComfyUI's config; the encoder is only needed to
-encode images, so its weights are left out (ComfyUI logs them as missing VAE keys and builds it uninitialised) —
-decoding, which is all the example workflows do, uses only what this file holds.
+(the real file uses 128, ``REAL_DECODER_CH``: the benchmark's decode then has the real one's work and memory request).
+The encoder's width is fixed at 128 in ComfyUI's config; the encoder is only needed to encode images, so its weights
+are left out (ComfyUI logs them as missing VAE keys and builds it uninitialised, so the VAE still takes the real
+one's memory) — decoding, which is all the example workflows and the benchmark do, uses only what this file holds.
+
+``load`` and ``decode`` need ComfyUI importable (``comfy`` on ``sys.path``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ Z_CHANNELS = 32
 CH_MULT = (1, 2, 4, 4)
 NUM_RES_BLOCKS = 2
 LATENT_CHANNELS = 4 * Z_CHANNELS  # 2x2 patchify in the batch-norm latent path
+REAL_DECODER_CH = 128  # the decoder width of the released flux2-vae
+FILE_NAME = "flux2-vae.safetensors"  # the name users download it under
 
 
 def flux2_vae_state(decoder_ch: int = 32, seed: int = 0) -> dict[str, torch.Tensor]:
@@ -84,3 +90,23 @@ def write_flux2_vae(path: str | os.PathLike, decoder_ch: int = 32, seed: int = 0
     """Write :func:`flux2_vae_state` as safetensors (fp32); returns the path."""
     save_file(flux2_vae_state(decoder_ch, seed), str(path))
     return str(path)
+
+
+def load(path: str | os.PathLike):
+    """The VAE object as ComfyUI's VAELoader makes it from the file: ``comfy.sd.VAE`` on its state dict and metadata."""
+    import comfy.sd
+    import comfy.utils
+
+    import nodes  # noqa: F401 - VAE Decode's module, imported here so that no timed decode pays for its import
+
+    sd, metadata = comfy.utils.load_torch_file(str(path), return_metadata=True)
+    vae = comfy.sd.VAE(sd=sd, metadata=metadata)
+    vae.throw_exception_if_invalid()
+    return vae
+
+
+def decode(vae, latent: torch.Tensor) -> torch.Tensor:
+    """The IMAGE of ``latent`` (the sampler's LATENT samples), through ComfyUI's own VAE Decode node."""
+    import nodes
+
+    return nodes.VAEDecode().decode(vae, {"samples": latent})[0]

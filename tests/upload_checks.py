@@ -18,6 +18,8 @@ def assert_upload(r: dict, path: str) -> None:
         assert p["report"]["path"] == path and p["report"]["tensors"] == p["planned"], (case, p["report"])
         assert p["planned"] > 0 and p["copied_planned"] == p["planned"], (case, p)
         assert p["note"].startswith("weights to the card: ") and "staging buffers" in p["note"], p["note"]
+        # the host copies kept (an unload then copies nothing), but not under host-copies=off (the offload case)
+        assert ("their host copies kept" in p["note"]) == (case != "offload"), (case, p["note"])
         # upload=comfyui: ComfyUI's own path ran, no note
         assert c["report"] is None and c["note"] is None, (case, c)
         if case == "streamed":  # the streamed blocks' weights stay on the host (on a GPU), with either move

@@ -96,7 +96,7 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
     items, owners = _plan(patcher, whole_model)
     if not items:
         return None
-    host_copies.remember(patcher, items)  # an unload then drops the card copies (host_copies)
+    kept = host_copies.remember(patcher, items)  # an unload then drops the card copies (host_copies)
     moved, report = upload.to_device([data for *_, data in items], device, host_twin=host_twin)
     for key, *_ in items:
         patcher.unpin_weight(key)  # a weight ComfyUI pinned when it offloaded it (a no-op for the others)
@@ -115,6 +115,8 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
         for m in owners:
             m._apply(swap, recurse=False)
     note = f"weights to the card: {report.describe()}"
+    if kept:
+        note += f"; their host copies kept ({kept / 2**30:.2f} GiB of RAM): an unload copies nothing back"
     label = _publish(patcher, note)
     log.info("ideogram4-int8: %s %s", label or "model", note)
     return report

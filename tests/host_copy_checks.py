@@ -24,3 +24,10 @@ def assert_host_copies(r: dict) -> None:
     pins = r["pins"]
     assert pins["unpinned_at_unload"] == [True] and pins["pinned_after_unload"] == [True], pins
     assert pins["unpinned_when_collected"] == [True], pins
+    # a sampling run of ComfyUI's own holds the MODEL: a large request shrinks it (DualModelGuider loads the other
+    # branch after this one's pre_run)
+    assert r["large_in_comfyui_run"] > 0
+    # a hook's in-place patch makes the host copy stale: not used while the hook holds the weight
+    assert not r["hooked_key_kept"] and r["unhooked_key_kept"]
+    # an offload device on the card (--gpu-only, --highvram): no host copy would ever be put back, none kept
+    assert r["kept_offload_on_card"] == 0 and not r["covers_offload_on_card"]

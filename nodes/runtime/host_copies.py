@@ -17,8 +17,6 @@ them back in place of the card tensors before ComfyUI's unload, whose ``.to`` th
 
 from __future__ import annotations
 
-import itertools
-
 import psutil
 import torch
 from comfy.quant_ops import QuantizedTensor
@@ -60,9 +58,15 @@ def _kept(t: torch.Tensor) -> torch.Tensor:
     return t.detach()
 
 
+def _unloads_to_host(patcher) -> bool:
+    """ComfyUI unloads this MODEL to host memory (not under ``--gpu-only`` / ``--highvram``, where its offload
+    device is the card and a host copy would only hold RAM)."""
+    return torch.device(patcher.offload_device).type == "cpu"
+
+
 def remember(patcher, items) -> int:
     """Keep the host tensor of each ``(key, tensor, host data)`` about to go to the card; returns the bytes kept."""
-    if not enabled() or psutil.virtual_memory().available < MIN_FREE_RAM:
+    if not enabled() or not _unloads_to_host(patcher) or psutil.virtual_memory().available < MIN_FREE_RAM:
         return 0
     copies, kept = _copies(patcher.model), 0
     for key, t, data in items:
@@ -73,8 +77,9 @@ def remember(patcher, items) -> int:
 
 
 def _untouched(patcher, key: str) -> bool:
-    """No patch applies to ``key`` and ComfyUI holds no backup of it (a LoRA merged on the card)."""
-    return key not in patcher.patches and key not in patcher.backup
+    """No patch applies to ``key`` and ComfyUI holds no backup of it (a LoRA merged on the card, or a hook's patch
+    applied in place)."""
+    return key not in patcher.patches and key not in patcher.backup and key not in patcher.hook_backup
 
 
 def host_of(patcher, key: str, now: torch.Tensor) -> torch.Tensor | None:
@@ -99,41 +104,63 @@ def _is_copy(host: torch.Tensor, now: torch.Tensor) -> bool:
     return _data(host).data_ptr() == _data(now).data_ptr()
 
 
+def _on(device: torch.device, t: torch.Tensor) -> bool:
+    d = _data(t).device
+    return d.type == device.type and (d.index or 0) == (device.index or 0)
+
+
+def _card_tensors(patcher):
+    """(key, module, name, tensor) of every parameter and buffer of the model on its load device, shared ones under
+    each of their names."""
+    device = torch.device(patcher.load_device)
+    for prefix, module in patcher.model.named_modules():
+        for name, t in (*module._parameters.items(), *module._buffers.items()):
+            if t is not None and _on(device, t):
+                yield (f"{prefix}.{name}" if prefix else name), module, name, t
+
+
+def _hosts_by_card_address(patcher, tensors) -> dict[int, torch.Tensor]:
+    """Card data address -> the host copy of the tensor there (a tensor two modules share has one copy, under the
+    first name the upload met it by)."""
+    out = {}
+    for key, _, _, t in tensors:
+        host = host_of(patcher, key, t)
+        if host is not None and not _is_copy(host, t):
+            out.setdefault(_data(t).data_ptr(), host)
+    return out
+
+
 def restore(patcher) -> int:
-    """Put every kept host copy back in place of its card tensor (before ComfyUI unloads the model); returns the
-    bytes of card tensors dropped."""
-    dropped = 0
-    for key, host in _copies(patcher.model).items():
-        try:
-            module, name = _owner(patcher.model, key)
-        except AttributeError:
-            continue
-        now = module._parameters.get(name, module._buffers.get(name))
-        if now is None or _is_copy(host, now) or host_of(patcher, key, now) is None:
+    """Put the kept host copies back in place of their card tensors (before ComfyUI unloads the model); only card
+    tensors are swapped (a weight ComfyUI itself moved back and pinned stays ComfyUI's). Returns the bytes of card
+    tensors dropped."""
+    tensors = list(_card_tensors(patcher))
+    hosts = _hosts_by_card_address(patcher, tensors)
+    dropped, seen = 0, set()
+    for _, module, name, t in tensors:
+        host = hosts.get(_data(t).data_ptr())
+        if host is None or not _matches(host, t):
             continue
         if name in module._parameters:
             module._parameters[name] = torch.nn.Parameter(host, requires_grad=False)
         else:
             module._buffers[name] = host
-        dropped += _data(now).nbytes
+        if _data(t).data_ptr() not in seen:
+            seen.add(_data(t).data_ptr())
+            dropped += _data(t).nbytes
     return dropped
-
-
-def _on(device: torch.device, t: torch.Tensor) -> bool:
-    d = _data(t).device
-    return d.type == device.type and (d.index or 0) == (device.index or 0)
 
 
 def covers(patcher) -> bool:
     """Whether the tensors of the model on its load device have kept host copies, all but small ones (computed
     vectors, ``UNCOVERED_SLACK``): unloading it whole then costs no copy of a weight (``streaming_patcher`` then lets
     ComfyUI unload it whole instead of moving part of it back)."""
-    if not _copies(patcher.model):
+    if not _copies(patcher.model) or not _unloads_to_host(patcher):
         return False
-    device = torch.device(patcher.load_device)
-    tensors = itertools.chain(patcher.model.named_parameters(), patcher.model.named_buffers())
-    uncovered = sum(_data(t).nbytes for key, t in tensors if _on(device, t) and host_of(patcher, key, t) is None)
-    return uncovered <= UNCOVERED_SLACK
+    tensors = list(_card_tensors(patcher))
+    hosts = _hosts_by_card_address(patcher, tensors)
+    uncovered = {_data(t).data_ptr(): _data(t).nbytes for *_, t in tensors if _data(t).data_ptr() not in hosts}
+    return sum(uncovered.values()) <= UNCOVERED_SLACK
 
 
 __all__ = [

@@ -293,6 +293,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         loaded = self.model.model_loaded_weight_memory
         return (
             not _IN_RUN[0]
+            and getattr(self.model, "current_patcher", None) is None  # no sampling run holds it (pre_run..cleanup)
             and not getattr(self, "_loading", False)
             and loaded > 0
             and memory_to_free >= loaded * WHOLE_UNLOAD_SHARE
@@ -441,15 +442,14 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                 if t.data_ptr() not in kept:
                     comfy.model_management.unpin_memory(t)
             pinned[:] = [t for t in pinned if t.data_ptr() in kept]
-            if pinned and not hasattr(self.model, "ideogram4_unpin_when_collected"):
-                finalizer = weakref.finalize(self.model, _unpin_all, pinned)
-                finalizer.atexit = False  # at exit the process's pinned memory goes with it
-                self.model.ideogram4_unpin_when_collected = finalizer
             _ON_DEVICE.discard(self)
 
     def _pinned(self) -> list:
+        """The host tensors this model pinned; they are unpinned when the model is collected, loaded or not."""
         if not hasattr(self.model, "ideogram4_pinned"):
-            self.model.ideogram4_pinned = []
+            pinned = self.model.ideogram4_pinned = []
+            finalizer = weakref.finalize(self.model, _unpin_all, pinned)
+            finalizer.atexit = False  # at exit the process's pinned memory goes with it
         return self.model.ideogram4_pinned
 
     def _unpin(self, data: torch.Tensor) -> None:

@@ -37,7 +37,7 @@ def _pins_until_collected(load_model, device):
         bm = patcher.model
         kept = _data(next(iter(bm.ideogram4_host_copies.values())))
         dropped = torch.zeros(16)
-        bm.ideogram4_pinned = [kept, dropped]
+        patcher._pinned().extend([kept, dropped])
         patcher.unpatch_model(torch.device("cpu"))
         out = {
             "unpinned_at_unload": [p == dropped.data_ptr() for p in unpinned],
@@ -94,6 +94,7 @@ def check_host_copies():
         )
 
     res = {"tensors": len(_tensors(bm))}
+    key = "diffusion_model.layers.0.attention.qkv.weight"
     cond.patch_model(device_to=device, lowvram_model_memory=0)
     ref = forward()
     loaded = bm.model_loaded_weight_memory
@@ -101,6 +102,19 @@ def check_host_copies():
     res["on_copies_loaded"] = on_copies()
     res["covers"] = host_copies.covers(cond)
     res["uncovered"] = uncovered(cond)
+    # a sampling run holds the MODEL (ComfyUI's pre_run .. cleanup, e.g. DualModelGuider loading the other branch):
+    # a large request shrinks it, never a whole unload (nothing would load it again before its pass)
+    cond.pre_run()
+    res["large_in_comfyui_run"] = cond.partially_unload(cpu, memory_to_free=int(loaded * 0.3))
+    cond.cleanup()
+    cond.unpatch_model(cpu)
+    cond.patch_model(device_to=device, lowvram_model_memory=0)
+    # a hook's in-place patch (its original in hook_backup): the host copy is no longer that weight's
+    qkv = dm.layers[0].attention.qkv.weight
+    cond.hook_backup[key] = (None, None)
+    res["hooked_key_kept"] = host_copies.host_of(cond, key, qkv) is not None
+    del cond.hook_backup[key]
+    res["unhooked_key_kept"] = host_copies.host_of(cond, key, qkv) is not None
     res["large_outside"] = cond.partially_unload(cpu, memory_to_free=loaded // 2)
     res["small_outside"] = cond.partially_unload(cpu, memory_to_free=loaded // 20)
     res["streams_after_small"] = cond.stream is not None and len(cond.stream.plan.streamed) > 0
@@ -122,7 +136,6 @@ def check_host_copies():
     cond.unpatch_model(cpu)
     res["as_loaded_reloaded"] = as_loaded()
     # a LoRA on one weight: no host copy of it, the MODEL not covered, the original back after the unload
-    key = "diffusion_model.layers.0.attention.qkv.weight"
     real = dm.layers[0].attention.qkv.weight.dequantize()
     lora = cond.clone()
     lora.add_patches({key: (torch.randn(real.shape, generator=G) * 0.3 * real.float().std(),)}, 1.0)
@@ -139,6 +152,15 @@ def check_host_copies():
         host_copies.UNCOVERED_SLACK = slack
     res["as_loaded_after_lora"] = as_loaded()
     res["pins"] = _pins_until_collected(lambda: load("i4_w8a8.safetensors")[0], device)
+    # unloaded to the card itself (--gpu-only / --highvram: the offload device is the load device): nothing kept
+    on_card = load("i4_w8a8.safetensors")[0]
+    on_card.model.ideogram4_upload_any_device = not GPU
+    on_card.offload_device = torch.device("cuda")  # only its kind is read before the unload
+    on_card.patch_model(device_to=device, lowvram_model_memory=0)
+    res["kept_offload_on_card"] = len(getattr(on_card.model, "ideogram4_host_copies", {}))
+    res["covers_offload_on_card"] = host_copies.covers(on_card)
+    on_card.offload_device = cpu
+    on_card.unpatch_model(cpu)
     # host-copies=off: nothing kept
     del bm.ideogram4_host_copies
     with experiments(f"{host_copies.EXPERIMENT}=off"):

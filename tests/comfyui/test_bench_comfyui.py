@@ -16,14 +16,36 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.comfyui
-@pytest.mark.parametrize("sampler", ["pack", "native"])
-def test_the_demo_benchmark_samples_through_each_sampler(tmp_path, sampler):
+def _comfyui_python() -> tuple[pathlib.Path, str]:
+    """(ComfyUI's directory, the Python that runs it)."""
     comfy_dir = pathlib.Path(os.environ["COMFYUI_DIR"])
-    python = os.environ.get("COMFYUI_PYTHON") or str(comfy_dir / ".venv" / "bin" / "python")
+    return comfy_dir, os.environ.get("COMFYUI_PYTHON") or str(comfy_dir / ".venv" / "bin" / "python")
+
+
+def _pack_env(tmp_path: pathlib.Path) -> dict:
+    """An environment in which ComfyUI's Python imports this checkout as the pack (no interpreter mode)."""
     pack_parent = tmp_path / "pack"
     pack_parent.mkdir()
     (pack_parent / "comfyui_ideogram4_int8").symlink_to(ROOT)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(pack_parent)
+    return env
+
+
+def _result_of(script: str, tmp_path: pathlib.Path, timeout: int) -> dict:
+    """The JSON a script run in ComfyUI's Python printed after "RESULT "."""
+    _, python = _comfyui_python()
+    env = _pack_env(tmp_path)
+    run = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, run.stdout[-2000:] + run.stderr[-3000:]
+    return json.loads(lines[-1][len("RESULT ") :])
+
+
+@pytest.mark.comfyui
+@pytest.mark.parametrize("sampler", ["pack", "native"])
+def test_the_demo_benchmark_samples_through_each_sampler(tmp_path, sampler):
+    comfy_dir, python = _comfyui_python()
     out_json, latents = tmp_path / "out.json", tmp_path / "latents"
     cmd = [
         python,
@@ -46,9 +68,7 @@ def test_the_demo_benchmark_samples_through_each_sampler(tmp_path, sampler):
         "--out",
         str(out_json),
     ]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(pack_parent)
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=tmp_path, env=_pack_env(tmp_path))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     result = json.loads(out_json.read_text())
     assert result["info"]["sampler"] == sampler
@@ -67,11 +87,7 @@ def test_the_synthetic_text_encoder_has_the_layout_comfyui_detects_as_ideogram4s
     """bench/text_encoder.py's file layout, from ComfyUI's own encoder module: ComfyUI's detection takes it for
     Qwen3-VL 8B (the Ideogram 4 encoder users load), every language-model linear is stored e4m3 with its scale and
     marker, and a file key maps back onto the module key ComfyUI's loader will fill."""
-    comfy_dir = pathlib.Path(os.environ["COMFYUI_DIR"])
-    python = os.environ.get("COMFYUI_PYTHON") or str(comfy_dir / ".venv" / "bin" / "python")
-    pack_parent = tmp_path / "pack"
-    pack_parent.mkdir()
-    (pack_parent / "comfyui_ideogram4_int8").symlink_to(ROOT)
+    comfy_dir, _ = _comfyui_python()
     script = f"""
 import json, sys, torch
 sys.argv = [sys.argv[0]]
@@ -96,12 +112,7 @@ print("RESULT " + json.dumps({{
     "missing": sorted(k for k in module if k not in loaded)[:5],
 }}))
 """
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(pack_parent)
-    run = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
-    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, run.stdout[-2000:] + run.stderr[-3000:]
-    r = json.loads(lines[-1][len("RESULT ") :])
+    r = _result_of(script, tmp_path, timeout=300)
     assert r["detected"] == "TEModel.QWEN3VL_8B"
     assert r["quantized"] == 36 * 7 == r["scales"] == r["markers"] == r["fp8"]  # 36 layers x q/k/v/o/gate/up/down
     assert r["unmatched"] == [] and r["missing"] == []
@@ -112,11 +123,7 @@ def test_the_benchs_vae_file_loads_and_decodes_through_comfyuis_path(tmp_path):
     """--decode's VAE: the file the parent writes (``peers.write_layout``, the real decoder width) loads through the
     child's path (``flux2_vae.load``: ``comfy.sd.VAE`` on the file, as VAELoader) as a Flux2 VAE of that width, and
     ComfyUI's VAE Decode node (``flux2_vae.decode``) turns a 128-channel latent into an image 16 times its side."""
-    comfy_dir = pathlib.Path(os.environ["COMFYUI_DIR"])
-    python = os.environ.get("COMFYUI_PYTHON") or str(comfy_dir / ".venv" / "bin" / "python")
-    pack_parent = tmp_path / "pack"
-    pack_parent.mkdir()
-    (pack_parent / "comfyui_ideogram4_int8").symlink_to(ROOT)
+    comfy_dir, _ = _comfyui_python()
     work = tmp_path / "work"
     work.mkdir()
     script = f"""
@@ -139,12 +146,7 @@ print("RESULT " + json.dumps({{
     "range": [float(image.min()), float(image.max())],
 }}))
 """
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(pack_parent)
-    run = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)
-    lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert lines, run.stdout[-2000:] + run.stderr[-3000:]
-    r = json.loads(lines[-1][len("RESULT ") :])
+    r = _result_of(script, tmp_path, timeout=600)
     assert r["file"] == "flux2-vae.safetensors"
     assert r["decoder_in"] == 128 * 4  # the real width x the last ch_mult: ComfyUI read the width from the file
     assert r["latent_channels"] == 128

@@ -95,11 +95,6 @@ def kept_data(patcher) -> set[int]:
     return {_data(host).data_ptr() for key, host in _copies(patcher.model).items() if _untouched(patcher, key)}
 
 
-def _owner(model, key: str) -> tuple[torch.nn.Module, str]:
-    prefix, _, name = key.rpartition(".")
-    return (model.get_submodule(prefix) if prefix else model), name
-
-
 def _is_copy(host: torch.Tensor, now: torch.Tensor) -> bool:
     return _data(host).data_ptr() == _data(now).data_ptr()
 

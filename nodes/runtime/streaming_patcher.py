@@ -388,9 +388,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             pin_started = time.perf_counter()
             if data.is_contiguous() and comfy.model_management.pin_memory(data):
                 self._pinned().append(data)
-                clock = getattr(self, "_pin_clock", None) or [0.0, 0]
-                clock[0] += time.perf_counter() - pin_started
-                clock[1] += data.nbytes
+                self._pin_clock[0] += time.perf_counter() - pin_started  # _apply's clock: its only caller
+                self._pin_clock[1] += data.nbytes
             m._parameters["weight"] = torch.nn.Parameter(host, requires_grad=False)
             host_copies.remember(self, [(weight_key, host, _host_data(host))])  # pinned once, for every later plan
         for name, p in list(m._parameters.items()):

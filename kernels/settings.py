@@ -121,6 +121,11 @@ EXPERIMENTS = {
         "the card copies",
         ("off",),
     ),
+    "park": Experiment(
+        "a MODEL unloaded whole is counted as unloaded, so its next load makes ComfyUI unload dynamic models whole "
+        "(off), instead of taking back its room from their pages",
+        ("off",),
+    ),
     "pass-estimate": Experiment("ComfyUI's doubled-batch memory estimate under the pack's sampler", ("comfyui",)),
     "no-resident-conds": Experiment("the text context cast to the device in every model call, as ComfyUI does"),
     "self-check": Experiment(

@@ -20,6 +20,7 @@ from comfy_checks import (
     loader,
     lora,
     parity,
+    parking,
     rope,
     sampler,
     streaming,
@@ -53,6 +54,7 @@ CHECKS = {
     "streaming": streaming.check_streaming,
     "upload": upload.check_upload,
     "host_copies": host_copies.check_host_copies,
+    "parking": parking.check_parking,
     "branch_device": devices.check_branch_device,
     "cuda_graphs": cuda_graphs.check_cuda_graphs,
 }

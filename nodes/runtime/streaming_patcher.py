@@ -42,7 +42,7 @@ import torch
 from ... import kernels
 from ...ideogram4 import graph_replay, streaming
 from ...kernels import settings
-from . import host_copies, stream_pieces, weight_upload
+from . import host_copies, parking, stream_pieces, weight_upload
 from .int8_ops import site_label
 from .op_coverage import CONTEXT_ONLY
 from .stream_pieces import host_data as _host_data
@@ -184,11 +184,17 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
     # -- ComfyUI's interfaces -----------------------------------------------------------------------------------------
     def loaded_size(self):
         """A streaming model needs no more memory to run: ComfyUI must not evict the other branch to "finish" loading
-        it on every pass (``LoadedModel.model_memory_required`` = size - loaded_size). Its real use on the card is
-        ``model.model_loaded_weight_memory``, which ``partially_load`` / ``partially_unload`` and the plan work from."""
-        if self.stream is not None:
+        it on every pass (``LoadedModel.model_memory_required`` = size - loaded_size); a parked one reclaims its room
+        itself (``parking``). Its real use on the card is ``model.model_loaded_weight_memory``, which
+        ``partially_load`` / ``partially_unload`` and the plan work from."""
+        if self.stream is not None or parking.parked_bytes(self):
             return self.model_size()
         return super().loaded_size()
+
+    def current_loaded_device(self):
+        if parking.parked_bytes(self):  # counted where it will load again (parking)
+            return self.load_device
+        return super().current_loaded_device()
 
     def _load_list(self, *args, **kwargs):
         loading = super()._load_list(*args, **kwargs)
@@ -198,6 +204,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         return [x for x in loading if x[-3] not in skip]
 
     def load(self, device_to=None, lowvram_model_memory=0, force_patch_weights=False, full_load=False):
+        parking.unpark(self)
         budget = lowvram_model_memory
         log.debug(
             "ideogram4-int8: load %s on %s: budget %.2f GiB of %.2f, full_load=%s, streaming now=%s",
@@ -302,7 +309,13 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def partially_load(self, device_to, extra_memory=0, force_patch_weights=False):
         """ComfyUI's load of a MODEL already on the card; a negative ``extra_memory`` shrinks it through
-        ``partially_unload``, which must then free the bytes (only ComfyUI's ``model_unload`` unloads it whole)."""
+        ``partially_unload``, which must then free the bytes (only ComfyUI's ``model_unload`` unloads it whole). A
+        parked MODEL takes back the room it held, with the pack's other parked MODELs of the same call
+        (``parking``): at least a byte, so a card too full for the streaming minimum says so."""
+        if parking.parked_bytes(self):
+            group = [self, *(p for p in _TOGETHER.get(str(torch.device(device_to)), ()) if p.model is not self.model)]
+            want = sum(parking.parked_bytes(p) + parking.MARGIN for p in group if parking.parked_bytes(p))
+            extra_memory = max(parking.reclaim(device_to, extra_memory, want, _keeps_pack), 1)
         self._loading = True
         try:
             return super().partially_load(device_to, extra_memory, force_patch_weights)
@@ -312,6 +325,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
     def unpatch_model(self, device_to=None, unpatch_weights=True):
         if unpatch_weights and self.stream is not None:
             log.debug("ideogram4-int8: unpatch %s: streaming stops", site_label(self.model.diffusion_model))
+        dropped, loaded = 0, self.model.model_loaded_weight_memory
         if unpatch_weights:
             self._weights_move()
             self._stop_stream(release=True)
@@ -323,7 +337,10 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                     site_label(self.model.diffusion_model) or "model",
                     dropped / streaming.GIB,
                 )
-        return super().unpatch_model(device_to, unpatch_weights)
+        out = super().unpatch_model(device_to, unpatch_weights)
+        if dropped:
+            parking.park(self, loaded)
+        return out
 
     # -- moving blocks ------------------------------------------------------------------------------------------------
     def _apply(self, device, plan: streaming.ResidencyPlan) -> None:
@@ -494,6 +511,11 @@ def _unpin_all(pinned: list) -> None:
     for t in pinned:
         comfy.model_management.unpin_memory(t)
     pinned.clear()
+
+
+def _keeps_pack(loaded_model) -> bool:
+    """ComfyUI's loaded-model entries a parked load's room never comes from: the pack's MODELs."""
+    return isinstance(loaded_model.model, Ideogram4ModelPatcher)
 
 
 def _share_by_size(total: float, patcher, patchers) -> float:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 from comfy_check_run import CPU_PATHS, INT8_WHOLE_MODEL, check_runner
 from host_copy_checks import assert_host_copies
+from parking_checks import assert_parking
 from upload_checks import CASES, assert_upload
 
 pytestmark = pytest.mark.comfyui
@@ -388,3 +389,7 @@ def test_progress_and_panel_hooks(run_check):
 
 def test_an_unload_drops_the_card_copies_of_kept_host_tensors(run_check):
     assert_host_copies(run_check("host_copies"))
+
+
+def test_a_model_unloaded_whole_takes_back_its_room_from_dynamic_models_pages(run_check):
+    assert_parking(run_check("parking"))

@@ -11,6 +11,7 @@ import torch
 from comfy_check_run import run_nodes_check_on_gpu
 from comfyui_ideogram4_int8.ideogram4 import upload
 from host_copy_checks import assert_host_copies
+from parking_checks import assert_parking
 from upload_checks import assert_upload
 
 pytestmark = pytest.mark.cuda
@@ -80,3 +81,7 @@ def test_the_packs_model_loads_through_the_staged_upload_as_comfyui_would(tmp_pa
 def test_an_unload_on_the_gpu_drops_the_card_copies_of_kept_host_tensors(tmp_path):
     r = run_nodes_check_on_gpu(tmp_path, "host_copies")
     assert_host_copies(r)
+
+
+def test_a_model_unloaded_whole_on_the_gpu_parks_and_takes_back_its_room(tmp_path):
+    assert_parking(run_nodes_check_on_gpu(tmp_path, "parking"))

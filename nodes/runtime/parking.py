@@ -1,0 +1,78 @@
+"""A pack MODEL unloaded whole comes back without pushing ComfyUI's dynamic-VRAM models off the card whole.
+
+At a prompt change the text encoder (a dynamic-VRAM model in ComfyUI 0.33) needs the card and the pack's MODELs are
+unloaded whole, which drops their card copies (``host_copies``). At the next run ComfyUI's ``load_models_gpu`` asks
+room for every byte of both branches (x1.1 plus its reserve), more than a 16 GB card has, so ``free_memory``
+detaches the text encoder, and a detached dynamic model drops its pinned host memory
+(``ModelPatcherDynamic.unpatch_model``): the next encode pins it all again. On an H200 capped at 16 GB that made an
+encode 2.2 s where native ComfyUI, whose models are all dynamic, spends 0.4 s (docs/performance.md, "Prompt cycle").
+
+A MODEL unloaded whole with its host copies is *parked*: it records the bytes it held on the card, ComfyUI counts it
+as loaded (``current_loaded_device``, ``loaded_size``: nothing to free for it), and its next load reclaims those
+bytes itself, first from the dynamic models' pages (their ``partially_unload``, the call ComfyUI makes on a dynamic
+model for another: the pages go, the pins stay, their next use faults them back), then, still short, through
+ComfyUI's ``free_memory`` with the pack's loaded MODELs kept. The experiment ``park=off`` turns it off (A/B).
+"""
+
+from __future__ import annotations
+
+import comfy.model_management as mm
+import torch
+
+from ...kernels import settings
+
+EXPERIMENT = "park"
+MARGIN = 64 * 2**20  # bytes per MODEL reclaimed beyond what it held (its plan is made again from the budget)
+
+
+def enabled() -> bool:
+    return settings.experiment(EXPERIMENT) != "off"
+
+
+def park(patcher, card_bytes: int) -> None:
+    """``patcher``'s MODEL was unloaded whole from ``card_bytes`` on the card, its host copies back in place."""
+    if enabled() and card_bytes > 0:
+        patcher.model.ideogram4_parked = int(card_bytes)
+
+
+def parked_bytes(patcher) -> int:
+    """The card bytes a parked MODEL will reclaim at its next load (0: not parked)."""
+    return getattr(patcher.model, "ideogram4_parked", 0) if enabled() else 0
+
+
+def unpark(patcher) -> None:
+    patcher.model.ideogram4_parked = 0
+
+
+def _dynamic_on(device: torch.device):
+    for loaded in list(mm.current_loaded_models):
+        model = loaded.model
+        if model is not None and model.is_dynamic() and torch.device(loaded.device) == device:
+            yield model
+
+
+def reclaim(device, offered: float, want: int, keep) -> float:
+    """The budget for a parked load on ``device``: ``offered`` (ComfyUI's offer, which counted the parked MODEL as
+    loaded; 1e32 and up: no limit) plus what freeing the room short of ``want`` bytes gave; ``keep(loaded_model)``
+    names ComfyUI's entries that must stay (the pack's MODELs)."""
+    device = torch.device(device)
+    offered = max(offered, 0)
+    if device.type == "cpu":
+        return offered
+    short = want - min(offered, mm.get_free_memory(device))
+    if short <= 0:
+        return offered
+    freed = 0
+    for model in _dynamic_on(device):
+        if freed >= short:
+            break
+        freed += model.partially_unload(model.offload_device, short - freed)
+    if freed < short:
+        before = mm.get_free_memory(device)
+        kept = [m for m in mm.current_loaded_models if keep(m)]
+        mm.free_memory(before + short - freed, device, keep_loaded=kept)
+        freed += max(mm.get_free_memory(device) - before, 0)
+    return offered if offered >= 1e30 else offered + freed
+
+
+__all__ = ["EXPERIMENT", "MARGIN", "enabled", "park", "parked_bytes", "reclaim", "unpark"]

@@ -125,4 +125,23 @@ def encode(clip, text: str):
     return clip.encode_from_tokens_scheduled(clip.tokenize(text))
 
 
-__all__ = ["write", "load", "encode", "specs", "file_key", "is_quantized", "PROMPTS", "FILE_NAME"]
+def memory_state(clip) -> dict:
+    """Where the text encoder's weights are (a dynamic-VRAM model: pages on the card, pinned host copies) and what
+    the host has left: whether ComfyUI still lists it as loaded, its card and pinned GiB, ComfyUI's pinned total and
+    the RAM available (ComfyUI's pin budget evicts pins when that runs short)."""
+    import comfy.model_management as mm
+    import psutil
+
+    patcher = clip.patcher
+    listed = any(m.model is patcher for m in mm.current_loaded_models)
+    dynamic = patcher.is_dynamic()
+    return {
+        "listed": listed,
+        "card_gib": round(patcher.loaded_size() / 2**30, 2),
+        "pinned_gib": round(patcher.pinned_memory_size() / 2**30, 2) if dynamic else None,
+        "comfy_pinned_gib": round(mm.TOTAL_PINNED_MEMORY / 2**30, 2),
+        "ram_available_gib": round(psutil.virtual_memory().available / 2**30, 1),
+    }
+
+
+__all__ = ["write", "load", "encode", "memory_state", "specs", "file_key", "is_quantized", "PROMPTS", "FILE_NAME"]

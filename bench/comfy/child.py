@@ -282,6 +282,7 @@ def _run_peer(
             if prompts is not None:
                 from .. import text_encoder as te
 
+                record["text_encoder_before"] = te.memory_state(prompts)
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
                 cond = te.encode(prompts, te.PROMPTS[index % len(te.PROMPTS)])
@@ -293,6 +294,8 @@ def _run_peer(
             latent, times = sample(a.steps, seed)
             latent = latent.float().cpu()
             seconds = time.perf_counter() - t0
+            if prompts is not None:
+                record["text_encoder_after_sampling"] = te.memory_state(prompts)
             if vae is not None:
                 decode(latent, record)
         if vae is not None:
@@ -343,7 +346,7 @@ def _run_peer(
             warm = compiled_frames()
             with ClockWatch() as watch:  # the clock the steps ran at (a denser, compiled run may hold it lower)
                 latent, times, record = image(seed, prompt)
-        elif i == 0 and a.profile_first:  # where the first image's host time goes, in its record
+        elif (i == 0 and a.profile_first) or (i == 1 and a.profile_warm):  # where its host time goes, in its record
             ran: list = []
             profile = host_profile(lambda s=seed, p=prompt, out=ran: out.append(image(s, p)), steps=1, top=40)
             (latent, times, record), record["host_profile"] = ran[0], profile

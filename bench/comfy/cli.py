@@ -118,6 +118,12 @@ def parse(argv):
         "goes: loads, plans, eager passes, captures), in its image record",
     )
     p.add_argument(
+        "--profile-warm",
+        action="store_true",
+        help="with --vram and --images >= 3: the second image (the first warm one: with --prompts, its encode too) "
+        "under cProfile, in its image record",
+    )
+    p.add_argument(
         "--sampler",
         default="pack",
         choices=SAMPLERS,

@@ -180,6 +180,8 @@ def _spawn(
         cmd += ["--host-profile"]
     if a.profile_first:
         cmd += ["--profile-first"]
+    if a.profile_warm:
+        cmd += ["--profile-warm"]
     caches = pathlib.Path(a.workdir) / "kernel-caches"
     env = dict(os.environ, TRITON_CACHE_DIR=str(caches / "triton"), IDEOGRAM4_INT8_CACHE_DIR=str(caches / "pack"))
     t0 = time.perf_counter()

@@ -261,6 +261,9 @@ def print_images(result: dict) -> None:
                 f"({two_places(e, 'cycle_speedup_vs_native-fp8', 'x')} native fp8), encodes {encodes} s, files read "
                 f"again after the first prompt: {e.get('files_read_in_cycles')}"
             )
+            states = [r.get("text_encoder_before") for r in e["images"][1:] if r.get("text_encoder_before")]
+            if states:  # was the encoder still listed, its pages and pins kept, at each warm encode
+                print(f"{name:<34} text encoder at the warm encodes: " + "; ".join(json.dumps(t) for t in states))
     for name, e in runs.items():  # --decode: VAE Decode after each image
         if e.get("image_decode_s_first"):
             print(f"{name:<34} {_decode_line(e)}")
@@ -322,10 +325,11 @@ def print_passes(result: dict) -> None:
             rows = list((e.get("host_profile") or {}).get(key, {}).items())[:12]
             if rows:
                 print(f"{name:<34} host {key} ms/step: " + "; ".join(f"{k[-60:]} {v[0]}" for k, v in rows))
-            first = (e.get("images") or [{}])[0]
-            rows = list((first.get("host_profile") or {}).get(key, {}).items())[:12]
-            if rows:
-                print(f"{name:<34} first image, host {key} ms: " + "; ".join(f"{k[-60:]} {v[0]}" for k, v in rows))
+            for which, image in zip(("first", "second"), e.get("images") or [], strict=False):
+                rows = list((image.get("host_profile") or {}).get(key, {}).items())[:12]
+                if rows:
+                    shown = "; ".join(f"{k[-60:]} {v[0]}" for k, v in rows)
+                    print(f"{name:<34} {which} image, host {key} ms: {shown}")
         alloc = e.get("allocator")
         if alloc and any(alloc.values()):
             print(f"{name:<34} allocator in the timed steps: " + ", ".join(f"{k} {v}" for k, v in alloc.items()))

@@ -7,12 +7,15 @@ from __future__ import annotations
 def assert_parking(r: dict) -> None:
     rc = r["reclaim"]
     # ComfyUI's offer covers the want: nothing freed; else the dynamic models' pages first, in order, and only what
-    # is short; ComfyUI's free_memory only for what the pages could not give, with the pack's MODELs kept
+    # is short; ComfyUI's free_memory only for what the pages could not give and only when another non-dynamic
+    # model is loaded there, with the pack's MODELs and the dynamic models kept (never unloaded whole)
     assert rc["enough_offered"] == {"budget_gib": 5.0, "asked_gib": [[]], "free_memory": []}, rc
     assert rc["from_pages"] == {"budget_gib": 7.0, "asked_gib": [[5.0], [4.0]], "free_memory": []}, rc
     then = rc["then_comfyui"]
-    assert then["asked_gib"] == [[5.0]] and then["free_memory"] == [[7.0, "cuda:0", [True]]], rc
+    assert then["asked_gib"] == [[5.0]] and then["free_memory"] == [[7.0, "cuda:0", [True, True]]], rc
     assert then["budget_gib"] == 6.0, rc  # 2 offered + 1 from pages + 3 from ComfyUI (its stand-in keeps 1 GiB)
+    # no other non-dynamic model: what the pages could not give streams (nothing unloaded whole)
+    assert rc["short_streams"] == {"budget_gib": 3.0, "asked_gib": [[5.0]], "free_memory": []}, rc
     # no limit offered (a full load): the room is still made, the offer stays unlimited
     assert rc["unlimited_offer"] == {"budget_gib": "unlimited", "asked_gib": [[4.0]], "free_memory": []}, rc
     # a negative offer counts as none: all the want comes from the pages

@@ -11,7 +11,8 @@ A MODEL unloaded whole with its host copies is *parked*: it records the bytes it
 as loaded (``current_loaded_device``, ``loaded_size``: nothing to free for it), and its next load reclaims those
 bytes itself, first from the dynamic models' pages (their ``partially_unload``, the call ComfyUI makes on a dynamic
 model for another: the pages go, the pins stay, their next use faults them back), then, still short, through
-ComfyUI's ``free_memory`` with the pack's loaded MODELs kept. The experiment ``park=off`` turns it off (A/B).
+ComfyUI's ``free_memory`` of the other non-dynamic models only (what is still missing streams). A dynamic model is
+never unloaded whole for it: that would drop its pins. The experiment ``park=off`` turns it off (A/B).
 """
 
 from __future__ import annotations
@@ -67,9 +68,10 @@ def reclaim(device, offered: float, want: int, keep) -> float:
         if freed >= short:
             break
         freed += model.partially_unload(model.offload_device, short - freed)
-    if freed < short:
+    others = [m for m in mm.current_loaded_models if not keep(m) and m.model is not None and not m.model.is_dynamic()]
+    if freed < short and any(torch.device(m.device) == device for m in others):
         before = mm.get_free_memory(device)
-        kept = [m for m in mm.current_loaded_models if keep(m)]
+        kept = [m for m in mm.current_loaded_models if m not in others]  # a dynamic model never whole
         mm.free_memory(before + short - freed, device, keep_loaded=kept)
         freed += max(mm.get_free_memory(device) - before, 0)
     return offered if offered >= 1e30 else offered + freed

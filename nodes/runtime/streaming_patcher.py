@@ -60,6 +60,7 @@ WHOLE_UNLOAD_SHARE = 1 / 4  # of its card bytes: a larger request outside the pa
 _ON_DEVICE: weakref.WeakSet = weakref.WeakSet()  # patchers whose model has weights on a device
 _TOGETHER: dict[str, list] = {}  # device -> the pack MODELs one load_models_gpu call is loading there (load_together)
 _IN_RUN = [0]  # the pack's sampling runs in progress (one_pass_per_branch)
+_GRAPH_POOL_BYTES: dict[str, int] = {}  # device -> the bytes the CUDA graphs' pool held when last released there
 
 
 def streaming_enabled() -> bool:
@@ -258,6 +259,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         (``nodes/runtime/cuda_graphs.py``), with every graph sharing their pool, and the pool's memory with them."""
         freed = graph_replay.release_graphs_of(getattr(self.model, "diffusion_model", None))
         if freed:
+            _GRAPH_POOL_BYTES[str(torch.device(self.load_device))] = freed
             log.debug("ideogram4-int8: CUDA graphs released (%.2f GiB)", freed / streaming.GIB)
 
     def partially_unload(self, device_to, memory_to_free=0, force_patch_weights=False, whole=True):
@@ -569,18 +571,21 @@ def load_together(models, noise_shape) -> bool:
     later, so up to ~1.4 GiB of an 8 GB card stayed idle (H200, emulated 8 GB: 3.5 GiB of weights on the card,
     4.2 GiB torch peak).
 
-    With CUDA graphs on, the first load leaves a third of the pass's estimate more free (``GRAPH_SHARE``), and the
-    later runs' requests do not ask for it: after the first run, the next prompt's request found up to ~0.2 GiB less
-    free than the first load had left (of 0.93 GiB estimated at 1024², on an H200 capped at 16 GB: what the graphs
-    and the first run's kernels keep allocated), and each shortfall made ComfyUI unload a little of a branch: a new
-    plan, and both branches' graphs captured again (2-3 s). Returns whether it loaded."""
+    With CUDA graphs on, a load of a MODEL not on the card leaves room for the graphs' pool too: what the pool held
+    when last released on this card (0.89 GiB at 1024² on an H200), else a third of the pass's estimate
+    (``GRAPH_SHARE``); the later runs' requests do not ask for it. Without that room the requests ComfyUI makes at
+    each pass found less free than they ask once the pool was taken, and ComfyUI made it up by unloading the first
+    model in its list: a branch (a new plan, both branches' graphs captured again: 2-3 s), or after a prompt change
+    the text encoder, whose pinned memory goes with it (its next encode 2 s instead of 0.5). Returns whether it
+    loaded."""
     pack = _pack_models(models)
     if len(pack) < 2 or not streaming_enabled() or torch.device(pack[0].load_device).type != "cuda":
         return False
     per_pass = max(m.model.memory_required([noise_shape[0] * 2] + list(noise_shape[1:])) for m in pack)
     first_load = any(m.model.model_loaded_weight_memory <= 0 for m in pack)
     if first_load and settings.cuda_graphs() != "off":
-        per_pass += per_pass * GRAPH_SHARE
+        pool = _GRAPH_POOL_BYTES.get(str(torch.device(pack[0].load_device)), 0)
+        per_pass += max(per_pass * GRAPH_SHARE, pool)
     per_pass += PER_PASS_MARGIN
     with loading_together(pack):
         comfy.model_management.load_models_gpu(pack, memory_required=per_pass, minimum_memory_required=per_pass)

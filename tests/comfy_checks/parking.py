@@ -55,21 +55,23 @@ def _reclaims():
     out = {}
     try:
 
-        def case(name, free, offered, want, holds):
+        def case(name, free, offered, want, holds, other=False):
             dynamic = [_Dynamic(h) for h in holds]
-            mm.current_loaded_models[:] = [_Entry(d, card) for d in dynamic] + [_Entry(pack, card)]
+            entries = [_Entry(d, card) for d in dynamic] + [_Entry(pack, card)]
+            mm.current_loaded_models[:] = entries + ([_Entry(_Pack(), card)] if other else [])
             state["free"] = free
             calls.clear()
             budget = parking.reclaim(card, offered, want, lambda e: e.model is pack)
             out[name] = {
                 "budget_gib": budget / GIB if budget < 1e30 else "unlimited",
                 "asked_gib": [[a / GIB for a in d.asked] for d in dynamic],
-                "free_memory": [(r / GIB, d, [m is pack for m in kept]) for r, d, kept in calls],
+                "free_memory": [(r / GIB, d, [m is pack or m in dynamic for m in kept]) for r, d, kept in calls],
             }
 
         case("enough_offered", free=6 * GIB, offered=5 * GIB, want=4 * GIB, holds=[8 * GIB])
         case("from_pages", free=3 * GIB, offered=2 * GIB, want=7 * GIB, holds=[1 * GIB, 8 * GIB])
-        case("then_comfyui", free=3 * GIB, offered=2 * GIB, want=7 * GIB, holds=[1 * GIB])
+        case("then_comfyui", free=3 * GIB, offered=2 * GIB, want=7 * GIB, holds=[1 * GIB], other=True)
+        case("short_streams", free=3 * GIB, offered=2 * GIB, want=7 * GIB, holds=[1 * GIB])
         case("unlimited_offer", free=1 * GIB, offered=1e32, want=5 * GIB, holds=[8 * GIB])
         case("negative_offer", free=1 * GIB, offered=-3 * GIB, want=2 * GIB, holds=[8 * GIB])
         out["cpu"] = parking.reclaim(torch.device("cpu"), 3.0, 9 * GIB, lambda e: True)

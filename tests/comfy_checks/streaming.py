@@ -273,6 +273,12 @@ def check_streaming():
         streaming_patcher.load_together([cond, uncond], noise_shape)
         cond.model.model_loaded_weight_memory = uncond.model.model_loaded_weight_memory = 0
         later = calls.pop()
+        # the graphs' pool as measured when last released on this card, where it is more than the share
+        pool = doubled * 2
+        streaming_patcher._GRAPH_POOL_BYTES["cuda"] = pool
+        streaming_patcher.load_together([cond, uncond], noise_shape)
+        del streaming_patcher._GRAPH_POOL_BYTES["cuda"]
+        with_pool = calls.pop()
         with streaming_patcher.one_pass_per_branch([cond, uncond, cond]):
             streaming_patcher.load_together([cond, uncond], noise_shape)
             inside["estimate"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
@@ -299,6 +305,7 @@ def check_streaming():
         "graphs_on": settings.cuda_graphs() != "off",
         "inside_memory_required": calls[1][1].get("memory_required") if len(calls) > 1 else None,
         "later_memory_required": later[1].get("memory_required"),
+        "pool_memory_required": with_pool[1].get("memory_required"),
         "inside_estimate": list(inside.get("estimate", ())),
         "inside_factor_ratio": inside.get("uncond_factor", 0) / factor,
         "comfyui_env_estimate": list(inside.get("comfyui_env", ())),

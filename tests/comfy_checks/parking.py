@@ -142,6 +142,26 @@ def check_parking():
     # a streaming MODEL's unload parks it too; park=off: nothing parked, ComfyUI counts the bytes again
     cond.unpatch_model(cpu)
     res["parked_from_streaming"] = parking.parked_bytes(cond) > 0
+    # both parked from plans that stream, and the room for both as they were: each takes its own bytes back, so
+    # each gets its plan again (a share by size would move blocks from one branch to the other)
+    uncond.patch_model(device_to=device, lowvram_model_memory=streaming_budget(uncond, 2))
+    plans = {"uncond": uncond.stream.plan}
+    uncond.unpatch_model(cpu)
+    cond.patch_model(device_to=device, lowvram_model_memory=streaming_budget(cond, 3))
+    plans["cond"] = cond.stream.plan
+    cond.unpatch_model(cpu)
+    parking.reclaim = lambda dev, offered, want, keep: offered if offered > 0 else want
+    margin, parking.MARGIN = parking.MARGIN, 0  # 64 MiB would hold the whole synthetic model
+    try:
+        with streaming_patcher.loading_together([cond, uncond]):
+            cond.partially_load(device, extra_memory=0)
+            uncond.partially_load(device, extra_memory=parking.parked_bytes(uncond))
+    finally:
+        parking.reclaim, parking.MARGIN = real, margin
+    res["same_plans"] = [cond.stream.plan == plans["cond"], uncond.stream.plan == plans["uncond"]]
+    res["plans_differ_in_size"] = plans["cond"].streamed != plans["uncond"].streamed
+    uncond.unpatch_model(cpu)
+    cond.unpatch_model(cpu)
     with experiments(f"{parking.EXPERIMENT}=off"):
         res["parked_off"] = parking.parked_bytes(cond)
         res["required_off"] = mm.LoadedModel(cond).model_memory_required(cond.load_device) == cond.model_size()

@@ -302,6 +302,7 @@ def check_streaming():
         "per_pass_estimate": doubled,
         "one_batch_estimate": one_batch,
         "margin": streaming_patcher.PER_PASS_MARGIN,
+        "graph_share": streaming_patcher.GRAPH_SHARE,
         "graphs_on": settings.cuda_graphs() != "off",
         "inside_memory_required": calls[1][1].get("memory_required") if len(calls) > 1 else None,
         "later_memory_required": later[1].get("memory_required"),

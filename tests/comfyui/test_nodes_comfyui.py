@@ -248,8 +248,10 @@ def test_low_vram_streaming_equals_resident(run_check):
     lt = r["load_together"]
     assert lt["loaded"] and lt["calls"] == 2 and lt["models"] == [True, True]
     assert lt["per_pass_estimate"] > 0
-    # with CUDA graphs on, a first load leaves a third of the pass's estimate more free; a later run does not ask it
-    share = 4 / 3 if lt["graphs_on"] else 1.0
+    # with CUDA graphs on, a first load leaves room for their pool as a share of the pass's estimate; a later run
+    # does not ask it
+    assert 0 < lt["graph_share"] <= 2
+    share = 1 + lt["graph_share"] if lt["graphs_on"] else 1.0
     assert lt["memory_required"] == lt["minimum_memory_required"]
     assert lt["memory_required"] == pytest.approx(lt["per_pass_estimate"] * share + lt["margin"])
     assert lt["later_memory_required"] == pytest.approx(lt["per_pass_estimate"] + lt["margin"])

@@ -30,7 +30,7 @@ def assert_parking(r: dict) -> None:
     assert r["unparked"] and r["on_card_after"] > 0 and r["streams_after"] and r["max_abs_after"] == 0.0
     assert r["required_after"] == 0  # streaming: counted loaded, as before
     assert r["parked_from_streaming"] and r["uncond_unparked_by_load"]
-    # room for both parked as they were: each takes its own plan again (one streamed 3 blocks, the other 2)
+    # room for both parked as they were: each takes its own plan again (the first streamed 2 blocks, the second 3)
     assert r["same_plans"] == [True, True] and r["plans_differ_in_size"], (r["same_plans"], r["plans_differ_in_size"])
     # park=off: nothing parked, ComfyUI asks the MODEL's bytes again
     assert r["parked_off"] == 0 and r["required_off"] and r["parks_off"] == 0

@@ -232,7 +232,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             # a streaming model keeps its plan when offered more (short of a full load): growing on one branch's
             # pass only to be shrunk on the other's moved GBs every pass (measured on an emulated 16 GB card)
             return None
-        budget += self._rebalance(device_to, budget)
+        if not parked or budget < parked:  # a parked MODEL given its bytes back leaves the others' plans alone
+            budget += self._rebalance(device_to, budget)
         plan = self.stream_plan(budget)  # InsufficientVRAMError names the minimum
         if not plan.streamed:
             self._to_resident(device_to)

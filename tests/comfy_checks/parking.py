@@ -143,11 +143,12 @@ def check_parking():
     cond.unpatch_model(cpu)
     res["parked_from_streaming"] = parking.parked_bytes(cond) > 0
     # both parked from plans that stream, and the room for both as they were: each takes its own bytes back, so
-    # each gets its plan again (a share by size would move blocks from one branch to the other)
-    uncond.patch_model(device_to=device, lowvram_model_memory=streaming_budget(uncond, 2))
+    # each gets its plan again (a share by size, or the second load rebalancing the first, would move blocks from
+    # one branch to the other)
+    uncond.patch_model(device_to=device, lowvram_model_memory=streaming_budget(uncond, 3))
     plans = {"uncond": uncond.stream.plan}
     uncond.unpatch_model(cpu)
-    cond.patch_model(device_to=device, lowvram_model_memory=streaming_budget(cond, 3))
+    cond.patch_model(device_to=device, lowvram_model_memory=streaming_budget(cond, 2))
     plans["cond"] = cond.stream.plan
     cond.unpatch_model(cpu)
     parking.reclaim = lambda dev, offered, want, keep: offered if offered > 0 else want

@@ -4,8 +4,8 @@ At a prompt change the text encoder (a dynamic-VRAM model in ComfyUI 0.33) needs
 unloaded whole, which drops their card copies (``host_copies``). At the next run ComfyUI's ``load_models_gpu`` asks
 room for every byte of both branches (x1.1 plus its reserve), more than a 16 GB card has, so ``free_memory``
 detaches the text encoder, and a detached dynamic model drops its pinned host memory
-(``ModelPatcherDynamic.unpatch_model``): the next encode pins it all again. On an H200 capped at 16 GB that made an
-encode 2.2 s where native ComfyUI, whose models are all dynamic, spends 0.4 s (docs/performance.md, "Prompt cycle").
+(``ModelPatcherDynamic.unpatch_model``): the next encode reads and pins it all again, where native ComfyUI, whose
+models are all dynamic, keeps it (docs/performance.md, "A prompt change at 16 GB").
 
 A MODEL unloaded whole with its host copies is *parked*: it records the bytes it held on the card, ComfyUI counts it
 as loaded (``current_loaded_device``, ``loaded_size``: nothing to free for it), and its next load reclaims those

@@ -55,8 +55,8 @@ WHOLE_BLOCKS = "stream-whole-blocks"  # the experiment that streams whole blocks
 PASS_ESTIMATE = "pass-estimate"  # pass-estimate=comfyui: keep ComfyUI's doubled-batch estimate (comparisons)
 NOTE_KIND = "streaming"
 PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors allocated between the loads
-# of a pass's estimate, left free too at a first load while CUDA graphs are on (load_together): their pool held
-# 0.89 GiB for a 0.93 GiB estimate at 1024² (H200)
+# of a pass's estimate, left free too at a first load while CUDA graphs are on (load_together): their pool measures
+# about one pass's estimate (docs/performance.md, "A prompt change at 16 GB")
 GRAPH_SHARE = 1.0
 WHOLE_UNLOAD_SHARE = 1 / 4  # of its card bytes: a larger request outside the pack's runs unloads a MODEL whole
 _ON_DEVICE: weakref.WeakSet = weakref.WeakSet()  # patchers whose model has weights on a device
@@ -249,7 +249,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         load would shrink again moved gigabytes twice, and pinned them, in the first image). Parked MODELs that all
         fit as they were (``parked``: this one's bytes then) take those bytes again: the same plan, whose streamed
         weights are still pinned (a share by size moved a block from one branch to the other between prompts, and
-        its weights were pinned again: 0.7-1.3 s)."""
+        its weights were pinned again)."""
         if not 0 < budget < 1e30:
             return budget, full_load
         pending = [
@@ -582,12 +582,11 @@ def load_together(models, noise_shape) -> bool:
     4.2 GiB torch peak).
 
     With CUDA graphs on, a load of a MODEL not on the card leaves room for the graphs' pool too: what the pool held
-    when last released on this card (0.89 GiB at 1024² on an H200), else a third of the pass's estimate
-    (``GRAPH_SHARE``); the later runs' requests do not ask for it. Without that room the requests ComfyUI makes at
-    each pass found less free than they ask once the pool was taken, and ComfyUI made it up by unloading the first
-    model in its list: a branch (a new plan, both branches' graphs captured again: 2-3 s), or after a prompt change
-    the text encoder, whose pinned memory goes with it (its next encode 2 s instead of 0.5). Returns whether it
-    loaded."""
+    when last released on this card, else ``GRAPH_SHARE`` of the pass's estimate; the later runs' requests do not ask
+    for it. Without that room the requests ComfyUI makes at each pass found less free than they ask once the pool
+    was taken, and ComfyUI made it up by unloading the first model in its list: a branch (a new plan, both branches'
+    graphs captured again), or after a prompt change the text encoder, whose pinned memory goes with it (its next
+    encode then pins it all again). Returns whether it loaded."""
     pack = _pack_models(models)
     if len(pack) < 2 or not streaming_enabled() or torch.device(pack[0].load_device).type != "cuda":
         return False

@@ -343,15 +343,17 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             self._stop_stream(release=True)
             to_host = device_to is not None and torch.device(device_to).type == "cpu"
             dropped = host_copies.restore(self) if to_host else 0  # ComfyUI's .to below then copies nothing for these
-            if dropped:
-                log.info(
-                    "ideogram4-int8: %s unloaded: %.2f GiB of card copies dropped (host copies kept)",
-                    site_label(self.model.diffusion_model) or "model",
-                    dropped / streaming.GIB,
-                )
         out = super().unpatch_model(device_to, unpatch_weights)
         if dropped:
             parking.park(self, loaded)
+            log.info(
+                "ideogram4-int8: %s unloaded: %.2f GiB of card copies dropped (host copies kept)%s",
+                site_label(self.model.diffusion_model) or "model",
+                dropped / streaming.GIB,
+                f"; parked: its next load takes {parking.parked_bytes(self) / streaming.GIB:.2f} GiB back"
+                if parking.parked_bytes(self)
+                else "",
+            )
         return out
 
     # -- moving blocks ------------------------------------------------------------------------------------------------

@@ -327,7 +327,16 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if parking.parked_bytes(self):
             group = [self, *(p for p in _TOGETHER.get(str(torch.device(device_to)), ()) if p.model is not self.model)]
             want = sum(parking.parked_bytes(p) + parking.MARGIN for p in group if parking.parked_bytes(p))
+            started, offered = time.perf_counter(), extra_memory
             extra_memory = max(parking.reclaim(device_to, extra_memory, want, _keeps_pack), 1)
+            log.debug(
+                "ideogram4-int8: parked %s takes %.2f GiB back: offered %.2f, budget %.2f (%.2f s)",
+                site_label(self.model.diffusion_model),
+                want / streaming.GIB,
+                offered / streaming.GIB,
+                extra_memory / streaming.GIB,
+                time.perf_counter() - started,
+            )
         self._loading = True
         try:
             return super().partially_load(device_to, extra_memory, force_patch_weights)

@@ -26,6 +26,8 @@ def assert_parking(r: dict) -> None:
     assert r["loaded_size_parked"] and r["device_parked"] and r["required_parked"] == 0
     # the next load asks once, with ComfyUI's offer, for both parked branches of the call plus a margin each
     assert r["asked"] == [[-12345, True, True]], r["asked"]
+    # the room never comes from the pack's MODELs of the call or of a run; another loader's idle one may go
+    assert r["kept"] == {"idle": False, "in_run": True, "not_pack": False}, r["kept"]
     # loaded from the budget given: unparked (the other branch still parked), streaming, the same output
     assert r["unparked"] and r["on_card_after"] > 0 and r["streams_after"] and r["max_abs_after"] == 0.0
     assert r["required_after"] == 0  # streaming: counted loaded, as before

@@ -55,7 +55,7 @@ def _dynamic_on(device: torch.device):
 def reclaim(device, offered: float, want: int, keep) -> float:
     """The budget for a parked load on ``device``: ``offered`` (ComfyUI's offer, which counted the parked MODEL as
     loaded; 1e32 and up: no limit) plus what freeing the room short of ``want`` bytes gave; ``keep(loaded_model)``
-    names ComfyUI's entries that must stay (the pack's MODELs)."""
+    names ComfyUI's entries that must stay (the pack's MODELs of this load or of a run)."""
     device = torch.device(device)
     offered = max(offered, 0)
     if device.type == "cpu":

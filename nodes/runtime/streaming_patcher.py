@@ -537,8 +537,17 @@ def _unpin_all(pinned: list) -> None:
 
 
 def _keeps_pack(loaded_model) -> bool:
-    """ComfyUI's loaded-model entries a parked load's room never comes from: the pack's MODELs."""
-    return isinstance(loaded_model.model, Ideogram4ModelPatcher)
+    """ComfyUI's loaded-model entries a parked load's room never comes from: the pack's MODELs of the same
+    ``load_models_gpu`` call (``loading_together``) or held by a sampling run (the other branch: ``_rebalance``
+    shares the card with it). Another pack MODEL (another loader's, idle) ComfyUI unloads like any model, as its
+    request for the parked MODEL's bytes did before parking: kept, it held its card bytes while the parked load
+    streamed more, or stopped at the streaming minimum."""
+    patcher = loaded_model.model
+    if not isinstance(patcher, Ideogram4ModelPatcher):
+        return False
+    if getattr(patcher.model, "current_patcher", None) is not None:
+        return True
+    return any(p.model is patcher.model for pack in _TOGETHER.values() for p in pack)
 
 
 def _share_by_size(total: float, patcher, patchers) -> float:

@@ -117,13 +117,20 @@ def check_parking():
     res["device_parked"] = str(cond.current_loaded_device()) == str(cond.load_device)
     res["required_parked"] = mm.LoadedModel(cond).model_memory_required(cond.load_device)
 
-    asked = []
+    asked, kept = [], {}
     # what reclaim gives the call: cond's share by size (the pack's rule for one call's MODELs) streams 2 blocks
     budget = streaming_budget(cond, 2) * (cond.model_size() + uncond.model_size()) / cond.model_size() + 16
     real = parking.reclaim
+    # another loader's MODEL on the card, in no run and not in this call
+    idle = streaming_patcher.Ideogram4ModelPatcher(torch.nn.Linear(1, 1), load_device=device, offload_device=cpu)
 
     def reclaim(dev, offered, want, keep):
         asked.append((offered, want, keep(mm.LoadedModel(uncond))))
+        kept["idle"] = keep(mm.LoadedModel(idle))
+        idle.model.current_patcher = idle  # a sampling run holds it (the other branch of ComfyUI's dual guider)
+        kept["in_run"] = keep(mm.LoadedModel(idle))
+        idle.model.current_patcher = None
+        kept["not_pack"] = keep(_Entry(_Pack(), device))
         return budget
 
     parking.reclaim = reclaim
@@ -134,6 +141,7 @@ def check_parking():
         parking.reclaim = real
     margin = parking.MARGIN
     res["asked"] = [(o, w == loaded["cond"] + loaded["uncond"] + 2 * margin, k) for o, w, k in asked]
+    res["kept"] = kept
     res["unparked"] = parking.parked_bytes(cond) == 0 and parking.parked_bytes(uncond) == loaded["uncond"]
     res["on_card_after"] = cond.model.model_loaded_weight_memory
     res["streams_after"] = cond.stream is not None and len(cond.stream.plan.streamed) > 0

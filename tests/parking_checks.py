@@ -32,6 +32,8 @@ def assert_parking(r: dict) -> None:
     assert r["unparked"] and r["on_card_after"] > 0 and r["streams_after"] and r["max_abs_after"] == 0.0
     assert r["required_after"] == 0  # streaming: counted loaded, as before
     assert r["parked_from_streaming"] and r["uncond_unparked_by_load"]
+    # offered no limit, a MODEL parked from a streaming plan asks room for all its bytes, then loads them all
+    assert r["full_load_want"] == [0] and r["full_load_resident"], (r["full_load_want"], r["full_load_resident"])
     # room for both parked as they were: each takes its own plan again (the first streamed 2 blocks, the second 3)
     assert r["same_plans"] == [True, True] and r["plans_differ_in_size"], (r["same_plans"], r["plans_differ_in_size"])
     # park=off: nothing parked, ComfyUI asks the MODEL's bytes again

@@ -323,10 +323,16 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         """ComfyUI's load of a MODEL already on the card; a negative ``extra_memory`` shrinks it through
         ``partially_unload``, which must then free the bytes (only ComfyUI's ``model_unload`` unloads it whole). A
         parked MODEL takes back the room it held, with the pack's other parked MODELs of the same call
-        (``parking``): at least a byte, so a card too full for the streaming minimum says so."""
+        (``parking``): at least a byte, so a card too full for the streaming minimum says so. Offered no limit
+        (ComfyUI's full load: ``force_full_load``), each takes all its bytes, not the fewer a streaming plan held."""
         if parking.parked_bytes(self):
             group = [self, *(p for p in _TOGETHER.get(str(torch.device(device_to)), ()) if p.model is not self.model)]
-            want = sum(parking.parked_bytes(p) + parking.MARGIN for p in group if parking.parked_bytes(p))
+            full = extra_memory >= 1e30
+            want = sum(
+                (p.model_size() if full else parking.parked_bytes(p)) + parking.MARGIN
+                for p in group
+                if parking.parked_bytes(p)
+            )
             started, offered = time.perf_counter(), extra_memory
             extra_memory = max(parking.reclaim(device_to, extra_memory, want, _keeps_pack), 1)
             log.debug(

@@ -150,6 +150,16 @@ def check_parking():
     # a streaming MODEL's unload parks it too; park=off: nothing parked, ComfyUI counts the bytes again
     cond.unpatch_model(cpu)
     res["parked_from_streaming"] = parking.parked_bytes(cond) > 0
+    # offered no limit (ComfyUI's full load, force_full_load): the room asked is every byte, not the plan's
+    wants = []
+    parking.reclaim = lambda dev, offered, want, keep: wants.append(want) or offered
+    try:
+        cond.partially_load(device, extra_memory=1e32)
+    finally:
+        parking.reclaim = real
+    res["full_load_want"] = [w - margin - cond.model_size() for w in wants]
+    res["full_load_resident"] = cond.stream is None and cond.model.model_loaded_weight_memory > 0
+    cond.unpatch_model(cpu)
     # both parked from plans that stream, and the room for both as they were: each takes its own bytes back, so
     # each gets its plan again (a share by size, or the second load rebalancing the first, would move blocks from
     # one branch to the other)

@@ -57,12 +57,12 @@ def reclaim(device, offered: float, want: int, keep) -> float:
     loaded; 1e32 and up: no limit) plus what freeing the room short of ``want`` bytes gave; ``keep(loaded_model)``
     names ComfyUI's entries that must stay (the pack's MODELs of this load or of a run)."""
     device = torch.device(device)
-    offered = max(offered, 0)
     if device.type == "cpu":
-        return offered
+        return max(offered, 0)
+    # a negative offer is ComfyUI's minimum free memory not met yet: that much more must be freed first
     short = want - min(offered, mm.get_free_memory(device))
     if short <= 0:
-        return offered
+        return max(offered, 0)
     freed = 0
     for model in _dynamic_on(device):
         if freed >= short:
@@ -74,7 +74,7 @@ def reclaim(device, offered: float, want: int, keep) -> float:
         kept = [m for m in mm.current_loaded_models if m not in others]  # a dynamic model never whole
         mm.free_memory(before + short - freed, device, keep_loaded=kept)
         freed += max(mm.get_free_memory(device) - before, 0)
-    return offered if offered >= 1e30 else offered + freed
+    return offered if offered >= 1e30 else max(offered + freed, 0)
 
 
 __all__ = ["EXPERIMENT", "MARGIN", "enabled", "park", "parked_bytes", "reclaim", "unpark"]

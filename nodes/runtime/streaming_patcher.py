@@ -336,11 +336,11 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             started, offered = time.perf_counter(), extra_memory
             extra_memory = max(parking.reclaim(device_to, extra_memory, want, _keeps_pack), 1)
             log.debug(
-                "ideogram4-int8: parked %s takes %.2f GiB back: offered %.2f, budget %.2f (%.2f s)",
+                "ideogram4-int8: parked %s takes %.2f GiB back: offered %s, budget %s (%.2f s)",
                 site_label(self.model.diffusion_model),
                 want / streaming.GIB,
-                offered / streaming.GIB,
-                extra_memory / streaming.GIB,
+                _gib(offered),
+                _gib(extra_memory),
                 time.perf_counter() - started,
             )
         self._loading = True
@@ -540,6 +540,10 @@ def _unpin_all(pinned: list) -> None:
     for t in pinned:
         comfy.model_management.unpin_memory(t)
     pinned.clear()
+
+
+def _gib(budget: float) -> str:
+    return "no limit" if budget >= 1e30 else f"{budget / streaming.GIB:.2f} GiB"
 
 
 def _keeps_pack(loaded_model) -> bool:

@@ -420,9 +420,9 @@ def _run_peer(
 
 
 def _on_card(model) -> int:
-    """Bytes of a MODEL's weights on the card: a streaming pack MODEL reports its whole size to ComfyUI as loaded
-    (``Ideogram4ModelPatcher.loaded_size``), its real use is ``model_loaded_weight_memory``."""
-    if hasattr(model.model, "ideogram4_stream"):
+    """Bytes of a MODEL's weights on the card: a streaming or parked pack MODEL reports its whole size to ComfyUI as
+    loaded (``Ideogram4ModelPatcher.loaded_size``), its real use is ``model_loaded_weight_memory``."""
+    if hasattr(model, "streaming_minimum"):  # the pack's patcher
         return model.model.model_loaded_weight_memory
     return model.loaded_size()
 

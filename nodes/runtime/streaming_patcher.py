@@ -242,6 +242,10 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         self._apply(device_to, plan)
         return None
 
+    def _loading_with(self, device) -> list:
+        """The pack's other MODELs of the ``load_models_gpu`` call loading this one on ``device``."""
+        return [p for p in _TOGETHER.get(str(torch.device(device)), ()) if p.model is not self.model]
+
     def _share_with_pending(self, device, budget: float, full_load: bool, parked: int = 0) -> tuple[float, bool]:
         """(budget, full_load) for this load when the pack's other MODELs of the same ``load_models_gpu`` call
         (``loading_together``) still have to load on ``device``: ComfyUI offers the first one all the free memory,
@@ -252,11 +256,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         its weights were pinned again)."""
         if not 0 < budget < 1e30:
             return budget, full_load
-        pending = [
-            p
-            for p in _TOGETHER.get(str(torch.device(device)), ())
-            if p.model is not self.model and p.model.model_loaded_weight_memory <= 0
-        ]
+        pending = [p for p in self._loading_with(device) if p.model.model_loaded_weight_memory <= 0]
         if not pending or budget >= self.model_size() + sum(p.model_size() for p in pending):
             return budget, full_load
         before = [parking.parked_bytes(p) for p in pending]
@@ -326,7 +326,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         (``parking``): at least a byte, so a card too full for the streaming minimum says so. Offered no limit
         (ComfyUI's full load: ``force_full_load``), each takes all its bytes, not the fewer a streaming plan held."""
         if parking.parked_bytes(self):
-            group = [self, *(p for p in _TOGETHER.get(str(torch.device(device_to)), ()) if p.model is not self.model)]
+            group = [self, *self._loading_with(device_to)]
             full = extra_memory >= 1e30
             want = sum(
                 (p.model_size() if full else parking.parked_bytes(p)) + parking.MARGIN

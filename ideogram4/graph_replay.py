@@ -15,6 +15,12 @@ graph (the least recently used goes first). A capture that fails (an operation t
 host sync) leaves that signature eager, with the reason kept for the panel. The output returned is a copy: the
 graph's own output is overwritten by its next replay.
 
+What the warm-up did (autotuning, compilation) outlives the weights' addresses: a signature warmed once, with the
+same ``warm_key`` (the caller's name for how the pass runs: its streaming plan), is captured at its first call after
+a new fingerprint, with no eager pass (a prompt change that moved the weights pays one capture per branch, not an
+eager pass and a capture). Should that capture fail (something the new placement does once, at first use), the call
+runs eagerly and the next one captures as after a warm-up; only a capture that fails after a warm-up is final.
+
 ``GraphPool``: the graphs of every model on one device share one memory pool (the two branches' passes run one after
 the other there). ``release()`` drops every graph in it and hands its memory back to the caching allocator; the
 pool's bytes (the memory its captures reserved) are reported to listeners (``on_pool_bytes``), so a model manager can
@@ -176,6 +182,14 @@ class GraphPool:
             for fn in list(_LISTENERS):
                 fn(self.device, -freed)
 
+    def failed(self) -> None:
+        """A capture into the pool failed. With no graph of it alive, the pool starts anew at the next capture: the
+        failed capture's pool is gone while the allocator still knows its id, and a capture into it raised
+        "use_count > 0 INTERNAL ASSERT FAILED"."""
+        with self._lock:
+            if self.live == 0:
+                self._handle = None
+
     def release(self) -> int:
         """Drop every graph captured into this pool (each model captures again at its next pass); returns the bytes
         its captures had reserved, which go back to the caching allocator (and to the card at its next
@@ -232,6 +246,7 @@ class _Entry:
     inputs: list = field(default_factory=list)  # the static input tensors, in _leaves order
     output: object = None
     failed: str | None = None
+    direct: bool = False  # its next capture comes with no warm-up under this fingerprint (warmed under another)
 
 
 @dataclass
@@ -241,7 +256,9 @@ class GraphStats:
     eager: int = 0
     invalidations: int = 0  # times the fingerprint changed with graphs held (weights moved or were re-patched)
     evictions: int = 0  # graphs dropped for the signature bound
+    direct: int = 0  # captures with no eager pass before them (signatures warmed under an earlier fingerprint)
     failures: list[str] = field(default_factory=list)
+    retried: list[str] = field(default_factory=list)  # direct captures that failed: eager once, then a capture again
 
 
 class PassGraphs:
@@ -253,6 +270,8 @@ class PassGraphs:
         self.max_signatures = max(1, int(max_signatures))
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self._fingerprint: object = None
+        # (signature, warm key) whose warm-up ran, across fingerprints; bounded as the graphs are, a few times over
+        self._warmed: OrderedDict[tuple, None] = OrderedDict()
         self._pool: GraphPool | None = None  # its device's pool, from the first capture on
         self._lock = threading.Lock()
         self.stats = GraphStats()
@@ -267,9 +286,10 @@ class PassGraphs:
         """Graphs held now."""
         return sum(1 for e in self._entries.values() if e.graph is not None)
 
-    def run(self, fn: Callable, args: tuple, kwargs: dict, fingerprint=()) -> tuple[object, str]:
+    def run(self, fn: Callable, args: tuple, kwargs: dict, fingerprint=(), warm_key=None) -> tuple[object, str]:
         """(``fn(*args, **kwargs)``, how it ran: "eager", "captured" or "replayed"). A replay runs the captured
-        kernels on the new inputs: its result equals the eager one. No Python of ``fn`` runs in a replay."""
+        kernels on the new inputs: its result equals the eager one. No Python of ``fn`` runs in a replay.
+        ``warm_key`` (hashable): how the pass runs beyond its inputs; a warm-up counts for the same key only."""
         leaves: list = []  # one walk of the inputs per pass: the tensors and the key come from it
         _leaves((args, kwargs), leaves)
         tensors = [v for v in leaves if isinstance(v, torch.Tensor)]
@@ -277,6 +297,7 @@ class PassGraphs:
         if device is None:
             return fn(*args, **kwargs), "eager"
         key = _signature_of(leaves, kwargs)
+        warm = (key, warm_key)
         with self._lock:
             if fingerprint != self._fingerprint:
                 if self._entries:
@@ -286,22 +307,38 @@ class PassGraphs:
             entry = self._entries.get(key)
             if entry is None:
                 entry = self._entries[key] = _Entry()
+                if warm in self._warmed:  # warmed under earlier weights: captured at once
+                    entry.calls, entry.direct = self.warmup, True
                 self._evict_locked()
             self._entries.move_to_end(key)
             entry.calls += 1
             calls = entry.calls
         if entry.failed is not None or calls <= self.warmup:
             self.stats.eager += 1
-            return fn(*args, **kwargs), "eager"
+            out = fn(*args, **kwargs)
+            if entry.failed is None and calls >= self.warmup:
+                self._mark_warmed(warm)
+            return out, "eager"
         with torch.cuda.device(device):
             if entry.graph is None:
-                return self._capture(entry, device, fn, args, kwargs, tensors)
+                return self._capture(entry, warm, device, fn, args, kwargs, tensors)
             for s, t in zip(entry.inputs, tensors, strict=True):
                 if s.data_ptr() != t.data_ptr():
                     s.copy_(t)
             entry.graph.replay()
             self.stats.replays += 1
             return _copy_out(entry.output), "replayed"
+
+    def _mark_warmed(self, warm: tuple, done: bool = True) -> None:
+        """``warm`` (signature, warm key) finished its warm-up (``done``), or its capture failed (not warmed)."""
+        with self._lock:
+            if done:
+                self._warmed[warm] = None
+                self._warmed.move_to_end(warm)
+                while len(self._warmed) > 4 * self.max_signatures:
+                    self._warmed.popitem(last=False)
+            else:
+                self._warmed.pop(warm, None)
 
     def _evict_locked(self) -> None:
         while len(self._entries) > self.max_signatures:
@@ -324,7 +361,7 @@ class PassGraphs:
         self._pool.join(self)
         return self._pool
 
-    def _capture(self, entry: _Entry, device, fn, args, kwargs, tensors):
+    def _capture(self, entry: _Entry, warm: tuple, device, fn, args, kwargs, tensors):
         statics = [_static_copy(t) for t in tensors]
         s_args, s_kwargs = _rebuild((args, kwargs), list(statics))
         graph = torch.cuda.CUDAGraph()
@@ -352,9 +389,16 @@ class PassGraphs:
             _check_output(out)  # before it is kept: a replay hands back a copy of it
         except Exception as exc:  # noqa: BLE001 - any capture failure leaves this signature eager, labelled
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
-            entry.failed = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-            self.stats.failures.append(entry.failed)
+            reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+            self._mark_warmed(warm, done=False)
+            if entry.direct:  # no warm-up under these weights: this call warms up, the next one captures again
+                entry.direct = False
+                self.stats.retried.append(reason)
+            else:
+                entry.failed = reason
+                self.stats.failures.append(reason)
             del graph
+            pool.failed()
             torch.cuda.synchronize(device)
             _release_generator(device)
             self.stats.eager += 1
@@ -362,6 +406,9 @@ class PassGraphs:
         entry.graph, entry.inputs, entry.output = graph, statics, out
         pool.captured(grown)
         self.stats.captures += 1
+        self.stats.direct += entry.direct
+        entry.direct = False
+        self._mark_warmed(warm)
         graph.replay()  # the capture recorded the pass without running it
         self.stats.replays += 1
         return _copy_out(out), "captured"

@@ -1,28 +1,28 @@
 """CUDA graphs for the pack's MODELs inside the pack's sampler: each branch's pass captured once, replayed after.
 
 A replay shrinks a pass's host work (Python, about 1700 launches) to the input copies and one call: two cards stop
-taking turns on one interpreter, and on one card a host slower than the GPU stops setting the pace. A capture costs
-about one pass's Python once per model load and resolution (the graphs outlive a run), so graphs are on wherever a
-pass can run as one; ``IDEOGRAM4_INT8_CUDA_GRAPHS=off`` turns them off.
+taking turns on one interpreter, and on one card a host slower than the GPU stops setting the pace. Graphs are on
+wherever a pass can run as one; ``IDEOGRAM4_INT8_CUDA_GRAPHS=off`` turns them off.
 
 A model's graphs (``ideogram4.graph_replay.PassGraphs``, kept on its diffusion model) replay from the first pass of
 the next prompt while the inputs' shapes and the weights stay the same. Their key holds the weights' addresses and
-the MODEL's patch set (``patches_uuid``): a LoRA or a move gets a new capture, never a stale replay. The graphs of a
-card share one memory pool; the pack's ModelPatcher releases it when ComfyUI moves the weights (``streaming_patcher``)
-and, while it lives, its size is in ComfyUI's reserved VRAM (``model_management.EXTRA_RESERVED_VRAM``) outside the
-pack's own runs: ComfyUI would otherwise count the pool's free blocks as free memory (``_apply_reserve_locked``).
+the MODEL's patch set (``patches_uuid``): a LoRA or a move gets a new capture, never a stale replay, at the first
+pass where that resolution and streaming plan ran before (its warm-up is done). The graphs of a card share one
+memory pool; the pack's ModelPatcher releases it when ComfyUI moves the weights (``streaming_patcher``) and, while it
+lives, its size is in ComfyUI's reserved VRAM (``model_management.EXTRA_RESERVED_VRAM``) outside the pack's own
+runs: ComfyUI would otherwise count the pool's free blocks as free memory (``_apply_reserve_locked``).
 
 For each run, ``pass_graphs`` adds a ``DIFFUSION_MODEL`` wrapper (ComfyUI's wrapper mechanism, as TorchCompileModel's
-helpers use it) to each of the pack's MODELs and takes it off after.
+helpers use it) to each of the pack's MODELs and takes it off after; natives (MODELs without the pack's linears) are
+never touched.
 
 A pass stays eager, and the panel says why (model note ``cuda_graphs``), under: the setting; the first pass of a
-model at a resolution (it autotunes: nothing may benchmark during a capture); weights off the card outside the
-pack's streaming (ComfyUI's own partial load); another node's block patches (their Python would run only at capture);
-torch.compile; the panel's per-GEMM timing; an input that is not a tensor or a plain value; a failed capture.
-Low-VRAM streaming does not keep a pass eager: while graphs are on, each pass streams on its own
+model at a resolution or streaming plan (it autotunes: nothing may benchmark during a capture); weights off the card
+outside the pack's streaming (ComfyUI's own partial load); another node's block patches (their Python would run only
+at capture); torch.compile; the panel's per-GEMM timing; an input that is not a tensor or a plain value; a failed
+capture. Low-VRAM streaming does not keep a pass eager: while graphs are on, each pass streams on its own
 (``BlockStreamer.per_pass``), so its copies from pinned memory are captured with its kernels; only weights streamed
 from pageable memory (past ComfyUI's pinned-memory limit) keep it eager.
-Natives (MODELs without the pack's linears) are never touched.
 
 The registry records the calls of the eager and captured passes only (no Python runs in a replay); the note says how
 many passes were replayed, and the bypass check (``op_coverage``) skips replays.
@@ -162,6 +162,7 @@ class _GraphWrapper:
         self.graphs = graphs_of(patcher.model.diffusion_model)
         self.modes: dict[str, int] = {"eager": 0, "captured": 0, "replayed": 0}
         self.failures_before = len(self.graphs.stats.failures)
+        self.retried_before = len(self.graphs.stats.retried)
         self.run_off = run_off  # why no pass of this run uses graphs (run_reason), or None
         self.off: str | None = None
         self.streams: set = set()  # streamers set to per-pass streaming for this run (set back after it)
@@ -189,9 +190,10 @@ class _GraphWrapper:
             return executor(x, timesteps, context, attention_mask, transformer_options, **kw)
 
         inputs = (x, timesteps, context, attention_mask)
+        warm_key = stream.plan if stream is not None else None  # a warm-up counts for the same streaming plan only
         try:
             try:
-                out, mode = self.graphs.run(one_pass, inputs, kwargs, fp)
+                out, mode = self.graphs.run(one_pass, inputs, kwargs, fp, warm_key)
             except torch.OutOfMemoryError:
                 # a new input shape's eager pass, on a card whose graph pool holds the activations of the shapes
                 # captured before (out of ComfyUI's reserve during the run, so ComfyUI counted it as free): the pool
@@ -200,7 +202,7 @@ class _GraphWrapper:
                     raise
                 log.info("ideogram4-int8: CUDA graphs released for a pass that ran out of memory; running it again")
                 torch.cuda.empty_cache()
-                out, mode = self.graphs.run(one_pass, inputs, kwargs, fp)
+                out, mode = self.graphs.run(one_pass, inputs, kwargs, fp, warm_key)
         except TypeError as exc:  # an input without a signature (signature() raised before anything ran)
             self.off = str(exc)
             self.modes["eager"] += 1
@@ -227,6 +229,9 @@ class _GraphWrapper:
             return ""
         if self.off and m["replayed"]:
             text += f"; some passes eager: {self.off}"
+        retried = self.graphs.stats.retried[self.retried_before :]
+        if retried:
+            text += f"; a capture with no warm-up under the moved weights failed ({retried[0]}): one eager pass first"
         return text
 
 

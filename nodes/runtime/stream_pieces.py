@@ -48,6 +48,9 @@ def unit(index: int, piece: streaming.Piece, device: torch.device, cache: dict) 
     views (the Parameters made from a slot's views are kept in ``cache``, by the views' id)."""
     modules = [m for _, m in piece.modules]
     hosts = [m.weight for m in modules]
+    # a quantized weight's small tensors (its scales) go to the device now, once: made at the first bind, they were a
+    # copy from pageable memory inside the first pass, which a CUDA graph captured at that pass cannot hold
+    params = [h._params.to_device(device) if isinstance(h, QuantizedTensor) else None for h in hosts]
 
     # the closures hold the cache and the device, not the model's stream: a cycle through it kept every replaced
     # plan's slots on the card until a garbage collection (gigabytes held on a small card, ComfyUI asking for more
@@ -56,11 +59,8 @@ def unit(index: int, piece: streaming.Piece, device: torch.device, cache: dict) 
         key = id(views)
         if key not in cache:
             out = []
-            for host, view in zip(hosts, views, strict=True):
-                if isinstance(host, QuantizedTensor):
-                    t = QuantizedTensor(view, host._layout_cls, host._params.to_device(device))
-                else:
-                    t = view
+            for host, view, on_device in zip(hosts, views, params, strict=True):
+                t = view if on_device is None else QuantizedTensor(view, host._layout_cls, on_device)
                 out.append(torch.nn.Parameter(t, requires_grad=False))
             cache[key] = out
         return cache[key]

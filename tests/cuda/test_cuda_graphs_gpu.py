@@ -50,14 +50,16 @@ def test_replays_equal_eager_calls_on_fresh_inputs_and_moved_weights_recapture()
         got.fill_(float("nan"))  # the caller owns the result: poisoning it must not reach the next replay
     assert modes == ["eager", "captured", "replayed", "replayed", "replayed"]
     assert kernels.REGISTRY.path_of("graphs/qkv") == "triton-int8"
-    # the weights moved (a re-load): a new capture, still equal
+    # the weights moved (a re-load): a new capture at the first call (the warm-up is done), still equal; a weight
+    # changed in place after it reaches the replay (the graph reads the new address)
     weights["q"] = weights["q"].clone()
     x = torch.randn_like(x0)
     one = torch.ones(1, device="cuda")
-    for expected in ("eager", "captured", "replayed"):
+    for expected in ("captured", "replayed", "replayed"):
         got, mode = graphs.run(fn, (x, one), {}, fingerprint=(weights["q"].data_ptr(),))
         assert mode == expected and torch.equal(got, fn(x, one)), (seed, mode)
-    assert graphs.stats.captures == 2 and not graphs.stats.failures
+        weights["q"].neg_()
+    assert graphs.stats.captures == 2 and graphs.stats.direct == 1 and not graphs.stats.failures
     graphs.clear()
 
 
@@ -75,6 +77,12 @@ def test_a_pass_that_cannot_be_captured_stays_eager_with_its_reason():
     assert torch.equal(got, syncs(x))  # the device is still usable after the failed capture
     # and its random generator left capture mode (a failed capture left it there: the next torch.rand raised)
     torch.rand(8, device="cuda")
+    # the next capture on the card works: a new pool, not the failed capture's (a capture into that one raised
+    # "use_count > 0 INTERNAL ASSERT FAILED")
+    fresh = PassGraphs()
+    modes = [fresh.run(lambda x: x * 2, (x,), {})[1] for _ in range(3)]
+    assert modes == ["eager", "captured", "replayed"] and not fresh.stats.failures, fresh.stats.failures
+    fresh.clear()
 
 
 def test_sampler_with_cuda_graphs_equals_eager_through_comfyui(tmp_path):
@@ -88,9 +96,9 @@ def test_sampler_with_cuda_graphs_equals_eager_through_comfyui(tmp_path):
     assert res["auto_note"].startswith("CUDA graphs: 10 of 12 passes replayed (1 captured, 1 eager)"), res["auto_note"]
     assert res["auto_equal"]
     for label, note in gpu["notes"].items():
-        # Turbo 12: 12 passes per branch, the first eager, the second captured, ten replayed
-        assert note.startswith("CUDA graphs: 10 of 12 passes replayed (1 captured, 1 eager)"), (label, note)
-    assert gpu["replayed"] == 10 and gpu["bypass"] == {"conditional": None, "unconditional": None}
+        # after the release: the warm-up of the run before counts, so the first pass is captured, eleven replayed
+        assert note.startswith("CUDA graphs: 11 of 12 passes replayed (1 captured);"), (label, note)
+    assert gpu["replayed"] == 11 and gpu["bypass"] == {"conditional": None, "unconditional": None}
     # the next prompt replays every pass from the graphs of the first run, bit for bit
     assert gpu["again_equal"] and gpu["again_captures"] == 0
     for label, note in gpu["again_notes"].items():

@@ -176,12 +176,16 @@ def test_streamed_int8_blocks_equal_resident_and_copies_overlap_compute(split):
 def test_streamed_forward_captured_as_a_graph_replays_its_copies():
     """Per-pass streaming (``per_pass``) captured by ``PassGraphs``: the replays equal the resident forward bit for
     bit, the first replayed pass streams from empty slots (nothing queued by the pass before), and the copies are in
-    the graph: a host weight changed in place after the capture reaches the replay's output."""
+    the graph: a host weight changed in place after the capture reaches the replay's output. The same blocks streamed
+    again through a new streamer with the same plan (a parked MODEL loaded again) are captured at their first pass,
+    with no eager pass, and equal the resident forward too."""
     from comfyui_ideogram4_int8.ideogram4.graph_replay import PassGraphs
 
     seed = int.from_bytes(os.urandom(3), "little")
     g = torch.Generator(device="cuda").manual_seed(seed)
     blocks = torch.nn.Sequential(*[_Block(i, g) for i in range(6)])
+    g_again = torch.Generator(device="cuda").manual_seed(seed)
+    again = torch.nn.Sequential(*[_Block(i, g_again) for i in range(6)])  # the same weights, other tensors
     x0 = torch.randn(1000, K, generator=g, device="cuda").bfloat16()
     with torch.no_grad():
         want = [blocks(x0 * (k + 1)) for k in range(4)]
@@ -192,10 +196,10 @@ def test_streamed_forward_captured_as_a_graph_replays_its_copies():
     modes = []
     with torch.no_grad():
         for k in range(4):
-            out, mode = graphs.run(blocks, (x0 * (k + 1),), {}, fingerprint=(id(s),))
+            out, mode = graphs.run(blocks, (x0 * (k + 1),), {}, fingerprint=(id(s),), warm_key=streamed)
             modes.append(mode)
             assert torch.equal(out, want[k]), f"seed {seed} pass {k} ({mode})"
-    assert modes == ["eager", "captured", "replayed", "replayed"] and not graphs.stats.failures
+    assert modes == ["eager", "captured", "replayed", "replayed"] and not graphs.stats.failures, graphs.stats.failures
     assert s.stats.mispredicted == 0 and not s.queue  # nothing left queued past a forward's last unit
     # the copies are graph nodes: negate one streamed weight in its pinned host memory; the replay reads it
     unit = s.units[-1]  # the last block's w2
@@ -203,8 +207,20 @@ def test_streamed_forward_captured_as_a_graph_replays_its_copies():
     s.per_pass = True
     with torch.no_grad():
         eager = blocks(x0)  # hooks bind the changed host copy through the streamer
-        replayed, mode = graphs.run(blocks, (x0,), {}, fingerprint=(id(s),))
+        replayed, mode = graphs.run(blocks, (x0,), {}, fingerprint=(id(s),), warm_key=streamed)
     assert mode == "replayed"
     assert torch.equal(replayed, eager) and not torch.equal(replayed, want[0]), f"seed {seed}"
     graphs.clear()
     s.drain()
+    s2 = _stream(again, streamed, True)
+    s2.per_pass = True
+    modes = []
+    with torch.no_grad():
+        for k in range(3):
+            out, mode = graphs.run(again, (x0 * (k + 1),), {}, fingerprint=(id(s2),), warm_key=streamed)
+            modes.append(mode)
+            assert torch.equal(out, want[k]), f"seed {seed} pass {k} after a new streamer ({mode})"
+    assert modes == ["captured", "replayed", "replayed"], modes
+    assert graphs.stats.direct == 1 and not graphs.stats.retried and not graphs.stats.failures
+    graphs.clear()
+    s2.drain()

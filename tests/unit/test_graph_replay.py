@@ -123,11 +123,22 @@ def test_moved_or_repatched_weights_drop_every_graph_of_the_model(fake_cuda):
         for _ in range(2):
             _pass(graphs, torch.randn(shape))
     assert graphs.graphs == 2
-    # new addresses or a new patch set: nothing captured for the old ones may replay (they would read freed memory)
-    assert _pass(graphs, torch.randn(4, 8), fp=("w", 2))[1] == "eager"
-    assert graphs.graphs == 0 and graphs.stats.invalidations == 1
-    assert _pass(graphs, torch.randn(2, 8), fp=("w", 2))[1] == "eager"  # the other signature starts over too
+    # new addresses or a new patch set: nothing captured for the old ones may replay (they would read freed memory);
+    # each signature warmed before is captured anew at its first call, with no eager pass
+    captures = graphs.stats.captures
     assert _pass(graphs, torch.randn(4, 8), fp=("w", 2))[1] == "captured"
+    assert graphs.graphs == 1 and graphs.stats.invalidations == 1 and graphs.stats.captures == captures + 1
+    assert _pass(graphs, torch.randn(2, 8), fp=("w", 2))[1] == "captured"  # the other signature: a capture too
+    assert _pass(graphs, torch.randn(4, 8), fp=("w", 2))[1] == "replayed"
+    assert graphs.stats.direct == 2 and graphs.stats.eager == 2  # the two first warm-ups only
+    # a new shape, or the same shape under another warm key (another streaming plan), warms up first
+    assert _pass(graphs, torch.randn(3, 8), fp=("w", 2))[1] == "eager"
+    run = graphs.run
+    assert run(lambda x: x * 2, (torch.randn(4, 8),), {}, fingerprint=("w", 3), warm_key="plan B")[1] == "eager"
+    assert run(lambda x: x * 2, (torch.randn(4, 8),), {}, fingerprint=("w", 3), warm_key="plan B")[1] == "captured"
+    # clear() (ComfyUI moved the weights) drops the graphs, not what the warm-ups did
+    graphs.clear()
+    assert run(lambda x: x * 2, (torch.randn(4, 8),), {}, fingerprint=("w", 4), warm_key="plan B")[1] == "captured"
 
 
 def test_at_most_max_signatures_graphs_per_model_least_recent_first(fake_cuda):
@@ -138,7 +149,12 @@ def test_at_most_max_signatures_graphs_per_model_least_recent_first(fake_cuda):
     assert graphs.graphs == 2 and graphs.stats.evictions == 1
     assert _pass(graphs, torch.randn(3, 8))[1] == "replayed"
     assert _pass(graphs, torch.randn(2, 8))[1] == "replayed"
-    assert _pass(graphs, torch.randn(1, 8))[1] == "eager"  # evicted: its warm-up again
+    assert _pass(graphs, torch.randn(1, 8))[1] == "captured"  # evicted: captured again (its warm-up is done)
+    assert graphs.graphs == 2 and graphs.stats.evictions == 2
+    # what the warm-ups did is remembered for a bounded number of signatures too (4 × the graphs' bound)
+    for rows in range(4, 14):
+        _pass(graphs, torch.randn(rows, 8))
+    assert len(graphs._warmed) == 8 and _pass(graphs, torch.randn(1, 8))[1] == "eager"
 
 
 def test_one_pool_per_device_released_as_a_whole_with_its_bytes_reported(fake_cuda):
@@ -161,11 +177,12 @@ def test_one_pool_per_device_released_as_a_whole_with_its_bytes_reported(fake_cu
     real = torch.cuda.graph_pool_handle
     torch.cuda.graph_pool_handle = lambda: handles.append(object()) or handles[-1]
     try:
-        assert [_pass(b, torch.randn(4, 8))[1] for _ in range(2)] == ["eager", "captured"]
-        # the graphs of one model dropped (its weights moved) with none left in the pool: the pool starts anew
-        assert _pass(b, torch.randn(4, 8), fp=("w", 9))[1] == "eager" and fake_cuda.live == 0
-        assert fake_cuda.bytes == 0 and deltas[-1] == -_FakeGraph.grow
-        assert _pass(b, torch.randn(4, 8), fp=("w", 9))[1] == "captured" and len(handles) == 2
+        # released (ComfyUI moved the weights): the warmed signature is captured again at its next call
+        assert [_pass(b, torch.randn(4, 8))[1] for _ in range(2)] == ["captured", "replayed"] and len(handles) == 1
+        # the graphs of one model dropped (its weights moved) with none left in the pool: the pool starts anew (a
+        # new handle) with the recapture
+        assert _pass(b, torch.randn(4, 8), fp=("w", 9))[1] == "captured" and fake_cuda.live == 1
+        assert deltas[-2:] == [-_FakeGraph.grow, _FakeGraph.grow] and len(handles) == 2
     finally:
         torch.cuda.graph_pool_handle = real
 
@@ -179,8 +196,48 @@ def test_a_failed_capture_leaves_its_signature_eager_with_the_reason(fake_cuda, 
             raise RuntimeError("operation not permitted when stream is capturing")
         return x
 
+    handles = []
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: handles.append(object()) or handles[-1])
     x = torch.randn(3)
     modes = [graphs.run(syncs, (x,), {}, fingerprint=())[1] for _ in range(3)]
     assert modes == ["eager"] * 3 and graphs.graphs == 0
     assert graphs.stats.failures == ["RuntimeError: operation not permitted when stream is capturing"]
     assert fake_cuda.bytes == 0
+    # no graph of the pool alive: the next capture (another model's) starts a new pool, not the failed one's
+    other = PassGraphs()
+    assert [other.run(lambda x: x + 1, (x,), {})[1] for _ in range(2)] == ["eager", "captured"]
+    assert len(handles) == 2 and other.graphs == 1
+    # with a graph of the pool alive, a failed capture leaves the pool as it is (that graph holds it)
+    assert [PassGraphs().run(syncs, (x,), {})[1] for _ in range(2)] == ["eager", "eager"] and len(handles) == 2
+
+
+def test_a_direct_capture_that_fails_warms_up_once_and_captures_again(fake_cuda, monkeypatch):
+    monkeypatch.setattr(graph_replay, "_release_generator", lambda device: None)
+    graphs = PassGraphs()
+    lazy = {"pending": False}  # something the pass does once after the weights moved, and which a capture refuses
+
+    def fn(x):
+        if lazy["pending"] and _FakeGraph.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        lazy["pending"] = False
+        return x * 3
+
+    x = torch.randn(3)
+    assert [graphs.run(fn, (x,), {}, fingerprint=1)[1] for _ in range(2)] == ["eager", "captured"]
+    lazy["pending"] = True  # the weights moved, and the next pass has its one-time work to do
+    modes = [graphs.run(fn, (x,), {}, fingerprint=2) for _ in range(3)]
+    assert [m for _, m in modes] == ["eager", "captured", "replayed"]
+    assert all(torch.equal(out, x * 3) for out, _ in modes)
+    assert graphs.stats.retried == ["RuntimeError: operation not permitted when stream is capturing"]
+    assert graphs.stats.failures == [] and graphs.stats.direct == 0 and graphs.graphs == 1
+    # a pass that can never be captured: its failure after a warm-up is final, and it is not taken as warmed
+    never = PassGraphs()
+
+    def syncs(x):
+        if _FakeGraph.capturing:
+            raise RuntimeError("a host sync")
+        return x
+
+    assert [never.run(syncs, (x,), {}, fingerprint=1)[1] for _ in range(3)] == ["eager"] * 3
+    assert [never.run(syncs, (x,), {}, fingerprint=2)[1] for _ in range(3)] == ["eager"] * 3
+    assert never.stats.failures == ["RuntimeError: a host sync"] * 2 and never.stats.retried == []

@@ -7,12 +7,14 @@ detaches the text encoder, and a detached dynamic model drops its pinned host me
 (``ModelPatcherDynamic.unpatch_model``): the next encode reads and pins it all again, where native ComfyUI, whose
 models are all dynamic, keeps it (docs/performance.md, "A prompt change at 16 GB").
 
-A MODEL unloaded whole with its host copies is *parked*: it records the bytes it held on the card, ComfyUI counts it
-as loaded (``current_loaded_device``, ``loaded_size``: nothing to free for it), and its next load reclaims those
+A MODEL unloaded whole with its host copies is *parked*: it records the bytes it held on the card, ComfyUI counts
+it as loaded (``current_loaded_device``, ``loaded_size``: nothing to free for it), and its next load reclaims those
 bytes itself, first from the dynamic models' pages (their ``partially_unload``, the call ComfyUI makes on a dynamic
 model for another: the pages go, the pins stay, their next use faults them back), then, still short, through
 ComfyUI's ``free_memory`` of the other non-dynamic models only (what is still missing streams). A dynamic model is
-never unloaded whole for it: that would drop its pins. The experiment ``park=off`` turns it off (A/B).
+never unloaded whole for it: that would drop its pins. A MODEL about to load for the first time in the pack's
+sampler is parked with all its bytes (``park_fresh``), so the first prompt keeps the encoder's pins too. The
+experiment ``park=off`` turns it off (A/B).
 """
 
 from __future__ import annotations
@@ -34,6 +36,14 @@ def park(patcher, card_bytes: int) -> None:
     """``patcher``'s MODEL was unloaded whole from ``card_bytes`` on the card, its host copies back in place."""
     if enabled() and card_bytes > 0:
         patcher.model.ideogram4_parked = int(card_bytes)
+
+
+def park_fresh(patcher) -> None:
+    """``patcher``'s MODEL is not on the card yet: parked with all its bytes, its first load makes its room as a
+    parked one's does. ComfyUI's own request for every byte of both branches detached the text encoder that had just
+    run, so the second prompt's encode read and pinned it all again."""
+    if patcher.model.model_loaded_weight_memory <= 0 and not parked_bytes(patcher):
+        park(patcher, patcher.model_size())
 
 
 def parked_bytes(patcher) -> int:
@@ -77,4 +87,4 @@ def reclaim(device, offered: float, want: int, keep) -> float:
     return offered if offered >= 1e30 else max(offered + freed, 0)
 
 
-__all__ = ["EXPERIMENT", "MARGIN", "enabled", "park", "parked_bytes", "reclaim", "unpark"]
+__all__ = ["EXPERIMENT", "MARGIN", "enabled", "park", "park_fresh", "parked_bytes", "reclaim", "unpark"]

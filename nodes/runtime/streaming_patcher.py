@@ -616,7 +616,9 @@ def load_together(models, noise_shape) -> bool:
     for it. Without that room the requests ComfyUI makes at each pass found less free than they ask once the pool
     was taken, and ComfyUI made it up by unloading the first model in its list: a branch (a new plan, both branches'
     graphs captured again), or after a prompt change the text encoder, whose pinned memory goes with it (its next
-    encode then pins it all again). Returns whether it loaded."""
+    encode then pins it all again). A MODEL not on the card yet is parked (``parking.park_fresh``): ComfyUI is asked
+    for that room only, and the load takes the MODEL's bytes from the dynamic models' pages. Returns whether it
+    loaded."""
     pack = _pack_models(models)
     if len(pack) < 2 or not streaming_enabled() or torch.device(pack[0].load_device).type != "cuda":
         return False
@@ -626,6 +628,8 @@ def load_together(models, noise_shape) -> bool:
         pool = _GRAPH_POOL_BYTES.get(str(torch.device(pack[0].load_device)), 0)
         per_pass += max(per_pass * GRAPH_SHARE, pool)
     per_pass += PER_PASS_MARGIN
+    for m in pack:
+        parking.park_fresh(m)
     with loading_together(pack):
         comfy.model_management.load_models_gpu(pack, memory_required=per_pass, minimum_memory_required=per_pass)
     return True

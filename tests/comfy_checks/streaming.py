@@ -254,11 +254,27 @@ def check_streaming():
     uncond.unpatch_model(cpu)
     # load_together leaves free what ComfyUI's per-pass requests (prepare_sampling) will insist on, so they shrink
     # neither branch afterwards (load_models_gpu recorded instead of run: the CPU stands in for a CUDA card)
+    import comfy.model_management as mm
     import comfy.sampler_helpers
+    from comfyui_ideogram4_int8.nodes.runtime import parking
 
-    calls = []
+    calls, fresh = [], []
+
+    def load_models_gpu(models, **kw):
+        # a MODEL not on the card yet comes parked with all its bytes: ComfyUI is asked nothing for it (its load takes
+        # the room itself, from the dynamic models' pages first); the load unparks it
+        fresh.append(
+            [
+                (parking.parked_bytes(m) == m.model_size(), mm.LoadedModel(m).model_memory_required(m.load_device))
+                for m in models
+            ]
+        )
+        for m in models:
+            parking.unpark(m)
+        calls.append((list(models), kw))
+
     real_load, real_device = comfy.model_management.load_models_gpu, cond.load_device
-    comfy.model_management.load_models_gpu = lambda models, **kw: calls.append((list(models), kw))
+    comfy.model_management.load_models_gpu = load_models_gpu
     # ... and, inside the pack's sampler (one_pass_per_branch), each branch's request is ComfyUI's estimate for the
     # one pass it runs (one batch), not for a doubled batch; the factor comes back after, also after a failure
     noise_shape = (1, *x.shape[1:])
@@ -286,6 +302,9 @@ def check_streaming():
         with experiments(f"{streaming_patcher.PASS_ESTIMATE}=comfyui"):
             with streaming_patcher.one_pass_per_branch([cond, uncond]):
                 inside["comfyui_env"] = comfy.sampler_helpers.estimate_memory(cond, noise_shape, {"positive": []})
+        with experiments(f"{parking.EXPERIMENT}=off"):
+            streaming_patcher.load_together([cond, uncond], noise_shape)
+            calls.pop()
         try:
             with streaming_patcher.one_pass_per_branch([cond, uncond]):
                 raise RuntimeError("sampling failed")
@@ -308,6 +327,7 @@ def check_streaming():
         "later_memory_required": later[1].get("memory_required"),
         "pool_memory_required": with_pool[1].get("memory_required"),
         "inside_estimate": list(inside.get("estimate", ())),
+        "fresh": fresh,
         "inside_factor_ratio": inside.get("uncond_factor", 0) / factor,
         "comfyui_env_estimate": list(inside.get("comfyui_env", ())),
         "factor_restored": cond.model.memory_usage_factor == factor and uncond.model.memory_usage_factor == factor,

@@ -247,6 +247,12 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert tg["max_abs"] == 0.0 and tg["left_after"] == {}
     lt = r["load_together"]
     assert lt["loaded"] and lt["calls"] == 2 and lt["models"] == [True, True]
+    # MODELs not on the card yet come parked with all their bytes: ComfyUI is asked no room for them (their load
+    # takes it from the dynamic models' pages); on the card already, or park=off: not parked, as ComfyUI counts them
+    fresh = [[True, 0], [True, 0]]
+    assert lt["fresh"][0] == fresh and lt["fresh"][2] == fresh and lt["fresh"][3] == fresh, lt["fresh"]
+    assert [p for p, _ in lt["fresh"][1]] == [False, False]
+    assert [p for p, _ in lt["fresh"][-1]] == [False, False] and all(r > 0 for _, r in lt["fresh"][-1])
     assert lt["per_pass_estimate"] > 0
     # with CUDA graphs on, a first load leaves room for their pool as a share of the pass's estimate; a later run
     # does not ask it

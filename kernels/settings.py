@@ -126,6 +126,11 @@ EXPERIMENTS = {
         "(off), instead of taking back its room from their pages",
         ("off",),
     ),
+    "pin-copy": Experiment(
+        "a streamed weight that lies in its checkpoint's file mapping pinned in place (off), instead of copied to "
+        "fresh host memory first",
+        ("off",),
+    ),
     "pass-estimate": Experiment("ComfyUI's doubled-batch memory estimate under the pack's sampler", ("comfyui",)),
     "no-resident-conds": Experiment("the text context cast to the device in every model call, as ComfyUI does"),
     "self-check": Experiment(

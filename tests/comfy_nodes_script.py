@@ -54,6 +54,7 @@ CHECKS = {
     "streaming": streaming.check_streaming,
     "upload": upload.check_upload,
     "host_copies": host_copies.check_host_copies,
+    "file_pages": host_copies.check_file_pages,
     "parking": parking.check_parking,
     "branch_device": devices.check_branch_device,
     "cuda_graphs": cuda_graphs.check_cuda_graphs,

@@ -2,12 +2,14 @@
 tensors of a streamed block's piece sizes; and the ways a weight loaded from a checkpoint can become pinned.
 
 ``--source fresh``: touched anonymous memory, registered from 1..N threads.
+``--source file-cpu`` (no GPU): on the same file's tensors, a write to every page (the copy a writable registration
+forces, page by page) against torch's copy into fresh memory on 1..N threads.
 ``--source file``: the tensors safetensors hands out (``safe_open`` maps the file privately: the weights the pack's
 loader gives a MODEL), each made pinned four ways: registered in place (the pack's path: a private file mapping
 registered for writing, so every page is copied on its first touch), registered in place read-only, copied to
 fresh host memory (torch's parallel copy) then registered, and copied into memory allocated pinned.
 
-    python -m comfyui_ideogram4_int8.bench.probes.pin_probe [--source fresh|file] [--gib 4] [--threads 1,2,4,8]
+    python -m comfyui_ideogram4_int8.bench.probes.pin_probe [--source fresh|file|file-cpu] [--gib 4] [--threads 1,2,4,8]
 """
 
 from __future__ import annotations
@@ -140,13 +142,53 @@ def _file_ways(total: int) -> dict:
     return {"pieces": n, "gib": round(gib, 2), "torch_threads": torch.get_num_threads(), "ways": rows}
 
 
+def _file_cpu(a, total: int) -> dict:
+    """The copy-on-write a writable registration of the file's pages forces, against copying them first."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    n = max(total // PIECE, 1)
+    path = os.path.join(tempfile.mkdtemp(), "pieces.safetensors")
+    save_file({f"p{i}": torch.full((PIECE,), i % 120 + 1, dtype=torch.int8) for i in range(n)}, path)
+    gib = n * PIECE / 2**30
+
+    def pieces():
+        with safe_open(path, framework="pt", device="cpu") as f:
+            return [f.get_tensor(f"p{i}") for i in range(n)]
+
+    rows = {}
+    ts = pieces()
+    t0 = time.perf_counter()
+    for t in ts:
+        t.view(-1)[::4096].add_(0)  # one write per page
+    rows["copy-on-write, page by page"] = round(gib / (time.perf_counter() - t0), 2)
+    _progress(rows)
+    threads = torch.get_num_threads()
+    for k in [int(x) for x in a.threads.split(",")]:
+        torch.set_num_threads(k)
+        ts = pieces()
+        t0 = time.perf_counter()
+        out = [torch.empty_like(t) for t in ts]
+        for o, t in zip(out, ts, strict=True):
+            o.copy_(t)
+        rows[f"copy to fresh memory, threads={k}"] = round(gib / (time.perf_counter() - t0), 2)
+        _progress(rows)
+        del out
+    torch.set_num_threads(threads)
+    os.remove(path)
+    return {"pieces": n, "gib": round(gib, 2), "gib_s": rows}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--source", choices=("fresh", "file"), default="fresh")
+    ap.add_argument("--source", choices=("fresh", "file", "file-cpu"), default="fresh")
     ap.add_argument("--gib", type=float, default=4.0)
     ap.add_argument("--threads", default="1,2,4,8")
     a = ap.parse_args()
     total = int(a.gib * 2**30)
+    if a.source == "file-cpu":
+        print(json.dumps({"torch": torch.__version__, "cpus": os.cpu_count(), "file_cpu": _file_cpu(a, total)}))
+        return
     torch.cuda.init()
     out = {"gib": a.gib, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "source": a.source}
     if a.source == "fresh":

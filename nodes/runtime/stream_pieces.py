@@ -26,6 +26,11 @@ def host_data(w) -> torch.Tensor:
     return w._qdata if isinstance(w, QuantizedTensor) else w.data
 
 
+def with_host_data(w, data: torch.Tensor):
+    """``w`` with ``data`` in place of the tensor that streams for it (``host_data``)."""
+    return QuantizedTensor(data, w._layout_cls, w._params) if isinstance(w, QuantizedTensor) else data
+
+
 def weight_bytes(m) -> int:
     data = host_data(m.weight)
     return data.numel() * data.element_size()
@@ -82,4 +87,4 @@ def unit(index: int, piece: streaming.Piece, device: torch.device, cache: dict) 
     return streaming.StreamUnit(index, data, bind, unbind, pinned, piece.name)
 
 
-__all__ = ["streamable", "host_data", "weight_bytes", "pieces", "piece_bytes", "unit"]
+__all__ = ["streamable", "host_data", "with_host_data", "weight_bytes", "pieces", "piece_bytes", "unit"]

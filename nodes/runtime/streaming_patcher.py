@@ -40,7 +40,7 @@ import comfy.model_patcher
 import torch
 
 from ... import kernels
-from ...ideogram4 import graph_replay, streaming
+from ...ideogram4 import graph_replay, host_pages, streaming
 from ...kernels import settings
 from . import host_copies, parking, stream_pieces, weight_upload
 from .int8_ops import site_label
@@ -48,11 +48,13 @@ from .op_coverage import CONTEXT_ONLY
 from .stream_pieces import host_data as _host_data
 from .stream_pieces import streamable as _streamable
 from .stream_pieces import weight_bytes as _weight_bytes
+from .stream_pieces import with_host_data as _with_host_data
 
 log = logging.getLogger("comfyui_ideogram4_int8")
 
 WHOLE_BLOCKS = "stream-whole-blocks"  # the experiment that streams whole blocks (A/B measurements)
 PASS_ESTIMATE = "pass-estimate"  # pass-estimate=comfyui: keep ComfyUI's doubled-batch estimate (comparisons)
+PIN_COPY = "pin-copy"  # pin-copy=off: a streamed weight in a file mapping is pinned in place (comparisons)
 NOTE_KIND = "streaming"
 PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors allocated between the loads
 # of a pass's estimate, left free too at a first load while CUDA graphs are on (load_together): their pool measures
@@ -380,6 +382,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         self._weights_move()
         started = time.perf_counter()
         self._pin_clock = [0.0, 0]  # seconds and bytes of pinning in this plan
+        self._file_maps = host_pages.FileMappings() if self._copies_file_pages(device) else None
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
@@ -417,6 +420,11 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             self._pin_clock[1] / streaming.GIB,
         )
 
+    def _copies_file_pages(self, device) -> bool:
+        """Whether a streamed weight still in its checkpoint's file mapping is copied before it is pinned (pinning is
+        for a GPU's copies; ``pin-copy=off`` pins it in place)."""
+        return torch.device(device).type == "cuda" and settings.experiment(PIN_COPY) != "off"
+
     def _stream_module(self, key: str, m, device) -> None:
         """``m``'s weight to pinned host memory (LoRA merged on ``device`` first); its small tensors on ``device``."""
         weight_key, bias_key = f"{key}.weight", f"{key}.bias"
@@ -432,6 +440,9 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             host = w.to("cpu") if host is None else host
             data = _host_data(host)
             pin_started = time.perf_counter()
+            if self._file_maps is not None and self._file_maps.holds(data):  # the file's pages: copied first
+                host = _with_host_data(host, host_pages.own_copy(data))  # (ideogram4/host_pages.py says why)
+                data = _host_data(host)
             if data.is_contiguous() and comfy.model_management.pin_memory(data):
                 self._pinned().append(data)
                 self._pin_clock[0] += time.perf_counter() - pin_started  # _apply's clock: its only caller

@@ -169,3 +169,66 @@ def check_host_copies():
         res["covers_off"] = host_copies.covers(cond)
         cond.unpatch_model(cpu)
     return res
+
+
+def check_file_pages():
+    """A streamed weight still in its checkpoint's file mapping (as safetensors hands it out) is copied to fresh host
+    memory before it is pinned (ideogram4/host_pages.py), with the same bytes, and kept as its host copy; under
+    ``pin-copy=off`` it stays in the mapping. Where nothing pins (a CPU) the copy is skipped, so the decision is
+    stood in for as on a card; the plan streams two blocks and computes as the resident model."""
+    from comfyui_ideogram4_int8.ideogram4 import host_pages
+    from comfyui_ideogram4_int8.kernels import settings
+    from comfyui_ideogram4_int8.nodes.runtime import streaming_patcher
+
+    write_all()
+    x, ctx, sigma, _ = inputs()
+    cpu = torch.device("cpu")
+    patcher_cls = streaming_patcher.Ideogram4ModelPatcher
+    real = patcher_cls._copies_file_pages
+    patcher_cls._copies_file_pages = lambda self, device: settings.experiment(streaming_patcher.PIN_COPY) != "off"
+    out = {"real_on_cpu": real(None, cpu)}
+    try:
+        for case, spec in (("copy", None), ("in_place", f"{streaming_patcher.PIN_COPY}=off")):
+            cond, _, _ = load("i4_w8a8.safetensors")
+            cond.model.ideogram4_upload_any_device = cond.model.ideogram4_stream_any_device = True
+            dm = cond.model.diffusion_model
+            qkv = [b.attention.qkv for b in dm.layers]
+            before = [host_pages.FileMappings().holds(_data(m.weight)) for m in qkv]
+            original = [_bytes(m.weight) for m in qkv]
+            with torch.no_grad():
+                want = dm(x, sigma, context=ctx).float()
+            with experiments(spec):
+                cond.patch_model(device_to=cpu, lowvram_model_memory=streaming_budget(cond, 2))
+            streamed = set(cond.stream.plan.streamed)
+            maps = host_pages.FileMappings()
+            kept = cond.model.ideogram4_host_copies
+            with torch.no_grad():
+                got = dm(x, sigma, context=ctx).float()
+            out[case] = {
+                "mapped_before": before,
+                "streamed": sorted(streamed),
+                "mapped_after": [maps.holds(_data(m.weight)) for m in qkv],
+                "same_bytes": [torch.equal(_bytes(m.weight), o) for m, o in zip(qkv, original, strict=True)],
+                "kept_is_weight": [
+                    _data(kept[f"diffusion_model.layers.{i}.attention.qkv.weight"]).data_ptr()
+                    == _data(qkv[i].weight).data_ptr()
+                    for i in sorted(streamed)
+                ],
+                "max_abs": (got - want).abs().max().item(),
+            }
+            cond.unpatch_model(cpu)
+    finally:
+        patcher_cls._copies_file_pages = real
+    # the maps reader: only private mappings of a file count
+    text = (
+        "7f0000000000-7f0000100000 rw-p 00000000 fe:00 12 /models/a.safetensors\n"
+        "7f0000100000-7f0000200000 rw-s 00000000 fe:00 13 /dev/shm/b\n"
+        "7f0000200000-7f0000300000 rw-p 00000000 00:00 0 [heap]\n"
+        "7f0000300000-7f0000400000 rw-p 00000000 00:00 0\n"
+    )
+    fake = host_pages.FileMappings(text)
+    probe = torch.empty(0)
+    out["parsed"] = [fake._starts, fake._ends]
+    out["fresh_tensor"] = host_pages.FileMappings().holds(torch.ones(1 << 16))
+    out["empty_tensor"] = host_pages.FileMappings(text).holds(probe)
+    return out

@@ -402,5 +402,22 @@ def test_an_unload_drops_the_card_copies_of_kept_host_tensors(run_check):
     assert_host_copies(run_check("host_copies"))
 
 
+def test_a_streamed_weight_in_its_file_mapping_is_copied_before_it_is_pinned(run_check):
+    r = run_check("file_pages")
+    assert r["real_on_cpu"] is False  # nothing pins on a CPU: no copy there
+    copy, in_place = r["copy"], r["in_place"]
+    for case in (copy, in_place):
+        # safetensors hands the weights out in a private mapping of the file; the plan streams two blocks and
+        # computes as the resident model, every weight with its bytes as loaded
+        assert all(case["mapped_before"]) and len(case["streamed"]) == 2, case
+        assert all(case["same_bytes"]) and all(case["kept_is_weight"]) and case["max_abs"] == 0.0, case
+    # copied: the streamed weights left the mapping (their kept host copies are the copies); pin-copy=off: in place
+    # (the resident weights are on the card: here the CPU twins of the staged upload)
+    assert not any(copy["mapped_after"][i] for i in copy["streamed"]), copy
+    assert all(in_place["mapped_after"][i] for i in in_place["streamed"]), in_place
+    assert r["parsed"] == [[0x7F0000000000], [0x7F0000100000]]  # private file mappings only
+    assert r["fresh_tensor"] is False and r["empty_tensor"] is False
+
+
 def test_a_model_unloaded_whole_takes_back_its_room_from_dynamic_models_pages(run_check):
     assert_parking(run_check("parking"))

@@ -23,6 +23,7 @@ import comfy.model_management as mm
 import torch
 
 from ...kernels import settings
+from .budget import unlimited
 
 EXPERIMENT = "park"
 MARGIN = 64 * 2**20  # bytes per MODEL reclaimed beyond what it held (its plan is made again from the budget)
@@ -64,8 +65,8 @@ def _dynamic_on(device: torch.device):
 
 def reclaim(device, offered: float, want: int, keep) -> float:
     """The budget for a parked load on ``device``: ``offered`` (ComfyUI's offer, which counted the parked MODEL as
-    loaded; 1e32 and up: no limit) plus what freeing the room short of ``want`` bytes gave; ``keep(loaded_model)``
-    names ComfyUI's entries that must stay (the pack's MODELs of this load or of a run)."""
+    loaded; ``budget.unlimited``: no limit) plus what freeing the room short of ``want`` bytes gave;
+    ``keep(loaded_model)`` names ComfyUI's entries that must stay (the pack's MODELs of this load or of a run)."""
     device = torch.device(device)
     if device.type == "cpu":
         return max(offered, 0)
@@ -84,7 +85,7 @@ def reclaim(device, offered: float, want: int, keep) -> float:
         kept = [m for m in mm.current_loaded_models if m not in others]  # a dynamic model never whole
         mm.free_memory(before + short - freed, device, keep_loaded=kept)
         freed += max(mm.get_free_memory(device) - before, 0)
-    return offered if offered >= 1e30 else max(offered + freed, 0)
+    return offered if unlimited(offered) else max(offered + freed, 0)
 
 
 __all__ = ["EXPERIMENT", "MARGIN", "enabled", "park", "park_fresh", "parked_bytes", "reclaim", "unpark"]

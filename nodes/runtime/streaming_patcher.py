@@ -43,6 +43,7 @@ from ... import kernels
 from ...ideogram4 import graph_replay, host_pages, streaming
 from ...kernels import settings
 from . import host_copies, parking, stream_pieces, weight_upload
+from .budget import NO_LIMIT, unlimited
 from .int8_ops import site_label
 from .op_coverage import CONTEXT_ONLY
 from .stream_pieces import host_data as _host_data
@@ -225,9 +226,9 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if streams:
             _ON_DEVICE.add(self)
             budget, full_load = self._share_with_pending(device_to, budget, full_load, parked)
-        if full_load or not streams or budget <= 0 or budget >= 1e30:
+        if full_load or not streams or budget <= 0 or unlimited(budget):
             self._to_resident(device_to)
-            if full_load or budget >= 1e30:  # ComfyUI moves every module (a smaller budget: its own partial load)
+            if full_load or unlimited(budget):  # ComfyUI moves every module (a smaller budget: its own partial load)
                 weight_upload.before_load(self, device_to, whole_model=full_load)
             return super().load(device_to, lowvram_model_memory, force_patch_weights, full_load)
         if self.stream is not None and budget >= self.model.model_loaded_weight_memory:
@@ -240,7 +241,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if not plan.streamed:
             self._to_resident(device_to)
             weight_upload.before_load(self, device_to, whole_model=False)
-            return super().load(device_to, lowvram_model_memory=1e32, force_patch_weights=force_patch_weights)
+            return super().load(device_to, lowvram_model_memory=NO_LIMIT, force_patch_weights=force_patch_weights)
         self._apply(device_to, plan)
         return None
 
@@ -256,7 +257,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         fit as they were (``parked``: this one's bytes then) take those bytes again: the same plan, whose streamed
         weights are still pinned (a share by size moved a block from one branch to the other between prompts, and
         its weights were pinned again)."""
-        if not 0 < budget < 1e30:
+        if budget <= 0 or unlimited(budget):
             return budget, full_load
         pending = [p for p in self._loading_with(device) if p.model.model_loaded_weight_memory <= 0]
         if not pending or budget >= self.model_size() + sum(p.model_size() for p in pending):
@@ -329,7 +330,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         (ComfyUI's full load: ``force_full_load``), each takes all its bytes, not the fewer a streaming plan held."""
         if parking.parked_bytes(self):
             group = [self, *self._loading_with(device_to)]
-            full = extra_memory >= 1e30
+            full = unlimited(extra_memory)
             want = sum(
                 (p.model_size() if full else parking.parked_bytes(p)) + parking.MARGIN
                 for p in group
@@ -402,7 +403,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                         self._unstream_module(f"diffusion_model.layers.{i}.{name}", m, device)
             self.model.ideogram4_streamed_modules = names
             weight_upload.before_load(self, device, whole_model=False)  # _load_list leaves the streamed ones out
-            super().load(device, lowvram_model_memory=1e32, force_patch_weights=False)  # the rest, resident
+            super().load(device, lowvram_model_memory=NO_LIMIT, force_patch_weights=False)  # the rest, resident
             stream = _ModelStream(self, device, plan)
             self.model.ideogram4_stream = stream
             self.model.model_lowvram = True  # ComfyUI offers more memory later (partially_load) instead of skipping
@@ -554,7 +555,7 @@ def _unpin_all(pinned: list) -> None:
 
 
 def _gib(budget: float) -> str:
-    return "no limit" if budget >= 1e30 else f"{budget / streaming.GIB:.2f} GiB"
+    return "no limit" if unlimited(budget) else f"{budget / streaming.GIB:.2f} GiB"
 
 
 def _keeps_pack(loaded_model) -> bool:

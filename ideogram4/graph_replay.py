@@ -11,9 +11,9 @@ replays it, and every later call, in this run or a later one, copies its inputs 
 graphs stay valid while the weights stay where they were captured: the caller's ``fingerprint`` (the weights'
 addresses and their patch set) is compared at every call, and a new fingerprint drops every graph of the model
 before anything runs (a graph would read freed or re-patched memory). At most ``max_signatures`` signatures keep a
-graph (the least recently used goes first). A capture that fails (an operation that cannot be captured, such as a
-host sync) leaves that signature eager, with the reason kept for the panel. The output returned is a copy: the
-graph's own output is overwritten by its next replay.
+graph (the least recently used goes first). A capture that fails after a warm-up (an operation that cannot be
+captured, such as a host sync) leaves that signature eager, with the reason kept for the panel. The output returned
+is a copy: the graph's own output is overwritten by its next replay.
 
 What the warm-up did (autotuning, compilation) outlives the weights' addresses: a signature warmed once, with the
 same ``warm_key`` (the caller's name for how the pass runs: its streaming plan), is captured at its first call after
@@ -307,7 +307,7 @@ class PassGraphs:
             entry = self._entries.get(key)
             if entry is None:
                 entry = self._entries[key] = _Entry()
-                if warm in self._warmed:  # warmed under earlier weights: captured at once
+                if self.warmup > 0 and warm in self._warmed:  # warmed under earlier weights: captured at once
                     entry.calls, entry.direct = self.warmup, True
                 self._evict_locked()
             self._entries.move_to_end(key)
@@ -414,8 +414,8 @@ class PassGraphs:
         return _copy_out(out), "captured"
 
     def clear(self) -> None:
-        """Drop every graph (they are captured again at the next calls after the warm-up); their memory goes back to
-        the caching allocator once no graph of the pool is left."""
+        """Drop every graph (a warmed signature is captured again at its next call, any other after its warm-up);
+        their memory goes back to the caching allocator once no graph of the pool is left."""
         with self._lock:
             self._clear_locked()
             self._fingerprint = None

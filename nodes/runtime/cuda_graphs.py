@@ -214,6 +214,12 @@ class _GraphWrapper:
 
     def note(self) -> str:
         m, failures = self.modes, self.graphs.stats.failures[self.failures_before :]
+        retried = self.graphs.stats.retried[self.retried_before :]
+        retry = (
+            f"a capture with no warm-up under these weights failed ({retried[0]}): one eager pass first"
+            if retried
+            else ""
+        )
         if m["replayed"]:
             captured = f"{m['captured']} captured" if m["captured"] else "no capture: graphs kept from an earlier run"
             eager = f", {m['eager']} eager" if m["eager"] else ""
@@ -226,13 +232,10 @@ class _GraphWrapper:
         elif self.off:
             text = f"CUDA graphs off: {self.off}"
         else:
-            return ""
+            return f"CUDA graphs: {retry}" if retry else ""
         if self.off and m["replayed"]:
             text += f"; some passes eager: {self.off}"
-        retried = self.graphs.stats.retried[self.retried_before :]
-        if retried:
-            text += f"; a capture with no warm-up under the moved weights failed ({retried[0]}): one eager pass first"
-        return text
+        return f"{text}; {retry}" if retry else text
 
 
 @contextlib.contextmanager

@@ -39,12 +39,14 @@ def park(patcher, card_bytes: int) -> None:
         patcher.model.ideogram4_parked = int(card_bytes)
 
 
-def park_fresh(patcher) -> None:
-    """``patcher``'s MODEL is not on the card yet: parked with all its bytes, its first load makes its room as a
+def park_fresh(patcher) -> bool:
+    """``patcher``'s MODEL, if not on the card yet, is parked with all its bytes: its first load makes its room as a
     parked one's does. ComfyUI's own request for every byte of both branches detached the text encoder that had just
-    run, so the second prompt's encode read and pinned it all again."""
+    run, so the second prompt's encode read and pinned it all again. Returns whether it parked it."""
     if patcher.model.model_loaded_weight_memory <= 0 and not parked_bytes(patcher):
         park(patcher, patcher.model_size())
+        return bool(parked_bytes(patcher))
+    return False
 
 
 def parked_bytes(patcher) -> int:

@@ -383,7 +383,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         self._weights_move()
         started = time.perf_counter()
         self._pin_clock = [0.0, 0]  # seconds and bytes of pinning in this plan
-        self._file_maps = host_pages.FileMappings() if self._copies_file_pages(device) else None
+        file_maps = host_pages.FileMappings() if self._copies_file_pages(device) else None
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
@@ -391,10 +391,10 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             for i, block in enumerate(blocks):  # what leaves the card first, so what comes in finds room
                 if i in streamed:
                     for name, m in _streamable(block):
-                        self._stream_module(f"diffusion_model.layers.{i}.{name}", m, device)
+                        self._stream_module(f"diffusion_model.layers.{i}.{name}", m, device, file_maps)
             names = {f"diffusion_model.layers.{i}.{n}" for i in streamed for n, _ in _streamable(blocks[i])}
             for key, m in _host_layers(self.model) if plan.host_bytes else ():
-                self._stream_module(key, m, device)
+                self._stream_module(key, m, device, file_maps)
                 m.comfy_cast_weights = True
                 names.add(key)
             for i, block in enumerate(blocks):
@@ -426,7 +426,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         for a GPU's copies; ``pin-copy=off`` pins it in place)."""
         return torch.device(device).type == "cuda" and settings.experiment(PIN_COPY) != "off"
 
-    def _stream_module(self, key: str, m, device) -> None:
+    def _stream_module(self, key: str, m, device, file_maps: host_pages.FileMappings | None = None) -> None:
         """``m``'s weight to pinned host memory (LoRA merged on ``device`` first); its small tensors on ``device``."""
         weight_key, bias_key = f"{key}.weight", f"{key}.bias"
         if not getattr(m, "comfy_patched_weights", False):
@@ -441,10 +441,17 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             host = w.to("cpu") if host is None else host
             data = _host_data(host)
             pin_started = time.perf_counter()
-            if self._file_maps is not None and self._file_maps.holds(data):  # the file's pages: copied first
-                host = _with_host_data(host, host_pages.own_copy(data))  # (ideogram4/host_pages.py says why)
-                data = _host_data(host)
-            if data.is_contiguous() and comfy.model_management.pin_memory(data):
+            if file_maps is not None and not data.is_pinned() and file_maps.holds(data):
+                # the file's pages: a copy is pinned instead (ideogram4/host_pages.py says why), and kept only if
+                # it pinned; otherwise the file's pages stay, which the kernel may drop and read again
+                copy = host_pages.own_copy(data)
+                if comfy.model_management.pin_memory(copy):
+                    host, data = _with_host_data(host, copy), copy
+                    self._pinned().append(data)
+                    self._pin_clock[0] += time.perf_counter() - pin_started
+                    self._pin_clock[1] += data.nbytes
+                del copy
+            elif data.is_contiguous() and comfy.model_management.pin_memory(data):
                 self._pinned().append(data)
                 self._pin_clock[0] += time.perf_counter() - pin_started  # _apply's clock: its only caller
                 self._pin_clock[1] += data.nbytes
@@ -640,10 +647,14 @@ def load_together(models, noise_shape) -> bool:
         pool = _GRAPH_POOL_BYTES.get(str(torch.device(pack[0].load_device)), 0)
         per_pass += max(per_pass * GRAPH_SHARE, pool)
     per_pass += PER_PASS_MARGIN
-    for m in pack:
-        parking.park_fresh(m)
-    with loading_together(pack):
-        comfy.model_management.load_models_gpu(pack, memory_required=per_pass, minimum_memory_required=per_pass)
+    fresh = [m for m in pack if parking.park_fresh(m)]
+    try:
+        with loading_together(pack):
+            comfy.model_management.load_models_gpu(pack, memory_required=per_pass, minimum_memory_required=per_pass)
+    finally:
+        for m in fresh:  # a load that failed before reaching it: not on the card, so not counted as loaded
+            if m.model.model_loaded_weight_memory <= 0:
+                parking.unpark(m)
     return True
 
 

@@ -114,6 +114,14 @@ def check_cuda_graphs():
         }
         seen["gpu"]["oom"] = _out_of_memory_case(cond, uncond, ctx, s)
     seen["cpu_finite"] = bool(torch.isfinite(eager).all())
+    # the panel's note names a direct capture that failed (its pass ran eagerly first), with replays or without
+    wrapper = cuda_graphs._GraphWrapper(cond, "conditional")
+    wrapper.graphs.stats.retried.append("RuntimeError: a one-time copy")
+    wrapper.modes.update(eager=1, captured=1, replayed=10)
+    seen["retry_notes"] = [wrapper.note()]
+    wrapper.modes.update(eager=1, captured=0, replayed=0)
+    seen["retry_notes"].append(wrapper.note())
+    wrapper.graphs.stats.retried.clear()
     seen["release"] = _graph_release_cases(cond)
     return seen
 

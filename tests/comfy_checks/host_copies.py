@@ -173,9 +173,11 @@ def check_host_copies():
 
 def check_file_pages():
     """A streamed weight still in its checkpoint's file mapping (as safetensors hands it out) is copied to fresh host
-    memory before it is pinned (ideogram4/host_pages.py), with the same bytes, and kept as its host copy; under
-    ``pin-copy=off`` it stays in the mapping. Where nothing pins (a CPU) the copy is skipped, so the decision is
-    stood in for as on a card; the plan streams two blocks and computes as the resident model."""
+    memory and the copy pinned (ideogram4/host_pages.py), with the same bytes, and kept as its host copy; a copy that
+    does not pin is dropped (the file's pages stay); under ``pin-copy=off`` the weight is pinned in place. Nothing
+    pins on a CPU, so the decision and ComfyUI's ``pin_memory`` are stood in for as on a card; the plan streams two
+    blocks and computes as the resident model."""
+    import comfy.model_management as mm
     from comfyui_ideogram4_int8.ideogram4 import host_pages
     from comfyui_ideogram4_int8.kernels import settings
     from comfyui_ideogram4_int8.nodes.runtime import streaming_patcher
@@ -184,11 +186,23 @@ def check_file_pages():
     x, ctx, sigma, _ = inputs()
     cpu = torch.device("cpu")
     patcher_cls = streaming_patcher.Ideogram4ModelPatcher
-    real = patcher_cls._copies_file_pages
+    real, real_pin = patcher_cls._copies_file_pages, mm.pin_memory
     patcher_cls._copies_file_pages = lambda self, device: settings.experiment(streaming_patcher.PIN_COPY) != "off"
+    pins = {"ok": True, "asked": 0}
+
+    def pin_memory(t):
+        pins["asked"] += 1
+        return pins["ok"]
+
+    mm.pin_memory = pin_memory
     out = {"real_on_cpu": real(None, cpu)}
     try:
-        for case, spec in (("copy", None), ("in_place", f"{streaming_patcher.PIN_COPY}=off")):
+        for case, spec, ok in (
+            ("copy", None, True),
+            ("copy_refused", None, False),
+            ("in_place", f"{streaming_patcher.PIN_COPY}=off", True),
+        ):
+            pins.update(ok=ok, asked=0)
             cond, _, _ = load("i4_w8a8.safetensors")
             cond.model.ideogram4_upload_any_device = cond.model.ideogram4_stream_any_device = True
             dm = cond.model.diffusion_model
@@ -215,10 +229,11 @@ def check_file_pages():
                     for i in sorted(streamed)
                 ],
                 "max_abs": (got - want).abs().max().item(),
+                "pins_asked": pins["asked"],
             }
             cond.unpatch_model(cpu)
     finally:
-        patcher_cls._copies_file_pages = real
+        patcher_cls._copies_file_pages, mm.pin_memory = real, real_pin
     # the maps reader: only private mappings of a file count
     text = (
         "7f0000000000-7f0000100000 rw-p 00000000 fe:00 12 /models/a.safetensors\n"

@@ -305,6 +305,17 @@ def check_streaming():
         with experiments(f"{parking.EXPERIMENT}=off"):
             streaming_patcher.load_together([cond, uncond], noise_shape)
             calls.pop()
+
+        # a load that fails before a MODEL reached the card leaves it unparked (not counted as loaded)
+        def failing(models, **kw):
+            raise RuntimeError("the load failed")
+
+        comfy.model_management.load_models_gpu = failing
+        try:
+            streaming_patcher.load_together([cond, uncond], noise_shape)
+        except RuntimeError:
+            inside["parked_after_failure"] = [parking.parked_bytes(m) for m in (cond, uncond)]
+        comfy.model_management.load_models_gpu = load_models_gpu
         try:
             with streaming_patcher.one_pass_per_branch([cond, uncond]):
                 raise RuntimeError("sampling failed")
@@ -328,6 +339,7 @@ def check_streaming():
         "pool_memory_required": with_pool[1].get("memory_required"),
         "inside_estimate": list(inside.get("estimate", ())),
         "fresh": fresh,
+        "parked_after_failure": inside.get("parked_after_failure"),
         "inside_factor_ratio": inside.get("uncond_factor", 0) / factor,
         "comfyui_env_estimate": list(inside.get("comfyui_env", ())),
         "factor_restored": cond.model.memory_usage_factor == factor and uncond.model.memory_usage_factor == factor,

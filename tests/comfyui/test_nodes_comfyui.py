@@ -253,6 +253,7 @@ def test_low_vram_streaming_equals_resident(run_check):
     assert lt["fresh"][0] == fresh and lt["fresh"][2] == fresh and lt["fresh"][3] == fresh, lt["fresh"]
     assert [p for p, _ in lt["fresh"][1]] == [False, False]
     assert [p for p, _ in lt["fresh"][-1]] == [False, False] and all(r > 0 for _, r in lt["fresh"][-1])
+    assert lt["parked_after_failure"] == [0, 0]
     assert lt["per_pass_estimate"] > 0
     # with CUDA graphs on, a first load leaves room for their pool as a share of the pass's estimate; a later run
     # does not ask it
@@ -312,6 +313,9 @@ def test_cuda_graph_wrapper_goes_on_the_packs_models_for_one_run(run_check):
     assert reasons["env_on"] is None and reasons["default"] is None
     # graphs kept between runs go when ComfyUI moves the weights, not when it detaches the MODEL to load it again;
     # while they live, their pool's bytes are in ComfyUI's reserved VRAM
+    retry = "a capture with no warm-up under these weights failed (RuntimeError: a one-time copy): one eager pass first"
+    assert r["retry_notes"][0].startswith("CUDA graphs: 10 of 12 passes replayed (1 captured, 1 eager)")
+    assert r["retry_notes"][0].endswith(f"; {retry}") and r["retry_notes"][1] == f"CUDA graphs: {retry}"
     release = r["release"]
     held = 5 << 20
     assert release["detach_for_reload"] == {
@@ -405,8 +409,8 @@ def test_an_unload_drops_the_card_copies_of_kept_host_tensors(run_check):
 def test_a_streamed_weight_in_its_file_mapping_is_copied_before_it_is_pinned(run_check):
     r = run_check("file_pages")
     assert r["real_on_cpu"] is False  # nothing pins on a CPU: no copy there
-    copy, in_place = r["copy"], r["in_place"]
-    for case in (copy, in_place):
+    copy, refused, in_place = r["copy"], r["copy_refused"], r["in_place"]
+    for case in (copy, refused, in_place):
         # safetensors hands the weights out in a private mapping of the file; the plan streams two blocks and
         # computes as the resident model, every weight with its bytes as loaded
         assert all(case["mapped_before"]) and len(case["streamed"]) == 2, case
@@ -415,6 +419,9 @@ def test_a_streamed_weight_in_its_file_mapping_is_copied_before_it_is_pinned(run
     # (the resident weights are on the card: here the CPU twins of the staged upload)
     assert not any(copy["mapped_after"][i] for i in copy["streamed"]), copy
     assert all(in_place["mapped_after"][i] for i in in_place["streamed"]), in_place
+    # a copy that does not pin is dropped: the weight stays on the file's pages (the kernel may drop and reread them)
+    assert all(refused["mapped_after"][i] for i in refused["streamed"]), refused
+    assert copy["pins_asked"] == refused["pins_asked"] == in_place["pins_asked"] > 0
     assert r["parsed"] == [[0x7F0000000000], [0x7F0000100000]]  # private file mappings only
     assert r["fresh_tensor"] is False and r["empty_tensor"] is False
 

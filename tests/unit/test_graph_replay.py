@@ -207,8 +207,13 @@ def test_a_failed_capture_leaves_its_signature_eager_with_the_reason(fake_cuda, 
     other = PassGraphs()
     assert [other.run(lambda x: x + 1, (x,), {})[1] for _ in range(2)] == ["eager", "captured"]
     assert len(handles) == 2 and other.graphs == 1
-    # with a graph of the pool alive, a failed capture leaves the pool as it is (that graph holds it)
-    assert [PassGraphs().run(syncs, (x,), {})[1] for _ in range(2)] == ["eager", "eager"] and len(handles) == 2
+    # with a graph of the pool alive, a failed capture leaves the pool as it is (that graph holds it): the next
+    # capture joins the same pool
+    failing = PassGraphs()
+    assert [failing.run(syncs, (x,), {})[1] for _ in range(2)] == ["eager", "eager"] and failing.stats.failures
+    y = torch.randn(5)
+    assert [other.run(lambda x: x + 1, (y,), {})[1] for _ in range(2)] == ["eager", "captured"]
+    assert len(handles) == 2 and other.graphs == 2
 
 
 def test_a_direct_capture_that_fails_warms_up_once_and_captures_again(fake_cuda, monkeypatch):

@@ -14,6 +14,8 @@ MAPS = """\
 7f0000200000-7f0000300000 rw-p 00000000 00:00 0                      [heap]
 7f0000300000-7f0000400000 rw-p 00000000 00:00 0
 7f0000500000-7f0000600000 r--p 00001000 fe:00 14                     /usr/lib/libc.so.6
+7f0000600000-7f0000700000 rw-p 00000000 fe:00 15                     /models/gone.safetensors (deleted)
+7f0000700000-7f0000800000 rw-p 00000000 00:01 16                     /memfd:buffer (deleted)
 """
 
 
@@ -32,10 +34,11 @@ class _At:
 
 def test_only_private_mappings_of_a_file_count():
     maps = host_pages.FileMappings(MAPS)
-    inside = [0x7F0000000000, 0x7F00000FFFFF, 0x7F0000500000]
-    outside = [0x7F0000100000, 0x7F0000200010, 0x7F0000300000, 0x7F0000400000, 0x10]
-    assert [maps.holds(_At(p)) for p in inside] == [True] * 3
-    assert [maps.holds(_At(p)) for p in outside] == [False] * 5
+    # a deleted file's pages and a memfd are file pages too (for a memfd the copy is only wasted)
+    inside = [0x7F0000000000, 0x7F00000FFFFF, 0x7F0000500000, 0x7F0000600000, 0x7F00007FFFFF]
+    outside = [0x7F0000100000, 0x7F0000200010, 0x7F0000300000, 0x7F0000400000, 0x7F0000800000, 0x10]
+    assert [maps.holds(_At(p)) for p in inside] == [True] * 5
+    assert [maps.holds(_At(p)) for p in outside] == [False] * 6
     assert not host_pages.FileMappings("").holds(_At(0x7F0000000000))
     assert not maps.holds(torch.empty(0))
 

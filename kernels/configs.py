@@ -286,10 +286,10 @@ FAMILIES = {
 }
 
 
-# The fp8 GEMM's one tile per family (fp8_gemm.py). Measured on the H100 at the w2 shapes (M 4096-4608, N 4608,
-# K 12288; bench/results/fp8-w2-probe-*-s18.log): 128x256x128, 8 warps, 3 stages 0.358 ms against cuBLAS bf16's
-# 0.635. The ~99 KB families (Ada, consumer Blackwell): a 128x128x64 tile in 4 stages fits (64 KiB); B200 (227 KB)
-# takes Hopper's tile. Reasoned, not measured, on every family but sm90: those check themselves first (self_check.py).
+# The fp8 GEMM's one tile per family (fp8_gemm.py). On Hopper the fastest of those measured at the w2 shapes (M
+# 4096-4608, N 4608, K 12288; docs/performance.md, "FP8 for the protected layers"): 128x256x128, 8 warps, 3 stages.
+# The ~99 KB families (Ada, consumer Blackwell): a 128x128x64 tile in 4 stages fits (64 KiB); B200 (227 KB) takes
+# Hopper's tile. Reasoned, not measured, on every family but sm90: those check themselves first (self_check.py).
 _FP8_LARGE = _c("triton", "128x256x128", warps=8, stages=3)
 _FP8_SMALL_SMEM = _c("triton", "128x128x64", warps=4, stages=4)
 FP8_TILES = {"sm89": _FP8_SMALL_SMEM, "sm90": _FP8_LARGE, "sm100": _FP8_LARGE, "sm120": _FP8_SMALL_SMEM}

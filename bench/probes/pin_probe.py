@@ -24,6 +24,8 @@ import time
 
 import torch
 
+from ...ideogram4.host_pages import own_copy  # the copy the pack pins instead of a file's pages
+
 PIECE = 108 * 2**20  # bytes: a streamed block's largest piece
 PORTABLE, READ_ONLY = 1, 8  # cudaHostRegister flags
 
@@ -70,22 +72,28 @@ def _threads(a, total: int) -> dict:
     return rows
 
 
-def _file_ways(total: int) -> dict:
-    """Each way of pinning the checkpoint's tensors, on a fresh mapping of one file (its pages in the page cache)."""
+def _checkpoint(total: int):
+    """(path, pieces, GiB, ``pieces()``) of a safetensors file of ``total`` bytes in pieces; ``pieces()`` hands out its
+    tensors on a fresh private mapping of the file, as the pack's loader gets a checkpoint's weights."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
     n = max(total // PIECE, 1)
-    folder = tempfile.mkdtemp()
-    path = os.path.join(folder, "pieces.safetensors")
+    path = os.path.join(tempfile.mkdtemp(), "pieces.safetensors")
     t0 = time.perf_counter()
     save_file({f"p{i}": torch.full((PIECE,), i % 120 + 1, dtype=torch.int8) for i in range(n)}, path)
-    gib = n * PIECE / 2**30
     _progress("file written", round(time.perf_counter() - t0, 2))
 
     def pieces():
         with safe_open(path, framework="pt", device="cpu") as f:
             return [f.get_tensor(f"p{i}") for i in range(n)]
+
+    return path, n, n * PIECE / 2**30, pieces
+
+
+def _file_ways(total: int) -> dict:
+    """Each way of pinning the checkpoint's tensors, on a fresh mapping of one file (its pages in the page cache)."""
+    path, n, gib, pieces = _checkpoint(total)
 
     def on_card_equal(pinned, i) -> bool:
         return bool((pinned.to("cuda", non_blocking=True).cpu() == i % 120 + 1).all())
@@ -118,9 +126,7 @@ def _file_ways(total: int) -> dict:
 
     def copy_register(ts):
         t0 = time.perf_counter()
-        out = [torch.empty_like(t) for t in ts]
-        for o, t in zip(out, ts, strict=True):
-            o.copy_(t)
+        out = [own_copy(t) for t in ts]
         t1 = time.perf_counter()
         for o in out:
             _register(o)
@@ -144,18 +150,7 @@ def _file_ways(total: int) -> dict:
 
 def _file_cpu(a, total: int) -> dict:
     """The copy-on-write a writable registration of the file's pages forces, against copying them first."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    n = max(total // PIECE, 1)
-    path = os.path.join(tempfile.mkdtemp(), "pieces.safetensors")
-    save_file({f"p{i}": torch.full((PIECE,), i % 120 + 1, dtype=torch.int8) for i in range(n)}, path)
-    gib = n * PIECE / 2**30
-
-    def pieces():
-        with safe_open(path, framework="pt", device="cpu") as f:
-            return [f.get_tensor(f"p{i}") for i in range(n)]
-
+    path, n, gib, pieces = _checkpoint(total)
     rows = {}
     ts = pieces()
     t0 = time.perf_counter()
@@ -168,9 +163,7 @@ def _file_cpu(a, total: int) -> dict:
         torch.set_num_threads(k)
         ts = pieces()
         t0 = time.perf_counter()
-        out = [torch.empty_like(t) for t in ts]
-        for o, t in zip(out, ts, strict=True):
-            o.copy_(t)
+        out = [own_copy(t) for t in ts]
         rows[f"copy to fresh memory, threads={k}"] = round(gib / (time.perf_counter() - t0), 2)
         _progress(rows)
         del out

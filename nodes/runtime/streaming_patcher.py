@@ -441,17 +441,13 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             host = w.to("cpu") if host is None else host
             data = _host_data(host)
             pin_started = time.perf_counter()
-            if file_maps is not None and not data.is_pinned() and file_maps.holds(data):
-                # the file's pages: a copy is pinned instead (ideogram4/host_pages.py says why), and kept only if
-                # it pinned; otherwise the file's pages stay, which the kernel may drop and read again
-                copy = host_pages.own_copy(data)
-                if comfy.model_management.pin_memory(copy):
-                    host, data = _with_host_data(host, copy), copy
-                    self._pinned().append(data)
-                    self._pin_clock[0] += time.perf_counter() - pin_started
-                    self._pin_clock[1] += data.nbytes
-                del copy
-            elif data.is_contiguous() and comfy.model_management.pin_memory(data):
+            # the file's pages: a copy is pinned instead (ideogram4/host_pages.py says why), and kept only if it
+            # pinned; otherwise the file's pages stay, which the kernel may drop and read again
+            mapped = file_maps is not None and not data.is_pinned() and file_maps.holds(data)
+            pinning = host_pages.own_copy(data) if mapped else data
+            if pinning.is_contiguous() and comfy.model_management.pin_memory(pinning):
+                if mapped:
+                    host, data = _with_host_data(host, pinning), pinning
                 self._pinned().append(data)
                 self._pin_clock[0] += time.perf_counter() - pin_started  # _apply's clock: its only caller
                 self._pin_clock[1] += data.nbytes

@@ -173,6 +173,18 @@ def test_streamed_int8_blocks_equal_resident_and_copies_overlap_compute(split):
     s.drain()
 
 
+def _passes(graphs, blocks, streamer, x0, want, seed, streamed) -> list[str]:
+    """How each of ``len(want)`` passes of ``blocks`` on ``x0 * (k + 1)`` ran through ``graphs``, each equal to
+    ``want[k]`` bit for bit."""
+    modes = []
+    with torch.no_grad():
+        for k in range(len(want)):
+            out, mode = graphs.run(blocks, (x0 * (k + 1),), {}, fingerprint=(id(streamer),), warm_key=streamed)
+            modes.append(mode)
+            assert torch.equal(out, want[k]), f"seed {seed} pass {k} ({mode})"
+    return modes
+
+
 def test_streamed_forward_captured_as_a_graph_replays_its_copies():
     """Per-pass streaming (``per_pass``) captured by ``PassGraphs``: the replays equal the resident forward bit for
     bit, the first replayed pass streams from empty slots (nothing queued by the pass before), and the copies are in
@@ -193,12 +205,7 @@ def test_streamed_forward_captured_as_a_graph_replays_its_copies():
     s = _stream(blocks, streamed, True)
     s.per_pass = True
     graphs = PassGraphs()
-    modes = []
-    with torch.no_grad():
-        for k in range(4):
-            out, mode = graphs.run(blocks, (x0 * (k + 1),), {}, fingerprint=(id(s),), warm_key=streamed)
-            modes.append(mode)
-            assert torch.equal(out, want[k]), f"seed {seed} pass {k} ({mode})"
+    modes = _passes(graphs, blocks, s, x0, want, seed, streamed)
     assert modes == ["eager", "captured", "replayed", "replayed"] and not graphs.stats.failures, graphs.stats.failures
     assert s.stats.mispredicted == 0 and not s.queue  # nothing left queued past a forward's last unit
     # the copies are graph nodes: negate one streamed weight in its pinned host memory; the replay reads it
@@ -214,12 +221,7 @@ def test_streamed_forward_captured_as_a_graph_replays_its_copies():
     s.drain()
     s2 = _stream(again, streamed, True)
     s2.per_pass = True
-    modes = []
-    with torch.no_grad():
-        for k in range(3):
-            out, mode = graphs.run(again, (x0 * (k + 1),), {}, fingerprint=(id(s2),), warm_key=streamed)
-            modes.append(mode)
-            assert torch.equal(out, want[k]), f"seed {seed} pass {k} after a new streamer ({mode})"
+    modes = _passes(graphs, again, s2, x0, want[:3], seed, streamed)  # a new streamer: no eager pass first
     assert modes == ["captured", "replayed", "replayed"], modes
     assert graphs.stats.direct == 1 and not graphs.stats.retried and not graphs.stats.failures
     graphs.clear()

@@ -37,5 +37,8 @@ def assert_parking(r: dict) -> None:
     assert r["full_load_want"] == [0] and r["full_load_resident"], (r["full_load_want"], r["full_load_resident"])
     # room for both parked as they were: each takes its own plan again (the first streamed 2 blocks, the second 3)
     assert r["same_plans"] == [True, True] and r["plans_differ_in_size"], (r["same_plans"], r["plans_differ_in_size"])
+    # a first load of both in one call plans from less than its budget, so a budget a little smaller at the next
+    # prompt gives both their plans again (a plan made again from less streams another spread of blocks)
+    assert r["slack"] == {"both_stream": True, "given_within": True, "same_plans": [True, True]}, r["slack"]
     # park=off: nothing parked, ComfyUI asks the MODEL's bytes again
     assert r["parked_off"] == 0 and r["required_off"] and r["parks_off"] == 0

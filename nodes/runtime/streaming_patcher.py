@@ -62,8 +62,12 @@ PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors alloc
 # about one pass's estimate (docs/performance.md, "A prompt change at 16 GB")
 GRAPH_SHARE = 1.0
 WHOLE_UNLOAD_SHARE = 1 / 4  # of its card bytes: a larger request outside the pack's runs unloads a MODEL whole
+# of a budget that MODELs loading together share by size, left free: when they come back parked, a budget a little
+# smaller than the first (what ComfyUI offers moves by tens of MiB between prompts) still holds both plans
+SHARE_SLACK = 0.02
 _ON_DEVICE: weakref.WeakSet = weakref.WeakSet()  # patchers whose model has weights on a device
 _TOGETHER: dict[str, list] = {}  # device -> the pack MODELs one load_models_gpu call is loading there (load_together)
+_SHARED: dict[str, float] = {}  # device -> the bytes those MODELs share by size, once the call's first load shared
 _IN_RUN = [0]  # the pack's sampling runs in progress (one_pass_per_branch)
 _GRAPH_POOL_BYTES: dict[str, int] = {}  # device -> the bytes the CUDA graphs' pool held when last released there
 
@@ -251,21 +255,30 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def _share_with_pending(self, device, budget: float, full_load: bool, parked: int = 0) -> tuple[float, bool]:
         """(budget, full_load) for this load when the pack's other MODELs of the same ``load_models_gpu`` call
-        (``loading_together``) still have to load on ``device``: ComfyUI offers the first one all the free memory,
-        so when the models together do not fit, this one takes its share by size at once (the full load the next
-        load would shrink again moved gigabytes twice, and pinned them, in the first image). Parked MODELs that all
-        fit as they were (``parked``: this one's bytes then) take those bytes again: the same plan, whose streamed
-        weights are still pinned (a share by size moved a block from one branch to the other between prompts, and
-        its weights were pinned again)."""
-        if budget <= 0 or unlimited(budget):
+        (``loading_together``) load on ``device`` too: ComfyUI offers the first one all the free memory, so when
+        the models together do not fit, each takes its share by size of what the first was offered (the full load
+        the next load would shrink again moved gigabytes twice, and pinned them, in the first image). Parked MODELs
+        that all fit as they were (``parked``: this one's bytes then) take those bytes again: the same plan, whose
+        streamed weights are still pinned (a share by size moved a block from one branch to the other between
+        prompts, and its weights were pinned again). A share by size leaves ``SHARE_SLACK`` of the offer free, so a
+        later offer a little smaller still fits the parked plans: a plan made again from one block fewer streams
+        another spread of blocks (``streaming.spread``), whose weights move and are pinned again."""
+        group = self._loading_with(device)
+        if budget <= 0 or unlimited(budget) or not group:
             return budget, full_load
-        pending = [p for p in self._loading_with(device) if p.model.model_loaded_weight_memory <= 0]
-        if not pending or budget >= self.model_size() + sum(p.model_size() for p in pending):
+        key = str(torch.device(device))
+        if key in _SHARED:  # an earlier load of this call took its share: so does this one
+            return min(budget, _share_by_size(_SHARED[key], self, [self, *group])), False
+        pending = [p for p in group if p.model.model_loaded_weight_memory <= 0]
+        if budget >= self.model_size() + sum(p.model_size() for p in pending):
             return budget, full_load
         before = [parking.parked_bytes(p) for p in pending]
         if parked and all(before) and budget >= parked + sum(before):
-            return float(parked), False
-        return _share_by_size(budget, self, [self, *pending]), False
+            return float(parked), False  # the last of them too: more than its bytes would make another plan
+        if not pending:
+            return budget, full_load
+        _SHARED[key] = budget * (1 - SHARE_SLACK)
+        return _share_by_size(_SHARED[key], self, [self, *pending]), False
 
     def _weights_move(self) -> None:
         """ComfyUI is about to move or re-patch this model's weights: CUDA graphs that read them where they are go
@@ -667,6 +680,7 @@ def loading_together(models):
     finally:
         for device in by_device:
             _TOGETHER.pop(device, None)
+            _SHARED.pop(device, None)
 
 
 def streaming_summary(models) -> str:

@@ -80,6 +80,51 @@ def _reclaims():
     return out
 
 
+def _slack_keeps_plans(cond, uncond, device, budget):
+    """A first load of both branches in one call, with ``budget`` too small for both: the budgets they plan from add
+    up to at most 99% of it. Both unloaded (parked), then a smaller budget, just what their plans held: each takes
+    its own plan again."""
+    from comfyui_ideogram4_int8.nodes.runtime import parking, streaming_patcher
+
+    cpu = torch.device("cpu")
+    real, margin = parking.reclaim, parking.MARGIN
+    planned, real_plan = [], streaming_patcher.Ideogram4ModelPatcher.stream_plan
+
+    def spy(self, given):
+        planned.append(given)
+        return real_plan(self, given)
+
+    parking.reclaim, parking.MARGIN = (lambda dev, offered, want, keep: offered), 0
+    streaming_patcher.Ideogram4ModelPatcher.stream_plan = spy
+
+    def load_both(total):
+        with streaming_patcher.loading_together([cond, uncond]):
+            cond.partially_load(device, extra_memory=total)
+            uncond.partially_load(device, extra_memory=total - cond.model.model_loaded_weight_memory)
+        return {p.model.diffusion_model: (p.stream.plan if p.stream else None) for p in (cond, uncond)}
+
+    try:
+        for p in (cond, uncond):  # as never loaded: parked with all their bytes
+            parking.unpark(p)
+            parking.park_fresh(p)
+        first = load_both(budget)
+        given = list(planned)
+        held = cond.model.model_loaded_weight_memory + uncond.model.model_loaded_weight_memory
+        uncond.unpatch_model(cpu)
+        cond.unpatch_model(cpu)
+        again = load_both(held)
+        uncond.unpatch_model(cpu)
+        cond.unpatch_model(cpu)
+    finally:
+        parking.reclaim, parking.MARGIN = real, margin
+        streaming_patcher.Ideogram4ModelPatcher.stream_plan = real_plan
+    return {
+        "both_stream": all(plan is not None and plan.streamed for plan in first.values()),
+        "given_within": len(given) == 2 and sum(given) <= budget * 0.99,
+        "same_plans": [again[k] == v for k, v in first.items()],
+    }
+
+
 def check_parking():
     """The patcher parks at a whole unload with host copies, counts as loaded while parked, and at its next load asks
     ``parking.reclaim`` for its own bytes plus the other parked branch's of the same call; the load then computes as
@@ -181,6 +226,7 @@ def check_parking():
     res["plans_differ_in_size"] = plans["cond"].streamed != plans["uncond"].streamed
     uncond.unpatch_model(cpu)
     cond.unpatch_model(cpu)
+    res["slack"] = _slack_keeps_plans(cond, uncond, device, budget)
     with experiments(f"{parking.EXPERIMENT}=off"):
         res["parked_off"] = parking.parked_bytes(cond)
         res["required_off"] = mm.LoadedModel(cond).model_memory_required(cond.load_device) == cond.model_size()

@@ -272,6 +272,9 @@ def _run_fills(fills, sources, outputs, copies, workers: int, trace: list | None
     in flight."""
     if not fills:
         return
+    # a worker thread starts outside inference mode: buffers made inside it (a load in ComfyUI's sampling) are
+    # inference tensors, which only inference mode may write
+    inference = torch.is_inference_mode_enabled()
 
     def fill(k: int) -> None:
         f = fills[k]
@@ -279,10 +282,11 @@ def _run_fills(fills, sources, outputs, copies, workers: int, trace: list | None
         if trace is not None:
             trace.append(("fill", k, f.buffer))
         staging = copies.staging[f.buffer]
-        for s in f.segments:
-            staging[s.staging_offset : s.staging_offset + s.length].copy_(
-                sources[s.index][s.offset : s.offset + s.length]
-            )
+        with torch.inference_mode(inference):
+            for s in f.segments:
+                staging[s.staging_offset : s.staging_offset + s.length].copy_(
+                    sources[s.index][s.offset : s.offset + s.length]
+                )
 
     def send(k: int) -> None:
         f = fills[k]

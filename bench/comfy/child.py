@@ -261,7 +261,10 @@ def _run_peer(
 
         server_cleanup()
         before_decode.update(
-            peak=torch.cuda.max_memory_reserved(), held=torch.cuda.memory_reserved(), stats=torch.cuda.memory_stats()
+            peak=torch.cuda.max_memory_reserved(),
+            held=torch.cuda.memory_reserved(),
+            stats=torch.cuda.memory_stats(),
+            streams=[streaming_patcher.stream_report(m) for m in models],  # the decode may unload a branch
         )
         record["models_loaded_gib_before_decode"] = [round(_on_card(m) / GIB, 2) for m in models]
         torch.cuda.synchronize()
@@ -401,7 +404,7 @@ def _run_peer(
         out.update(_profiled_run(sample, step_hooks, a.steps, a.kernel_steps))
     if a.host_profile:  # one more 2-step run under cProfile: where the host's time goes (per step)
         out["host_profile"] = host_profile(lambda: sample(2), steps=2)
-    streams = [streaming_patcher.stream_report(m) for m in models]
+    streams = before_decode.get("streams") or [streaming_patcher.stream_report(m) for m in models]
     out["streaming"] = streams
     live = [s for s in streams if s]
     out["gib_streamed_per_step"] = round(sum(s["gib_streamed_per_forward"] for s in live), 3)

@@ -97,6 +97,17 @@ def test_host_twin_moves_every_tensor_bit_for_bit(buffers, workers):
         assert position[("fill", k, b)] < position[("sent", k, b)]
 
 
+def test_an_upload_inside_inference_mode_fills_its_buffers_on_worker_threads():
+    # ComfyUI samples under torch.inference_mode: a load there makes the staging buffers inference tensors, and the
+    # worker threads that fill them start outside inference mode
+    g = torch.Generator().manual_seed(6)
+    tensors = _zoo(g)
+    with torch.inference_mode():
+        out, report = upload.to_device(tensors, "cpu", buffers=2, buffer_bytes=4096, workers=2, host_twin=True)
+    assert report.path == "host-twin" and report.fills > 2
+    assert all(torch.equal(_bytes(o), _bytes(t)) for o, t in zip(out, tensors, strict=True))
+
+
 def test_only_zero_size_tensors_need_no_buffer():
     out, report = upload.to_device([torch.empty(0), torch.empty(3, 0, dtype=torch.int8)], "cpu", host_twin=True)
     assert report.fills == 0 and report.buffers == 0

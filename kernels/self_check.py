@@ -18,8 +18,9 @@ and cuBLAS's int32 accumulators equal bit for bit; a dequantized output y (out_d
 against the twin's two roundings); the SwiGLU pair within ``eps |t| + (|g| + 8) 2^-20 |t|`` (the kernel's exp
 against torch's; plus float32's smallest normal times (|g| + 1)(|u| + 1), a sigmoid flushed to zero); the fp8 GEMM
 within ``eps |t| + 2^-8 sum_k |q w| s_tok s_ch + 2^-22 |bias|`` (fp8 tensor cores add with fewer bits). The Triton
-GEMMs' accumulators are checked through their dequantized outputs: their raw int32 store is a variant the model
-never runs.
+and Gluon GEMMs' int32 accumulators equal the twin's bit for bit through the model's own dequantizing kernel (their
+raw int32 store is a variant the model never runs): a second launch of each linear case on ternary operands with
+unit scales, whose outputs are small integers bf16 holds exactly (``_accumulators_exact``).
 
 A check runs once per device. A pass is cached on disk per (GPU, driver, torch, Triton, kernel sources) next to the
 autotune cache with a digest of its launches; a failure is not: the next process checks (and says so) again. The
@@ -51,6 +52,8 @@ MEASURED_ARCHS = ("sm90",)
 CACHE_NAME = "self_check.json"
 _MAX_CACHE_ENTRIES = 32
 
+# non-zero products per output row of the exact-accumulator case: integers up to 256 are exact in bf16
+_EXACT_PRODUCTS = 128
 # torch._int_mm's problem (cuBLAS: nothing for Triton to compile): M and N no multiple of a tile, K of two
 _M, _N, _K = 144, 208, 512
 
@@ -382,7 +385,33 @@ def _gemm_case(device: torch.device, launch, case, seed: int) -> str | None:
         bias = biasd = None
     out = launch(qd, wd, case.cfg, sd, wsd, biasd, out, False, None)
     want, bound = _epilogue_bound(acc, s, ws, bias, torch.bfloat16)
-    return _compare(case.name(), out, want, bound)
+    return _compare(case.name(), out, want, bound) or _accumulators_exact(device, launch, case, seed)
+
+
+def _ternary(rows: int, k: int, nonzero: int, gen: torch.Generator) -> torch.Tensor:
+    """int8 rows of -1, 0, 1 with ``nonzero`` non-zero entries each (the first and last of K always among them)."""
+    q = torch.zeros(rows, k, dtype=torch.int8)
+    for r in range(rows):
+        cols = torch.cat([torch.tensor([0, k - 1]), torch.randperm(k, generator=gen)[: max(nonzero - 2, 0)]])
+        q[r, cols] = (torch.randint(0, 2, (cols.numel(),), generator=gen) * 2 - 1).to(torch.int8)
+    return q
+
+
+def _accumulators_exact(device: torch.device, launch, case, seed: int) -> str | None:
+    """The int32 accumulators bit for bit, through the model's own dequantizing kernel (no raw-store variant to
+    compile): ternary operands whose rows hold at most ``_EXACT_PRODUCTS`` non-zero products, unit scales and a zero
+    bias, so every output is an integer bf16 holds exactly, equal to the twin's accumulator."""
+    m, n, k = case.m, case.n, case.k
+    gen = torch.Generator().manual_seed(seed + 7)
+    q = _ternary(m, k, min(k, _EXACT_PRODUCTS), gen)
+    w = torch.randint(-1, 2, (n, k), generator=gen, dtype=torch.int8)
+    acc = reference.int8_matmul_int32_ref(q, w)
+    ones_m, ones_n = torch.ones(m, device=device), torch.ones(n, device=device)
+    bias = torch.zeros(n, dtype=torch.bfloat16, device=device) if case.bias else None
+    out = launch(
+        q.to(device), w.to(device), case.cfg, ones_m, ones_n, bias, _nan((m, n), torch.bfloat16, device), False, None
+    )
+    return _compare(f"{case.name()} int32 accumulators", out, acc.to(torch.bfloat16))
 
 
 def _quantizer_checks(device: torch.device, rows, codes=torch.int8) -> str | None:

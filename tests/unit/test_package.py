@@ -222,9 +222,21 @@ def test_cli_demo_refuses_a_folder_the_os_keeps_files_out_of_in_one_line(folder)
     assert "cannot write files in" in out.stderr or "no permission" in out.stderr, out.stderr
 
 
+# the demo's checkpoint writer waits a minute, so the Ctrl-C lands inside the demo's work however slow this machine
+# is (the demo takes about two seconds: on a loaded machine it could end before the signal was sent)
+_SLOW_DEMO = """
+import sys, time
+from comfyui_ideogram4_int8 import cli
+from comfyui_ideogram4_int8.ideogram4 import demo
+write = demo.write_w8a8
+demo.write_w8a8 = lambda *a, **k: (time.sleep(60), write(*a, **k))[1]
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
 def test_cli_demo_ctrl_c_is_one_line_and_exit_status_130(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "comfyui_ideogram4_int8", "demo", "--device", "cpu", "--out", str(tmp_path)],
+        [sys.executable, "-c", _SLOW_DEMO, "demo", "--device", "cpu", "--out", str(tmp_path)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

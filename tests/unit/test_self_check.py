@@ -83,7 +83,12 @@ def test_the_real_kernels_pass_their_self_check_on_the_interpreter(forced):
 @needs_interpreter
 @pytest.mark.parametrize(
     "fault, caught",
-    [("epilogue scale", "dequant ("), ("tile edge", "dequant ("), ("SwiGLU pair", "SwiGLU pair")],
+    [
+        ("epilogue scale", "dequant ("),
+        ("tile edge", "dequant ("),
+        ("SwiGLU pair", "SwiGLU pair"),
+        ("accumulator off by one", "int32 accumulators"),
+    ],
 )
 def test_a_kernel_that_computes_wrong_results_is_demoted_and_the_layer_gives_the_twins_result(
     fault, caught, forced, monkeypatch, gen, caplog

@@ -688,7 +688,7 @@ def run_bench(args) -> int:
     print_table(rows, copy_gbps)
     if getattr(args, "smooth", False):
         print_smooth(rows)
-    from comfyui_ideogram4_int8.cli import info_report
+    from comfyui_ideogram4_int8.machine_info import info_report
 
     result["pack"] = info_report()  # after the shapes ran: the self-check results and demotions they caused
     result["report"] = report_markdown(result)

@@ -356,7 +356,7 @@ def _run_demo(args) -> int:
 
 
 def _times(sampling: float, demo: float, process: float | None) -> str:
-    """'W8A8 sampling 0.7 s; 3.8 s since the process started (2.0 s in the demo, the rest starting Python and
+    """'W8A8 sampling <t> s; <t> s since the process started (<t> s in the demo, the rest starting Python and
     loading torch)': what each figure covers, so the last one is the wall time a user sees."""
     text = f"W8A8 sampling {sampling:.1f} s"
     if process is None:

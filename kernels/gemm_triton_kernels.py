@@ -102,7 +102,9 @@ def _w8a8_gemm_kernel(
             k_left = k_end - k0
             a = tl.load(a_ptrs, mask=(rk[None, :] - k_start) < k_left, other=0.0)
             b = tl.load(b_ptrs, mask=(rk[:, None] - k_start) < k_left, other=0.0)
-        if FP8:  # accumulate inside the MMA chain: `acc += dot` made Hopper promote every k step (2.9x slower)
+        # FP8 accumulates inside the MMA chain: `acc += dot` made Hopper promote at every k step, far slower
+        # (docs/performance.md, "FP8 for the protected layers")
+        if FP8:
             acc = tl.dot(a, b, acc)
         else:
             acc += tl.dot(a, b)

@@ -4,13 +4,13 @@ Paths, fastest first:
   triton-int8   fused Triton GEMM (int8 tensor cores, dequant + bias in the epilogue)  CUDA sm_80+
   cublas-int8   torch._int_mm (cuBLASLt on CUDA) + epilogue                            CUDA, CPU with fast int8
   dequant-bf16  the 'phantom INT8' path: dequantize, float matmul                      anywhere
-On a CPU, cublas-int8 runs only where torch._int_mm measured faster than the dequantized float matmul
-(``cpu_gemm``: without VNNI/AMX it is ~40x slower); there the dequantized matmul runs in float32 (or bf16 where that
-measured faster: ``dequant_dtype``). The path is picked per call from the device, dtype and shape; it can be forced
-with the ``path`` argument (strict: raises GemmPathUnavailable if impossible) or the IDEOGRAM4_INT8_GEMM_PATH
-switch (``settings``; lenient: falls back, and the reason says so). A fused kernel that fails for a shape falls
-back by the same rules (``select_after_fused_failure``). The entry points that run the chosen path and record it
-are in dispatch.py and gate_up.py.
+On a CPU, cublas-int8 runs only where torch._int_mm measured faster than the dequantized float matmul (``cpu_gemm``:
+without VNNI/AMX it is far slower; docs/performance.md, "CPU"); there the dequantized matmul runs in float32 (or
+bf16 where that measured faster: ``dequant_dtype``). The path is picked per call from the device, dtype and shape;
+it can be forced with the ``path`` argument (strict: raises GemmPathUnavailable if impossible) or the
+IDEOGRAM4_INT8_GEMM_PATH switch (``settings``; lenient: falls back, and the reason says so). A fused kernel that
+fails for a shape falls back by the same rules (``select_after_fused_failure``). The entry points that run the
+chosen path and record it are in dispatch.py and gate_up.py.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _auto(device: torch.device, n: int, k: int, note: str = "", after: str | Non
 
 def dequant_dtype(x: torch.Tensor) -> torch.dtype:
     """The float dtype of the dequantized matmul: x's on a GPU; on a CPU float32 (a CPU without bf16 units runs a
-    bf16 matmul ~10x slower), or bf16 for bf16 inputs where bf16 measured faster (cpu_gemm)."""
+    bf16 matmul several times slower), or bf16 for bf16 inputs where bf16 measured faster (cpu_gemm)."""
     if x.device.type != "cpu" or x.dtype == torch.float32:
         return x.dtype
     fast = cpu_gemm.choice().float_dtype

@@ -80,14 +80,15 @@ class _Rows:
         sign = self.sign[: codes.shape[0]]
         torch.bitwise_and(bits, -0x8000, out=sign)
         bits.bitwise_and_(0x7F)
-        if int(bits.amax()) == 0x7F:  # the largest magnitude code is NaN's (a reduction: ~5x faster than eq + any)
+        if int(bits.amax()) == 0x7F:  # the largest magnitude code is NaN's (a reduction: eq + any would write a mask)
             raise NonFiniteWeightError("the weight holds NaN values")
         bits.mul_(128).bitwise_or_(sign)  # exponent and mantissa 7 bits up: the float16 of value / 256
         out.copy_(bits.view(torch.float16)).mul_(256.0)
 
 
 def row_absmax(rows: torch.Tensor) -> torch.Tensor:
-    # amax and amin apart: one pass each, vectorized (abs() would write a temporary, aminmax is ~4x slower on a CPU);
+    # amax and amin apart: one pass each, vectorized (abs() would write a temporary, aminmax is slower on a CPU:
+    # docs/performance.md, "CPU");
     # abs_: maximum(0.0, -0.0) may be -0.0 where abs().amax() is +0.0 (a zero row's scale keeps its sign bit)
     return torch.maximum(rows.amax(dim=1), rows.amin(dim=1).neg_()).abs_()
 

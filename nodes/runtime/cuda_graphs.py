@@ -117,8 +117,8 @@ def _apply_reserve_locked() -> None:
 
     ComfyUI counts a pool's free blocks as free memory, and outside the pack's runs they are not free to anything
     else while the graphs live. During a run they are the passes' activations, which the run's memory requests ask
-    for anyway: counting them as reserved too made ComfyUI unload part of a streaming branch at the next prompt (on
-    an H200 capped at 16 GB, ~1 GiB asked back: more blocks streamed and both branches captured again)."""
+    for anyway: counting them as reserved too made ComfyUI unload part of a streaming branch at the next prompt
+    (more blocks streamed and both branches captured again; docs/performance.md, "Low VRAM")."""
     target = 0 if _RUNS[0] else sum(_RESERVED.values())
     comfy.model_management.EXTRA_RESERVED_VRAM += target - _APPLIED[0]
     _APPLIED[0] = target

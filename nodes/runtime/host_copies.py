@@ -1,10 +1,10 @@
 """A pack MODEL keeps the host tensor of every weight it put on the card, so that unloading it drops the card copy.
 
 ComfyUI unloads a legacy ModelPatcher by moving each weight back to the host (``unpatch_model``'s ``.to``, or
-``partially_unload`` module by module): new pageable memory filled by synchronous copies. On an H200 capped at
-16 GB a prompt change (the text encoder loads between two images) moved 6.6 GiB of one branch back in 6.3 s and
-re-planned the other in 5.4 s, where native ComfyUI, whose dynamic VRAM keeps host copies of every weight, encoded
-in 0.5 s. The staged upload (``weight_upload``) hands each host tensor it copied to ``remember``; ``restore`` puts
+``partially_unload`` module by module): new pageable memory filled by synchronous copies. At a prompt change on a
+16 GB card (the text encoder loads between two images) that took seconds per branch, where native ComfyUI, whose
+dynamic VRAM keeps host copies of every weight, drops its card copies (docs/performance.md, "A prompt change at
+16 GB"). The staged upload (``weight_upload``) hands each host tensor it copied to ``remember``; ``restore`` puts
 them back in place of the card tensors before ComfyUI's unload, whose ``.to`` then copies nothing.
 
 * Never for a LoRA-patched weight (ComfyUI backs up the original and merges on the card; its backup is restored).

@@ -4,8 +4,8 @@ ComfyUI decides how many bytes of a MODEL may sit on the card (``load_models_gpu
 ``load(lowvram_model_memory=...)``, ``partially_unload`` when another model needs room). Its legacy partial load
 then casts every offloaded layer when it is called: the copy stream first waits for all compute queued so far
 (``model_management.get_offload_stream``), and the compute waits for the copy, so copies and compute take turns.
-That was 7.8x the resident step on a 16 GB card emulated with ComfyUI's ``reserve_vram`` (docs/performance.md,
-"Low-VRAM streaming").
+That made a step several times the resident one on a 16 GB card emulated with ComfyUI's ``reserve_vram``
+(docs/performance.md, "Low VRAM").
 
 Here the same budget is honoured block by block (``ideogram4.streaming``): the blocks that fit stay resident, the
 others keep their big weights (int8 stays int8, protected bf16 stays bf16) in pinned host memory and stream through
@@ -324,7 +324,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         """Whether a request to free ``memory_to_free`` bytes had better unload this MODEL whole: outside the pack's
         runs (another model needs the room: the text encoder at a prompt change), a large part of it, and every weight
         on the card has its host copy (``host_copies``), so the whole unload copies nothing where a partial one moves
-        weights back and pins them (a prompt change on an H200 capped at 16 GB: 5.4 s for 4.6 GiB)."""
+        weights back and pins them (docs/performance.md, "A prompt change at 16 GB")."""
         loaded = self.model.model_loaded_weight_memory
         return (
             not _IN_RUN[0]
@@ -629,15 +629,14 @@ def load_together(models, noise_shape) -> bool:
     """Load the pack's MODELs of one run in one ``load_models_gpu`` call, before sampling.
 
     ComfyUI's dual-model guider loads each branch when its pass comes; on a card that holds one branch but not two,
-    each request then evicts the other branch whole (measured on an emulated 12 GB card: both branches loaded fully
-    in turn, 1.7 s per step). Loaded together, the second load rebalances the first (``_rebalance``), both stream their
-    share, and the per-pass requests find nothing left to load (``loaded_size``).
+    each request then evicts the other branch whole, and both branches load fully in turn every step
+    (docs/performance.md, "Low VRAM"). Loaded together, the second load rebalances the first (``_rebalance``), both
+    stream their share, and the per-pass requests find nothing left to load (``loaded_size``).
 
     The memory left free is what those per-pass requests will insist on (``sampler_helpers.estimate_memory``: the
     model's estimate for a doubled batch, one pass's under ``one_pass_per_branch``, plus ComfyUI's reserve): leaving
     less made the first per-pass request shrink one branch, and the streaming MODELs keep their plan when offered more
-    later, so up to ~1.4 GiB of an 8 GB card stayed idle (H200, emulated 8 GB: 3.5 GiB of weights on the card,
-    4.2 GiB torch peak).
+    later, so part of a small card stayed idle (docs/performance.md, "Low VRAM").
 
     With CUDA graphs on, a load of a MODEL not on the card leaves room for the graphs' pool too: what the pool held
     when last released on this card, else ``GRAPH_SHARE`` of the pass's estimate; the later runs' requests do not ask

@@ -224,7 +224,7 @@ def test_demo_threads_default_to_physical_cores():
 
 
 def test_info_names_what_the_path_runs_here(measured, tmp_path):
-    from comfyui_ideogram4_int8.cli import info_report
+    from comfyui_ideogram4_int8.machine_info import info_report
 
     if torch.cuda.is_available():
         pytest.skip("the CPU wording shows where torch sees no GPU")

@@ -173,21 +173,21 @@ def test_cli_info_reports_versions_and_the_gemm_path_with_its_reason():
 
 def test_cli_info_names_the_attention_path_and_why(monkeypatch, setting):
     import torch
-    from comfyui_ideogram4_int8 import cli
+    from comfyui_ideogram4_int8 import machine_info
     from comfyui_ideogram4_int8.kernels import attention_choice
 
-    cpu = cli._attention_report(torch.device("cpu"))
+    cpu = machine_info._attention_report(torch.device("cpu"))
     assert cpu == {"path": "comfyui", "reason": "ComfyUI's own on the CPU (the pack's serves CUDA)"}
     asked = []
     answer = attention_choice.Choice("int8", "the fastest within the bound", {"sdpa": 2.0, "int8": 1.0}, {})
     monkeypatch.setattr(attention_choice, "choose", lambda *a: asked.append(a) or answer)
     monkeypatch.setattr(attention_choice, "PRIORITY", object())
     cuda = torch.device("cuda", 0)
-    got = cli._attention_report(cuda)
+    got = machine_info._attention_report(cuda)
     assert got["path"] == "int8" and got["reason"] == answer.reason and got["ms"] == answer.ms
-    assert asked == [(cuda, attention_choice.Shape(*cli.INFO_ATTENTION), torch.bfloat16)]
+    assert asked == [(cuda, attention_choice.Shape(*machine_info.INFO_ATTENTION), torch.bfloat16)]
     setting("IDEOGRAM4_INT8_ATTENTION", "comfyui")
-    assert cli._attention_report(cuda)["reason"] == "ComfyUI's own (IDEOGRAM4_INT8_ATTENTION=comfyui)"
+    assert machine_info._attention_report(cuda)["reason"] == "ComfyUI's own (IDEOGRAM4_INT8_ATTENTION=comfyui)"
 
 
 @pytest.mark.parametrize(

@@ -163,3 +163,17 @@ def test_the_shipped_code_names_at_most_nine_variables_all_read_by_settings():
     known = {*settings.SWITCHES, settings.EXPERIMENTS_VAR}
     assert len(known) <= 9
     assert set(found) <= known, {n: sorted(f) for n, f in found.items() if n not in known}
+
+
+def test_the_docs_name_only_variables_settings_reads():
+    """README, CONTRIBUTING and docs/ tell users what to set: a variable renamed or folded into the experiments list
+    must not live on there (CHANGELOG keeps its history)."""
+    docs = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    known = {*settings.SWITCHES, settings.EXPERIMENTS_VAR}
+    stale = {
+        f"{path.relative_to(ROOT)}: {name}"
+        for path in docs
+        for name in NAME.findall(path.read_text(encoding="utf-8"))
+        if name not in known
+    }
+    assert len(docs) > 3 and not stale, sorted(stale)

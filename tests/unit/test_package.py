@@ -223,9 +223,11 @@ def test_cli_demo_refuses_a_folder_the_os_keeps_files_out_of_in_one_line(folder)
 
 
 # the demo's checkpoint writer waits a minute, so the Ctrl-C lands inside the demo's work however slow this machine
-# is (the demo takes about two seconds: on a loaded machine it could end before the signal was sent)
+# is (the demo takes about two seconds: on a loaded machine it could end before the signal was sent); SIGINT gets
+# Python's own handler back, as in a terminal (a suite started in the background by a shell inherits it ignored)
 _SLOW_DEMO = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from comfyui_ideogram4_int8 import cli
 from comfyui_ideogram4_int8.ideogram4 import demo
 write = demo.write_w8a8

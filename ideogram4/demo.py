@@ -27,6 +27,7 @@ import time
 import torch
 
 from .. import kernels
+from ..kernels import model_notes
 from .checkpoint import read_branch
 from .config import Ideogram4Config
 from .dit import Ideogram4DiT
@@ -255,6 +256,7 @@ def _run_demo(args) -> int:
 
     # 3. load through the real reader, build W8A8 and float models
     kernels.REGISTRY.clear()
+    model_notes.clear()
     w8, ref = {}, {}
     for branch in MODEL_SEEDS:
         sd = read_branch(ckpt, branch, device=device, dtype=dtype)

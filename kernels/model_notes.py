@@ -3,8 +3,9 @@
 A note is one message per (model label, kind): how its attention ran, whether its passes replayed as CUDA graphs,
 how its weights streamed or went up to the card, which card it ran on, a forward that routed around the pack's op.
 The writers are the pack's runtime in ComfyUI; each sets its own kind and clears it (``None``) when there is nothing
-to say. The registry (``registry.REGISTRY``) holds the one store, sets and reads it for its callers
-(``set_model_note`` / ``model_notes``) and drops a model's notes with its layers (``clear``).
+to say. This module holds the one store (``NOTES``) and the functions its writers and readers call: ``set_note``,
+``notes``, ``clear``. Which GEMM path each linear ran is the registry's (``registry.REGISTRY``); whoever drops a
+model's layers there (a reload, a failed load) clears its notes here too.
 """
 
 from __future__ import annotations
@@ -47,4 +48,22 @@ class ModelNotes:
                 self._notes.pop(model, None)
 
 
-__all__ = ["ModelNotes"]
+NOTES = ModelNotes()
+
+
+def set_note(model: str, kind: str, message: str | None) -> bool:
+    """Set (or, with ``message`` None, clear) the note ``kind`` of ``model``; True when it changed."""
+    return NOTES.set(model, kind, message)
+
+
+def notes(model: str | None = None) -> dict[str, dict[str, str]] | dict[str, str]:
+    """{kind: message} of ``model`` (a copy), or {model: {kind: message}} of every model with notes."""
+    return NOTES.of(model)
+
+
+def clear(model: str | None = None) -> None:
+    """Drop the notes of ``model``, or of every model."""
+    NOTES.clear(model)
+
+
+__all__ = ["NOTES", "ModelNotes", "clear", "notes", "set_note"]

@@ -1,6 +1,7 @@
-"""Which GEMM path every quantized linear really ran, and why a faster one was not taken.
+"""Which GEMM path every quantized linear really ran, why a faster one was not taken, how long it took and how
+often each kernel launched.
 
-The single source for the frontend panel, the logs and the benchmarks. A call site is a
+The single source of GEMM paths for the frontend panel, the logs and the benchmarks. A call site is a
 string such as ``"conditional/layers.0.attention.qkv"``: the part before the first ``/`` is
 the model label the panel groups by. Recording is a dict update per call (microseconds next to
 a GEMM of hundreds of microseconds).
@@ -8,9 +9,10 @@ a GEMM of hundreds of microseconds).
 Optional timing (``enable_timing(True)``): CUDA events around each GEMM; ``end_run()`` then
 sums the elapsed time per path for the last run.
 
+Launch counts (``count_launch``): how many times each kernel ran, for the tests and the benchmarks.
+
 What is said about a model as a whole (its attention, graphs, streaming...) is not a GEMM path: it lives in
-``model_notes.ModelNotes``; the registry holds that store so its callers reach both through ``REGISTRY`` and a
-model's notes go with its layers (``clear``).
+``model_notes``, apart from this registry, and ``clear`` here leaves it alone.
 """
 
 from __future__ import annotations
@@ -21,8 +23,6 @@ import threading
 import time
 
 import torch
-
-from .model_notes import ModelNotes
 
 PATH_TRITON = "triton-int8"
 PATH_FP8 = "triton-fp8"  # a float8 e4m3 weight (a layer kept out of INT8) on fp8 tensor cores: fp8_gemm.py
@@ -115,7 +115,6 @@ class GemmRegistry:
         self._last_run_ms: dict[str, float] | None = None
         self._last_run_wall_ms: float | None = None
         self._run_started: float | None = None
-        self._model_notes = ModelNotes()
         self.launches: collections.Counter = collections.Counter()
         # per call site: a standing note appended to every reason recorded for it (set by whoever names the
         # site, e.g. "SmoothQuant divide kept at run time: ..."); record() would otherwise overwrite it per call
@@ -214,15 +213,6 @@ class GemmRegistry:
             if rec is not None and note not in rec.reason:
                 rec.reason = f"{rec.reason}; {note}" if rec.reason else note
 
-    # -- model-level notes (model_notes.py: e.g. a forward that routed around the pack's op) -------------
-    def set_model_note(self, model: str, kind: str, message: str | None) -> bool:
-        """Set (or, with ``message`` None, clear) the note ``kind`` of ``model``; True when it changed."""
-        return self._model_notes.set(model, kind, message)
-
-    def model_notes(self, model: str | None = None) -> dict[str, dict[str, str]] | dict[str, str]:
-        """{kind: message} of ``model``, or {model: {kind: message}} of every model with notes."""
-        return self._model_notes.of(model)
-
     def declare(self, site: str, path: str, reason: str, n: int, k: int, note: str | None = None) -> None:
         """Register a layer before it ever runs (e.g. at load), with zero calls; ``note``: see set_note."""
         if note is not None:
@@ -273,7 +263,7 @@ class GemmRegistry:
         return sorted({r.model for r in self.layers()})
 
     def clear(self, model: str | None = None) -> None:
-        self._model_notes.clear(model)
+        """Drop the records, standing notes and split hints of ``model``'s sites, or of every site."""
         with self._lock:
             if model is None:
                 self._layers.clear()

@@ -18,8 +18,8 @@ import comfy.patcher_extension
 import torch
 from comfy_api.v0_0_2 import io, ui
 
-from .. import kernels
 from ..ideogram4 import placement
+from ..kernels import model_notes
 from .runtime.int8_ops import site_label
 from .runtime.native_model import require_ideogram4
 
@@ -75,7 +75,7 @@ def place(model, choice: str):
     where = placement.place_branch(choice, str(model.load_device), cuda_devices())
     label = site_label(model.model.diffusion_model)
     if label:
-        kernels.REGISTRY.set_model_note(label, NOTE_KIND, where.note)
+        model_notes.set_note(label, NOTE_KIND, where.note)
     if where.device is None:
         return model, where.note
     device = torch.device(where.device)

@@ -19,6 +19,7 @@ from comfy_api.v0_0_2 import io, ui
 from .. import kernels
 from ..ideogram4 import demo_model
 from ..ideogram4.load_plan import branch_report, format_summary
+from ..kernels import model_notes
 from .panel import node_id_of, publish
 from .runtime.native_model import COMPUTE_DTYPES, build_native_model, resolve_compute_dtype
 from .widgets import COMPUTE_DTYPE, COMPUTE_DTYPE_TOOLTIP, GEMM_CHOICES, GEMM_PATH, GEMM_PATH_TOOLTIP
@@ -122,6 +123,7 @@ class Ideogram4Int8DemoLoader(io.ComfyNode):
         except BaseException:
             for branch in demo_model.BRANCHES[: len(models)]:
                 kernels.REGISTRY.clear(model=demo_model.LABELS[branch])
+                model_notes.clear(demo_model.LABELS[branch])
             models.clear()
             raise
         summary = format_summary(reports, ["random weights: the images are colour noise, not pictures"])

@@ -25,6 +25,7 @@ from ..ideogram4.load_plan import (
     host_bytes_needed,
     plan_branches,
 )
+from ..kernels import model_notes
 from .panel import node_id_of, publish
 from .runtime import ffn_fusion, native_model
 from .runtime.native_model import build_native_model, resolve_compute_dtype
@@ -309,9 +310,10 @@ class Ideogram4Int8Loader(io.ComfyNode):
                     reports[-1].notes.append(fusion)
                 state.clear()
         except BaseException:
-            # no half-built pair: drop the branch already built and its panel records
+            # no half-built pair: drop the branch already built, its panel records and its notes
             for src in sources[: len(models)]:
                 kernels.REGISTRY.clear(model=src.branch)
+                model_notes.clear(src.branch)
             models.clear()
             raise
         notes = [streaming_summary(models), getattr(models[0], "ideogram4_attention", "attention: ComfyUI's own")]

@@ -1,8 +1,8 @@
 """The GEMM-path status report: which path every W8A8 linear really ran, as JSON for the panel.
 
-ComfyUI-free (torch and the kernels' registry only: tests build it without ComfyUI); ``status_nodes.py`` serves it at
-``GET /ideogram4_int8/status`` and pushes a compact copy over the websocket after each load
-and sampler run. The report's shape is ``status.schema.json`` (shipped next to this file);
+ComfyUI-free (torch, the kernels' registry and model notes only: tests build it without ComfyUI);
+``status_nodes.py`` serves it at ``GET /ideogram4_int8/status`` and pushes a compact copy over the websocket after
+each load and sampler run. The report's shape is ``status.schema.json`` (shipped next to this file);
 ``SCHEMA_VERSION`` changes whenever a field changes meaning or goes away.
 
 What the report never contains: file-system paths and tokens. Every free-text string taken
@@ -28,7 +28,7 @@ import re
 import time
 from collections.abc import Mapping
 
-from ..kernels import cpu_gemm, settings
+from ..kernels import cpu_gemm, model_notes, settings
 from ..kernels.backends import no_cuda_reason
 from ..kernels.env import environment_report, interpreter_mode
 from ..kernels.path_choice import ENV_PATH, labels_here
@@ -490,7 +490,8 @@ def status_report(
     Args:
         model: only this model label (e.g. ``"conditional"``); None for every model.
         include_layers: include the per-layer table (the websocket push leaves it out).
-        registry, picker: the GEMM registry and autotune picker (default: the process-wide ones).
+        registry, picker: the GEMM registry and autotune picker (default: the process-wide ones); each model's
+            notes come from ``model_notes``.
 
     Raises:
         StatusQueryError: ``model`` is not a loaded model (status 404; lists the known labels).
@@ -510,8 +511,7 @@ def status_report(
         labels = [model]
     picks = picker.picks()
     models = [
-        _model_entry(label, registry.layers(label), picks, include_layers, registry.model_notes(label))
-        for label in labels
+        _model_entry(label, registry.layers(label), picks, include_layers, model_notes.notes(label)) for label in labels
     ]
     env = _environment()
     return {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import jsonschema
 import panel_model
-from comfyui_ideogram4_int8.kernels import REGISTRY, settings
+from comfyui_ideogram4_int8.kernels import REGISTRY, model_notes, settings
 from comfyui_ideogram4_int8.kernels.path_choice import ENV_PATH
 from comfyui_ideogram4_int8.nodes import status_report as status
 
@@ -16,11 +16,13 @@ def clean_registry_around(setting):
     setting(ENV_PATH, None)
     setting(settings.GEMM_TIMING, None)
     REGISTRY.clear()
+    model_notes.clear()
     REGISTRY.enable_timing(False)
     status.forget_nodes()
     yield
     status.forget_nodes()
     REGISTRY.clear()
+    model_notes.clear()
     REGISTRY.enable_timing(False)
     status.switch_timing(False, None)
 

@@ -185,6 +185,7 @@ def _run_peer(
 
     from ... import kernels
     from ...ideogram4 import sampling_args
+    from ...kernels import model_notes
     from ...nodes import sampler_nodes
     from ...nodes.runtime import cuda_graphs, streaming_patcher
 
@@ -324,6 +325,7 @@ def _run_peer(
         timers[label] = _PassTimer()
         m.add_wrapper_with_key(comfy.patcher_extension.WrappersMP.APPLY_MODEL, "bench_pass_timer", timers[label])
     kernels.REGISTRY.clear()
+    model_notes.clear()
     frames = compiled_frames()
     # the images, back to back: the first after the load (autotuning done by an earlier process unless the caches
     # are empty; the streaming plan; graph captures; compiled: tracing and code generation too), then the warm ones,
@@ -412,7 +414,7 @@ def _run_peer(
     out["wait_ms_per_step"] = round(sum(s["wait_ms_per_forward"] for s in live), 2)
     out["copies_hidden"] = all(s["hidden"] for s in live) if live else None
     out["paths"] = {m: kernels.REGISTRY.counts(m) for m in kernels.REGISTRY.models()}
-    notes = {m: kernels.REGISTRY.model_notes(m) for m in kernels.REGISTRY.models()}
+    notes = {m: model_notes.notes(m) for m in kernels.REGISTRY.models()}
     out["panel_notes"] = {m: n.get(streaming_patcher.NOTE_KIND) for m, n in notes.items() if n}
     out["graph_notes"] = {m: n.get(cuda_graphs.NOTE_KIND) for m, n in notes.items() if n.get(cuda_graphs.NOTE_KIND)}
     if a.latents:

@@ -37,7 +37,7 @@ def run(a) -> dict:
     import comfy.model_management
 
     from ... import kernels
-    from ...kernels import launch
+    from ...kernels import launch, model_notes
 
     config = config_for(a)
     size = a.size or (WIDTH if a.config == "full" else 256)
@@ -69,6 +69,7 @@ def run(a) -> dict:
                 models, notes = load_models(peer, files, config)
                 entry.update(load_s=round(time.perf_counter() - t0, 1), **notes)
                 kernels.REGISTRY.clear()
+                model_notes.clear()
                 # warm-up: autotuning, first loads
                 _, eager_warmup_ms = _sample(models, ctx, 2, a.seed, size, a.sampler)
                 reset_peaks()
@@ -137,6 +138,7 @@ def _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_war
     import torch._dynamo
 
     from ... import kernels
+    from ...kernels import model_notes
 
     name = f"{peer} compiled:{mode}"
     entry = result["peers"][name] = {"layout": result["peers"][peer]["layout"], "compiled": mode}
@@ -145,6 +147,7 @@ def _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_war
         comfy.model_management.unload_all_models()  # the eager MODELs leave the GPU before the compiled clones load
         compiled = compiled_clones(models, mode)
         kernels.REGISTRY.clear()
+        model_notes.clear()
         frames = compiled_frames()  # the process's count so far (dynamo's reset keeps its counters)
         _, warm_ms = _sample(compiled, ctx, 2, a.seed, size, a.sampler)  # tracing, code generation, autotuning
         if torch.cuda.is_available():

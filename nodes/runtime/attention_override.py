@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ... import kernels
-from ...kernels import attention_choice, settings
+from ...kernels import attention_choice, model_notes, settings
 from ...kernels.attention_choice import CANDIDATES, PRIORITY, SDPA, Shape
 
 KEY = "optimized_attention_override"
@@ -87,7 +86,7 @@ class PackAttention:
         self.runs[path] += 1
         if self.label is not None and (choice, shape) != self._noted:  # the MODEL's note, written when it changes
             self._noted = (choice, shape)
-            kernels.REGISTRY.set_model_note(self.label, NOTE_KIND, f"attention at {shape}: {choice.describe()}")
+            model_notes.set_note(self.label, NOTE_KIND, f"attention at {shape}: {choice.describe()}")
         return out
 
 

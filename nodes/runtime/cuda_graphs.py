@@ -42,7 +42,7 @@ import torch
 from ... import kernels
 from ...ideogram4 import graph_replay
 from ...ideogram4.graph_replay import graphs_of
-from ...kernels import settings
+from ...kernels import model_notes, settings
 from . import op_coverage
 from .native_model import model_labels
 
@@ -261,7 +261,7 @@ def pass_graphs(models):
             model.remove_wrappers_with_key(comfy.patcher_extension.WrappersMP.DIFFUSION_MODEL, WRAPPER_KEY)
             for streamer in wrapper.streams:  # eager runs prefetch the next pass's first weights again
                 streamer.per_pass = False
-            kernels.REGISTRY.set_model_note(wrapper.label, NOTE_KIND, wrapper.note() or None)
+            model_notes.set_note(wrapper.label, NOTE_KIND, wrapper.note() or None)
 
 
 def release(model) -> int:

@@ -48,6 +48,7 @@ from ...ideogram4.smooth_fold import (
     unfold_norm,
 )
 from ...ideogram4.w8a8_module import w8a8_forward
+from ...kernels import model_notes
 from ...kernels import ops as kernel_ops
 from ...kernels.fp8_gemm import select_fp8_path
 
@@ -413,9 +414,11 @@ def predicted_paths(diffusion_model: torch.nn.Module, device: torch.device) -> d
 
 
 def declare_sites(diffusion_model: torch.nn.Module, label: str, device: torch.device) -> dict[str, tuple[str, str]]:
-    """Replace the registry's records of ``label`` by this model's linears (0 calls, predicted path)."""
+    """Replace the registry's records of ``label`` by this model's linears (0 calls, predicted path) and drop the
+    notes a model of that label left (its runtime writes this model's own as it runs)."""
     paths = predicted_paths(diffusion_model, device)
     kernels.REGISTRY.clear(model=label)
+    model_notes.clear(label)
     for name, m in int8_linears(diffusion_model).items():
         path, reason = paths[name]
         kernels.REGISTRY.declare(f"{label}/{name}", path, reason, m.out_features, m.in_features, note=m.smooth_note)

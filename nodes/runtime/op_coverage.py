@@ -27,6 +27,7 @@ import weakref
 import torch
 
 from ... import kernels
+from ...kernels import model_notes
 from .after_forward import after_forward, on_after_forward
 from .int8_ops import compiled_calls, int8_linears, op_calls, runs_packs_op
 
@@ -166,7 +167,7 @@ def _label(state: Coverage, missing: list[str], expected: int) -> None:
         f"computed them its own way (a fused or dequantizing route of its own), so their GEMM path is not what this "
         f"panel lists; seen in {state.bypassed_forwards} of {state.forwards} forwards"
     )
-    kernels.REGISTRY.set_model_note(state.label, NOTE_KIND, message)
+    model_notes.set_note(state.label, NOTE_KIND, message)
     for name in missing:
         kernels.REGISTRY.annotate(f"{state.label}/{name}", LAYER_NOTE)
     if not state.logged:

@@ -39,9 +39,8 @@ import comfy.model_management
 import comfy.model_patcher
 import torch
 
-from ... import kernels
 from ...ideogram4 import graph_replay, host_pages, streaming
-from ...kernels import settings
+from ...kernels import model_notes, settings
 from . import host_copies, parking, stream_pieces, weight_upload
 from .budget import NO_LIMIT, unlimited
 from .int8_ops import site_label
@@ -139,7 +138,7 @@ class _ModelStream:
 
     def publish(self) -> None:
         if self.label:
-            kernels.REGISTRY.set_model_note(self.label, NOTE_KIND, self.note())
+            model_notes.set_note(self.label, NOTE_KIND, self.note())
 
     def stop(self) -> None:
         self.streamer.release()
@@ -148,7 +147,7 @@ class _ModelStream:
             h.remove()
         self.hooks.clear()
         if self.label:
-            kernels.REGISTRY.set_model_note(self.label, NOTE_KIND, None)
+            model_notes.set_note(self.label, NOTE_KIND, None)
 
 
 class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):

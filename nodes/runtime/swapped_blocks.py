@@ -7,8 +7,7 @@ from __future__ import annotations
 import comfy.model_management
 import torch
 
-from ... import kernels
-from ...kernels import settings
+from ...kernels import model_notes, settings
 from ...kernels.backends import unavailable
 
 
@@ -46,5 +45,4 @@ def write_note(
     else:  # the availability question the kernels ask before they launch
         missing = unavailable("triton", device) or demoted
         note = fused if missing is None else f"{twin}: {missing}"
-    if kernels.REGISTRY.model_notes(label).get(kind) != note:
-        kernels.REGISTRY.set_model_note(label, kind, note)
+    model_notes.set_note(label, kind, note)

@@ -29,9 +29,8 @@ import logging
 import torch
 from comfy.quant_ops import QuantizedTensor
 
-from ... import kernels
 from ...ideogram4 import upload
-from ...kernels import settings
+from ...kernels import model_notes, settings
 from . import host_copies
 from .int8_ops import site_label
 
@@ -125,7 +124,7 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
 def _publish(patcher, note: str | None) -> str | None:
     label = site_label(patcher.model.diffusion_model)
     if label:
-        kernels.REGISTRY.set_model_note(label, NOTE_KIND, note)
+        model_notes.set_note(label, NOTE_KIND, note)
     return label
 
 

@@ -2,7 +2,7 @@
 
 import torch
 from comfyui_ideogram4_int8 import kernels
-from comfyui_ideogram4_int8.kernels import settings
+from comfyui_ideogram4_int8.kernels import model_notes, settings
 from comfyui_ideogram4_int8.nodes import loader_nodes
 
 from comfy_checks.common import GPU, G, env_var, experiments, inputs, latent_node, load, write_all
@@ -31,13 +31,14 @@ def check_block_norms():
         block_norms.kernels.rms_norm_gated_residual = lambda *a, c=calls, f=res_, **kw: c.append("res") or f(*a, **kw)
         cast = torch.bfloat16 if dtype == "bf16" else torch.float32
         kernels.REGISTRY.clear()
+        model_notes.clear()
         try:
             with torch.no_grad():
                 ours = dm(x.to(cast), sigma, context=ctx.to(cast))
         finally:
             block_norms.kernels.rms_norm_modulate, block_norms.kernels.rms_norm_gated_residual = real
         res[f"{dtype}/calls"] = [calls.count("pre"), calls.count("res")]
-        res[f"{dtype}/note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
+        res[f"{dtype}/note"] = model_notes.notes("conditional").get(block_norms.NOTE_KIND)
         for b in dm.layers:
             b.__class__ = Ideogram4TransformerBlock
         with torch.no_grad():
@@ -48,7 +49,7 @@ def check_block_norms():
         with experiments("block-norms=comfyui"), torch.no_grad():
             switched = dm(x.to(cast), sigma, context=ctx.to(cast))
         res[f"{dtype}/switch_equal"] = bool(torch.equal(switched, theirs))
-        res[f"{dtype}/switch_note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
+        res[f"{dtype}/switch_note"] = model_notes.notes("conditional").get(block_norms.NOTE_KIND)
     return res
 
 
@@ -111,15 +112,17 @@ def check_block_norm_handoff():
         if GPU and fmt == "w8a8":
             s = int(torch.randint(0, 2**31, (1,), generator=G))
             kernels.REGISTRY.clear()
+            model_notes.clear()
             # every pass runs Python (no graphs): the handoffs can be counted; inference mode as ComfyUI's executor
             with env_var(settings.CUDA_GRAPHS, "0"), torch.inference_mode():
                 with experiments(f"block-norms={block_norms.NO_HANDOFF}"):
                     off = latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
-                res["gpu/off_note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
+                res["gpu/off_note"] = model_notes.notes("conditional").get(block_norms.NOTE_KIND)
                 res["gpu/off_handoffs"] = kernels.REGISTRY.launches["quant_handoff"]
                 kernels.REGISTRY.clear()
+                model_notes.clear()
                 on = latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
-            res["gpu/note"] = kernels.REGISTRY.model_notes("conditional").get(block_norms.NOTE_KIND)
+            res["gpu/note"] = model_notes.notes("conditional").get(block_norms.NOTE_KIND)
             res["gpu/handoffs"] = kernels.REGISTRY.launches["quant_handoff"]
             res["gpu/equal"] = bool(torch.equal(on, off))
             res["gpu/max_abs"] = (on.double() - off.double()).abs().max().item()

@@ -2,6 +2,7 @@
 
 import torch
 from comfyui_ideogram4_int8 import kernels
+from comfyui_ideogram4_int8.kernels import model_notes
 from comfyui_ideogram4_int8.nodes.runtime import int8_ops
 
 from comfy_checks.common import inputs, latent_node, load, write_all
@@ -39,7 +40,7 @@ def check_coverage():
     latent_node(cond, uncond, ctx, 3, preset="custom", steps=2)
     res["sampler_forwards"] = cov.forwards - f0
     res["sampler_uncond_forwards"] = op_coverage.coverage(uncond.model.diffusion_model).forwards
-    res["notes_before"] = kernels.REGISTRY.model_notes()
+    res["notes_before"] = model_notes.notes()
     seen = []
 
     class Catch(logging.Handler):
@@ -66,7 +67,7 @@ def check_coverage():
         logging.getLogger("comfyui_ideogram4_int8").removeHandler(handler)
     res["bypass/coverage"] = cov.last
     res["bypass/counts"] = [cov.bypassed_forwards, cov.forwards]
-    res["bypass/note"] = kernels.REGISTRY.model_notes("conditional").get(op_coverage.NOTE_KIND)
+    res["bypass/note"] = model_notes.notes("conditional").get(op_coverage.NOTE_KIND)
     res["bypass/logged"] = [m for m in seen if "did not run through the pack's op" in m]
     rec = {r.layer: r for r in kernels.REGISTRY.layers("conditional")}
     res["bypass/o_reason"] = rec["layers.2.attention.o"].reason
@@ -105,7 +106,7 @@ def check_coverage_replay():
             if name not in skip:
                 kernel_ops.OP_CALLS[m.site] += 1
         op_coverage._after_compiled(cov.key, True)
-        return dict(cov.last, note=kernels.REGISTRY.model_notes(cov.label).get(op_coverage.NOTE_KIND))
+        return dict(cov.last, note=model_notes.notes(cov.label).get(op_coverage.NOTE_KIND))
 
     res = {"quantized": len(quantized), "sites": all(m.site for _, m in quantized)}
     res["ran_all"] = compiled_forward()
@@ -119,6 +120,7 @@ def check_coverage_replay():
     res["never_ran"] = never[0]
     res["part_replayed"] = compiled_forward(skip={n for n, _ in quantized[3:]})
     kernels.REGISTRY.clear()
+    model_notes.clear()
     live[0] = False
     res["strict"] = compiled_forward(skip={quantized[0][0]})
     return res

@@ -4,7 +4,7 @@ import os
 
 import torch
 from comfyui_ideogram4_int8 import kernels
-from comfyui_ideogram4_int8.kernels import settings
+from comfyui_ideogram4_int8.kernels import model_notes, settings
 
 from comfy_checks.common import CFG, GPU, MODELS, G, env_var, latent_node, load, native_unet, write_all
 
@@ -61,31 +61,34 @@ def check_cuda_graphs():
         kernels.REGISTRY.enable_timing(False)
     seen["reasons"] = reasons
     kernels.REGISTRY.clear()
+    model_notes.clear()
     eager = latent_node(cond, uncond, ctx, s)
-    seen["cpu_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
+    seen["cpu_note"] = model_notes.notes("conditional").get(cuda_graphs.NOTE_KIND)
     if GPU:
         kernels.REGISTRY.clear()
+        model_notes.clear()
         with env_var(settings.CUDA_GRAPHS, "0"):
             off = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
-        seen["off_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
+        seen["off_note"] = model_notes.notes("conditional").get(cuda_graphs.NOTE_KIND)
         with env_var(settings.CUDA_GRAPHS, None):  # the default: graphs on
             auto = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
-        seen["auto_note"] = kernels.REGISTRY.model_notes("conditional").get(cuda_graphs.NOTE_KIND)
+        seen["auto_note"] = model_notes.notes("conditional").get(cuda_graphs.NOTE_KIND)
         seen["auto_equal"] = bool(torch.equal(auto, off))
         kernels.REGISTRY.clear()
+        model_notes.clear()
         from comfyui_ideogram4_int8.ideogram4 import graph_replay
 
         cuda_graphs.release(cond)  # what the default run captured: the next run starts with none
         replayed_before = op_coverage.coverage(cond.model.diffusion_model).replayed
         with env_var(settings.CUDA_GRAPHS, "1"):  # one card: graphs only when asked for
             on = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
-        notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
+        notes = {label: model_notes.notes(label) for label in ("conditional", "unconditional")}
         replayed = op_coverage.coverage(cond.model.diffusion_model).replayed - replayed_before
         graphs = graph_replay.graphs_of(cond.model.diffusion_model)
         captures = graphs.stats.captures
         with env_var(settings.CUDA_GRAPHS, "1"):  # the next prompt: the graphs of the first run replay from pass 1
             again = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
-        again_notes = {label: kernels.REGISTRY.model_notes(label) for label in ("conditional", "unconditional")}
+        again_notes = {label: model_notes.notes(label) for label in ("conditional", "unconditional")}
         pool = graphs.pool
         held = {"graphs": graphs.graphs, "pool_bytes": pool.bytes, "reserved": cuda_graphs.reserved_for_graphs()}
         reserved_before = torch.cuda.memory_reserved()

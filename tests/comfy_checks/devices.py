@@ -4,7 +4,7 @@ import os
 
 import torch
 from comfyui_ideogram4_int8 import kernels
-from comfyui_ideogram4_int8.kernels import settings
+from comfyui_ideogram4_int8.kernels import model_notes, settings
 from comfyui_ideogram4_int8.nodes import sampler_nodes
 
 from comfy_checks.common import CFG, GPU, G, env_var, experiments, inputs, latent_node, load, write_all
@@ -30,7 +30,7 @@ def check_branch_device():
         out = branch_device.Ideogram4Int8BranchDevice.execute(model_negative=uncond, device=choice)
         res[f"{choice}/same_object"] = out.result[0] is uncond
         res[f"{choice}/note"] = out.result[1]
-    res["panel_note"] = kernels.REGISTRY.model_notes("unconditional").get(branch_device.NOTE_KIND)
+    res["panel_note"] = model_notes.notes("unconditional").get(branch_device.NOTE_KIND)
     try:
         branch_device.Ideogram4Int8BranchDevice.execute(model_negative=uncond, device="cuda:9")
         res["bad_choice"] = None
@@ -105,6 +105,7 @@ def _branch_device_gpu(cond, uncond, ctx, s):
     ]
     try:
         kernels.REGISTRY.clear()
+        model_notes.clear()
         two = latent_node(cond, placed, ctx, s).double()
     finally:
         for h in hooks:

@@ -10,6 +10,7 @@ import comfy.utils
 import torch
 from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.ideogram4 import synthetic
+from comfyui_ideogram4_int8.kernels import model_notes
 from comfyui_ideogram4_int8.nodes import loader_nodes, patch_nodes, sampler_nodes
 from comfyui_ideogram4_int8.nodes.runtime import int8_ops, native_model
 
@@ -171,6 +172,7 @@ def check_bad_inputs():
         bad, os.path.join(MODELS, "i4_unconditional_bad.safetensors"), metadata={"ideogram4_config": CFG.to_json()}
     )
     kernels.REGISTRY.clear()
+    model_notes.clear()
     expect("second_branch_fails", lambda: load("i4_int8_convrot.safetensors", "i4_unconditional_bad.safetensors"))
     errors["registry_after_failed_load"] = kernels.REGISTRY.models()
     expect("hf_empty", lambda: load(loader_nodes.HF_CHOICE))

@@ -10,6 +10,7 @@ from comfy_stock import stock_dit
 from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.ideogram4 import read_branch
 from comfyui_ideogram4_int8.ideogram4.dit import Ideogram4DiT
+from comfyui_ideogram4_int8.kernels import model_notes
 from comfyui_ideogram4_int8.nodes import loader_nodes
 from comfyui_ideogram4_int8.nodes.runtime import int8_ops
 
@@ -137,6 +138,7 @@ def check_protected_fp8():
     outs = {}
     for tag in ("plain", "fp8", "fp8_forced"):
         kernels.REGISTRY.clear()
+        model_notes.clear()
         dm = lin[tag][0].model.diffusion_model
         outs[tag] = forward_cases(dm, x, ctx, sigma, mask)
         recs = {r.site.split("/", 1)[1]: r for r in kernels.REGISTRY.layers("conditional")}
@@ -201,6 +203,7 @@ def check_protected_fp8():
     res["lora_merged_vs_w_plus_delta"] = rel(merged.weight.dequantize().float(), w0 + delta)
     res["lora_w_vs_w_plus_delta"] = rel(w0, w0 + delta)
     kernels.REGISTRY.clear()
+    model_notes.clear()
     with torch.no_grad():
         lora.model.diffusion_model(x, sigma, context=ctx)
     res["lora_path"] = kernels.REGISTRY.path_of(f"conditional/{key}")

@@ -2,6 +2,7 @@
 
 import torch
 from comfyui_ideogram4_int8 import kernels
+from comfyui_ideogram4_int8.kernels import model_notes
 
 from comfy_checks.common import env_var, experiments, inputs, load, rel, write_all
 
@@ -55,6 +56,7 @@ def _rope_case(dtype, x, ctx, sigma):
     qk_rope.kernel_ops.qk_norm_rope = lambda *a: calls.append(a[0].shape) or real(*a)
     try:
         kernels.REGISTRY.clear()
+        model_notes.clear()
         cast = torch.bfloat16 if dtype == "bf16" else torch.float32
         with torch.no_grad():
             dm(x.to(cast), sigma, context=ctx.to(cast))
@@ -62,7 +64,7 @@ def _rope_case(dtype, x, ctx, sigma):
         qk_rope.kernel_ops.qk_norm_rope = real
         hook.remove()
     res["kernel_calls"] = len(calls)
-    res["note"] = kernels.REGISTRY.model_notes("conditional").get(qk_rope.NOTE_KIND)
+    res["note"] = model_notes.notes("conditional").get(qk_rope.NOTE_KIND)
     xa, mask, freqs = seen["args"]
     m = freqs.reshape(-1, freqs.shape[-3], 2, 2)
     rotation = torch.equal(m[..., 0, 1], -m[..., 1, 0]) and torch.equal(m[..., 1, 1], m[..., 0, 0])
@@ -75,7 +77,7 @@ def _rope_case(dtype, x, ctx, sigma):
             switched = atts[0](xa, mask, freqs)
     res["vs_comfyui"] = rel(ours.float(), comfy_own.float())
     res["switch_equal"] = bool(torch.equal(switched, comfy_own))
-    res["switch_note"] = kernels.REGISTRY.model_notes("conditional").get(qk_rope.NOTE_KIND)
+    res["switch_note"] = model_notes.notes("conditional").get(qk_rope.NOTE_KIND)
     res["tables_of_a_batch"] = qk_rope.rope_tables(torch.cat([freqs, freqs]), xa.shape[1], atts[0].head_dim)
     return res
 
@@ -112,16 +114,17 @@ def check_rope_demotion():
     R.qk_norm_rope_triton = fails
     backends.DEMOTIONS.clear()
     kernels.REGISTRY.clear()
+    model_notes.clear()
     try:
         with torch.no_grad():
             twin = att(xa, mask, freqs)  # no interpreter: the twin without trying the kernel
-            res["cpu_note"] = kernels.REGISTRY.model_notes("conditional").get(qk_rope.NOTE_KIND)
+            res["cpu_note"] = model_notes.notes("conditional").get(qk_rope.NOTE_KIND)
             res["cpu_tries"] = len(tries)
             with env_var("TRITON_INTERPRET", "1"):
                 outs = [att(xa, mask, freqs)]  # the forward whose kernel fails: its own note says so
-                res["note"] = kernels.REGISTRY.model_notes("conditional").get(qk_rope.NOTE_KIND)
+                res["note"] = model_notes.notes("conditional").get(qk_rope.NOTE_KIND)
                 outs.append(att(xa, mask, freqs))
-                res["later_note"] = kernels.REGISTRY.model_notes("conditional").get(qk_rope.NOTE_KIND)
+                res["later_note"] = model_notes.notes("conditional").get(qk_rope.NOTE_KIND)
     finally:
         R.qk_norm_rope_triton = real
         res["demoted"] = backends.DEMOTIONS.items()

@@ -4,7 +4,7 @@ device slots piece by piece."""
 import torch
 from comfy.quant_ops import QuantizedTensor
 from comfyui_ideogram4_int8 import kernels
-from comfyui_ideogram4_int8.kernels import settings
+from comfyui_ideogram4_int8.kernels import model_notes, settings
 
 from comfy_checks.common import G, experiments, inputs, load, streaming_budget, write_all
 
@@ -97,6 +97,7 @@ def check_streaming():
     res["loaded_within_budget"] = cond.model.model_loaded_weight_memory <= budget
     res["model_lowvram"] = cond.model.model_lowvram
     kernels.REGISTRY.clear(model="conditional")
+    model_notes.clear("conditional")
     stream.streamer.tracing = True
     with torch.no_grad():
         outs = [dm(x, sigma, context=ctx) for _ in range(3)]
@@ -126,7 +127,7 @@ def check_streaming():
         b.data_ptr() for b in stream.streamer.buffers
     }
     res["mispredicted"] = stream.streamer.stats.mispredicted
-    res["note"] = kernels.REGISTRY.model_notes("conditional").get(streaming_patcher.NOTE_KIND)
+    res["note"] = model_notes.notes("conditional").get(streaming_patcher.NOTE_KIND)
     res["report"] = streaming_patcher.stream_report(cond)
     # CUDA graphs while streaming: a pass may be captured unless a weight streams from pageable memory; the graph's
     # key holds the slots it copies into and the host weights it copies from

@@ -3,6 +3,7 @@ steps, every layer still seen by the registry and the bypass check."""
 
 import torch
 from comfyui_ideogram4_int8 import kernels
+from comfyui_ideogram4_int8.kernels import model_notes
 from comfyui_ideogram4_int8.nodes import loader_nodes, sampler_nodes
 from comfyui_ideogram4_int8.nodes.runtime import int8_ops
 
@@ -177,7 +178,7 @@ def check_compile():
                 res["bypass/break_reasons"] = r["break_reasons"]
                 res["bypass/coverage_last"] = r["coverage_last"]
                 res["bypass/compiled_forwards"] = [r["coverage_forwards"], r["coverage_bypassed"]]
-                res["bypass/note"] = kernels.REGISTRY.model_notes(label).get(op_coverage.NOTE_KIND)
+                res["bypass/note"] = model_notes.notes(label).get(op_coverage.NOTE_KIND)
     # ComfyUI's own torch.compile wrapper (what its TorchCompileModel node sets, with its guard filter) on a clone of
     # each branch, through ComfyUI's apply_model: the two models share ComfyUI's forward code, so dynamo compiles it
     # once per model (text context / image-only) and never again over the steps; each step equals eager

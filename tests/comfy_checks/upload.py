@@ -4,8 +4,7 @@ standing in for them on a CPU)."""
 import comfy.model_management
 import torch
 from comfy.quant_ops import QuantizedTensor
-from comfyui_ideogram4_int8 import kernels
-from comfyui_ideogram4_int8.kernels import settings
+from comfyui_ideogram4_int8.kernels import model_notes, settings
 
 from comfy_checks.common import GPU, G, env_var, experiments, inputs, load, streaming_budget, write_all
 
@@ -66,7 +65,7 @@ def _upload_cases(cond, device, lora_patch, inp, calls):
         case = {
             "report": _report(calls),
             "planned": len(planned),
-            "note": kernels.REGISTRY.model_notes("conditional").get(weight_upload.NOTE_KIND),
+            "note": model_notes.notes("conditional").get(weight_upload.NOTE_KIND),
             "copied_planned": sum(now[k].data_ptr() != ptrs[k] for k in planned),
             "copied_other": sum(now[k].data_ptr() != p for k, p in ptrs.items() if k not in planned and "#" not in k),
             "on_device": sum(t.device.type == device.type for t in _tensors(dm).values()),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from comfyui_ideogram4_int8.kernels import REGISTRY, settings
 from comfyui_ideogram4_int8.kernels import attention_choice as AC
+from comfyui_ideogram4_int8.kernels import model_notes, settings
 from comfyui_ideogram4_int8.nodes.runtime import attention_override as A
 
 pytestmark = pytest.mark.cuda
@@ -100,7 +100,7 @@ def test_the_override_runs_the_chosen_path_and_its_output_is_within_the_bound():
     assert chosen is not None and override.runs[chosen.path] == 1 and sum(override.runs.values()) == 1
     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float())
     assert AC.worst_head_error(out, ref) <= AC.BOUND
-    note = REGISTRY.model_notes("attention-gpu")["attention"]
+    note = model_notes.notes("attention-gpu")["attention"]
     assert note.startswith(f"attention at {shape}: {chosen.path}")
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from attention_fakes import FakeCandidate, fake_timer
-from comfyui_ideogram4_int8.kernels import REGISTRY, attention_choice
+from comfyui_ideogram4_int8.kernels import attention_choice, model_notes
 from comfyui_ideogram4_int8.nodes.runtime import attention_override as A
 from kernel_checks import rel_err
 
@@ -93,7 +93,7 @@ def test_the_chosen_path_runs_is_counted_and_named_in_the_models_note(served, ge
     out = override(None, q, k, v, 2, skip_reshape=True)
     assert out.shape == (1, 32, 2 * 16)
     assert override.runs["int8"] == 1 and override.runs["sdpa"] == 0
-    note = REGISTRY.model_notes("attn-test")["attention"]
+    note = model_notes.notes("attn-test")["attention"]
     assert note.startswith("attention at L=32, 2 heads of 16: int8") and "1.000 ms" in note and "2.000 ms" in note
     override(None, q, k, v, 2, skip_reshape=True, skip_output_reshape=True)
     assert override.runs["int8"] == 2
@@ -107,7 +107,7 @@ def test_an_8bit_path_that_fails_on_a_real_call_gives_way_to_sdpa_for_good(serve
     out = override(None, q, k, v, 2, skip_reshape=True, skip_output_reshape=True)
     assert rel_err(out, F.scaled_dot_product_attention(q, k, v)) < 1e-6
     assert override.runs == {"sdpa": 1, "int8": 1}
-    assert "int8 failed at L=24" in REGISTRY.model_notes("attn-fail")["attention"]
+    assert "int8 failed at L=24" in model_notes.notes("attn-fail")["attention"]
     calls = served["int8"].calls
     override(None, q, k, v, 2, skip_reshape=True)
     assert override.runs["sdpa"] == 2 and served["int8"].calls == calls  # not tried again

@@ -1,23 +1,57 @@
-"""Model notes (kernels/model_notes.py) through the registry that holds them: set, unchanged, cleared per model."""
+"""Model notes (kernels/model_notes.py): set, unchanged, read as copies, cleared per model, apart from the registry."""
 
 from __future__ import annotations
 
-from comfyui_ideogram4_int8.kernels.registry import GemmRegistry
+import threading
+
+from comfyui_ideogram4_int8.kernels import REGISTRY, model_notes
+from comfyui_ideogram4_int8.kernels.model_notes import ModelNotes
 
 
-def test_a_models_notes_go_with_its_layers_and_no_other():
-    reg = GemmRegistry()
-    reg.declare("conditional/layers.0.attention.o", "triton-int8", "", 64, 64)
-    assert reg.set_model_note("conditional", "streaming", "3 blocks streamed")
-    assert not reg.set_model_note("conditional", "streaming", "3 blocks streamed")  # unchanged
-    assert reg.set_model_note("unconditional", "device", "cuda:1")
+def test_a_models_notes_change_and_clear_per_model():
+    store = ModelNotes()
+    assert store.set("conditional", "streaming", "3 blocks streamed")
+    assert not store.set("conditional", "streaming", "3 blocks streamed")  # unchanged
+    assert store.set("unconditional", "device", "cuda:1")
     both = {"conditional": {"streaming": "3 blocks streamed"}, "unconditional": {"device": "cuda:1"}}
-    assert reg.model_notes() == both
-    reg.model_notes("conditional")["streaming"] = "changed by a reader"  # a copy: the store keeps its note
-    assert reg.model_notes("conditional") == {"streaming": "3 blocks streamed"}
-    reg.clear("conditional")
-    assert reg.layers() == [] and reg.model_notes() == {"unconditional": {"device": "cuda:1"}}
-    assert reg.set_model_note("unconditional", "device", None) and reg.model_notes() == {}
-    reg.set_model_note("conditional", "bypass", "1 of 1 quantized linears did not run through the pack's op")
-    reg.clear()
-    assert reg.model_notes() == {}
+    assert store.of() == both
+    store.of("conditional")["streaming"] = "changed by a reader"  # a copy: the store keeps its note
+    assert store.of("conditional") == {"streaming": "3 blocks streamed"}
+    store.clear("conditional")
+    assert store.of() == {"unconditional": {"device": "cuda:1"}} and store.of("conditional") == {}
+    assert store.set("unconditional", "device", None) and store.of() == {}
+    assert not store.set("unconditional", "device", None)  # nothing to clear
+    store.set("conditional", "bypass", "1 of 1 quantized linears did not run through the pack's op")
+    store.clear()
+    assert store.of() == {}
+
+
+def test_the_process_store_is_apart_from_the_registry():
+    label = "notes-apart"
+    REGISTRY.declare(f"{label}/layers.0.attention.o", "triton-int8", "", 64, 64)
+    try:
+        assert model_notes.set_note(label, "device", "cuda:1")
+        assert not model_notes.set_note(label, "device", "cuda:1")
+        REGISTRY.clear(label)  # the GEMM records go, the notes stay: whoever drops a model clears both
+        assert REGISTRY.layers(label) == [] and model_notes.notes(label) == {"device": "cuda:1"}
+        assert model_notes.notes()[label] == {"device": "cuda:1"}
+        model_notes.clear(label)
+        assert model_notes.notes(label) == {} and label not in model_notes.notes()
+    finally:
+        REGISTRY.clear(label)
+        model_notes.clear(label)
+
+
+def test_writers_on_several_threads_keep_every_note():
+    store = ModelNotes()
+
+    def write(i):
+        for k in range(50):
+            store.set(f"model{i}", f"kind{k}", f"message {i}.{k}")
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert {m: len(n) for m, n in store.of().items()} == {f"model{i}": 50 for i in range(4)}

@@ -18,7 +18,7 @@ import jsonschema
 import panel_model
 import pytest
 import torch
-from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY
+from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY, model_notes
 from comfyui_ideogram4_int8.kernels.path_choice import ENV_PATH
 from comfyui_ideogram4_int8.kernels.tuning import PICKER
 from comfyui_ideogram4_int8.nodes import status_report as status
@@ -291,7 +291,8 @@ def test_layer_table_is_in_forward_order_whatever_order_layers_were_seen(gen):
 
 def test_a_bypass_note_and_the_gate_up_pair_reach_the_report(gen):
     """A model note of op_coverage (a forward routed around the pack's op) is the model's ``bypass`` and a status
-    note; the FFN pair's two projections say how the pair ran (``fusion``); schema-valid; cleared with the model."""
+    note; the FFN pair's two projections say how the pair ran (``fusion``); schema-valid; clearing the model's
+    layers leaves the note, clearing its notes drops it."""
     from comfyui_ideogram4_int8 import kernels as K
 
     k, f = 64, 32
@@ -302,8 +303,8 @@ def test_a_bypass_note_and_the_gate_up_pair_reach_the_report(gen):
     K.swiglu_w8a8_pair(x, w1, s1, w3, s3, path="cublas-int8", site=sites)
     REGISTRY.declare("conditional/layers.0.attention.o", "triton-int8", "", k, k)
     message = "1 of 3 quantized linears did not run through the pack's op (layers.0.attention.o): seen in 1 of 1"
-    assert REGISTRY.set_model_note("conditional", "bypass", message)
-    assert not REGISTRY.set_model_note("conditional", "bypass", message)  # unchanged
+    assert model_notes.set_note("conditional", "bypass", message)
+    assert not model_notes.set_note("conditional", "bypass", message)  # unchanged
     report = status.status_report()
     validate(report)
     (model,) = report["models"]
@@ -314,30 +315,32 @@ def test_a_bypass_note_and_the_gate_up_pair_reach_the_report(gen):
         assert rows[name]["fusion"].startswith("gate/up pair: one activation quantization") and rows[name]["N"] == f
     assert rows["layers.0.attention.o"]["fusion"] is None
     REGISTRY.clear("conditional")
-    assert REGISTRY.model_notes("conditional") == {}
     REGISTRY.declare("conditional/layers.0.attention.o", "triton-int8", "", k, k)
+    assert status.status_report()["models"][0]["bypass"] == message  # the notes are not the registry's
+    model_notes.clear("conditional")
     assert status.status_report()["models"][0]["bypass"] is None
 
 
 def test_streaming_and_device_notes_reach_the_report_apart_from_bypass():
     """What the streaming patcher and the Branch Device node say about a model is in its entry (``notes``), for the
-    panel; the bypass note stays in ``bypass`` only; schema-valid; gone with the model."""
+    panel; the bypass note stays in ``bypass`` only; schema-valid."""
     REGISTRY.declare("unconditional/layers.0.attention.o", "triton-int8", "", 64, 64)
     streaming = (
         "low-VRAM streaming: 1.84 GiB on the card (5 blocks resident, 29 streamed as 87 pieces through 3 slots of "
         "108 MiB)"
     )
-    REGISTRY.set_model_note("unconditional", "streaming", streaming)
-    REGISTRY.set_model_note("unconditional", "device", "unconditional branch on cuda:1")
-    REGISTRY.set_model_note("unconditional", "bypass", "1 of 1 quantized linears did not run through the pack's op")
+    model_notes.set_note("unconditional", "streaming", streaming)
+    model_notes.set_note("unconditional", "device", "unconditional branch on cuda:1")
+    model_notes.set_note("unconditional", "bypass", "1 of 1 quantized linears did not run through the pack's op")
     report = status.status_report()
     validate(report)
     (model,) = report["models"]
     assert model["notes"] == {"device": "unconditional branch on cuda:1", "streaming": streaming}
     assert model["bypass"].startswith("1 of 1")
-    REGISTRY.set_model_note("unconditional", "streaming", None)
+    model_notes.set_note("unconditional", "streaming", None)
     assert status.status_report()["models"][0]["notes"] == {"device": "unconditional branch on cuda:1"}
     REGISTRY.clear("unconditional")
+    model_notes.clear("unconditional")
 
 
 def test_layers_declared_at_load_count_as_not_run(tmp_path, gen):

@@ -34,6 +34,7 @@ import contextlib
 import itertools
 import logging
 import threading
+import time
 
 import comfy.model_management
 import comfy.patcher_extension
@@ -191,6 +192,7 @@ class _GraphWrapper:
 
         inputs = (x, timesteps, context, attention_mask)
         warm_key = stream.plan if stream is not None else None  # a warm-up counts for the same streaming plan only
+        started = time.perf_counter()
         try:
             try:
                 out, mode = self.graphs.run(one_pass, inputs, kwargs, fp, warm_key)
@@ -210,6 +212,13 @@ class _GraphWrapper:
         self.modes[mode] += 1
         if mode == "replayed":
             op_coverage.replayed(dm)
+        elif self.modes[mode] == 1:  # where a run's first step goes: its first eager pass and its capture
+            log.debug(
+                "ideogram4-int8: %s: first %s pass of this run, %.3f s on the host",
+                self.label,
+                mode,
+                time.perf_counter() - started,
+            )
         return out
 
     def note(self) -> str:

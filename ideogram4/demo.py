@@ -255,8 +255,7 @@ def _run_demo(args) -> int:
     print(f"wrote {ckpt} ({ckpt.stat().st_size / 1e6:.1f} MB, both branches, W8A8 + protected bf16 layers)")
 
     # 3. load through the real reader, build W8A8 and float models
-    kernels.REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     w8, ref = {}, {}
     for branch in MODEL_SEEDS:
         sd = read_branch(ckpt, branch, device=device, dtype=dtype)

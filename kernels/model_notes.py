@@ -5,12 +5,14 @@ how its weights streamed or went up to the card, which card it ran on, a forward
 The writers are the pack's runtime in ComfyUI; each sets its own kind and clears it (``None``) when there is nothing
 to say. This module holds the one store (``NOTES``) and the functions its writers and readers call: ``set_note``,
 ``notes``, ``clear``. Which GEMM path each linear ran is the registry's (``registry.REGISTRY``); whoever drops a
-model's layers there (a reload, a failed load) clears its notes here too.
+model's layers there (a reload, a failed load) drops its notes here too: ``forget`` does both.
 """
 
 from __future__ import annotations
 
 import threading
+
+from .registry import REGISTRY
 
 
 class ModelNotes:
@@ -66,4 +68,10 @@ def clear(model: str | None = None) -> None:
     NOTES.clear(model)
 
 
-__all__ = ["NOTES", "ModelNotes", "clear", "notes", "set_note"]
+def forget(model: str | None = None) -> None:
+    """Drop all the pack says of ``model`` (or of every model): its GEMM records in the registry and its notes."""
+    REGISTRY.clear(model)
+    NOTES.clear(model)
+
+
+__all__ = ["NOTES", "ModelNotes", "clear", "forget", "notes", "set_note"]

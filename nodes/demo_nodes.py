@@ -122,8 +122,7 @@ class Ideogram4Int8DemoLoader(io.ComfyNode):
                 state.clear()
         except BaseException:
             for branch in demo_model.BRANCHES[: len(models)]:
-                kernels.REGISTRY.clear(model=demo_model.LABELS[branch])
-                model_notes.clear(demo_model.LABELS[branch])
+                model_notes.forget(demo_model.LABELS[branch])
             models.clear()
             raise
         summary = format_summary(reports, ["random weights: the images are colour noise, not pictures"])

@@ -312,8 +312,7 @@ class Ideogram4Int8Loader(io.ComfyNode):
         except BaseException:
             # no half-built pair: drop the branch already built, its panel records and its notes
             for src in sources[: len(models)]:
-                kernels.REGISTRY.clear(model=src.branch)
-                model_notes.clear(src.branch)
+                model_notes.forget(src.branch)
             models.clear()
             raise
         notes = [streaming_summary(models), getattr(models[0], "ideogram4_attention", "attention: ComfyUI's own")]

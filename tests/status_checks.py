@@ -15,14 +15,12 @@ def clean_registry_around(setting):
     and after the test."""
     setting(ENV_PATH, None)
     setting(settings.GEMM_TIMING, None)
-    REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     REGISTRY.enable_timing(False)
     status.forget_nodes()
     yield
     status.forget_nodes()
-    REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     REGISTRY.enable_timing(False)
     status.switch_timing(False, None)
 

@@ -324,8 +324,7 @@ def _run_peer(
     for label, m in zip(("conditional", "unconditional"), models, strict=False):
         timers[label] = _PassTimer()
         m.add_wrapper_with_key(comfy.patcher_extension.WrappersMP.APPLY_MODEL, "bench_pass_timer", timers[label])
-    kernels.REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     frames = compiled_frames()
     # the images, back to back: the first after the load (autotuning done by an earlier process unless the caches
     # are empty; the streaming plan; graph captures; compiled: tracing and code generation too), then the warm ones,

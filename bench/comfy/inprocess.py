@@ -68,8 +68,7 @@ def run(a) -> dict:
                 t0 = time.perf_counter()
                 models, notes = load_models(peer, files, config)
                 entry.update(load_s=round(time.perf_counter() - t0, 1), **notes)
-                kernels.REGISTRY.clear()
-                model_notes.clear()
+                model_notes.forget()
                 # warm-up: autotuning, first loads
                 _, eager_warmup_ms = _sample(models, ctx, 2, a.seed, size, a.sampler)
                 reset_peaks()
@@ -146,8 +145,7 @@ def _run_compiled(result, peer, mode, models, ctx, a, size, reference, eager_war
         torch._dynamo.reset()
         comfy.model_management.unload_all_models()  # the eager MODELs leave the GPU before the compiled clones load
         compiled = compiled_clones(models, mode)
-        kernels.REGISTRY.clear()
-        model_notes.clear()
+        model_notes.forget()
         frames = compiled_frames()  # the process's count so far (dynamo's reset keeps its counters)
         _, warm_ms = _sample(compiled, ctx, 2, a.seed, size, a.sampler)  # tracing, code generation, autotuning
         if torch.cuda.is_available():

@@ -417,8 +417,7 @@ def declare_sites(diffusion_model: torch.nn.Module, label: str, device: torch.de
     """Replace the registry's records of ``label`` by this model's linears (0 calls, predicted path) and drop the
     notes a model of that label left (its runtime writes this model's own as it runs)."""
     paths = predicted_paths(diffusion_model, device)
-    kernels.REGISTRY.clear(model=label)
-    model_notes.clear(label)
+    model_notes.forget(label)
     for name, m in int8_linears(diffusion_model).items():
         path, reason = paths[name]
         kernels.REGISTRY.declare(f"{label}/{name}", path, reason, m.out_features, m.in_features, note=m.smooth_note)

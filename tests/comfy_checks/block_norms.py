@@ -30,8 +30,7 @@ def check_block_norms():
         block_norms.kernels.rms_norm_modulate = lambda *a, c=calls, f=pre, **kw: c.append("pre") or f(*a, **kw)
         block_norms.kernels.rms_norm_gated_residual = lambda *a, c=calls, f=res_, **kw: c.append("res") or f(*a, **kw)
         cast = torch.bfloat16 if dtype == "bf16" else torch.float32
-        kernels.REGISTRY.clear()
-        model_notes.clear()
+        model_notes.forget()
         try:
             with torch.no_grad():
                 ours = dm(x.to(cast), sigma, context=ctx.to(cast))
@@ -111,16 +110,14 @@ def check_block_norm_handoff():
                 del b1.feed_forward.forward
         if GPU and fmt == "w8a8":
             s = int(torch.randint(0, 2**31, (1,), generator=G))
-            kernels.REGISTRY.clear()
-            model_notes.clear()
+            model_notes.forget()
             # every pass runs Python (no graphs): the handoffs can be counted; inference mode as ComfyUI's executor
             with env_var(settings.CUDA_GRAPHS, "0"), torch.inference_mode():
                 with experiments(f"block-norms={block_norms.NO_HANDOFF}"):
                     off = latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
                 res["gpu/off_note"] = model_notes.notes("conditional").get(block_norms.NOTE_KIND)
                 res["gpu/off_handoffs"] = kernels.REGISTRY.launches["quant_handoff"]
-                kernels.REGISTRY.clear()
-                model_notes.clear()
+                model_notes.forget()
                 on = latent_node(cond, uncond, ctx[:1], s, preset="Turbo 12", w=512, h=512)
             res["gpu/note"] = model_notes.notes("conditional").get(block_norms.NOTE_KIND)
             res["gpu/handoffs"] = kernels.REGISTRY.launches["quant_handoff"]

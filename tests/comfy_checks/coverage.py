@@ -119,8 +119,7 @@ def check_coverage_replay():
     cov.done = cov.counts()  # (as the last check left the counters)
     res["never_ran"] = never[0]
     res["part_replayed"] = compiled_forward(skip={n for n, _ in quantized[3:]})
-    kernels.REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     live[0] = False
     res["strict"] = compiled_forward(skip={quantized[0][0]})
     return res

@@ -60,13 +60,11 @@ def check_cuda_graphs():
     finally:
         kernels.REGISTRY.enable_timing(False)
     seen["reasons"] = reasons
-    kernels.REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     eager = latent_node(cond, uncond, ctx, s)
     seen["cpu_note"] = model_notes.notes("conditional").get(cuda_graphs.NOTE_KIND)
     if GPU:
-        kernels.REGISTRY.clear()
-        model_notes.clear()
+        model_notes.forget()
         with env_var(settings.CUDA_GRAPHS, "0"):
             off = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         seen["off_note"] = model_notes.notes("conditional").get(cuda_graphs.NOTE_KIND)
@@ -74,8 +72,7 @@ def check_cuda_graphs():
             auto = latent_node(cond, uncond, ctx, s, preset="Turbo 12", w=512, h=512)
         seen["auto_note"] = model_notes.notes("conditional").get(cuda_graphs.NOTE_KIND)
         seen["auto_equal"] = bool(torch.equal(auto, off))
-        kernels.REGISTRY.clear()
-        model_notes.clear()
+        model_notes.forget()
         from comfyui_ideogram4_int8.ideogram4 import graph_replay
 
         cuda_graphs.release(cond)  # what the default run captured: the next run starts with none

@@ -104,8 +104,7 @@ def _branch_device_gpu(cond, uncond, ctx, s):
         for k, m in (("conditional", cond), ("unconditional", placed))
     ]
     try:
-        kernels.REGISTRY.clear()
-        model_notes.clear()
+        model_notes.forget()
         two = latent_node(cond, placed, ctx, s).double()
     finally:
         for h in hooks:

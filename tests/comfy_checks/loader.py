@@ -171,8 +171,7 @@ def check_bad_inputs():
     save_file(
         bad, os.path.join(MODELS, "i4_unconditional_bad.safetensors"), metadata={"ideogram4_config": CFG.to_json()}
     )
-    kernels.REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     expect("second_branch_fails", lambda: load("i4_int8_convrot.safetensors", "i4_unconditional_bad.safetensors"))
     errors["registry_after_failed_load"] = kernels.REGISTRY.models()
     expect("hf_empty", lambda: load(loader_nodes.HF_CHOICE))

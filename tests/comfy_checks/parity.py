@@ -137,8 +137,7 @@ def check_protected_fp8():
         plain[n].weight.data.copy_(lin["fp8"][1][n].weight.dequantize().to(plain[n].weight.dtype))
     outs = {}
     for tag in ("plain", "fp8", "fp8_forced"):
-        kernels.REGISTRY.clear()
-        model_notes.clear()
+        model_notes.forget()
         dm = lin[tag][0].model.diffusion_model
         outs[tag] = forward_cases(dm, x, ctx, sigma, mask)
         recs = {r.site.split("/", 1)[1]: r for r in kernels.REGISTRY.layers("conditional")}
@@ -202,8 +201,7 @@ def check_protected_fp8():
     res["lora_fp8"] = int8_ops.is_fp8_weight(merged.weight)
     res["lora_merged_vs_w_plus_delta"] = rel(merged.weight.dequantize().float(), w0 + delta)
     res["lora_w_vs_w_plus_delta"] = rel(w0, w0 + delta)
-    kernels.REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     with torch.no_grad():
         lora.model.diffusion_model(x, sigma, context=ctx)
     res["lora_path"] = kernels.REGISTRY.path_of(f"conditional/{key}")

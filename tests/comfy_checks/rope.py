@@ -1,7 +1,6 @@
 """The q/k RMSNorm + RoPE kernel inside ComfyUI's attention, and its demotion when it fails."""
 
 import torch
-from comfyui_ideogram4_int8 import kernels
 from comfyui_ideogram4_int8.kernels import model_notes
 
 from comfy_checks.common import env_var, experiments, inputs, load, rel, write_all
@@ -55,8 +54,7 @@ def _rope_case(dtype, x, ctx, sigma):
     real = qk_rope.kernel_ops.qk_norm_rope
     qk_rope.kernel_ops.qk_norm_rope = lambda *a: calls.append(a[0].shape) or real(*a)
     try:
-        kernels.REGISTRY.clear()
-        model_notes.clear()
+        model_notes.forget()
         cast = torch.bfloat16 if dtype == "bf16" else torch.float32
         with torch.no_grad():
             dm(x.to(cast), sigma, context=ctx.to(cast))
@@ -113,8 +111,7 @@ def check_rope_demotion():
     res = {"twin_note": qk_rope.TWIN_NOTE}
     R.qk_norm_rope_triton = fails
     backends.DEMOTIONS.clear()
-    kernels.REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     try:
         with torch.no_grad():
             twin = att(xa, mask, freqs)  # no interpreter: the twin without trying the kernel

@@ -96,8 +96,7 @@ def check_streaming():
     res["streamed"] = list(stream.plan.streamed)
     res["loaded_within_budget"] = cond.model.model_loaded_weight_memory <= budget
     res["model_lowvram"] = cond.model.model_lowvram
-    kernels.REGISTRY.clear(model="conditional")
-    model_notes.clear("conditional")
+    model_notes.forget("conditional")
     stream.streamer.tracing = True
     with torch.no_grad():
         outs = [dm(x, sigma, context=ctx) for _ in range(3)]

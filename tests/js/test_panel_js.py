@@ -13,7 +13,7 @@ import subprocess
 
 import panel_model
 import pytest
-from comfyui_ideogram4_int8.kernels import PATHS, REGISTRY, model_notes
+from comfyui_ideogram4_int8.kernels import PATHS, model_notes
 from comfyui_ideogram4_int8.kernels.path_choice import ENV_PATH
 from comfyui_ideogram4_int8.nodes import status_report as status
 
@@ -59,16 +59,14 @@ def test_web_entry_imports_only_what_the_lib_exports():
 @pytest.fixture
 def real_report(tmp_path, setting, gen):
     setting(ENV_PATH, None)
-    REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     # real models from a synthetic checkpoint (tests/panel_model.py): conditional on the automatic path,
     # unconditional with the phantom-INT8 fallback forced
     panel_model.load_and_run(tmp_path, gen.initial_seed(), branches=("conditional",), steps=1)
     setting(ENV_PATH, "dequant-bf16")
     panel_model.load_and_run(tmp_path, gen.initial_seed(), branches=("unconditional",), steps=1)
     report = status.status_report()
-    REGISTRY.clear()
-    model_notes.clear()
+    model_notes.forget()
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report))
     return report, path

@@ -42,6 +42,20 @@ def test_the_process_store_is_apart_from_the_registry():
         model_notes.clear(label)
 
 
+def test_forgetting_a_model_drops_its_records_and_its_notes_only():
+    label, other = "notes-forget", "notes-kept"
+    for name in (label, other):
+        REGISTRY.declare(f"{name}/layers.0.attention.o", "triton-int8", "", 64, 64)
+        model_notes.set_note(name, "device", "cuda:0")
+    try:
+        model_notes.forget(label)
+        assert REGISTRY.layers(label) == [] and model_notes.notes(label) == {}
+        assert len(REGISTRY.layers(other)) == 1 and model_notes.notes(other) == {"device": "cuda:0"}
+    finally:
+        model_notes.forget(label)
+        model_notes.forget(other)
+
+
 def test_writers_on_several_threads_keep_every_note():
     store = ModelNotes()
 

@@ -5,7 +5,7 @@ Public names (stable: tests and users rely on them): ``quantize_per_token``, ``i
 ``int8_matmul_int32``, ``w8a8_linear``.
 """
 
-from . import ops, self_check  # noqa: F401 - self_check registers the first-use check with backends
+from . import ops, self_check, triton_warm  # noqa: F401 - self_check registers the first-use check with backends
 from .backends import DEMOTIONS
 from .dispatch import (
     float_linear,

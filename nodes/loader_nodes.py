@@ -111,6 +111,7 @@ def load_branch(
     ``float_blocks_fp8``). The state's tensors now belong to the model (the caller reports from it, then clears it).
     """
     load_device = comfy.model_management.get_torch_device()
+    kernels.triton_warm.start()  # Triton's per-process keys while the file is read, not in the first pass
     dtype = resolve_compute_dtype(compute_dtype, load_device, FULL_PARAMETERS)
     state = read_branch(
         path, branch, base, device="cpu", dtype=dtype, progress=progress, float_blocks_fp8=protected_layers == "fp8"

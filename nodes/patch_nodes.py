@@ -162,6 +162,7 @@ class Ideogram4Int8Patch(io.ComfyNode):
                 raise ValueError(
                     f"{NODE_NAME}: gemm_path={forced!r} cannot run on {model.load_device}: {exc}. Use 'auto'"
                 ) from None
+        kernels.triton_warm.start()  # Triton's per-process keys while the weights convert, not in the first pass
         pbar = comfy.utils.ProgressBar(1)
 
         def progress(done, total, name):

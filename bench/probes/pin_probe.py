@@ -1,7 +1,8 @@
 """How fast host memory pins (cudaHostRegister, as ComfyUI's ``pin_memory``) from one thread and from several, on
 tensors of a streamed block's piece sizes; and the ways a weight loaded from a checkpoint can become pinned.
 
-``--source fresh``: touched anonymous memory, registered from 1..N threads.
+``--source fresh``: touched anonymous memory, registered from 1..N threads; ``--source huge``: the same on memory
+advised for transparent huge pages (``host_pages.huge_empty``).
 ``--source file-cpu`` (no GPU): on the same file's tensors, a write to every page (the copy a writable registration
 forces, page by page) against torch's copy into fresh memory on 1..N threads.
 ``--source file``: the tensors safetensors hands out (``safe_open`` maps the file privately: the weights the pack's
@@ -9,7 +10,8 @@ loader gives a MODEL), each made pinned four ways: registered in place (the pack
 registered for writing, so every page is copied on its first touch), registered in place read-only, copied to
 fresh host memory (torch's parallel copy) then registered, and copied into memory allocated pinned.
 
-    python -m comfyui_ideogram4_int8.bench.probes.pin_probe [--source fresh|file|file-cpu] [--gib 4] [--threads 1,2,4,8]
+    python -m comfyui_ideogram4_int8.bench.probes.pin_probe [--source fresh|huge|file|file-cpu] [--gib 4]
+        [--threads 1,2,4,8]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import time
 
 import torch
 
-from ...ideogram4.host_pages import own_copy  # the copy the pack pins instead of a file's pages
+from ...ideogram4.host_pages import huge_empty, own_copy  # the copy the pack pins instead of a file's pages
 
 PIECE = 108 * 2**20  # bytes: a streamed block's largest piece
 PORTABLE, READ_ONLY = 1, 8  # cudaHostRegister flags
@@ -35,8 +37,9 @@ def _progress(*what) -> None:
     print(*what, file=sys.stderr, flush=True)
 
 
-def _fresh(total: int) -> list[torch.Tensor]:
-    out = [torch.empty(PIECE, dtype=torch.uint8) for _ in range(max(total // PIECE, 1))]
+def _fresh(total: int, huge: bool = False) -> list[torch.Tensor]:
+    make = huge_empty if huge else (lambda n: torch.empty(n, dtype=torch.uint8))
+    out = [make(PIECE) for _ in range(max(total // PIECE, 1))]
     for t in out:
         t.fill_(1)  # touched, as a loaded weight is
     return out
@@ -52,10 +55,10 @@ def _unregister(t: torch.Tensor) -> None:
     torch.cuda.cudart().cudaHostUnregister(t.data_ptr())
 
 
-def _threads(a, total: int) -> dict:
+def _threads(a, total: int, huge: bool = False) -> dict:
     rows = {}
     for n in [int(x) for x in a.threads.split(",")]:
-        ts = _fresh(total)
+        ts = _fresh(total, huge)
         t0 = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(n) as pool:
             list(pool.map(_register, ts))
@@ -174,7 +177,7 @@ def _file_cpu(a, total: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--source", choices=("fresh", "file", "file-cpu"), default="fresh")
+    ap.add_argument("--source", choices=("fresh", "huge", "file", "file-cpu"), default="fresh")
     ap.add_argument("--gib", type=float, default=4.0)
     ap.add_argument("--threads", default="1,2,4,8")
     a = ap.parse_args()
@@ -184,8 +187,8 @@ def main() -> None:
         return
     torch.cuda.init()
     out = {"gib": a.gib, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "source": a.source}
-    if a.source == "fresh":
-        out["rows"] = _threads(a, total)
+    if a.source in ("fresh", "huge"):
+        out["rows"] = _threads(a, total, huge=a.source == "huge")
     else:
         out["file"] = _file_ways(total)
     print(json.dumps(out))

@@ -11,12 +11,10 @@ weights"). On a platform without ``/proc/self/maps`` nothing is taken for file-m
 from __future__ import annotations
 
 import bisect
-import mmap
 
 import torch
 
 MAPS = "/proc/self/maps"
-HUGE_PAGE = 2 * 2**20  # bytes: a transparent huge page on x86-64 and arm64 (4 KiB base pages)
 
 
 class FileMappings:
@@ -49,25 +47,11 @@ class FileMappings:
         return i >= 0 and ptr < self._ends[i]
 
 
-def huge_empty(nbytes: int) -> torch.Tensor:
-    """A flat uint8 host tensor of ``nbytes`` in an anonymous mapping advised for transparent huge pages, from a
-    huge-page boundary: registering it for the GPU locks a few large pages instead of many small ones. Where the
-    advice is not available (not Linux), ``torch.empty``. The mapping lives as long as the tensor."""
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is None or nbytes < HUGE_PAGE:
-        return torch.empty(nbytes, dtype=torch.uint8)
-    region = mmap.mmap(-1, nbytes + HUGE_PAGE)
-    region.madvise(advice)
-    base = torch.frombuffer(region, dtype=torch.uint8)
-    pad = -base.data_ptr() % HUGE_PAGE
-    return base[pad : pad + nbytes]
-
-
 def own_copy(t: torch.Tensor) -> torch.Tensor:
-    """``t`` copied into fresh, contiguous host memory (``huge_empty``'s)."""
-    out = huge_empty(t.nbytes).view(t.dtype).view(t.shape) if t.nbytes else torch.empty(t.shape, dtype=t.dtype)
+    """``t`` copied into fresh, contiguous host memory."""
+    out = torch.empty(t.shape, dtype=t.dtype)
     out.copy_(t)
     return out
 
 
-__all__ = ["FileMappings", "huge_empty", "own_copy", "MAPS", "HUGE_PAGE"]
+__all__ = ["FileMappings", "own_copy", "MAPS"]

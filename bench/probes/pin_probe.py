@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import json
+import mmap
 import os
 import sys
 import tempfile
@@ -26,10 +27,20 @@ import time
 
 import torch
 
-from ...ideogram4.host_pages import huge_empty, own_copy  # the copy the pack pins instead of a file's pages
+from ...ideogram4.host_pages import own_copy  # the copy the pack pins instead of a file's pages
 
 PIECE = 108 * 2**20  # bytes: a streamed block's largest piece
 PORTABLE, READ_ONLY = 1, 8  # cudaHostRegister flags
+HUGE_PAGE = 2 * 2**20  # bytes: a transparent huge page on x86-64
+
+
+def huge_empty(nbytes: int) -> torch.Tensor:
+    """A flat uint8 tensor in an anonymous mapping advised for transparent huge pages, from a huge-page boundary."""
+    region = mmap.mmap(-1, nbytes + HUGE_PAGE)
+    region.madvise(mmap.MADV_HUGEPAGE)
+    base = torch.frombuffer(region, dtype=torch.uint8)
+    pad = -base.data_ptr() % HUGE_PAGE
+    return base[pad : pad + nbytes]
 
 
 def _progress(*what) -> None:

@@ -56,28 +56,3 @@ def test_a_safetensors_tensor_is_file_mapped_and_its_copy_is_not(tmp_path):
     assert maps.holds(mapped) and not maps.holds(w)
     own = host_pages.own_copy(mapped.t())  # a strided view: the copy is contiguous
     assert not host_pages.FileMappings().holds(own) and own.is_contiguous() and torch.equal(own, w.t())
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.int8, torch.float32])
-def test_a_large_own_copy_is_equal_contiguous_and_starts_on_a_huge_page(dtype):
-    src = torch.randn(1031, 2053).to(dtype).t()  # over 2 MiB, strided
-    own = host_pages.own_copy(src)
-    assert own.dtype == dtype and own.shape == src.shape and own.is_contiguous()
-    assert torch.equal(own, src)
-    if hasattr(__import__("mmap"), "MADV_HUGEPAGE"):
-        assert own.data_ptr() % host_pages.HUGE_PAGE == 0
-        assert not host_pages.FileMappings().holds(own)  # anonymous memory, not a file's pages
-    del src
-    import gc
-
-    gc.collect()
-    assert own.float().sum().isfinite()  # the mapping lives as long as the tensor
-
-
-def test_huge_empty_has_the_size_asked_and_small_sizes_fall_back():
-    big = host_pages.huge_empty(3 * host_pages.HUGE_PAGE + 5)
-    assert big.numel() == 3 * host_pages.HUGE_PAGE + 5 and big.dtype == torch.uint8
-    big.fill_(7)
-    assert int(big[-1]) == 7 and int(big.sum()) == 7 * big.numel()
-    small = host_pages.huge_empty(100)
-    assert small.numel() == 100 and small.is_contiguous()

@@ -42,7 +42,8 @@ def _check_int8_2d(t: torch.Tensor, name: str) -> None:
     if t.stride(1) != 1:
         raise KernelInputError(
             f"{name} must be K-contiguous (row-major [rows, K], stride(1) == 1); got strides {t.stride()}. "
-            "Keep nn.Linear weights as [N, K]: a [K, N] int8 operand is ~10x slower on tensor cores"
+            "Keep nn.Linear weights as [N, K] (the layout the int8 tensor-core GEMM reads); transpose a [K, N] "
+            "operand once, at load"
         )
 
 

@@ -131,6 +131,11 @@ EXPERIMENTS = {
         "fresh host memory first",
         ("off",),
     ),
+    "pin-overlap": Experiment(
+        "a streaming plan's pins made on one worker thread while the resident weights go to the card (on), instead "
+        "of before them",
+        ("on",),
+    ),
     "pass-estimate": Experiment("ComfyUI's doubled-batch memory estimate under the pack's sampler", ("comfyui",)),
     "no-resident-conds": Experiment("the text context cast to the device in every model call, as ComfyUI does"),
     "self-check": Experiment(

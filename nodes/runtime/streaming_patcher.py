@@ -41,7 +41,7 @@ import torch
 
 from ...ideogram4 import graph_replay, host_pages, streaming
 from ...kernels import model_notes, settings
-from . import host_copies, parking, stream_pieces, weight_upload
+from . import host_copies, parking, stream_pieces, stream_pins, weight_upload
 from .budget import NO_LIMIT, unlimited
 from .int8_ops import site_label
 from .op_coverage import CONTEXT_ONLY
@@ -396,6 +396,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         started = time.perf_counter()
         self._pin_clock = [0.0, 0]  # seconds and bytes of pinning in this plan
         file_maps = host_pages.FileMappings() if self._copies_file_pages(device) else None
+        overlap = stream_pins.overlap_enabled(device)
+        jobs: list | None = [] if overlap else None  # pins left for the upload's duration (stream_pins.during)
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
@@ -403,10 +405,10 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             for i, block in enumerate(blocks):  # what leaves the card first, so what comes in finds room
                 if i in streamed:
                     for name, m in _streamable(block):
-                        self._stream_module(f"diffusion_model.layers.{i}.{name}", m, device, file_maps)
+                        self._stream_module(f"diffusion_model.layers.{i}.{name}", m, device, file_maps, jobs)
             names = {f"diffusion_model.layers.{i}.{n}" for i in streamed for n, _ in _streamable(blocks[i])}
             for key, m in _host_layers(self.model) if plan.host_bytes else ():
-                self._stream_module(key, m, device, file_maps)
+                self._stream_module(key, m, device, file_maps, jobs)
                 m.comfy_cast_weights = True
                 names.add(key)
             for i, block in enumerate(blocks):
@@ -415,7 +417,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                         self._unstream_module(f"diffusion_model.layers.{i}.{name}", m, device)
             self.model.ideogram4_streamed_modules = names
             weight_upload.before_load(self, device, whole_model=False)  # _load_list leaves the streamed ones out
-            super().load(device, lowvram_model_memory=NO_LIMIT, force_patch_weights=False)  # the rest, resident
+            with stream_pins.during(jobs or [], self._finish_pin):
+                super().load(device, lowvram_model_memory=NO_LIMIT, force_patch_weights=False)  # the rest, resident
             stream = _ModelStream(self, device, plan)
             self.model.ideogram4_stream = stream
             self.model.model_lowvram = True  # ComfyUI offers more memory later (partially_load) instead of skipping
@@ -425,12 +428,13 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         stream.publish()
         # the seconds say what a new plan cost (weights moved both ways, host copies pinned): a run should pay it once
         log.info(
-            "ideogram4-int8: %s %s (applied in %.2f s, of which %.2f s pinned %.2f GiB of host memory)",
+            "ideogram4-int8: %s %s (applied in %.2f s, of which %.2f s pinned %.2f GiB of host memory%s)",
             stream.label or "model",
             plan.describe(),
             time.perf_counter() - started,
             self._pin_clock[0],
             self._pin_clock[1] / streaming.GIB,
+            ", on a worker thread during the upload" if jobs else "",
         )
 
     def _copies_file_pages(self, device) -> bool:
@@ -438,8 +442,11 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         for a GPU's copies; ``pin-copy=off`` pins it in place)."""
         return torch.device(device).type == "cuda" and settings.experiment(PIN_COPY) != "off"
 
-    def _stream_module(self, key: str, m, device, file_maps: host_pages.FileMappings | None = None) -> None:
-        """``m``'s weight to pinned host memory (LoRA merged on ``device`` first); its small tensors on ``device``."""
+    def _stream_module(
+        self, key: str, m, device, file_maps: host_pages.FileMappings | None = None, jobs: list | None = None
+    ) -> None:
+        """``m``'s weight to pinned host memory (LoRA merged on ``device`` first); its small tensors on ``device``.
+        ``jobs``: a list that takes the pinning (``stream_pins.Job``) for later, instead of pinning here."""
         weight_key, bias_key = f"{key}.weight", f"{key}.bias"
         if not getattr(m, "comfy_patched_weights", False):
             if weight_key in self.patches:
@@ -452,25 +459,34 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             host = w if w.device.type == "cpu" else host_copies.host_of(self, weight_key, w)
             host = w.to("cpu") if host is None else host
             data = _host_data(host)
-            pin_started = time.perf_counter()
             # the file's pages: a copy is pinned instead (ideogram4/host_pages.py says why), and kept only if it
             # pinned; otherwise the file's pages stay, which the kernel may drop and read again
             mapped = file_maps is not None and not data.is_pinned() and file_maps.holds(data)
-            pinning = host_pages.own_copy(data) if mapped else data
-            if pinning.is_contiguous() and comfy.model_management.pin_memory(pinning):
-                if mapped:
-                    host, data = _with_host_data(host, pinning), pinning
-                self._pinned().append(data)
-                self._pin_clock[0] += time.perf_counter() - pin_started  # _apply's clock: its only caller
-                self._pin_clock[1] += data.nbytes
-            m._parameters["weight"] = torch.nn.Parameter(host, requires_grad=False)
-            host_copies.remember(self, [(weight_key, host, _host_data(host))])  # pinned once, for every later plan
+            m._parameters["weight"] = torch.nn.Parameter(host, requires_grad=False)  # its card copy goes now
+            job = stream_pins.Job(m, weight_key, host, data, mapped)
+            if jobs is None:
+                self._finish_pin(job, stream_pins.pin(job))
+            else:
+                jobs.append(job)
         for name, p in list(m._parameters.items()):
             if name != "weight" and p is not None and p.device != device:
                 m._parameters[name] = torch.nn.Parameter(p.data.to(device), requires_grad=False)
         for name, b in list(m._buffers.items()):
             if b is not None and b.device != device:
                 m._buffers[name] = b.to(device)
+
+    def _finish_pin(self, job: stream_pins.Job, result: stream_pins.Result) -> None:
+        """Record a streamed weight's pin (``_apply``'s clock: its only caller) and keep its host copy: the pinned
+        copy of a file's pages replaces them; a copy that did not pin is dropped."""
+        host = job.host
+        if result.pinned:
+            if job.mapped:
+                host = _with_host_data(host, result.pinning)
+                job.module._parameters["weight"] = torch.nn.Parameter(host, requires_grad=False)
+            self._pinned().append(result.pinning)
+            self._pin_clock[0] += result.seconds
+            self._pin_clock[1] += result.pinning.nbytes
+        host_copies.remember(self, [(job.key, host, _host_data(host))])  # pinned once, for every later plan
 
     def _unstream_module(self, key: str, m, device) -> None:
         """A formerly streamed ``m`` back on ``device`` as a resident layer (its host copy already merged). Its

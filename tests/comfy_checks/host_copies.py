@@ -176,33 +176,52 @@ def check_file_pages():
     memory and the copy pinned (ideogram4/host_pages.py), with the same bytes, and kept as its host copy; a copy that
     does not pin is dropped (the file's pages stay); under ``pin-copy=off`` the weight is pinned in place. Nothing
     pins on a CPU, so the decision and ComfyUI's ``pin_memory`` are stood in for as on a card; the plan streams two
-    blocks and computes as the resident model."""
+    blocks and computes as the resident model. Under ``pin-overlap=on`` the same pins run on a worker thread once
+    the resident upload has started (``stream_pins.during``)."""
+    import threading
+
     import comfy.model_management as mm
+    import comfy.model_patcher
     from comfyui_ideogram4_int8.ideogram4 import host_pages
     from comfyui_ideogram4_int8.kernels import settings
-    from comfyui_ideogram4_int8.nodes.runtime import streaming_patcher
+    from comfyui_ideogram4_int8.nodes.runtime import stream_pins, streaming_patcher
 
     write_all()
     x, ctx, sigma, _ = inputs()
     cpu = torch.device("cpu")
     patcher_cls = streaming_patcher.Ideogram4ModelPatcher
     real, real_pin = patcher_cls._copies_file_pages, mm.pin_memory
+    real_overlap, real_load = stream_pins.overlap_enabled, comfy.model_patcher.ModelPatcher.load
     patcher_cls._copies_file_pages = lambda self, device: settings.experiment(streaming_patcher.PIN_COPY) != "off"
-    pins = {"ok": True, "asked": 0}
+    stream_pins.overlap_enabled = lambda device: settings.experiment(stream_pins.EXPERIMENT) == "on"
+    pins = {"ok": True, "asked": 0, "threads": set(), "after_load_started": []}
+    load_started = threading.Event()
+
+    def marked_load(self, *args, **kwargs):  # ComfyUI's load of the resident rest: the upload the pins may overlap
+        load_started.set()
+        return real_load(self, *args, **kwargs)
 
     def pin_memory(t):
         pins["asked"] += 1
+        pins["threads"].add(threading.current_thread().name.split("_")[0])
+        # a worker's pin waits (bounded) for the upload to start; an inline pin runs before it
+        waited = load_started.wait(5) if threading.current_thread() is not threading.main_thread() else False
+        pins["after_load_started"].append(waited or load_started.is_set())
         return pins["ok"]
 
     mm.pin_memory = pin_memory
-    out = {"real_on_cpu": real(None, cpu)}
+    comfy.model_patcher.ModelPatcher.load = marked_load
+    out = {"real_on_cpu": real(None, cpu), "overlap_on_cpu": real_overlap(cpu)}
     try:
         for case, spec, ok in (
             ("copy", None, True),
             ("copy_refused", None, False),
             ("in_place", f"{streaming_patcher.PIN_COPY}=off", True),
+            ("overlap", f"{stream_pins.EXPERIMENT}=on", True),
+            ("overlap_refused", f"{stream_pins.EXPERIMENT}=on", False),
         ):
-            pins.update(ok=ok, asked=0)
+            pins.update(ok=ok, asked=0, threads=set(), after_load_started=[])
+            load_started.clear()
             cond, _, _ = load("i4_w8a8.safetensors")
             cond.model.ideogram4_upload_any_device = cond.model.ideogram4_stream_any_device = True
             dm = cond.model.diffusion_model
@@ -230,10 +249,15 @@ def check_file_pages():
                 ],
                 "max_abs": (got - want).abs().max().item(),
                 "pins_asked": pins["asked"],
+                "pin_threads": sorted(pins["threads"]),
+                "pins_after_load_started": pins["after_load_started"],
+                "pinned_recorded": len(cond._pinned()),
             }
             cond.unpatch_model(cpu)
     finally:
         patcher_cls._copies_file_pages, mm.pin_memory = real, real_pin
+        stream_pins.overlap_enabled, comfy.model_patcher.ModelPatcher.load = real_overlap, real_load
+    out["during"] = _during_cases(stream_pins)
     # the maps reader: only private mappings of a file count
     text = (
         "7f0000000000-7f0000100000 rw-p 00000000 fe:00 12 /models/a.safetensors\n"
@@ -246,4 +270,40 @@ def check_file_pages():
     out["parsed"] = [fake._starts, fake._ends]
     out["fresh_tensor"] = host_pages.FileMappings().holds(torch.ones(1 << 16))
     out["empty_tensor"] = host_pages.FileMappings(text).holds(probe)
+    return out
+
+
+def _during_cases(stream_pins) -> dict:
+    """``stream_pins.during``: a worker failing at its third job still hands over the two before, then raises; a body
+    that raises still waits for and hands over every job; no jobs: only the body runs."""
+    real = stream_pins.pin
+
+    def fake_pin(job):
+        if job.key == "boom":
+            raise RuntimeError("pin failed")
+        return stream_pins.Result(job.data, True, 0.0)
+
+    t = torch.zeros(4)
+    jobs = [stream_pins.Job(None, key, t, t, False) for key in ("a", "b", "boom", "c")]
+    out = {}
+    stream_pins.pin = fake_pin
+    try:
+        finished = []
+        try:
+            with stream_pins.during(jobs, lambda job, result: finished.append(job.key)):
+                pass
+        except RuntimeError as exc:
+            out["worker_error"] = [str(exc), finished]
+        finished = []
+        try:
+            with stream_pins.during(jobs[:2], lambda job, result: finished.append(job.key)):
+                raise ValueError("body failed")
+        except ValueError as exc:
+            out["body_error"] = [str(exc), finished]
+        ran = []
+        with stream_pins.during([], lambda job, result: ran.append(job.key)):
+            ran.append("body")
+        out["empty"] = ran
+    finally:
+        stream_pins.pin = real
     return out

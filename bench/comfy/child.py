@@ -352,7 +352,7 @@ def _run_peer(
                 latent, times, record = image(seed, prompt)
         elif (i == 0 and a.profile_first) or (i == 1 and a.profile_warm):  # where its host time goes, in its record
             ran: list = []
-            profile = host_profile(lambda s=seed, p=prompt, out=ran: out.append(image(s, p)), steps=1, top=40)
+            profile = host_profile(lambda s=seed, p=prompt, out=ran: out.append(image(s, p)), steps=1, top=120)
             (latent, times, record), record["host_profile"] = ran[0], profile
             server_cleanup()
         else:

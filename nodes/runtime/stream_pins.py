@@ -4,9 +4,13 @@ the resident weights go to the card.
 A streaming plan pins each streamed weight's host tensor through ComfyUI's ``pin_memory`` (its budget, its
 bookkeeping). A weight still in its checkpoint's file mapping is copied to fresh memory first and the copy pinned
 (``ideogram4/host_pages.py`` says why). The copy and the registration run in torch and the driver outside the GIL,
-and the resident upload runs on staging threads and the copy engine, so the two can overlap: under the experiment
-``pin-overlap=on`` a plan's pins run on one worker thread during that upload (``during``). One thread, because
-ComfyUI's pin bookkeeping is not made for concurrent callers; nothing else pins while the load holds the main thread.
+and the resident upload (``weight_upload.before_load``) runs on staging threads and the copy engine, so the two can
+overlap: under the experiment ``pin-overlap=on`` a plan's pins run on one worker thread during that upload
+(``during``). ComfyUI's pin bookkeeping (``pin_memory``, ``unpin_memory``: unlocked global counters) is not made for
+concurrent callers, so the worker's pins and the main thread's own pin and unpin calls in that window (the upload's
+unpins, ComfyUI's load) take turns on ``BOOKKEEPING``. What a pin's RAM release does (``extra_ram_release``) then
+runs on the worker thread; and the streamed weights' host copies are remembered after the resident ones, the reverse
+of the inline order, which matters only where ``host_copies`` runs short of RAM.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import threading
 import time
 from collections.abc import Callable
 
@@ -24,6 +29,7 @@ from ...ideogram4 import host_pages
 from ...kernels import settings
 
 EXPERIMENT = "pin-overlap"
+BOOKKEEPING = threading.Lock()  # held around each call into ComfyUI's pin bookkeeping while a worker may pin
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,11 +55,15 @@ class Result:
 
 
 def pin(job: Job) -> Result:
-    """Copy (a file's pages) and pin through ComfyUI: the work of one job, on whichever thread runs it."""
+    """Copy (a file's pages) and pin through ComfyUI: the work of one job, on whichever thread runs it. A copy that
+    did not pin is not kept (the result names the weight's own data)."""
     started = time.perf_counter()
+    if getattr(comfy.model_management, "MAX_PINNED_MEMORY", 1) <= 0:  # pinning off (--disable-pinned-memory)
+        return Result(job.data, False, 0.0)
     pinning = host_pages.own_copy(job.data) if job.mapped else job.data
-    pinned = pinning.is_contiguous() and comfy.model_management.pin_memory(pinning)
-    return Result(pinning, bool(pinned), time.perf_counter() - started)
+    with BOOKKEEPING:
+        pinned = bool(pinning.is_contiguous() and comfy.model_management.pin_memory(pinning))
+    return Result(pinning if pinned else job.data, pinned, time.perf_counter() - started)
 
 
 def overlap_enabled(device) -> bool:
@@ -64,13 +74,14 @@ def overlap_enabled(device) -> bool:
 @contextlib.contextmanager
 def during(jobs: list[Job], finish: Callable[[Job, Result], None]):
     """Run ``jobs`` in order on one worker thread while the ``with`` body runs; after it (also when it raised), wait
-    for them and hand each result to ``finish`` on this thread, so every pinned tensor is recorded."""
+    for them and hand every result to ``finish`` on this thread, so each pinned tensor is recorded. Then the body's
+    error, else the worker's, else the first ``finish`` error, is raised."""
     if not jobs:
         yield
         return
     # a worker thread starts outside inference mode: copies made in a load inside ComfyUI's sampling keep its mode
     inference = torch.is_inference_mode_enabled()
-    done: list[Result] = []  # in order; a job that raised ends the list, and its error is raised after the rest
+    done: list[Result] = []  # in order; a job that raised ends the list
 
     def work() -> None:
         with torch.inference_mode(inference):
@@ -79,14 +90,29 @@ def during(jobs: list[Job], finish: Callable[[Job, Result], None]):
 
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="ideogram4-int8-pin") as pool:
         future = pool.submit(work)
+        body_failed = False
         try:
             yield
+        except BaseException:
+            body_failed = True
+            raise
         finally:
             error = future.exception()
+            failures = []
             for job, result in zip(jobs, done, strict=False):
-                finish(job, result)
-            if error is not None:
-                raise error
+                try:
+                    finish(job, result)
+                except Exception as exc:  # noqa: BLE001 - the rest are recorded first
+                    failures.append(exc)
+            if not body_failed and (error is not None or failures):
+                raise error if error is not None else failures[0]
 
 
-__all__ = ["EXPERIMENT", "Job", "Result", "during", "overlap_enabled", "pin"]
+@contextlib.contextmanager
+def exclusive():
+    """Hold ``BOOKKEEPING`` (the main thread's calls into ComfyUI's pin bookkeeping while a worker may pin)."""
+    with BOOKKEEPING:
+        yield
+
+
+__all__ = ["BOOKKEEPING", "EXPERIMENT", "Job", "Result", "during", "exclusive", "overlap_enabled", "pin"]

@@ -416,9 +416,10 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                     for name, m in _streamable(block):
                         self._unstream_module(f"diffusion_model.layers.{i}.{name}", m, device)
             self.model.ideogram4_streamed_modules = names
-            weight_upload.before_load(self, device, whole_model=False)  # _load_list leaves the streamed ones out
-            with stream_pins.during(jobs or [], self._finish_pin):
-                super().load(device, lowvram_model_memory=NO_LIMIT, force_patch_weights=False)  # the rest, resident
+            with stream_pins.during(jobs or [], self._finish_pin):  # pins left for later run during the upload
+                weight_upload.before_load(self, device, whole_model=False)  # _load_list leaves the streamed ones out
+                with stream_pins.exclusive():  # ComfyUI's load unpins what it loads whole
+                    super().load(device, lowvram_model_memory=NO_LIMIT, force_patch_weights=False)  # the rest
             stream = _ModelStream(self, device, plan)
             self.model.ideogram4_stream = stream
             self.model.model_lowvram = True  # ComfyUI offers more memory later (partially_load) instead of skipping

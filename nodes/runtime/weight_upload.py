@@ -31,7 +31,7 @@ from comfy.quant_ops import QuantizedTensor
 
 from ...ideogram4 import upload
 from ...kernels import model_notes, settings
-from . import host_copies
+from . import host_copies, stream_pins
 from .int8_ops import site_label
 
 log = logging.getLogger("comfyui_ideogram4_int8")
@@ -97,8 +97,9 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
         return None
     kept = host_copies.remember(patcher, items)  # an unload then drops the card copies (host_copies)
     moved, report = upload.to_device([data for *_, data in items], device, host_twin=host_twin)
-    for key, *_ in items:
-        patcher.unpin_weight(key)  # a weight ComfyUI pinned when it offloaded it (a no-op for the others)
+    with stream_pins.exclusive():  # a streaming plan's pins may be running (stream_pins.during)
+        for key, *_ in items:
+            patcher.unpin_weight(key)  # a weight ComfyUI pinned when it offloaded it (a no-op for the others)
     table = {id(t): (t, new) for (_, t, _), new in zip(items, moved, strict=True)}
 
     def swap(t):

@@ -181,36 +181,43 @@ def check_file_pages():
     import threading
 
     import comfy.model_management as mm
-    import comfy.model_patcher
     from comfyui_ideogram4_int8.ideogram4 import host_pages
     from comfyui_ideogram4_int8.kernels import settings
-    from comfyui_ideogram4_int8.nodes.runtime import stream_pins, streaming_patcher
+    from comfyui_ideogram4_int8.nodes.runtime import stream_pins, streaming_patcher, weight_upload
 
     write_all()
     x, ctx, sigma, _ = inputs()
     cpu = torch.device("cpu")
     patcher_cls = streaming_patcher.Ideogram4ModelPatcher
     real, real_pin = patcher_cls._copies_file_pages, mm.pin_memory
-    real_overlap, real_load = stream_pins.overlap_enabled, comfy.model_patcher.ModelPatcher.load
+    real_overlap, real_upload = stream_pins.overlap_enabled, weight_upload.before_load
     patcher_cls._copies_file_pages = lambda self, device: settings.experiment(streaming_patcher.PIN_COPY) != "off"
     stream_pins.overlap_enabled = lambda device: settings.experiment(stream_pins.EXPERIMENT) == "on"
-    pins = {"ok": True, "asked": 0, "threads": set(), "after_load_started": []}
-    load_started = threading.Event()
+    pins = {"ok": True, "asked": 0, "threads": set(), "during_upload": [], "uploading": False, "overlap": False}
+    upload_started, first_pin = threading.Event(), threading.Event()
 
-    def marked_load(self, *args, **kwargs):  # ComfyUI's load of the resident rest: the upload the pins may overlap
-        load_started.set()
-        return real_load(self, *args, **kwargs)
+    def marked_upload(*args, **kwargs):  # the resident weights' staged upload: what the pins may overlap
+        pins["uploading"] = True
+        upload_started.set()
+        if pins["overlap"]:
+            first_pin.wait(5)  # held (bounded) until the worker's first pin has run
+        try:
+            return real_upload(*args, **kwargs)
+        finally:
+            pins["uploading"] = False
 
     def pin_memory(t):
         pins["asked"] += 1
         pins["threads"].add(threading.current_thread().name.split("_")[0])
-        # a worker's pin waits (bounded) for the upload to start; an inline pin runs before it
-        waited = load_started.wait(5) if threading.current_thread() is not threading.main_thread() else False
-        pins["after_load_started"].append(waited or load_started.is_set())
+        if threading.current_thread() is not threading.main_thread():
+            upload_started.wait(5)  # a worker's pin waits (bounded) for the upload; an inline pin comes before it
+        pins["during_upload"].append(pins["uploading"])
+        first_pin.set()
         return pins["ok"]
 
+    real_max = mm.MAX_PINNED_MEMORY
     mm.pin_memory = pin_memory
-    comfy.model_patcher.ModelPatcher.load = marked_load
+    weight_upload.before_load = marked_upload
     out = {"real_on_cpu": real(None, cpu), "overlap_on_cpu": real_overlap(cpu)}
     try:
         for case, spec, ok in (
@@ -219,9 +226,12 @@ def check_file_pages():
             ("in_place", f"{streaming_patcher.PIN_COPY}=off", True),
             ("overlap", f"{stream_pins.EXPERIMENT}=on", True),
             ("overlap_refused", f"{stream_pins.EXPERIMENT}=on", False),
+            ("pinning_off", None, None),  # ComfyUI pins nothing (--disable-pinned-memory): no copy is made
         ):
-            pins.update(ok=ok, asked=0, threads=set(), after_load_started=[])
-            load_started.clear()
+            mm.MAX_PINNED_MEMORY = 0 if ok is None else 2**40  # a CPU-only ComfyUI pins nothing
+            pins.update(ok=bool(ok), asked=0, threads=set(), during_upload=[], overlap=case.startswith("overlap"))
+            upload_started.clear()
+            first_pin.clear()
             cond, _, _ = load("i4_w8a8.safetensors")
             cond.model.ideogram4_upload_any_device = cond.model.ideogram4_stream_any_device = True
             dm = cond.model.diffusion_model
@@ -250,13 +260,14 @@ def check_file_pages():
                 "max_abs": (got - want).abs().max().item(),
                 "pins_asked": pins["asked"],
                 "pin_threads": sorted(pins["threads"]),
-                "pins_after_load_started": pins["after_load_started"],
+                "pins_during_upload": pins["during_upload"],
                 "pinned_recorded": len(cond._pinned()),
             }
             cond.unpatch_model(cpu)
     finally:
         patcher_cls._copies_file_pages, mm.pin_memory = real, real_pin
-        stream_pins.overlap_enabled, comfy.model_patcher.ModelPatcher.load = real_overlap, real_load
+        stream_pins.overlap_enabled, weight_upload.before_load = real_overlap, real_upload
+        mm.MAX_PINNED_MEMORY = real_max
     out["during"] = _during_cases(stream_pins)
     # the maps reader: only private mappings of a file count
     text = (
@@ -275,7 +286,8 @@ def check_file_pages():
 
 def _during_cases(stream_pins) -> dict:
     """``stream_pins.during``: a worker failing at its third job still hands over the two before, then raises; a body
-    that raises still waits for and hands over every job; no jobs: only the body runs."""
+    that raises still waits for and hands over every job, and its error wins over the worker's; a ``finish`` that
+    raises lets the rest be handed over first; no jobs: only the body runs."""
     real = stream_pins.pin
 
     def fake_pin(job):
@@ -300,6 +312,24 @@ def _during_cases(stream_pins) -> dict:
                 raise ValueError("body failed")
         except ValueError as exc:
             out["body_error"] = [str(exc), finished]
+        finished = []
+        try:
+            with stream_pins.during(jobs, lambda job, result: finished.append(job.key)):
+                raise ValueError("body failed")
+        except (ValueError, RuntimeError) as exc:
+            out["both_fail"] = [type(exc).__name__, finished]
+
+        def finish_fails(job, result):
+            finished.append(job.key)
+            if job.key == "a":
+                raise KeyError("finish failed")
+
+        finished = []
+        try:
+            with stream_pins.during(jobs[:2], finish_fails):
+                pass
+        except KeyError as exc:
+            out["finish_error"] = [str(exc), finished]
         ran = []
         with stream_pins.during([], lambda job, result: ran.append(job.key)):
             ran.append("body")

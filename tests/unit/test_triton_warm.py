@@ -81,3 +81,30 @@ def test_a_failing_warm_up_is_recorded_not_raised(monkeypatch):
     monkeypatch.setattr(triton_warm, "RESULT", {})
     triton_warm._run()
     assert "no cache dir" in triton_warm.RESULT["error"]
+
+
+def test_a_triton_that_fails_to_import_starts_nothing_and_raises_nothing(monkeypatch):
+    import builtins
+
+    import torch
+
+    real_import = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name == "triton":
+            raise RuntimeError("libtriton.so: undefined symbol")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(triton_warm, "_THREAD", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(builtins, "__import__", broken)
+    assert triton_warm.start() is None
+
+
+def test_a_failing_version_key_still_keys_the_functions(monkeypatch):
+    def key():
+        raise OSError("libtriton.so unreadable")
+
+    monkeypatch.setattr(triton_warm, "_triton_key", lambda: key)
+    out = triton_warm.warm()
+    assert out["skipped"] == ["triton_key: OSError"] and out["keyed"] == len(triton_warm.jit_functions())

@@ -29,7 +29,8 @@ from ...ideogram4 import host_pages
 from ...kernels import settings
 
 EXPERIMENT = "pin-overlap"
-BOOKKEEPING = threading.Lock()  # held around each call into ComfyUI's pin bookkeeping while a worker may pin
+BOOKKEEPING = threading.RLock()  # around each call into ComfyUI's pin bookkeeping while a worker may pin (reentrant:
+# a call inside ComfyUI's load that reaches a pin of this thread must not wait on itself)
 
 
 @dataclasses.dataclass(frozen=True)

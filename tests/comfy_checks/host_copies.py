@@ -287,7 +287,7 @@ def check_file_pages():
 def _during_cases(stream_pins) -> dict:
     """``stream_pins.during``: a worker failing at its third job still hands over the two before, then raises; a body
     that raises still waits for and hands over every job, and its error wins over the worker's; a ``finish`` that
-    raises lets the rest be handed over first; no jobs: only the body runs."""
+    raises lets the rest be handed over first; no jobs: only the body runs; the bookkeeping lock is reentrant."""
     real = stream_pins.pin
 
     def fake_pin(job):
@@ -334,6 +334,10 @@ def _during_cases(stream_pins) -> dict:
         with stream_pins.during([], lambda job, result: ran.append(job.key)):
             ran.append("body")
         out["empty"] = ran
+        with stream_pins.exclusive():  # a pin reached from inside ComfyUI's load on the same thread goes through
+            out["reentrant"] = stream_pins.BOOKKEEPING.acquire(timeout=1)
+            if out["reentrant"]:
+                stream_pins.BOOKKEEPING.release()
     finally:
         stream_pins.pin = real
     return out

@@ -441,6 +441,7 @@ def test_a_streamed_weight_in_its_file_mapping_is_copied_before_it_is_pinned(run
     assert during["body_error"] == ["body failed", ["a", "b"]] and during["empty"] == ["body"], during
     assert during["both_fail"] == ["ValueError", ["a", "b"]], during
     assert during["finish_error"] == ["'finish failed'", ["a", "b"]], during
+    assert during["reentrant"] is True, during
     assert r["parsed"] == [[0x7F0000000000], [0x7F0000100000]]  # private file mappings only
     assert r["fresh_tensor"] is False and r["empty_tensor"] is False
 

@@ -7,8 +7,9 @@ bookkeeping). A weight still in its checkpoint's file mapping is copied to fresh
 and the resident upload (``weight_upload.before_load``) runs on staging threads and the copy engine, so the two can
 overlap: under the experiment ``pin-overlap=on`` a plan's pins run on one worker thread during that upload
 (``during``). ComfyUI's pin bookkeeping (``pin_memory``, ``unpin_memory``: unlocked global counters) is not made for
-concurrent callers, so the worker's pins and the main thread's own pin and unpin calls in that window (the upload's
-unpins, ComfyUI's load) take turns on ``BOOKKEEPING``. What a pin's RAM release does (``extra_ram_release``) then
+concurrent callers, so the worker's pins and the pack's other pin and unpin calls in that window (the upload's
+unpins, ComfyUI's load, a collected model's unpins) take turns on ``BOOKKEEPING``; another model's own unpins at its
+collection are not covered. What a pin's RAM release does (``extra_ram_release``) then
 runs on the worker thread; and the streamed weights' host copies are remembered after the resident ones, the reverse
 of the inline order, which matters only where ``host_copies`` runs short of RAM.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +29,8 @@ import torch
 
 from ...ideogram4 import host_pages
 from ...kernels import settings
+
+log = logging.getLogger("comfyui_ideogram4_int8")
 
 EXPERIMENT = "pin-overlap"
 BOOKKEEPING = threading.RLock()  # around each call into ComfyUI's pin bookkeeping while a worker may pin (reentrant:
@@ -58,13 +62,16 @@ class Result:
 def pin(job: Job) -> Result:
     """Copy (a file's pages) and pin through ComfyUI: the work of one job, on whichever thread runs it. A copy that
     did not pin is not kept (the result names the weight's own data)."""
-    started = time.perf_counter()
     if getattr(comfy.model_management, "MAX_PINNED_MEMORY", 1) <= 0:  # pinning off (--disable-pinned-memory)
         return Result(job.data, False, 0.0)
+    started = time.perf_counter()
     pinning = host_pages.own_copy(job.data) if job.mapped else job.data
-    with BOOKKEEPING:
+    seconds = time.perf_counter() - started
+    with BOOKKEEPING:  # the seconds leave out a wait for the lock
+        started = time.perf_counter()
         pinned = bool(pinning.is_contiguous() and comfy.model_management.pin_memory(pinning))
-    return Result(pinning if pinned else job.data, pinned, time.perf_counter() - started)
+        seconds += time.perf_counter() - started
+    return Result(pinning if pinned else job.data, pinned, seconds)
 
 
 def overlap_enabled(device) -> bool:
@@ -105,8 +112,11 @@ def during(jobs: list[Job], finish: Callable[[Job, Result], None]):
                     finish(job, result)
                 except Exception as exc:  # noqa: BLE001 - the rest are recorded first
                     failures.append(exc)
-            if not body_failed and (error is not None or failures):
-                raise error if error is not None else failures[0]
+            dropped = [e for e in (error, *failures) if e is not None]
+            if dropped and not body_failed:
+                raise dropped[0]
+            for e in dropped:  # the body's error wins; these would otherwise vanish
+                log.warning("ideogram4-int8: a streamed weight's pin failed during a failed load: %r", e)
 
 
 @contextlib.contextmanager

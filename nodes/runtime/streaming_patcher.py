@@ -580,9 +580,11 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
 
 def _unpin_all(pinned: list) -> None:
-    """A collected model's pinned host tensors go back to pageable memory."""
-    for t in pinned:
-        comfy.model_management.unpin_memory(t)
+    """A collected model's pinned host tensors go back to pageable memory (in turn with a plan's pins:
+    ``stream_pins.BOOKKEEPING``; a collection can run on any thread)."""
+    with stream_pins.exclusive():
+        for t in pinned:
+            comfy.model_management.unpin_memory(t)
     pinned.clear()
 
 

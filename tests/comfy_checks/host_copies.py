@@ -193,7 +193,8 @@ def check_file_pages():
     real_overlap, real_upload = stream_pins.overlap_enabled, weight_upload.before_load
     patcher_cls._copies_file_pages = lambda self, device: settings.experiment(streaming_patcher.PIN_COPY) != "off"
     stream_pins.overlap_enabled = lambda device: settings.experiment(stream_pins.EXPERIMENT) == "on"
-    pins = {"ok": True, "asked": 0, "threads": set(), "during_upload": [], "uploading": False, "overlap": False}
+    pins = {"ok": True, "asked": 0, "threads": set(), "during_upload": [], "held": [], "uploading": False}
+    pins["overlap"] = False
     upload_started, first_pin = threading.Event(), threading.Event()
 
     def marked_upload(*args, **kwargs):  # the resident weights' staged upload: what the pins may overlap
@@ -208,6 +209,7 @@ def check_file_pages():
 
     def pin_memory(t):
         pins["asked"] += 1
+        pins["held"].append(stream_pins.BOOKKEEPING._is_owned())  # ComfyUI's bookkeeping taken in turns
         pins["threads"].add(threading.current_thread().name.split("_")[0])
         if threading.current_thread() is not threading.main_thread():
             upload_started.wait(5)  # a worker's pin waits (bounded) for the upload; an inline pin comes before it
@@ -229,7 +231,9 @@ def check_file_pages():
             ("pinning_off", None, None),  # ComfyUI pins nothing (--disable-pinned-memory): no copy is made
         ):
             mm.MAX_PINNED_MEMORY = 0 if ok is None else 2**40  # a CPU-only ComfyUI pins nothing
-            pins.update(ok=bool(ok), asked=0, threads=set(), during_upload=[], overlap=case.startswith("overlap"))
+            pins.update(
+                ok=bool(ok), asked=0, threads=set(), during_upload=[], held=[], overlap=case.startswith("overlap")
+            )
             upload_started.clear()
             first_pin.clear()
             cond, _, _ = load("i4_w8a8.safetensors")
@@ -261,6 +265,7 @@ def check_file_pages():
                 "pins_asked": pins["asked"],
                 "pin_threads": sorted(pins["threads"]),
                 "pins_during_upload": pins["during_upload"],
+                "pins_under_lock": pins["held"],
                 "pinned_recorded": len(cond._pinned()),
             }
             cond.unpatch_model(cpu)

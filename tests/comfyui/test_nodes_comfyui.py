@@ -430,6 +430,7 @@ def test_a_streamed_weight_in_its_file_mapping_is_copied_before_it_is_pinned(run
     assert overlap["pin_threads"] == overlap_refused["pin_threads"] == ["ideogram4-int8-pin"], overlap
     assert copy["pin_threads"] == ["MainThread"] and not any(copy["pins_during_upload"]), copy
     assert overlap["pins_during_upload"][0] and overlap_refused["pins_during_upload"][0], overlap
+    assert all(all(c["pins_under_lock"]) for c in (copy, refused, in_place, overlap, overlap_refused)), overlap
     assert overlap["mapped_after"] == copy["mapped_after"]
     assert overlap_refused["mapped_after"] == refused["mapped_after"]
     assert overlap["pinned_recorded"] == copy["pinned_recorded"] > 0 and overlap_refused["pinned_recorded"] == 0

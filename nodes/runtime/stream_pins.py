@@ -119,11 +119,4 @@ def during(jobs: list[Job], finish: Callable[[Job, Result], None]):
                 log.warning("ideogram4-int8: a streamed weight's pin failed during a failed load: %r", e)
 
 
-@contextlib.contextmanager
-def exclusive():
-    """Hold ``BOOKKEEPING`` (the main thread's calls into ComfyUI's pin bookkeeping while a worker may pin)."""
-    with BOOKKEEPING:
-        yield
-
-
-__all__ = ["BOOKKEEPING", "EXPERIMENT", "Job", "Result", "during", "exclusive", "overlap_enabled", "pin"]
+__all__ = ["BOOKKEEPING", "EXPERIMENT", "Job", "Result", "during", "overlap_enabled", "pin"]

@@ -418,7 +418,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             self.model.ideogram4_streamed_modules = names
             with stream_pins.during(jobs or [], self._finish_pin):  # pins left for later run during the upload
                 weight_upload.before_load(self, device, whole_model=False)  # _load_list leaves the streamed ones out
-                with stream_pins.exclusive():  # ComfyUI's load unpins what it loads whole
+                with stream_pins.BOOKKEEPING:  # ComfyUI's load unpins what it loads whole
                     super().load(device, lowvram_model_memory=NO_LIMIT, force_patch_weights=False)  # the rest
             stream = _ModelStream(self, device, plan)
             self.model.ideogram4_stream = stream
@@ -582,7 +582,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 def _unpin_all(pinned: list) -> None:
     """A collected model's pinned host tensors go back to pageable memory (in turn with a plan's pins:
     ``stream_pins.BOOKKEEPING``; a collection can run on any thread)."""
-    with stream_pins.exclusive():
+    with stream_pins.BOOKKEEPING:
         for t in pinned:
             comfy.model_management.unpin_memory(t)
     pinned.clear()

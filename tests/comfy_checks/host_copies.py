@@ -339,7 +339,7 @@ def _during_cases(stream_pins) -> dict:
         with stream_pins.during([], lambda job, result: ran.append(job.key)):
             ran.append("body")
         out["empty"] = ran
-        with stream_pins.exclusive():  # a pin reached from inside ComfyUI's load on the same thread goes through
+        with stream_pins.BOOKKEEPING:  # a pin reached from inside ComfyUI's load on the same thread goes through
             out["reentrant"] = stream_pins.BOOKKEEPING.acquire(timeout=1)
             if out["reentrant"]:
                 stream_pins.BOOKKEEPING.release()

@@ -19,9 +19,11 @@ import time
 import torch
 
 from ...ideogram4 import upload
+from ...ideogram4.config import BLOCK_LINEARS, Ideogram4Config
 
-# one W8A8 block's int8 weights (qkv, out, gate+up, down at width 3072 and FFN 12288), in bytes
-BLOCK_PIECES = (3072 * 9216, 3072 * 3072, 3072 * 24576, 12288 * 3072)
+_FULL = Ideogram4Config.full()
+# one block's linear weights of the published model, one int8 byte per weight
+BLOCK_PIECES = tuple(getattr(_FULL, fin) * getattr(_FULL, fout) for _, fin, fout, _ in BLOCK_LINEARS)
 
 
 def _progress(*what) -> None:

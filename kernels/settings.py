@@ -131,10 +131,10 @@ EXPERIMENTS = {
         "fresh host memory first",
         ("off",),
     ),
-    "pin-overlap": Experiment(
-        "a streaming plan's pins made on one worker thread while the resident weights go to the card (on), instead "
-        "of before them",
-        ("on",),
+    "pin-threads": Experiment(
+        "a streaming plan's pins through ComfyUI's pin_memory one weight at a time (1), instead of registered on "
+        "several threads",
+        ("1",),
     ),
     "pass-estimate": Experiment("ComfyUI's doubled-batch memory estimate under the pack's sampler", ("comfyui",)),
     "no-resident-conds": Experiment("the text context cast to the device in every model call, as ComfyUI does"),

@@ -396,8 +396,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         started = time.perf_counter()
         self._pin_clock = [0.0, 0]  # seconds and bytes of pinning in this plan
         file_maps = host_pages.FileMappings() if self._copies_file_pages(device) else None
-        overlap = stream_pins.overlap_enabled(device)
-        jobs: list | None = [] if overlap else None  # pins left for the upload's duration (stream_pins.during)
+        jobs: list = []  # the streamed weights' pins, made together once the plan's weights are known
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
@@ -411,15 +410,16 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                 self._stream_module(key, m, device, file_maps, jobs)
                 m.comfy_cast_weights = True
                 names.add(key)
+            for job, result in zip(jobs, stream_pins.pin_all(jobs), strict=True):
+                self._finish_pin(job, result)
             for i, block in enumerate(blocks):
                 if i not in streamed:
                     for name, m in _streamable(block):
                         self._unstream_module(f"diffusion_model.layers.{i}.{name}", m, device)
             self.model.ideogram4_streamed_modules = names
-            with stream_pins.during(jobs or [], self._finish_pin):  # pins left for later run during the upload
-                weight_upload.before_load(self, device, whole_model=False)  # _load_list leaves the streamed ones out
-                with stream_pins.BOOKKEEPING:  # ComfyUI's load unpins what it loads whole
-                    super().load(device, lowvram_model_memory=NO_LIMIT, force_patch_weights=False)  # the rest
+            weight_upload.before_load(self, device, whole_model=False)  # _load_list leaves the streamed ones out
+            with stream_pins.BOOKKEEPING:  # ComfyUI's load unpins what it loads whole
+                super().load(device, lowvram_model_memory=NO_LIMIT, force_patch_weights=False)  # the rest
             stream = _ModelStream(self, device, plan)
             self.model.ideogram4_stream = stream
             self.model.model_lowvram = True  # ComfyUI offers more memory later (partially_load) instead of skipping
@@ -435,7 +435,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             time.perf_counter() - started,
             self._pin_clock[0],
             self._pin_clock[1] / streaming.GIB,
-            ", on a worker thread during the upload" if jobs else "",
+            f" on {stream_pins.threads()} threads" if self._pin_clock[1] and stream_pins.threads() > 1 else "",
         )
 
     def _copies_file_pages(self, device) -> bool:
@@ -443,11 +443,9 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         for a GPU's copies; ``pin-copy=off`` pins it in place)."""
         return torch.device(device).type == "cuda" and settings.experiment(PIN_COPY) != "off"
 
-    def _stream_module(
-        self, key: str, m, device, file_maps: host_pages.FileMappings | None = None, jobs: list | None = None
-    ) -> None:
-        """``m``'s weight to pinned host memory (LoRA merged on ``device`` first); its small tensors on ``device``.
-        ``jobs``: a list that takes the pinning (``stream_pins.Job``) for later, instead of pinning here."""
+    def _stream_module(self, key: str, m, device, file_maps: host_pages.FileMappings | None, jobs: list) -> None:
+        """``m``'s weight to the host (LoRA merged on ``device`` first), its pin (``stream_pins.Job``) added to
+        ``jobs``; its small tensors on ``device``."""
         weight_key, bias_key = f"{key}.weight", f"{key}.bias"
         if not getattr(m, "comfy_patched_weights", False):
             if weight_key in self.patches:
@@ -464,11 +462,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             # pinned; otherwise the file's pages stay, which the kernel may drop and read again
             mapped = file_maps is not None and not data.is_pinned() and file_maps.holds(data)
             m._parameters["weight"] = torch.nn.Parameter(host, requires_grad=False)  # its card copy goes now
-            job = stream_pins.Job(m, weight_key, host, data, mapped)
-            if jobs is None:
-                self._finish_pin(job, stream_pins.pin(job))
-            else:
-                jobs.append(job)
+            jobs.append(stream_pins.Job(m, weight_key, host, data, mapped))
         for name, p in list(m._parameters.items()):
             if name != "weight" and p is not None and p.device != device:
                 m._parameters[name] = torch.nn.Parameter(p.data.to(device), requires_grad=False)
@@ -580,8 +574,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
 
 def _unpin_all(pinned: list) -> None:
-    """A collected model's pinned host tensors go back to pageable memory (in turn with a plan's pins:
-    ``stream_pins.BOOKKEEPING``; a collection can run on any thread)."""
+    """A collected model's pinned host tensors go back to pageable memory (in turn with the pack's other calls into
+    ComfyUI's pin book: ``stream_pins.BOOKKEEPING``; a collection can run on any thread)."""
     with stream_pins.BOOKKEEPING:
         for t in pinned:
             comfy.model_management.unpin_memory(t)

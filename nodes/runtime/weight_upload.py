@@ -97,7 +97,7 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
         return None
     kept = host_copies.remember(patcher, items)  # an unload then drops the card copies (host_copies)
     moved, report = upload.to_device([data for *_, data in items], device, host_twin=host_twin)
-    with stream_pins.BOOKKEEPING:  # a streaming plan's pins may be running (stream_pins.during)
+    with stream_pins.BOOKKEEPING:  # in turn with the pack's other calls into ComfyUI's pin book
         for key, *_ in items:
             patcher.unpin_weight(key)  # a weight ComfyUI pinned when it offloaded it (a no-op for the others)
     table = {id(t): (t, new) for (_, t, _), new in zip(items, moved, strict=True)}

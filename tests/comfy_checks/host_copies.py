@@ -174,68 +174,57 @@ def check_host_copies():
 def check_file_pages():
     """A streamed weight still in its checkpoint's file mapping (as safetensors hands it out) is copied to fresh host
     memory and the copy pinned (ideogram4/host_pages.py), with the same bytes, and kept as its host copy; a copy that
-    does not pin is dropped (the file's pages stay); under ``pin-copy=off`` the weight is pinned in place. Nothing
-    pins on a CPU, so the decision and ComfyUI's ``pin_memory`` are stood in for as on a card; the plan streams two
-    blocks and computes as the resident model. Under ``pin-overlap=on`` the same pins run on a worker thread once
-    the resident upload has started (``stream_pins.during``)."""
+    does not pin is dropped (the file's pages stay); under ``pin-copy=off`` the weight is pinned in place. The pins
+    are registered on worker threads and written into ComfyUI's pin book on the calling thread, under the pack's lock
+    (``stream_pins.pin_all``); ``pin-threads=1``, or a ComfyUI whose book has other names, pins through ComfyUI's
+    ``pin_memory`` one at a time. Nothing pins on a CPU, so the decision, the driver's registration and
+    ``pin_memory`` are stood in for as on a card; the plan streams two blocks and computes as the resident model."""
     import threading
 
     import comfy.model_management as mm
     from comfyui_ideogram4_int8.ideogram4 import host_pages
     from comfyui_ideogram4_int8.kernels import settings
-    from comfyui_ideogram4_int8.nodes.runtime import stream_pins, streaming_patcher, weight_upload
+    from comfyui_ideogram4_int8.nodes.runtime import stream_pins, streaming_patcher
 
     write_all()
     x, ctx, sigma, _ = inputs()
     cpu = torch.device("cpu")
     patcher_cls = streaming_patcher.Ideogram4ModelPatcher
-    real, real_pin = patcher_cls._copies_file_pages, mm.pin_memory
-    real_overlap, real_upload = stream_pins.overlap_enabled, weight_upload.before_load
+    real, real_pin, real_register = patcher_cls._copies_file_pages, mm.pin_memory, stream_pins.register
+    real_book, real_total, real_max = mm.PINNED_MEMORY, mm.TOTAL_PINNED_MEMORY, mm.MAX_PINNED_MEMORY
     patcher_cls._copies_file_pages = lambda self, device: settings.experiment(streaming_patcher.PIN_COPY) != "off"
-    stream_pins.overlap_enabled = lambda device: settings.experiment(stream_pins.EXPERIMENT) == "on"
-    pins = {"ok": True, "asked": 0, "threads": set(), "during_upload": [], "held": [], "uploading": False}
-    pins["overlap"] = False
-    upload_started, first_pin = threading.Event(), threading.Event()
+    pins = {"ok": True, "asked": 0, "registered": 0, "threads": set(), "held": []}
 
-    def marked_upload(*args, **kwargs):  # the resident weights' staged upload: what the pins may overlap
-        pins["uploading"] = True
-        upload_started.set()
-        if pins["overlap"]:
-            first_pin.wait(5)  # held (bounded) until the worker's first pin has run
-        try:
-            return real_upload(*args, **kwargs)
-        finally:
-            pins["uploading"] = False
+    class Book(dict):  # ComfyUI's pin book, noting whether each entry was written under the pack's lock
+        def __setitem__(self, key, value):
+            pins["held"].append(stream_pins.BOOKKEEPING._is_owned())
+            super().__setitem__(key, value)
 
-    def pin_memory(t):
+    def pin_memory(t):  # ComfyUI's one-at-a-time pin (its book is its own business)
         pins["asked"] += 1
-        pins["held"].append(stream_pins.BOOKKEEPING._is_owned())  # ComfyUI's bookkeeping taken in turns
         pins["threads"].add(threading.current_thread().name.split("_")[0])
-        if threading.current_thread() is not threading.main_thread():
-            upload_started.wait(5)  # a worker's pin waits (bounded) for the upload; an inline pin comes before it
-        pins["during_upload"].append(pins["uploading"])
-        first_pin.set()
         return pins["ok"]
 
-    real_max = mm.MAX_PINNED_MEMORY
-    mm.pin_memory = pin_memory
-    weight_upload.before_load = marked_upload
-    out = {"real_on_cpu": real(None, cpu), "overlap_on_cpu": real_overlap(cpu)}
+    def register(t):  # the driver's registration
+        pins["registered"] += 1
+        pins["threads"].add(threading.current_thread().name.split("_")[0])
+        return pins["ok"]
+
+    mm.pin_memory, stream_pins.register = pin_memory, register
+    out = {"real_on_cpu": real(None, cpu), "threads": stream_pins.threads()}
     try:
         for case, spec, ok in (
             ("copy", None, True),
             ("copy_refused", None, False),
             ("in_place", f"{streaming_patcher.PIN_COPY}=off", True),
-            ("overlap", f"{stream_pins.EXPERIMENT}=on", True),
-            ("overlap_refused", f"{stream_pins.EXPERIMENT}=on", False),
+            ("serial", f"{stream_pins.EXPERIMENT}=1", True),
+            ("serial_refused", f"{stream_pins.EXPERIMENT}=1", False),
+            ("unknown_book", None, True),  # a ComfyUI that keeps its pin book under other names
             ("pinning_off", None, None),  # ComfyUI pins nothing (--disable-pinned-memory): no copy is made
         ):
             mm.MAX_PINNED_MEMORY = 0 if ok is None else 2**40  # a CPU-only ComfyUI pins nothing
-            pins.update(
-                ok=bool(ok), asked=0, threads=set(), during_upload=[], held=[], overlap=case.startswith("overlap")
-            )
-            upload_started.clear()
-            first_pin.clear()
+            mm.PINNED_MEMORY, mm.TOTAL_PINNED_MEMORY = (None if case == "unknown_book" else Book()), 0
+            pins.update(ok=bool(ok), asked=0, registered=0, threads=set(), held=[])
             cond, _, _ = load("i4_w8a8.safetensors")
             cond.model.ideogram4_upload_any_device = cond.model.ideogram4_stream_any_device = True
             dm = cond.model.diffusion_model
@@ -251,6 +240,8 @@ def check_file_pages():
             kept = cond.model.ideogram4_host_copies
             with torch.no_grad():
                 got = dm(x, sigma, context=ctx).float()
+            pinned = cond._pinned()
+            book = mm.PINNED_MEMORY if isinstance(mm.PINNED_MEMORY, dict) else {}
             out[case] = {
                 "mapped_before": before,
                 "streamed": sorted(streamed),
@@ -263,17 +254,23 @@ def check_file_pages():
                 ],
                 "max_abs": (got - want).abs().max().item(),
                 "pins_asked": pins["asked"],
+                "registered": pins["registered"],
                 "pin_threads": sorted(pins["threads"]),
-                "pins_during_upload": pins["during_upload"],
-                "pins_under_lock": pins["held"],
-                "pinned_recorded": len(cond._pinned()),
+                "book_under_lock": pins["held"],
+                "book": sorted(book.items()) == sorted((t.data_ptr(), t.nbytes) for t in pinned),
+                "book_total": mm.TOTAL_PINNED_MEMORY == sum(t.nbytes for t in pinned) if book else None,
+                "pinned_recorded": len(pinned),
             }
+            mm.PINNED_MEMORY = {}  # the stand-in registrations are not the driver's: nothing to unregister
             cond.unpatch_model(cpu)
+            del cond, dm, qkv, kept, pinned
     finally:
-        patcher_cls._copies_file_pages, mm.pin_memory = real, real_pin
-        stream_pins.overlap_enabled, weight_upload.before_load = real_overlap, real_upload
-        mm.MAX_PINNED_MEMORY = real_max
-    out["during"] = _during_cases(stream_pins)
+        patcher_cls._copies_file_pages, mm.pin_memory, stream_pins.register = real, real_pin, real_register
+        mm.PINNED_MEMORY, mm.TOTAL_PINNED_MEMORY, mm.MAX_PINNED_MEMORY = real_book, real_total, real_max
+    with stream_pins.BOOKKEEPING:  # an unpin reached from inside ComfyUI's load on the same thread goes through
+        out["reentrant"] = stream_pins.BOOKKEEPING.acquire(timeout=1)
+        if out["reentrant"]:
+            stream_pins.BOOKKEEPING.release()
     # the maps reader: only private mappings of a file count
     text = (
         "7f0000000000-7f0000100000 rw-p 00000000 fe:00 12 /models/a.safetensors\n"
@@ -286,63 +283,4 @@ def check_file_pages():
     out["parsed"] = [fake._starts, fake._ends]
     out["fresh_tensor"] = host_pages.FileMappings().holds(torch.ones(1 << 16))
     out["empty_tensor"] = host_pages.FileMappings(text).holds(probe)
-    return out
-
-
-def _during_cases(stream_pins) -> dict:
-    """``stream_pins.during``: a worker failing at its third job still hands over the two before, then raises; a body
-    that raises still waits for and hands over every job, and its error wins over the worker's; a ``finish`` that
-    raises lets the rest be handed over first; no jobs: only the body runs; the bookkeeping lock is reentrant."""
-    real = stream_pins.pin
-
-    def fake_pin(job):
-        if job.key == "boom":
-            raise RuntimeError("pin failed")
-        return stream_pins.Result(job.data, True, 0.0)
-
-    t = torch.zeros(4)
-    jobs = [stream_pins.Job(None, key, t, t, False) for key in ("a", "b", "boom", "c")]
-    out = {}
-    stream_pins.pin = fake_pin
-    try:
-        finished = []
-        try:
-            with stream_pins.during(jobs, lambda job, result: finished.append(job.key)):
-                pass
-        except RuntimeError as exc:
-            out["worker_error"] = [str(exc), finished]
-        finished = []
-        try:
-            with stream_pins.during(jobs[:2], lambda job, result: finished.append(job.key)):
-                raise ValueError("body failed")
-        except ValueError as exc:
-            out["body_error"] = [str(exc), finished]
-        finished = []
-        try:
-            with stream_pins.during(jobs, lambda job, result: finished.append(job.key)):
-                raise ValueError("body failed")
-        except (ValueError, RuntimeError) as exc:
-            out["both_fail"] = [type(exc).__name__, finished]
-
-        def finish_fails(job, result):
-            finished.append(job.key)
-            if job.key == "a":
-                raise KeyError("finish failed")
-
-        finished = []
-        try:
-            with stream_pins.during(jobs[:2], finish_fails):
-                pass
-        except KeyError as exc:
-            out["finish_error"] = [str(exc), finished]
-        ran = []
-        with stream_pins.during([], lambda job, result: ran.append(job.key)):
-            ran.append("body")
-        out["empty"] = ran
-        with stream_pins.BOOKKEEPING:  # a pin reached from inside ComfyUI's load on the same thread goes through
-            out["reentrant"] = stream_pins.BOOKKEEPING.acquire(timeout=1)
-            if out["reentrant"]:
-                stream_pins.BOOKKEEPING.release()
-    finally:
-        stream_pins.pin = real
     return out

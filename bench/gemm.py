@@ -36,7 +36,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from .report import markdown_table
+from .report import markdown_table, shown_args
 from .timing import graph_ms, sustained_ms
 
 SHAPES = {  # name: (M, N, K)
@@ -488,7 +488,7 @@ def environment(ck_note: str) -> dict:
         "triton": triton.__version__,
         "comfy_kitchen": ck_note,
         "date": datetime.date.today().isoformat(),
-        "command": "python -m comfyui_ideogram4_int8 " + " ".join(sys.argv[1:]),
+        "command": "python -m comfyui_ideogram4_int8 " + shown_args(sys.argv[1:]),
     }
 
 

@@ -17,13 +17,27 @@ first child and has no date). An entry is one measured run under its name; one t
 from __future__ import annotations
 
 import datetime
+import re
 import sys
 from collections.abc import Container, Iterable, Sequence
 
 
+def shown_args(argv: list[str]) -> str:
+    """``argv`` as a result shows it: a path keeps only its last part, so a report pasted into an issue does not
+    carry the folders of the machine it ran on."""
+
+    def shown(arg: str) -> str:
+        flag, eq, value = arg.partition("=")
+        if eq and flag.startswith("--"):
+            return f"{flag}={shown(value)}"
+        return re.split(r"[/\\]", arg.rstrip("/\\"))[-1] if ("/" in arg or "\\" in arg) else arg
+
+    return " ".join(shown(a) for a in argv)
+
+
 def command(module: str) -> str:
     """This process's command line as ``python -m comfyui_ideogram4_int8.bench.<module> <arguments>``."""
-    return f"python -m comfyui_ideogram4_int8.bench.{module} " + " ".join(sys.argv[1:])
+    return f"python -m comfyui_ideogram4_int8.bench.{module} " + shown_args(sys.argv[1:])
 
 
 def run_info(module: str, **settings) -> dict:

@@ -9,9 +9,10 @@ of [B, L, H, D] tensors) and returns O in q's dtype and q's layout, as PyTorch S
   magnitude keep their relative precision down to its subnormals, 2^-15 of the largest value.
 * softmax's P is quantized by cuDNN with scale_s = 448 (P <= 1 fills e4m3's range; the frontend's documented choice
   without dropout) and descale_s = 1 / 448.
-* O is written in bf16 / fp16 (cuDNN's FP8 forward takes a half-precision O on Hopper and Blackwell), with
-  scale_o = 1. An e4m3 O would round every output element to 3 mantissa bits, a relative error of about 2-3% on its
-  own, already over the attention choice's error bound; a half-precision O costs only its own write.
+* O is written in bf16 / fp16, with scale_o = 1. An e4m3 O would round every output element to 3 mantissa bits, a
+  relative error of about 2-3% on its own, already over the attention choice's error bound; a half-precision O costs
+  only its own write. cuDNN builds that graph on datacenter Blackwell from cuDNN 9.13 only: on Hopper it declines a
+  half-precision O (measured on an H200, docs/performance.md, Attention), so there this path says it cannot run.
 
 The graph is built once per (device, shapes, strides, dtypes, attention scale) and kept (``_GRAPHS``); one cuDNN
 handle per device, set to the caller's current stream at every call; the workspace comes from torch's allocator at
@@ -38,12 +39,14 @@ from .env import capability
 
 E4M3 = torch.float8_e4m3fn
 E4M3_MAX = 448.0  # the largest finite float8 e4m3fn
-# Families whose cuDNN runs FP8 attention (the frontend's support matrix: Hopper and datacenter Blackwell; consumer
-# Blackwell, sm_120, has FP8 attention only in the frontend's optional CuTe-DSL kernels, which this pack does not use)
-CAPABILITIES = {(9, 0): "Hopper", (10, 0): "Blackwell (B200)", (10, 3): "Blackwell (B300)"}
+# Families whose cuDNN runs FP8 attention with a half-precision O: datacenter Blackwell (consumer Blackwell, sm_120,
+# has FP8 attention only in the frontend's optional CuTe-DSL kernels, which this pack does not use). Hopper's cuDNN
+# runs FP8 attention with an FP8 O only (module docstring).
+CAPABILITIES = {(10, 0): "Blackwell (B200)", (10, 3): "Blackwell (B300)"}
+FP8_O_ONLY = {(9, 0): "Hopper"}
 MAX_HEAD_DIM = 256
 HEAD_DIM_MULTIPLE = 16  # cuDNN's FP8 attention takes head dims in multiples of 16
-MIN_CUDNN = 90000  # FP8 attention arrived in cuDNN 9; what a given 9.x builds is asked of cuDNN when the graph builds
+MIN_CUDNN = 91300  # FP8 attention with a half-precision O; what a given 9.x builds is asked of cuDNN at the build
 DTYPES = (torch.bfloat16, torch.float16)
 DIST = "nvidia-cudnn-frontend"
 
@@ -98,9 +101,17 @@ def available(device: torch.device, head_dim: int | None = None, dtype: torch.dt
     found = backend_version()
     if found is None:
         return False, f"{DIST} {version} found no cuDNN library to run on"
-    if found < MIN_CUDNN:
-        return False, f"cuDNN {found} is older than FP8 attention (cuDNN {MIN_CUDNN // 10000} or newer)"
     cc = capability(device)
+    if cc in FP8_O_ONLY:
+        return False, (
+            f"on {FP8_O_ONLY[cc]} cuDNN's FP8 attention writes an FP8 output only, whose rounding alone is over the "
+            "error bound 8-bit attention is held to (a bf16 / fp16 output needs datacenter Blackwell)"
+        )
+    if found < MIN_CUDNN:
+        return False, (
+            f"cuDNN {found} is older than FP8 attention with a bf16 / fp16 output "
+            f"(cuDNN {MIN_CUDNN // 10000}.{MIN_CUDNN // 100 % 100} or newer)"
+        )
     if cc not in CAPABILITIES:
         families = ", ".join(f"sm_{a}{b} ({n})" for (a, b), n in CAPABILITIES.items())
         where = f"sm_{cc[0]}{cc[1]}" if cc else "this GPU"

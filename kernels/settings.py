@@ -131,11 +131,6 @@ EXPERIMENTS = {
         "fresh host memory first",
         ("off",),
     ),
-    "pin-threads": Experiment(
-        "a streaming plan's pins through ComfyUI's pin_memory one weight at a time (1), instead of registered on "
-        "several threads",
-        ("1",),
-    ),
     "pass-estimate": Experiment("ComfyUI's doubled-batch memory estimate under the pack's sampler", ("comfyui",)),
     "no-resident-conds": Experiment("the text context cast to the device in every model call, as ComfyUI does"),
     "self-check": Experiment(

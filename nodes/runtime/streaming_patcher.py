@@ -396,7 +396,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         started = time.perf_counter()
         self._pin_clock = [0.0, 0]  # seconds and bytes of pinning in this plan
         file_maps = host_pages.FileMappings() if self._copies_file_pages(device) else None
-        jobs: list = []  # the streamed weights' pins, made together once the plan's weights are known
+        jobs: list = []  # the streamed weights' pins, made once the plan's weights are known
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
@@ -410,8 +410,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                 self._stream_module(key, m, device, file_maps, jobs)
                 m.comfy_cast_weights = True
                 names.add(key)
-            for job, result in zip(jobs, stream_pins.pin_all(jobs), strict=True):
-                self._finish_pin(job, result)
+            for job in jobs:
+                self._finish_pin(job, stream_pins.pin(job))
             for i, block in enumerate(blocks):
                 if i not in streamed:
                     for name, m in _streamable(block):
@@ -429,13 +429,12 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         stream.publish()
         # the seconds say what a new plan cost (weights moved both ways, host copies pinned): a run should pay it once
         log.info(
-            "ideogram4-int8: %s %s (applied in %.2f s, of which %.2f s pinned %.2f GiB of host memory%s)",
+            "ideogram4-int8: %s %s (applied in %.2f s, of which %.2f s pinned %.2f GiB of host memory)",
             stream.label or "model",
             plan.describe(),
             time.perf_counter() - started,
             self._pin_clock[0],
             self._pin_clock[1] / streaming.GIB,
-            f" on {stream_pins.threads()} threads" if self._pin_clock[1] and stream_pins.threads() > 1 else "",
         )
 
     def _copies_file_pages(self, device) -> bool:

@@ -174,10 +174,8 @@ def check_host_copies():
 def check_file_pages():
     """A streamed weight still in its checkpoint's file mapping (as safetensors hands it out) is copied to fresh host
     memory and the copy pinned (ideogram4/host_pages.py), with the same bytes, and kept as its host copy; a copy that
-    does not pin is dropped (the file's pages stay); under ``pin-copy=off`` the weight is pinned in place. The pins
-    are registered on worker threads and written into ComfyUI's pin book on the calling thread, under the pack's lock
-    (``stream_pins.pin_all``); ``pin-threads=1``, or a ComfyUI whose book has other names, pins through ComfyUI's
-    ``pin_memory`` one at a time. Nothing pins on a CPU, so the decision, the driver's registration and
+    does not pin is dropped (the file's pages stay); under ``pin-copy=off`` the weight is pinned in place. Each pin
+    goes through ComfyUI's ``pin_memory`` under the pack's lock. Nothing pins on a CPU, so the decision and
     ``pin_memory`` are stood in for as on a card; the plan streams two blocks and computes as the resident model."""
     import threading
 
@@ -190,41 +188,27 @@ def check_file_pages():
     x, ctx, sigma, _ = inputs()
     cpu = torch.device("cpu")
     patcher_cls = streaming_patcher.Ideogram4ModelPatcher
-    real, real_pin, real_register = patcher_cls._copies_file_pages, mm.pin_memory, stream_pins.register
-    real_book, real_total, real_max = mm.PINNED_MEMORY, mm.TOTAL_PINNED_MEMORY, mm.MAX_PINNED_MEMORY
+    real, real_pin, real_max = patcher_cls._copies_file_pages, mm.pin_memory, mm.MAX_PINNED_MEMORY
     patcher_cls._copies_file_pages = lambda self, device: settings.experiment(streaming_patcher.PIN_COPY) != "off"
-    pins = {"ok": True, "asked": 0, "registered": 0, "threads": set(), "held": []}
+    pins = {"ok": True, "asked": 0, "threads": set(), "held": []}
 
-    class Book(dict):  # ComfyUI's pin book, noting whether each entry was written under the pack's lock
-        def __setitem__(self, key, value):
-            pins["held"].append(stream_pins.BOOKKEEPING._is_owned())
-            super().__setitem__(key, value)
-
-    def pin_memory(t):  # ComfyUI's one-at-a-time pin (its book is its own business)
+    def pin_memory(t):
         pins["asked"] += 1
-        pins["threads"].add(threading.current_thread().name.split("_")[0])
+        pins["held"].append(stream_pins.BOOKKEEPING._is_owned())
+        pins["threads"].add(threading.current_thread().name)
         return pins["ok"]
 
-    def register(t):  # the driver's registration
-        pins["registered"] += 1
-        pins["threads"].add(threading.current_thread().name.split("_")[0])
-        return pins["ok"]
-
-    mm.pin_memory, stream_pins.register = pin_memory, register
-    out = {"real_on_cpu": real(None, cpu), "threads": stream_pins.threads()}
+    mm.pin_memory = pin_memory
+    out = {"real_on_cpu": real(None, cpu)}
     try:
         for case, spec, ok in (
             ("copy", None, True),
             ("copy_refused", None, False),
             ("in_place", f"{streaming_patcher.PIN_COPY}=off", True),
-            ("serial", f"{stream_pins.EXPERIMENT}=1", True),
-            ("serial_refused", f"{stream_pins.EXPERIMENT}=1", False),
-            ("unknown_book", None, True),  # a ComfyUI that keeps its pin book under other names
             ("pinning_off", None, None),  # ComfyUI pins nothing (--disable-pinned-memory): no copy is made
         ):
             mm.MAX_PINNED_MEMORY = 0 if ok is None else 2**40  # a CPU-only ComfyUI pins nothing
-            mm.PINNED_MEMORY, mm.TOTAL_PINNED_MEMORY = (None if case == "unknown_book" else Book()), 0
-            pins.update(ok=bool(ok), asked=0, registered=0, threads=set(), held=[])
+            pins.update(ok=bool(ok), asked=0, threads=set(), held=[])
             cond, _, _ = load("i4_w8a8.safetensors")
             cond.model.ideogram4_upload_any_device = cond.model.ideogram4_stream_any_device = True
             dm = cond.model.diffusion_model
@@ -240,8 +224,6 @@ def check_file_pages():
             kept = cond.model.ideogram4_host_copies
             with torch.no_grad():
                 got = dm(x, sigma, context=ctx).float()
-            pinned = cond._pinned()
-            book = mm.PINNED_MEMORY if isinstance(mm.PINNED_MEMORY, dict) else {}
             out[case] = {
                 "mapped_before": before,
                 "streamed": sorted(streamed),
@@ -254,19 +236,13 @@ def check_file_pages():
                 ],
                 "max_abs": (got - want).abs().max().item(),
                 "pins_asked": pins["asked"],
-                "registered": pins["registered"],
                 "pin_threads": sorted(pins["threads"]),
-                "book_under_lock": pins["held"],
-                "book": sorted(book.items()) == sorted((t.data_ptr(), t.nbytes) for t in pinned),
-                "book_total": mm.TOTAL_PINNED_MEMORY == sum(t.nbytes for t in pinned) if book else None,
-                "pinned_recorded": len(pinned),
+                "pins_under_lock": pins["held"],
+                "pinned_recorded": len(cond._pinned()),
             }
-            mm.PINNED_MEMORY = {}  # the stand-in registrations are not the driver's: nothing to unregister
             cond.unpatch_model(cpu)
-            del cond, dm, qkv, kept, pinned
     finally:
-        patcher_cls._copies_file_pages, mm.pin_memory, stream_pins.register = real, real_pin, real_register
-        mm.PINNED_MEMORY, mm.TOTAL_PINNED_MEMORY, mm.MAX_PINNED_MEMORY = real_book, real_total, real_max
+        patcher_cls._copies_file_pages, mm.pin_memory, mm.MAX_PINNED_MEMORY = real, real_pin, real_max
     with stream_pins.BOOKKEEPING:  # an unpin reached from inside ComfyUI's load on the same thread goes through
         out["reentrant"] = stream_pins.BOOKKEEPING.acquire(timeout=1)
         if out["reentrant"]:

@@ -85,12 +85,12 @@ def _frontend(version=91500, has_fp8=True):
 
 
 @pytest.fixture
-def hopper(monkeypatch):
-    monkeypatch.setattr(A, "capability", lambda device=None: (9, 0))
+def blackwell(monkeypatch):
+    monkeypatch.setattr(A, "capability", lambda device=None: (10, 0))
     monkeypatch.setattr(A, "frontend_version", lambda: "1.32.0")
 
 
-def test_available_where_the_frontend_cudnn_gpu_and_shape_fit(monkeypatch, hopper):
+def test_available_where_the_frontend_cudnn_gpu_and_shape_fit(monkeypatch, blackwell):
     monkeypatch.setitem(sys.modules, "cudnn", _frontend())
     assert A.available(CUDA, 256, torch.bfloat16) == (True, "")
     assert A.available(CUDA) == (True, "")
@@ -100,18 +100,20 @@ def test_available_where_the_frontend_cudnn_gpu_and_shape_fit(monkeypatch, hoppe
 @pytest.mark.parametrize(
     ("frontend", "cc", "head_dim", "dtype", "why"),
     [
-        (None, (9, 0), 256, torch.bfloat16, "nvidia-cudnn-frontend is not installed"),
-        (_frontend(has_fp8=False), (9, 0), 256, torch.bfloat16, "1.32.0 has no FP8 attention"),
-        (_frontend(version=None), (9, 0), 256, torch.bfloat16, "found no cuDNN library"),
-        (_frontend(version=8907), (9, 0), 256, torch.bfloat16, "cuDNN 8907 is older than FP8 attention"),
+        (None, (10, 0), 256, torch.bfloat16, "nvidia-cudnn-frontend is not installed"),
+        (_frontend(has_fp8=False), (10, 0), 256, torch.bfloat16, "1.32.0 has no FP8 attention"),
+        (_frontend(version=None), (10, 0), 256, torch.bfloat16, "found no cuDNN library"),
+        (_frontend(version=8907), (10, 0), 256, torch.bfloat16, "cuDNN 8907 is older than FP8 attention"),
+        (_frontend(version=91200), (10, 0), 256, torch.bfloat16, "older than FP8 attention with a bf16 / fp16 output"),
+        (_frontend(), (9, 0), 256, torch.bfloat16, "on Hopper cuDNN's FP8 attention writes an FP8 output only"),
         (_frontend(), (8, 9), 256, torch.bfloat16, "not on sm_89"),
         (_frontend(), (12, 0), 256, torch.bfloat16, "not on sm_120"),
-        (_frontend(), (9, 0), 512, torch.bfloat16, "head dims up to 256 in multiples of 16 (this is 512)"),
-        (_frontend(), (9, 0), 72, torch.bfloat16, "(this is 72)"),
-        (_frontend(), (9, 0), 256, torch.float32, "bf16 / fp16 q, k, v (these are float32)"),
+        (_frontend(), (10, 0), 512, torch.bfloat16, "head dims up to 256 in multiples of 16 (this is 512)"),
+        (_frontend(), (10, 0), 72, torch.bfloat16, "(this is 72)"),
+        (_frontend(), (10, 0), 256, torch.float32, "bf16 / fp16 q, k, v (these are float32)"),
     ],
 )
-def test_available_says_why_not(monkeypatch, hopper, frontend, cc, head_dim, dtype, why):
+def test_available_says_why_not(monkeypatch, blackwell, frontend, cc, head_dim, dtype, why):
     monkeypatch.setitem(sys.modules, "cudnn", frontend)  # None: the import raises ImportError
     monkeypatch.setattr(A, "capability", lambda device=None: cc)
     ok, reason = A.available(CUDA, head_dim, dtype)

@@ -100,3 +100,10 @@ def test_the_old_module_path_runs_the_packages_command():
     from comfyui_ideogram4_int8.bench.comfy import cli
 
     assert comfy_e2e.run is cli.run
+
+
+def test_a_results_command_line_keeps_only_the_last_part_of_each_path():
+    from comfyui_ideogram4_int8.bench import report
+
+    argv = ["bench", "--quick", "--out", "/home/someone/runs/report.json", "--workdir=C:\\Users\\me\\i4\\", "-x"]
+    assert report.shown_args(argv) == "bench --quick --out report.json --workdir=i4 -x"

@@ -21,16 +21,20 @@ import re
 import sys
 from collections.abc import Container, Iterable, Sequence
 
+_PATH = re.compile(r"^(/|~|\.{1,2}[/\\]|[A-Za-z]:[/\\])|\\")  # absolute, home, relative or Windows paths
+
 
 def shown_args(argv: list[str]) -> str:
-    """``argv`` as a result shows it: a path keeps only its last part, so a report pasted into an issue does not
-    carry the folders of the machine it ran on."""
+    """``argv`` as a result shows it: an argument that is a path (or ``--flag=path``) keeps only its last part, so
+    a report pasted into an issue does not carry the folders of the machine it ran on; anything else is kept."""
 
     def shown(arg: str) -> str:
         flag, eq, value = arg.partition("=")
-        if eq and flag.startswith("--"):
+        if eq and flag.startswith("-"):
             return f"{flag}={shown(value)}"
-        return re.split(r"[/\\]", arg.rstrip("/\\"))[-1] if ("/" in arg or "\\" in arg) else arg
+        if not _PATH.search(arg):
+            return arg
+        return re.split(r"[/\\]", arg.rstrip("/\\"))[-1] or arg
 
     return " ".join(shown(a) for a in argv)
 

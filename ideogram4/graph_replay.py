@@ -1,8 +1,7 @@
 """CUDA graphs of a model's forward pass: captured once per input signature, replayed across sampling runs.
 
-A pass of Ideogram 4 launches about 1700 kernels from Python. Where the host needs about as long to launch them as
-the GPU needs to run them, every step waits for the launches; a replayed graph launches the whole pass in one call,
-so the host's share of a pass drops to the input copies and the replay.
+A pass launches about 1700 kernels from Python; a replayed graph launches the whole pass in one call, so the host's
+share of a pass drops to the input copies and the replay.
 
 ``PassGraphs`` holds one model's graphs. Per input signature (shapes, dtypes, strides and devices of the tensor
 arguments, the values of the others): the first ``warmup`` calls run eagerly (autotuning and compilation happen
@@ -18,8 +17,9 @@ is a copy: the graph's own output is overwritten by its next replay.
 What the warm-up did (autotuning, compilation) outlives the weights' addresses: a signature warmed once, with the
 same ``warm_key`` (the caller's name for how the pass runs: its streaming plan), is captured at its first call after
 a new fingerprint, with no eager pass (a prompt change that moved the weights pays one capture per branch, not an
-eager pass and a capture). Should that capture fail (something the new placement does once, at first use), the call
-runs eagerly and the next one captures as after a warm-up; only a capture that fails after a warm-up is final.
+eager pass and a capture). So is a signature that differs from a captured one only in its sizes (a prompt of
+another length); what its sizes need once refuses to run inside a capture (``kernels.capture_guard``). Should such
+a capture fail, the call runs eagerly and the next one captures; only a capture after a warm-up fails for good.
 
 ``GraphPool``: the graphs of every model on one device share one memory pool (the two branches' passes run one after
 the other there). ``release()`` drops every graph in it and hands its memory back to the caching allocator; the
@@ -71,6 +71,12 @@ def _signature_of(leaves: list, kwargs: dict) -> tuple:
         else:
             raise TypeError(f"a graph input of type {type(v).__name__} has no signature")
     return (tuple(sig), tuple(sorted(map(str, kwargs))))
+
+
+def _family_of(signature: tuple) -> tuple:
+    """``signature`` without its tensors' sizes and strides: the signatures of one pass at other sizes share it."""
+    leaves, names = signature
+    return tuple(("T", len(v[1]), v[3], v[4]) if isinstance(v, tuple) and v[:1] == ("T",) else v for v in leaves), names
 
 
 def _static_copy(t: torch.Tensor) -> torch.Tensor:
@@ -247,6 +253,7 @@ class _Entry:
     output: object = None
     failed: str | None = None
     direct: bool = False  # its next capture comes with no warm-up under this fingerprint (warmed under another)
+    resized: bool = False  # ... nor ever (the same pass at other sizes was warmed)
 
 
 @dataclass
@@ -257,6 +264,7 @@ class GraphStats:
     invalidations: int = 0  # times the fingerprint changed with graphs held (weights moved or were re-patched)
     evictions: int = 0  # graphs dropped for the signature bound
     direct: int = 0  # captures with no eager pass before them (signatures warmed under an earlier fingerprint)
+    resized: int = 0  # of those, signatures never warmed whose family (the same pass at other sizes) was
     failures: list[str] = field(default_factory=list)
     retried: list[str] = field(default_factory=list)  # direct captures that failed: eager once, then a capture again
 
@@ -270,8 +278,10 @@ class PassGraphs:
         self.max_signatures = max(1, int(max_signatures))
         self._entries: OrderedDict[tuple, _Entry] = OrderedDict()
         self._fingerprint: object = None
-        # (signature, warm key) whose warm-up ran, across fingerprints; bounded as the graphs are, a few times over
+        # (signature, warm key) whose warm-up ran, across fingerprints; bounded as the graphs are, a few times over;
+        # and the same for their families (_family_of)
         self._warmed: OrderedDict[tuple, None] = OrderedDict()
+        self._families: OrderedDict[tuple, None] = OrderedDict()
         self._pool: GraphPool | None = None  # its device's pool, from the first capture on
         self._lock = threading.Lock()
         self.stats = GraphStats()
@@ -307,8 +317,9 @@ class PassGraphs:
             entry = self._entries.get(key)
             if entry is None:
                 entry = self._entries[key] = _Entry()
-                if self.warmup > 0 and warm in self._warmed:  # warmed under earlier weights: captured at once
-                    entry.calls, entry.direct = self.warmup, True
+                resized = warm not in self._warmed and (_family_of(key), warm_key) in self._families
+                if self.warmup > 0 and (warm in self._warmed or resized):  # captured at once (module docstring)
+                    entry.calls, entry.direct, entry.resized = self.warmup, True, resized
                 self._evict_locked()
             self._entries.move_to_end(key)
             entry.calls += 1
@@ -329,16 +340,22 @@ class PassGraphs:
             self.stats.replays += 1
             return _copy_out(entry.output), "replayed"
 
-    def _mark_warmed(self, warm: tuple, done: bool = True) -> None:
-        """``warm`` (signature, warm key) finished its warm-up (``done``), or its capture failed (not warmed)."""
+    def _mark_warmed(self, warm: tuple, done: bool = True, captured: bool = False) -> None:
+        """``warm`` (signature, warm key) finished its warm-up (``done``), or its capture failed (not warmed);
+        ``captured``: its capture succeeded, so its family (the same pass at other sizes) is captured at once too.
+        A family stays after a failed capture of one of its sizes: a failure there costs one eager pass."""
         with self._lock:
-            if done:
-                self._warmed[warm] = None
-                self._warmed.move_to_end(warm)
-                while len(self._warmed) > 4 * self.max_signatures:
-                    self._warmed.popitem(last=False)
-            else:
+            if not done:
                 self._warmed.pop(warm, None)
+                return
+            marks = [(self._warmed, warm)]
+            if captured:
+                marks.append((self._families, (_family_of(warm[0]), warm[1])))
+            for seen, item in marks:
+                seen[item] = None
+                seen.move_to_end(item)
+                while len(seen) > 4 * self.max_signatures:
+                    seen.popitem(last=False)
 
     def _evict_locked(self) -> None:
         while len(self._entries) > self.max_signatures:
@@ -392,7 +409,7 @@ class PassGraphs:
             reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
             self._mark_warmed(warm, done=False)
             if entry.direct:  # no warm-up under these weights: this call warms up, the next one captures again
-                entry.direct = False
+                entry.direct = entry.resized = False
                 self.stats.retried.append(reason)
             else:
                 entry.failed = reason
@@ -407,8 +424,9 @@ class PassGraphs:
         pool.captured(grown)
         self.stats.captures += 1
         self.stats.direct += entry.direct
-        entry.direct = False
-        self._mark_warmed(warm)
+        self.stats.resized += entry.resized
+        entry.direct = entry.resized = False
+        self._mark_warmed(warm, captured=True)
         graph.replay()  # the capture recorded the pass without running it
         self.stats.replays += 1
         return _copy_out(out), "captured"

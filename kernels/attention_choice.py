@@ -13,9 +13,10 @@ injected timer). The fastest whose error is within ``BOUND`` wins; SDPA wins a t
 with its numbers, in ``attention.json`` in the pack's cache folder, keyed by GPU, compute capability, torch,
 comfy-kitchen, cuDNN (torch's and the one the frontend loaded) and cudnn-frontend versions, shape and dtype
 (``key_fields``): a later process re-decides from the stored numbers without measuring. Nothing is measured while a
-CUDA graph is captured or torch.compile traces: an undecided shape runs SDPA then, labelled, until an eager call
-decides. An 8-bit path that fails while measured or run gives way to SDPA for that shape, with the failure as the
-reason; a pass never fails for it. On a family in ``MEASURED_HERE`` the paths measured slower there are not measured
+CUDA graph is captured (an undecided shape refuses: ``capture_guard``, and the pass runs eagerly first) or
+torch.compile traces (an undecided shape runs SDPA then, labelled, until an eager call decides). An 8-bit path that
+fails while measured or run gives way to SDPA for that shape, with the failure as the reason; a pass never fails
+for it. On a family in ``MEASURED_HERE`` the paths measured slower there are not measured
 again.
 
 ``IDEOGRAM4_INT8_ATTENTION`` = sdpa | int8 | fp8 forces a path where it can run (else SDPA, and the reason says
@@ -38,7 +39,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from . import attention_fp8_cudnn, entry_cache, settings
+from . import attention_fp8_cudnn, capture_guard, entry_cache, settings
 from .env import capability, gpu_name
 
 log = logging.getLogger(__name__)
@@ -207,13 +208,6 @@ def lookup(device: torch.device, tokens: int, heads: int, head_dim: int, dtype: 
     return _DECIDED.get(_key(device, tokens, heads, head_dim, dtype))
 
 
-def _capturing(device: torch.device) -> bool:
-    """Whether nothing may be measured now: a CUDA graph capture on the current stream, or torch.compile tracing."""
-    if torch.compiler.is_compiling():
-        return True
-    return device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-
-
 def choose(
     device: torch.device,
     shape: Shape,
@@ -236,6 +230,8 @@ def choose(
             answer = _forced(pool, setting, device, shape, dtype)
         else:
             answer = _automatic(pool, device, shape, dtype, timer)
+    except capture_guard.FirstUseInCapture:
+        raise  # the capture fails; its eager retry measures
     except Exception as exc:  # noqa: BLE001 - choosing must never fail a pass: SDPA, with the failure
         answer = Choice(SDPA, f"choosing the attention at {shape} failed ({type(exc).__name__}: {exc}); SDPA runs")
         log.warning("Ideogram4 INT8: attention: %s", answer.reason)
@@ -311,8 +307,8 @@ MEASURED_HERE = {
     (9, 0): {INT8: "against comfy-kitchen's INT8, cuDNN's bf16 SDPA was faster at 4608 tokens on H100 and H200"}
 }
 # per family, the 8-bit paths this repository measured slower than SDPA there (H100 / H200: docs/performance.md,
-# Attention): not measured again at every new shape on every user's card. A path not listed (cuDNN's FP8 where the
-# optional frontend is installed) is still measured against SDPA; a forced path or another family measures all.
+# Attention): not measured again at every new shape on every user's card. A path not listed that can run there is
+# still measured against SDPA; a forced path or another family measures all.
 
 
 def _automatic(pool: dict, device, shape, dtype, timer) -> Choice:
@@ -325,7 +321,10 @@ def _automatic(pool: dict, device, shape, dtype, timer) -> Choice:
     if ready == [SDPA]:
         if known:
             measured = "; ".join(known.values())
-            return Choice(SDPA, f"measured on this GPU family: no 8-bit path is faster ({measured}, 18 heads of 256)")
+            rest = f"; {unavailable}" if unavailable else ""
+            return Choice(
+                SDPA, f"measured on this GPU family: no 8-bit path is faster ({measured}, 18 heads of 256){rest}"
+            )
         return Choice(SDPA, f"no 8-bit path can run here ({unavailable})")
     slower = "; ".join(f"{name}: measured slower on this GPU family ({known[name]})" for name in known if name in pool)
     unavailable = "; ".join(x for x in (unavailable, slower) if x)
@@ -335,12 +334,9 @@ def _automatic(pool: dict, device, shape, dtype, timer) -> Choice:
         ms = {name: float(stored[name]["ms"]) for name in ready}
         errors = {name: float(stored[name]["err"]) for name in ready}
         return decide(ms, errors, shape, unavailable, source="measured earlier on this GPU")
-    if _capturing(device):
-        return Choice(
-            SDPA,
-            "not measured during a CUDA graph capture or a torch.compile trace: SDPA until an eager call measures",
-            final=False,
-        )
+    capture_guard.refuse_first_use(device, f"measuring the attention at {shape}")
+    if torch.compiler.is_compiling():
+        return Choice(SDPA, "not measured during a torch.compile trace: SDPA until an eager call measures", final=False)
     ms, errors, failed = measure({n: pool[n] for n in ready}, device, shape, dtype, timer)
     if SDPA in failed:
         return Choice(SDPA, f"SDPA could not be measured ({failed[SDPA]}); SDPA runs", ms, errors, measured=True)

@@ -88,6 +88,16 @@ def available(device: torch.device, head_dim: int | None = None, dtype: torch.dt
             f"cuDNN's FP8 attention takes head dims up to {MAX_HEAD_DIM} in multiples of {HEAD_DIM_MULTIPLE} "
             f"(this is {head_dim})"
         )
+    cc = capability(device)
+    if cc in FP8_O_ONLY:
+        return False, (
+            f"on {FP8_O_ONLY[cc]} cuDNN's FP8 attention writes an FP8 output only, whose rounding alone is over the "
+            "error bound 8-bit attention is held to (a bf16 / fp16 output needs datacenter Blackwell)"
+        )
+    if cc not in CAPABILITIES:
+        families = ", ".join(f"sm_{a}{b} ({n})" for (a, b), n in CAPABILITIES.items())
+        where = f"sm_{cc[0]}{cc[1]}" if cc else "this GPU"
+        return False, f"cuDNN runs FP8 attention on {families}; not on {where}"
     torch.backends.cudnn.version()  # torch loads its libcudnn first: the frontend then finds the same library
     try:
         cudnn = _frontend()
@@ -101,21 +111,11 @@ def available(device: torch.device, head_dim: int | None = None, dtype: torch.dt
     found = backend_version()
     if found is None:
         return False, f"{DIST} {version} found no cuDNN library to run on"
-    cc = capability(device)
-    if cc in FP8_O_ONLY:
-        return False, (
-            f"on {FP8_O_ONLY[cc]} cuDNN's FP8 attention writes an FP8 output only, whose rounding alone is over the "
-            "error bound 8-bit attention is held to (a bf16 / fp16 output needs datacenter Blackwell)"
-        )
     if found < MIN_CUDNN:
         return False, (
             f"cuDNN {found} is older than FP8 attention with a bf16 / fp16 output "
             f"(cuDNN {MIN_CUDNN // 10000}.{MIN_CUDNN // 100 % 100} or newer)"
         )
-    if cc not in CAPABILITIES:
-        families = ", ".join(f"sm_{a}{b} ({n})" for (a, b), n in CAPABILITIES.items())
-        where = f"sm_{cc[0]}{cc[1]}" if cc else "this GPU"
-        return False, f"cuDNN runs FP8 attention on {families}; not on {where}"
     return True, ""
 
 

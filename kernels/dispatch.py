@@ -15,7 +15,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-from . import handoff, reference
+from . import capture_guard, handoff, reference
 from .backends import DEMOTIONS, unavailable
 from .fused import FusedUnavailable, run_fused
 from .operands import (
@@ -103,7 +103,7 @@ def _quantize_rows_triton(x2: torch.Tensor, smooth, group: int | None, codes=tor
         fp8 = codes != torch.int8
         key = ("quantize", *variant, "e4m3") if fp8 else ("quantize", *variant)
         counter = "quant_fp8_triton" if fp8 else "quant_triton"
-    out = _unless_demoted(key, "Triton activation quantizer", run)
+    out = _unless_demoted(key, "Triton activation quantizer", run, x2.device)
     if out is not None:
         REGISTRY.count_launch(counter)
     return out
@@ -172,9 +172,10 @@ def _int_mm_padded(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 _EPILOGUE_SHAPE = ("epilogue",)  # the demotion key of the cuBLAS path's Triton epilogue (one kernel, any shape)
 
 
-def _unless_demoted(shape: tuple, what: str, run):
+def _unless_demoted(shape: tuple, what: str, run, device: torch.device):
     """``run()``, the Triton variant ``shape`` (its demotion key), unless it failed before; None where it fails now
-    (demoted with the error as its reason, ``DEMOTIONS``) or did: the caller runs the twin instead."""
+    (demoted with the error as its reason, ``DEMOTIONS``) or did: the caller runs the twin instead. A failure
+    inside a CUDA graph capture on ``device`` is the capture's: raised, nothing demoted."""
     if DEMOTIONS.get("triton", shape):
         return None
     try:
@@ -182,6 +183,8 @@ def _unless_demoted(shape: tuple, what: str, run):
     except torch.cuda.OutOfMemoryError:  # the card is short of memory now, not the variant: nothing to demote (the
         raise  # twin would need more), the caller's OOM handling sees it as before
     except Exception as exc:  # noqa: BLE001 - the caller's twin computes the same function
+        if capture_guard.capturing(device):
+            raise
         DEMOTIONS.demote("triton", shape, exc, what)
         return None
 
@@ -200,7 +203,10 @@ def _cublas_linear(q, s, w, w_scale, bias, out_dtype):
         from .gemm_triton import apply_epilogue
 
         out = _unless_demoted(
-            _EPILOGUE_SHAPE, "Triton epilogue kernel", lambda: apply_epilogue(acc, s, w_scale, bias, out_dtype)
+            _EPILOGUE_SHAPE,
+            "Triton epilogue kernel",
+            lambda: apply_epilogue(acc, s, w_scale, bias, out_dtype),
+            acc.device,
         )
         if out is not None:
             return out
@@ -342,7 +348,7 @@ def qk_norm_rope(x: torch.Tensor, weight: torch.Tensor, cos: torch.Tensor, sin: 
 
             return qk_norm_rope_triton(x, weight.contiguous(), cos.float().contiguous(), sin.float().contiguous(), eps)
 
-        out = _unless_demoted(shape, QK_ROPE_KERNEL, run)
+        out = _unless_demoted(shape, QK_ROPE_KERNEL, run, x.device)
     if out is None:
         return reference.qk_norm_rope_ref(x, weight, cos, sin, eps)
     REGISTRY.count_launch("qk_norm_rope_triton")
@@ -391,7 +397,7 @@ def _rms_modulate_rows(src, residual, weight, rows, eps: float, hand_off: bool =
 
         return rms_modulate_triton(src.view(B * N, C), res, weight.to(src.dtype).contiguous(), rows, N, eps, hand_off)
 
-    out = _unless_demoted(("rms_modulate", C, residual is not None, hand_off), BLOCK_NORM_KERNEL, run)
+    out = _unless_demoted(("rms_modulate", C, residual is not None, hand_off), BLOCK_NORM_KERNEL, run, src.device)
     if out is None:
         return None
     REGISTRY.count_launch("rms_modulate_triton")

@@ -190,5 +190,5 @@ def _fused(x2, w, w_scale, bias, n, k, m) -> torch.Tensor | None:
     with REGISTRY.timed(PATH_FP8, x2.device):
         q, s = _quantize_rows(x2, None, None, codes=FP8_CODES)
         return _unless_demoted(
-            _shape(n, k, m), KERNEL_NAME, lambda: fp8_matmul(q, w, s, w_scale, bias, out_dtype=x2.dtype)
+            _shape(n, k, m), KERNEL_NAME, lambda: fp8_matmul(q, w, s, w_scale, bias, out_dtype=x2.dtype), x2.device
         )

@@ -13,6 +13,7 @@ import contextlib
 
 import torch
 
+from . import capture_guard
 from .backends import DEMOTIONS, unavailable
 from .configs import GemmConfig, m_bucket, portable_twin
 from .operands import gluon_operand_problem
@@ -79,6 +80,8 @@ def run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, *, timed=None, up=No
                     _launch(cfg, q, w, q_scale, w_scale, bias, out, raw_int32, up)
                 return out, cfg, source
             except Exception as exc:  # noqa: BLE001 - compile/launch failure: demote this shape once
+                if capture_guard.capturing(q.device):
+                    raise  # the capture's failure, not the kernel's (capture_guard)
                 why = DEMOTIONS.demote("gluon", shape, exc, f"Gluon kernel {cfg.key()}")
         twin = portable_twin(cfg, pair)
         cfg, source = twin, f"{source}; {why}: the portable Triton kernel ran"
@@ -89,5 +92,7 @@ def run_fused(q, w, q_scale, w_scale, bias, out, raw_int32, *, timed=None, up=No
         with timing:
             _launch(cfg, q, w, q_scale, w_scale, bias, out, raw_int32, up)
     except Exception as exc:  # noqa: BLE001
+        if capture_guard.capturing(q.device):
+            raise  # the capture's failure, not the kernel's (capture_guard)
         raise FusedUnavailable(DEMOTIONS.demote("triton", shape, exc, f"Triton kernel {cfg.key()}")) from exc
     return out, cfg, source

@@ -23,7 +23,7 @@ import threading
 
 import torch
 
-from . import settings
+from . import capture_guard, settings
 from .backends import runnable_kernels
 from .configs import GemmConfig, config_space, heuristic_config, m_bucket
 from .env import arch_name, cache_dir, capability, gpu_name, triton_line, triton_version
@@ -130,6 +130,7 @@ class ConfigPicker:
         key = (arch, gpu, line, N, K, m_bucket(M), epilogue)
         found = self.known(arch, gpu, line, M, N, K, epilogue)
         if found is None and q.is_cuda and launch is not None and not settings.flag("no-autotune"):
+            capture_guard.refuse_first_use(q.device, f"autotuning GEMM N={N} K={K} M~{M}")
             found = self._autotune(key, arch, M, N, K, q.device, launch, epilogue == EPILOGUE_PAIR)
         if found is None:
             found = (_heuristic(arch, M, N, K, epilogue), "heuristic")

@@ -27,6 +27,8 @@ import time
 
 import torch
 
+from ..report import shown_args
+
 MiB = 1024 * 1024
 
 
@@ -225,7 +227,7 @@ def main(argv=None) -> int:
         format=args.format,
         config=args.config,
         write_seconds=write_s,
-        command="python -m comfyui_ideogram4_int8.bench.probes.load_memory " + " ".join(sys.argv[1:]),
+        command="python -m comfyui_ideogram4_int8.bench.probes.load_memory " + shown_args(sys.argv[1:]),
     )
     print(_table(result))
     if "forward" in result:

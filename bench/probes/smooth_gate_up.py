@@ -43,6 +43,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from ..report import shown_args
+
 MODES = ("stored", "ratio", "geo", "max", "min", "w1")
 SCENARIOS = ("generator", "w3 column outliers")
 
@@ -331,7 +333,7 @@ def main(argv=None) -> int:
         "date": datetime.date.today().isoformat(),
         "torch": torch.__version__,
         "device": args.device,
-        "command": "python -m comfyui_ideogram4_int8.bench.probes.smooth_gate_up " + " ".join(sys.argv[1:]),
+        "command": "python -m comfyui_ideogram4_int8.bench.probes.smooth_gate_up " + shown_args(sys.argv[1:]),
         "widths": "E=4608, F=12288 (full Ideogram 4)",
         "seconds": time.perf_counter() - t0,
     }

@@ -63,6 +63,36 @@ def test_replays_equal_eager_calls_on_fresh_inputs_and_moved_weights_recapture()
     graphs.clear()
 
 
+def test_a_new_size_of_a_captured_pass_is_captured_at_once_and_equals_eager():
+    """A prompt of another length: the same pass at new sizes is captured at its first call, equal to eager; where
+    its sizes need one-time work (a GEMM bucket not autotuned yet) the capture refuses it, the call runs eagerly, and
+    the next one captures; no kernel is demoted for it."""
+    seed = int.from_bytes(os.urandom(3), "little")
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, s, x0 = _operands(g)
+    scale = torch.ones(1, device="cuda")
+
+    def fn(x, scale):
+        return w8a8_forward(x, q, s, site="graphs/resized") * scale
+
+    graphs = PassGraphs()
+    assert [graphs.run(fn, (x0, scale), {})[1] for _ in range(2)] == ["eager", "captured"]
+    demotions = len(kernels.DEMOTIONS.items())
+    for m in (401, 4096 + 77, 4096 + 63):  # the bucket of the first size, then the conditional pass's sizes
+        x = torch.randn(m, K, generator=g, device="cuda").bfloat16()
+        modes = []
+        for _ in range(3):
+            got, mode = graphs.run(fn, (x, scale), {})
+            modes.append(mode)
+            assert torch.equal(got, fn(x, scale)), (seed, m, mode)
+        assert modes in (["captured", "replayed", "replayed"], ["eager", "captured", "replayed"]), (m, modes)
+        if modes[0] == "eager":
+            assert "at its first use, inside a CUDA graph capture" in graphs.stats.retried[-1], graphs.stats.retried
+    assert graphs.stats.resized >= 1 and not graphs.stats.failures, graphs.stats
+    assert len(kernels.DEMOTIONS.items()) == demotions and kernels.REGISTRY.path_of("graphs/resized") == "triton-int8"
+    graphs.clear()
+
+
 def test_a_pass_that_cannot_be_captured_stays_eager_with_its_reason():
     graphs = PassGraphs()
 

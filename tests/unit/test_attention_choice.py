@@ -11,7 +11,7 @@ import torch
 from attention_fakes import FakeCandidate, fake_timer
 from comfyui_ideogram4_int8.kernels import attention_choice as AC
 from comfyui_ideogram4_int8.kernels import attention_fp8_cudnn as fp8_cudnn
-from comfyui_ideogram4_int8.kernels import settings
+from comfyui_ideogram4_int8.kernels import capture_guard, settings
 
 CPU = torch.device("cpu")
 SHAPE = AC.Shape(48, 2, 16)
@@ -125,6 +125,7 @@ def test_the_setting_forces_a_path_where_it_can_run(setting):
 
 def test_kitchen_or_cudnn_missing_means_sdpa_with_the_reason(monkeypatch):
     cuda = torch.device("cuda", 0)  # never touched: the answer comes before any measurement
+    monkeypatch.setattr(fp8_cudnn, "capability", lambda device=None: (10, 0))  # a GPU cuDNN's FP8 attention runs on
     pool = {"sdpa": FakeCandidate("sdpa"), "int8": AC.KitchenInt8(), "fp8": AC.CudnnFp8()}
     monkeypatch.setitem(sys.modules, "comfy_kitchen", None)  # import raises ImportError
     monkeypatch.setitem(sys.modules, "cudnn", None)
@@ -151,6 +152,7 @@ def test_what_the_kitchen_and_cudnn_modules_say_is_the_reason(monkeypatch):
     assert AC.KitchenInt8().unavailable(cuda, AC.Shape(4608, 18, 256), torch.bfloat16) is None
     q = torch.ones(1)
     assert AC.KitchenInt8().run(q, q, q) is q and ran == [q]  # through the public function
+    monkeypatch.setattr(fp8_cudnn, "capability", lambda device=None: (10, 0))  # a GPU cuDNN's FP8 attention runs on
     monkeypatch.setitem(sys.modules, "cudnn", types.SimpleNamespace())  # a frontend without the graph API
     assert "has no FP8 attention in its graph API" in AC.CudnnFp8().unavailable(cuda)
 
@@ -179,16 +181,26 @@ def test_a_failure_outside_the_candidates_still_answers_sdpa(monkeypatch):
     assert choice.path == "sdpa" and "failed (MemoryError: probe)" in choice.reason
 
 
-def test_nothing_is_measured_during_a_capture_until_an_eager_call(monkeypatch):
+def test_nothing_is_measured_during_a_capture_or_a_trace_until_an_eager_call(monkeypatch):
     pool = _pool(int8=FakeCandidate("int8"))
-    monkeypatch.setattr(AC, "_capturing", lambda device: True)
+    # a CUDA graph capture: the first use refuses (the capture fails, the pass runs eagerly), nothing decided
+    monkeypatch.setattr(capture_guard, "capturing", lambda device: True)
+    with pytest.raises(capture_guard.FirstUseInCapture, match="measuring the attention at L=48"):
+        _choose(pool, {"sdpa": 2.0, "int8": 1.0})
+    assert AC.lookup(CPU, *vars(SHAPE).values(), torch.float32) is None and AC.decided(CPU) == {}
+    # a torch.compile trace: SDPA for now, not final
+    monkeypatch.setattr(capture_guard, "capturing", lambda device: False)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     choice, timer = _choose(pool, {"sdpa": 2.0, "int8": 1.0})
-    assert choice.path == "sdpa" and not choice.final and timer.timed == [] and "capture" in choice.reason
+    assert choice.path == "sdpa" and not choice.final and timer.timed == [] and "trace" in choice.reason
     assert AC.lookup(CPU, *vars(SHAPE).values(), torch.float32) is choice
-    monkeypatch.setattr(AC, "_capturing", lambda device: False)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: False)
     choice, timer = _choose(pool, {"sdpa": 2.0, "int8": 1.0})
     assert choice.path == "int8" and choice.final and len(timer.timed) == 2
     assert AC.decided(CPU) == {SHAPE: choice}
+    # decided: a capture asks again and gets the answer (nothing refused)
+    monkeypatch.setattr(capture_guard, "capturing", lambda device: True)
+    assert _choose(pool, {"sdpa": 2.0, "int8": 1.0})[0] is choice
 
 
 def test_a_failed_real_call_makes_sdpa_the_answer_for_that_key():
@@ -248,12 +260,18 @@ def test_the_families_measured_here_take_sdpa_and_others_still_measure(monkeypat
     cuda = torch.device("cuda", 0)
     shipped = {name: FakeCandidate(name, noise=AC.BOUND / 10) for name in ("sdpa", "int8")}
     monkeypatch.setattr(AC, "CANDIDATES", shipped)
-    monkeypatch.setattr(AC, "_capturing", lambda device: False)
     monkeypatch.setattr(AC, "capability", lambda device=None: (9, 0))
     timer = fake_timer(shipped, {"sdpa": 0.58, "int8": 0.41})
     choice = AC.choose(cuda, SHAPE, torch.float32, timer=timer)
     assert choice.path == "sdpa" and not choice.measured and not timer.timed
     assert choice.reason.startswith("measured on this GPU family: no 8-bit path is faster (against comfy-kitchen")
+    # a path that cannot run there says why in the same answer
+    shipped["fp8"] = FakeCandidate("fp8", why_not="on Hopper cuDNN's FP8 attention writes an FP8 output only")
+    AC.clear()
+    choice = AC.choose(cuda, SHAPE, torch.float32, timer=timer)
+    assert choice.path == "sdpa" and not timer.timed
+    assert choice.reason.endswith("; fp8: on Hopper cuDNN's FP8 attention writes an FP8 output only"), choice.reason
+    del shipped["fp8"]
     AC.clear()
     monkeypatch.setattr(AC, "capability", lambda device=None: (8, 6))
     measured = []
@@ -269,12 +287,12 @@ def test_the_families_measured_here_take_sdpa_and_others_still_measure(monkeypat
 
 
 def test_on_a_family_measured_here_fp8_is_still_measured_against_sdpa(monkeypatch):
-    """sm_90: comfy-kitchen's INT8 is known slower there, so only SDPA and cuDNN's FP8 (where the frontend is
-    installed) are measured; FP8 is kept when faster within the bound and loses when over it."""
+    """On a family with paths measured slower there (sm_90: comfy-kitchen's INT8), a path not listed that can run
+    (a stand-in FP8 here: the real one says it cannot run on Hopper) is still measured against SDPA, kept when
+    faster within the bound and losing when over it."""
     cuda = torch.device("cuda", 0)
     shipped = {name: FakeCandidate(name) for name in ("sdpa", "int8", "fp8")}
     monkeypatch.setattr(AC, "CANDIDATES", shipped)
-    monkeypatch.setattr(AC, "_capturing", lambda device: False)
     monkeypatch.setattr(AC, "capability", lambda device=None: (9, 0))
     monkeypatch.setattr(AC, "gpu_name", lambda device=None: "an H200")
     measured, numbers = [], {}

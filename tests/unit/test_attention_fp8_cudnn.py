@@ -106,6 +106,8 @@ def test_available_where_the_frontend_cudnn_gpu_and_shape_fit(monkeypatch, black
         (_frontend(version=8907), (10, 0), 256, torch.bfloat16, "cuDNN 8907 is older than FP8 attention"),
         (_frontend(version=91200), (10, 0), 256, torch.bfloat16, "older than FP8 attention with a bf16 / fp16 output"),
         (_frontend(), (9, 0), 256, torch.bfloat16, "on Hopper cuDNN's FP8 attention writes an FP8 output only"),
+        (None, (9, 0), 256, torch.bfloat16, "on Hopper cuDNN's FP8 attention writes an FP8 output only"),
+        (_frontend(version=91000), (8, 9), 256, torch.bfloat16, "not on sm_89"),
         (_frontend(), (8, 9), 256, torch.bfloat16, "not on sm_89"),
         (_frontend(), (12, 0), 256, torch.bfloat16, "not on sm_120"),
         (_frontend(), (10, 0), 512, torch.bfloat16, "head dims up to 256 in multiples of 16 (this is 512)"),

@@ -107,3 +107,5 @@ def test_a_results_command_line_keeps_only_the_last_part_of_each_path():
 
     argv = ["bench", "--quick", "--out", "/home/someone/runs/report.json", "--workdir=C:\\Users\\me\\i4\\", "-x"]
     assert report.shown_args(argv) == "bench --quick --out report.json --workdir=i4 -x"
+    argv = ["--out", "../runs/r.json", "--dir", "~/i4", "--note=fp8 w/o protect", "--url=https://a.b/c", "/"]
+    assert report.shown_args(argv) == "--out r.json --dir i4 --note=fp8 w/o protect --url=https://a.b/c /"

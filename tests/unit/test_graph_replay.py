@@ -112,14 +112,14 @@ def test_graphs_are_kept_across_runs_and_replay_from_the_first_pass(fake_cuda):
     assert modes == ["replayed"] * 3 and graphs.stats.captures == 1
     out, _ = _pass(graphs, x)
     assert out.shape == x.shape and out is not graphs._entries[next(iter(graphs._entries))].output  # a copy
-    # another resolution: its own warm-up and capture, the first one kept
-    assert [_pass(graphs, torch.randn(2, 8))[1] for _ in range(3)] == ["eager", "captured", "replayed"]
-    assert _pass(graphs, torch.randn(4, 8))[1] == "replayed" and graphs.graphs == 2
+    # another pass (here: another rank): its own warm-up and capture, the first one kept
+    assert [_pass(graphs, torch.randn(2, 8, 1))[1] for _ in range(3)] == ["eager", "captured", "replayed"]
+    assert _pass(graphs, torch.randn(4, 8))[1] == "replayed" and graphs.graphs == 2 and graphs.stats.resized == 0
 
 
 def test_moved_or_repatched_weights_drop_every_graph_of_the_model(fake_cuda):
     graphs = PassGraphs()
-    for shape in ((4, 8), (2, 8)):
+    for shape in ((4, 8), (2, 8, 1)):
         for _ in range(2):
             _pass(graphs, torch.randn(shape))
     assert graphs.graphs == 2
@@ -128,11 +128,12 @@ def test_moved_or_repatched_weights_drop_every_graph_of_the_model(fake_cuda):
     captures = graphs.stats.captures
     assert _pass(graphs, torch.randn(4, 8), fp=("w", 2))[1] == "captured"
     assert graphs.graphs == 1 and graphs.stats.invalidations == 1 and graphs.stats.captures == captures + 1
-    assert _pass(graphs, torch.randn(2, 8), fp=("w", 2))[1] == "captured"  # the other signature: a capture too
+    assert _pass(graphs, torch.randn(2, 8, 1), fp=("w", 2))[1] == "captured"  # the other signature: a capture too
     assert _pass(graphs, torch.randn(4, 8), fp=("w", 2))[1] == "replayed"
     assert graphs.stats.direct == 2 and graphs.stats.eager == 2  # the two first warm-ups only
-    # a new shape, or the same shape under another warm key (another streaming plan), warms up first
-    assert _pass(graphs, torch.randn(3, 8), fp=("w", 2))[1] == "eager"
+    # another pass (here: another dtype), or the same one under another warm key (another streaming plan), warms up
+    # first
+    assert _pass(graphs, torch.randn(3, 8, dtype=torch.float64), fp=("w", 2))[1] == "eager"
     run = graphs.run
     assert run(lambda x: x * 2, (torch.randn(4, 8),), {}, fingerprint=("w", 3), warm_key="plan B")[1] == "eager"
     assert run(lambda x: x * 2, (torch.randn(4, 8),), {}, fingerprint=("w", 3), warm_key="plan B")[1] == "captured"
@@ -141,20 +142,77 @@ def test_moved_or_repatched_weights_drop_every_graph_of_the_model(fake_cuda):
     assert run(lambda x: x * 2, (torch.randn(4, 8),), {}, fingerprint=("w", 4), warm_key="plan B")[1] == "captured"
 
 
+def _ranked(rank: int) -> torch.Tensor:
+    """A pass input of ``rank`` dimensions: a signature of a family of its own (no other rank shares it)."""
+    return torch.randn(2, *([1] * (rank - 1)))
+
+
 def test_at_most_max_signatures_graphs_per_model_least_recent_first(fake_cuda):
     graphs = PassGraphs(max_signatures=2)
-    for rows in (1, 2, 3):
+    for rank in (1, 2, 3):
         for _ in range(2):
-            _pass(graphs, torch.randn(rows, 8))
+            _pass(graphs, _ranked(rank))
     assert graphs.graphs == 2 and graphs.stats.evictions == 1
-    assert _pass(graphs, torch.randn(3, 8))[1] == "replayed"
-    assert _pass(graphs, torch.randn(2, 8))[1] == "replayed"
-    assert _pass(graphs, torch.randn(1, 8))[1] == "captured"  # evicted: captured again (its warm-up is done)
+    assert _pass(graphs, _ranked(3))[1] == "replayed"
+    assert _pass(graphs, _ranked(2))[1] == "replayed"
+    assert _pass(graphs, _ranked(1))[1] == "captured"  # evicted: captured again (its warm-up is done)
     assert graphs.graphs == 2 and graphs.stats.evictions == 2
-    # what the warm-ups did is remembered for a bounded number of signatures too (4 × the graphs' bound)
-    for rows in range(4, 14):
-        _pass(graphs, torch.randn(rows, 8))
-    assert len(graphs._warmed) == 8 and _pass(graphs, torch.randn(1, 8))[1] == "eager"
+    # what the warm-ups did is remembered for a bounded number of signatures and families too (4 × the graphs' bound)
+    for rank in range(4, 14):
+        for _ in range(2):
+            _pass(graphs, _ranked(rank))
+    assert len(graphs._warmed) == len(graphs._families) == 8 and _pass(graphs, _ranked(1))[1] == "eager"
+
+
+def test_a_new_size_of_a_warmed_pass_is_captured_at_once(fake_cuda, monkeypatch):
+    """A prompt of another length: the same pass at other sizes is captured at its first call, under the same warm
+    key only; a capture that fails there (one-time work for its sizes) runs eagerly and captures at the next call."""
+    monkeypatch.setattr(graph_replay, "_release_generator", lambda device: None)
+    graphs = PassGraphs()
+    assert [_pass(graphs, torch.randn(4, 8))[1] for _ in range(2)] == ["eager", "captured"]
+    out, mode = _pass(graphs, x := torch.randn(5, 8))
+    assert mode == "captured" and torch.equal(out, x * 2) and graphs.stats.resized == graphs.stats.direct == 1
+    assert _pass(graphs, torch.randn(5, 8))[1] == "replayed" and graphs.stats.eager == 1
+    # under another warm key (another streaming plan): warmed up first
+    run = graphs.run
+    assert run(lambda x: x * 2, (torch.randn(6, 8),), {}, fingerprint=("w", 1), warm_key="plan B")[1] == "eager"
+    # a new size whose one-time work refuses the capture: eager once (no failure kept), then captured
+    tuned = set()
+
+    def first_use(x):
+        if x.shape[0] not in tuned:
+            if _FakeGraph.capturing:
+                raise RuntimeError("autotuning GEMM at its first use, inside a CUDA graph capture")
+            tuned.add(x.shape[0])
+        return x * 2
+
+    tuning = PassGraphs()
+    assert [tuning.run(first_use, (torch.randn(4, 8),), {})[1] for _ in range(2)] == ["eager", "captured"]
+    modes = [tuning.run(first_use, (torch.randn(7, 8),), {})[1] for _ in range(3)]
+    assert modes == ["eager", "captured", "replayed"] and tuning.stats.failures == []
+    assert tuning.stats.retried == ["RuntimeError: autotuning GEMM at its first use, inside a CUDA graph capture"]
+    # the family stays: a size with its one-time work done is captured at once
+    tuned.add(11)
+    assert tuning.run(first_use, (torch.randn(11, 8),), {})[1] == "captured" and tuning.stats.resized == 1
+    # a pass whose warm-up ran but whose capture never succeeded: its other sizes warm up first
+    warmed_only = PassGraphs()
+    assert warmed_only.run(lambda x: x * 2, (torch.randn(4, 8),), {})[1] == "eager"
+    assert warmed_only.run(lambda x: x * 2, (torch.randn(5, 8),), {})[1] == "eager"
+
+
+def test_a_family_is_the_signature_without_its_sizes():
+    a = graph_replay._signature_of([torch.zeros(4, 8), 3, None], {"context": 1})
+    b = graph_replay._signature_of([torch.zeros(5, 8), 3, None], {"context": 1})
+    assert a != b and graph_replay._family_of(a) == graph_replay._family_of(b)
+    for other in (
+        [torch.zeros(4, 8, 1), 3, None],  # rank
+        [torch.zeros(4, 8, dtype=torch.float64), 3, None],  # dtype
+        [torch.zeros(4, 8), 4, None],  # a plain value
+    ):
+        assert graph_replay._family_of(graph_replay._signature_of(other, {"context": 1})) != graph_replay._family_of(a)
+    assert graph_replay._family_of(graph_replay._signature_of([torch.zeros(4, 8), 3, None], {})) != (
+        graph_replay._family_of(a)
+    )  # the keyword names
 
 
 def test_one_pool_per_device_released_as_a_whole_with_its_bytes_reported(fake_cuda):
@@ -211,7 +269,7 @@ def test_a_failed_capture_leaves_its_signature_eager_with_the_reason(fake_cuda, 
     # capture joins the same pool
     failing = PassGraphs()
     assert [failing.run(syncs, (x,), {})[1] for _ in range(2)] == ["eager", "eager"] and failing.stats.failures
-    y = torch.randn(5)
+    y = torch.randn(5, 1)  # another pass (another rank): a warm-up, then its capture
     assert [other.run(lambda x: x + 1, (y,), {})[1] for _ in range(2)] == ["eager", "captured"]
     assert len(handles) == 2 and other.graphs == 2
 

@@ -385,6 +385,7 @@ class PassGraphs:
         main = torch.cuda.current_stream(device)
         side = torch.cuda.Stream(device)
         pool = self._pool_of(device)
+        reason = None
         try:
             # One capture at a time in the process (torch.cuda.graph() is not used: nothing would stop the other
             # card's thread from capturing while this one empties the caches); thread_local: that thread may launch
@@ -407,6 +408,7 @@ class PassGraphs:
         except Exception as exc:  # noqa: BLE001 - any capture failure leaves this signature eager, labelled
             text = str(exc).splitlines()[0][:200] if str(exc) else ""
             reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        if reason is not None:  # out of the handler: its traceback no longer holds the capture's tensors
             self._mark_warmed(warm, done=False)
             if entry.direct:  # no warm-up under these weights: this call warms up, the next one captures again
                 entry.direct = entry.resized = False
@@ -414,7 +416,8 @@ class PassGraphs:
             else:
                 entry.failed = reason
                 self.stats.failures.append(reason)
-            del graph
+            del graph, s_args, s_kwargs, statics
+            out = None  # a pass that returned before its check failed: its output is the capture's memory too
             pool.failed()
             torch.cuda.synchronize(device)
             _release_generator(device)

@@ -334,9 +334,9 @@ def _automatic(pool: dict, device, shape, dtype, timer) -> Choice:
         ms = {name: float(stored[name]["ms"]) for name in ready}
         errors = {name: float(stored[name]["err"]) for name in ready}
         return decide(ms, errors, shape, unavailable, source="measured earlier on this GPU")
-    capture_guard.refuse_first_use(device, f"measuring the attention at {shape}")
     if torch.compiler.is_compiling():
         return Choice(SDPA, "not measured during a torch.compile trace: SDPA until an eager call measures", final=False)
+    capture_guard.refuse_first_use(device, f"measuring the attention at {shape}")
     ms, errors, failed = measure({n: pool[n] for n in ready}, device, shape, dtype, timer)
     if SDPA in failed:
         return Choice(SDPA, f"SDPA could not be measured ({failed[SDPA]}); SDPA runs", ms, errors, measured=True)

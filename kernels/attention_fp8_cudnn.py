@@ -17,7 +17,8 @@ of [B, L, H, D] tensors) and returns O in q's dtype and q's layout, as PyTorch S
 The graph is built once per (device, shapes, strides, dtypes, attention scale) and kept (``_GRAPHS``); one cuDNN
 handle per device, set to the caller's current stream at every call; the workspace comes from torch's allocator at
 every call (the caching allocator makes that cheap, and it stays valid inside a CUDA graph capture). A graph is
-never built during a capture (building synchronizes): the call raises, and the caller runs its other path.
+never built during a capture (building synchronizes): the call refuses (``capture_guard``), and the pass runs
+eagerly first.
 
 ``attention_reference`` is the twin: the same e4m3 quantize-dequantize of q, k and v, then float32 attention (P and
 O unquantized: the twin isolates the input quantization; cuDNN's P quantization is the difference between the two).
@@ -35,6 +36,7 @@ import threading
 import torch
 import torch.nn.functional as F
 
+from . import capture_guard
 from .env import capability
 
 E4M3 = torch.float8_e4m3fn
@@ -223,8 +225,7 @@ def _graph_for(q8, k8, v8, out, scale: float) -> _Graph:
     found = _GRAPHS.get(key)
     if found is not None:
         return found
-    if torch.cuda.is_current_stream_capturing():
-        raise RuntimeError("cuDNN's FP8 attention graph for this shape is built outside a CUDA graph capture only")
+    capture_guard.refuse_first_use(out.device, "building cuDNN's FP8 attention graph for this shape")
     built = _build(q8, k8, v8, out, scale, _handle(out.device))
     with _LOCK:
         return _GRAPHS.setdefault(key, built)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from ...kernels import attention_choice, model_notes, settings
+from ...kernels import attention_choice, capture_guard, model_notes, settings
 from ...kernels.attention_choice import CANDIDATES, PRIORITY, SDPA, Shape
 
 KEY = "optimized_attention_override"
@@ -78,8 +78,8 @@ class PackAttention:
         try:
             out = CANDIDATES[path].run(q, k, v)
         except Exception as exc:
-            if path == SDPA:
-                raise
+            if path == SDPA or capture_guard.capturing(q.device):
+                raise  # inside a capture: the capture's failure (its eager retry runs the path), not the path's
             choice = attention_choice.give_way(q.device, shape, q.dtype, path, exc)
             path = SDPA
             out = CANDIDATES[SDPA].run(q, k, v)

@@ -78,7 +78,8 @@ def test_a_new_size_of_a_captured_pass_is_captured_at_once_and_equals_eager():
     graphs = PassGraphs()
     assert [graphs.run(fn, (x0, scale), {})[1] for _ in range(2)] == ["eager", "captured"]
     demotions = len(kernels.DEMOTIONS.items())
-    for m in (401, 4096 + 77, 4096 + 63):  # the bucket of the first size, then the conditional pass's sizes
+    # the bucket of the first size, the conditional pass's sizes, and a size divisible by 16 (new kernel variants)
+    for m in (401, 4096 + 77, 4096 + 63, 4096 + 64):
         x = torch.randn(m, K, generator=g, device="cuda").bfloat16()
         modes = []
         for _ in range(3):

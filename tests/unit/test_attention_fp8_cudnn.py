@@ -128,11 +128,11 @@ def test_available_on_the_cpu_says_it_needs_a_gpu():
 
 
 def test_a_graph_is_never_built_during_a_capture(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    monkeypatch.setattr(A.capture_guard, "capturing", lambda device: True)
     built = []
     monkeypatch.setattr(A, "_build", lambda *args: built.append(args))
     A.clear()
     t8 = torch.zeros(1, 2, 8, 16, dtype=torch.float8_e4m3fn)
-    with pytest.raises(RuntimeError, match="built outside a CUDA graph capture only"):
+    with pytest.raises(A.capture_guard.FirstUseInCapture, match="building cuDNN's FP8 attention graph"):
         A._graph_for(t8, t8, t8, torch.zeros(1, 2, 8, 16, dtype=torch.bfloat16), 0.25)
     assert built == []

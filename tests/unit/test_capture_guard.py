@@ -48,8 +48,9 @@ def test_the_picker_never_autotunes_inside_a_capture_and_keeps_no_pick(monkeypat
     assert tuned == [] and picker.picks() == []  # nothing timed, nothing kept: the eager retry autotunes
     capturing["on"] = False
     assert picker.pick(q, w, launch=lambda c: None) == (cfg, "t") and len(tuned) == 1
-    capturing["on"] = True  # known now: a capture gets the pick without refusing
-    assert picker.pick(q, w, launch=lambda c: None) == (cfg, "t") and len(tuned) == 1
+    capturing["on"] = True  # known now: a capture at another M of that bucket gets the pick without refusing
+    q70 = types.SimpleNamespace(shape=(70, 53248), device=CUDA, is_cuda=True)
+    assert picker.pick(q70, w, launch=lambda c: None) == (cfg, "t") and len(tuned) == 1
 
 
 def test_a_kernel_failing_inside_a_capture_is_raised_not_demoted(capturing):
@@ -65,5 +66,33 @@ def test_a_kernel_failing_inside_a_capture_is_raised_not_demoted(capturing):
         capturing["on"] = False  # the same failure outside a capture: demoted, the twin runs
         assert dispatch._unless_demoted(("quantize", 7), "Triton activation quantizer", fails, CUDA) is None
         assert [d["shape"] for d in backends.DEMOTIONS.items()] == [["quantize", 7]]
+    finally:
+        backends.DEMOTIONS.clear()
+
+
+def test_a_fused_gemm_failing_inside_a_capture_is_raised_not_demoted(monkeypatch, capturing):
+    from comfyui_ideogram4_int8.kernels import fused
+
+    cfg = tuning.heuristic_config("sm90", 64, 128, 256)
+    monkeypatch.setattr(fused.PICKER, "pick", lambda *args, **kwargs: (cfg, "heuristic"))
+    monkeypatch.setattr(fused, "_gluon_problem", lambda *args: None)
+
+    def fails(*args):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(fused, "_launch", fails)
+    q, w = torch.zeros(64, 256, dtype=torch.int8), torch.zeros(128, 256, dtype=torch.int8)
+    out = torch.empty(64, 128, dtype=torch.bfloat16)
+    capturing["on"] = True
+    monkeypatch.setattr(capture_guard, "capturing", lambda device: True)  # the operands here are on the CPU
+    backends.DEMOTIONS.clear()
+    try:
+        with pytest.raises(RuntimeError, match="stream is capturing"):
+            fused.run_fused(q, w, None, None, None, out, False)
+        assert backends.DEMOTIONS.items() == []
+        monkeypatch.setattr(capture_guard, "capturing", lambda device: False)  # outside a capture: demoted
+        with pytest.raises(fused.FusedUnavailable):
+            fused.run_fused(q, w, None, None, None, out, False)
+        assert backends.DEMOTIONS.items() != []
     finally:
         backends.DEMOTIONS.clear()

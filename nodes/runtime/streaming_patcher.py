@@ -396,7 +396,6 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         started = time.perf_counter()
         self._pin_clock = [0.0, 0]  # seconds and bytes of pinning in this plan
         file_maps = host_pages.FileMappings() if self._copies_file_pages(device) else None
-        jobs: list = []  # the streamed weights' pins, made once the plan's weights are known
         with self.use_ejected():
             self._stop_stream()
             blocks = _blocks(self.model)
@@ -404,14 +403,12 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             for i, block in enumerate(blocks):  # what leaves the card first, so what comes in finds room
                 if i in streamed:
                     for name, m in _streamable(block):
-                        self._stream_module(f"diffusion_model.layers.{i}.{name}", m, device, file_maps, jobs)
+                        self._stream_module(f"diffusion_model.layers.{i}.{name}", m, device, file_maps)
             names = {f"diffusion_model.layers.{i}.{n}" for i in streamed for n, _ in _streamable(blocks[i])}
             for key, m in _host_layers(self.model) if plan.host_bytes else ():
-                self._stream_module(key, m, device, file_maps, jobs)
+                self._stream_module(key, m, device, file_maps)
                 m.comfy_cast_weights = True
                 names.add(key)
-            for job in jobs:
-                self._finish_pin(job, stream_pins.pin(job))
             for i, block in enumerate(blocks):
                 if i not in streamed:
                     for name, m in _streamable(block):
@@ -442,9 +439,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         for a GPU's copies; ``pin-copy=off`` pins it in place)."""
         return torch.device(device).type == "cuda" and settings.experiment(PIN_COPY) != "off"
 
-    def _stream_module(self, key: str, m, device, file_maps: host_pages.FileMappings | None, jobs: list) -> None:
-        """``m``'s weight to the host (LoRA merged on ``device`` first), its pin (``stream_pins.Job``) added to
-        ``jobs``; its small tensors on ``device``."""
+    def _stream_module(self, key: str, m, device, file_maps: host_pages.FileMappings | None = None) -> None:
+        """``m``'s weight to pinned host memory (LoRA merged on ``device`` first); its small tensors on ``device``."""
         weight_key, bias_key = f"{key}.weight", f"{key}.bias"
         if not getattr(m, "comfy_patched_weights", False):
             if weight_key in self.patches:
@@ -461,7 +457,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
             # pinned; otherwise the file's pages stay, which the kernel may drop and read again
             mapped = file_maps is not None and not data.is_pinned() and file_maps.holds(data)
             m._parameters["weight"] = torch.nn.Parameter(host, requires_grad=False)  # its card copy goes now
-            jobs.append(stream_pins.Job(m, weight_key, host, data, mapped))
+            job = stream_pins.Job(m, weight_key, host, data, mapped)
+            self._finish_pin(job, stream_pins.pin(job))
         for name, p in list(m._parameters.items()):
             if name != "weight" and p is not None and p.device != device:
                 m._parameters[name] = torch.nn.Parameter(p.data.to(device), requires_grad=False)
@@ -470,8 +467,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
                 m._buffers[name] = b.to(device)
 
     def _finish_pin(self, job: stream_pins.Job, result: stream_pins.Result) -> None:
-        """Record a streamed weight's pin (``_apply``'s clock: its only caller) and keep its host copy: the pinned
-        copy of a file's pages replaces them; a copy that did not pin is dropped."""
+        """Record a streamed weight's pin (on ``_apply``'s clock) and keep its host copy: the pinned copy of a file's
+        pages replaces them; a copy that did not pin is dropped."""
         host = job.host
         if result.pinned:
             if job.mapped:

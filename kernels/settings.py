@@ -131,6 +131,11 @@ EXPERIMENTS = {
         "fresh host memory first",
         ("off",),
     ),
+    "pin-ahead": Experiment(
+        "a MODEL's weights pinned only where a plan streams them (off), instead of pinned on a worker thread between "
+        "the load and the first sampling run",
+        ("off",),
+    ),
     "pass-estimate": Experiment("ComfyUI's doubled-batch memory estimate under the pack's sampler", ("comfyui",)),
     "no-resident-conds": Experiment("the text context cast to the device in every model call, as ComfyUI does"),
     "self-check": Experiment(

@@ -27,7 +27,7 @@ from ..ideogram4.load_plan import (
 )
 from ..kernels import model_notes
 from .panel import node_id_of, publish
-from .runtime import ffn_fusion, native_model
+from .runtime import ffn_fusion, native_model, pin_ahead
 from .runtime.native_model import build_native_model, resolve_compute_dtype
 from .runtime.streaming_patcher import streaming_summary
 from .widgets import (
@@ -124,6 +124,7 @@ def load_branch(
         state.clear()
         raise
     patcher.cached_patcher_init = (reload_branch, (path, branch, base, compute_dtype, gemm_path, protected_layers))
+    pin_ahead.start(patcher)  # its host weights pinned before the first load (the prompt is encoded meanwhile)
     return patcher, state, paths, dtype
 
 

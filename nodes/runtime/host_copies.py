@@ -58,7 +58,7 @@ def _kept(t: torch.Tensor) -> torch.Tensor:
     return t.detach()
 
 
-def _unloads_to_host(patcher) -> bool:
+def unloads_to_host(patcher) -> bool:
     """ComfyUI unloads this MODEL to host memory (not under ``--gpu-only`` / ``--highvram``, where its offload
     device is the card and a host copy would only hold RAM)."""
     return torch.device(patcher.offload_device).type == "cpu"
@@ -66,7 +66,7 @@ def _unloads_to_host(patcher) -> bool:
 
 def remember(patcher, items) -> int:
     """Keep the host tensor of each ``(key, tensor, host data)`` about to go to the card; returns the bytes kept."""
-    if not enabled() or not _unloads_to_host(patcher) or psutil.virtual_memory().available < MIN_FREE_RAM:
+    if not enabled() or not unloads_to_host(patcher) or psutil.virtual_memory().available < MIN_FREE_RAM:
         return 0
     copies, kept = _copies(patcher.model), 0
     for key, t, data in items:
@@ -150,7 +150,7 @@ def covers(patcher) -> bool:
     """Whether the tensors of the model on its load device have kept host copies, all but small ones (computed
     vectors, ``UNCOVERED_SLACK``): unloading it whole then costs no copy of a weight (``streaming_patcher`` then lets
     ComfyUI unload it whole instead of moving part of it back)."""
-    if not _copies(patcher.model) or not _unloads_to_host(patcher):
+    if not _copies(patcher.model) or not unloads_to_host(patcher):
         return False
     tensors = list(_card_tensors(patcher))
     hosts = _hosts_by_card_address(patcher, tensors)
@@ -168,4 +168,5 @@ __all__ = [
     "kept_data",
     "remember",
     "restore",
+    "unloads_to_host",
 ]

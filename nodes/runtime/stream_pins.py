@@ -18,7 +18,9 @@ import comfy.model_management
 import torch
 
 from ...ideogram4 import host_pages
+from ...kernels import settings
 
+PIN_COPY = "pin-copy"  # pin-copy=off: a weight in a file mapping is pinned in place (comparisons)
 BOOKKEEPING = threading.RLock()  # around the pack's calls into ComfyUI's pin book (reentrant: an unpin inside
 # ComfyUI's load may reach one of this thread's)
 
@@ -45,6 +47,12 @@ class Result:
     seconds: float
 
 
+def copies_file_pages(device) -> bool:
+    """Whether a weight still in its checkpoint's file mapping is copied before it is pinned for ``device`` (pinning
+    is for a GPU's copies; ``pin-copy=off`` pins it in place)."""
+    return torch.device(device).type == "cuda" and settings.experiment(PIN_COPY) != "off"
+
+
 def pin(job: Job) -> Result:
     """Copy (a file's pages) and pin through ComfyUI's ``pin_memory``. A copy that did not pin is not kept (the
     result names the weight's own data)."""
@@ -57,4 +65,4 @@ def pin(job: Job) -> Result:
     return Result(pinning if pinned else job.data, pinned, time.perf_counter() - started)
 
 
-__all__ = ["BOOKKEEPING", "Job", "Result", "pin"]
+__all__ = ["BOOKKEEPING", "PIN_COPY", "Job", "Result", "copies_file_pages", "pin"]

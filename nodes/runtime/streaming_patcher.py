@@ -41,7 +41,7 @@ import torch
 
 from ...ideogram4 import graph_replay, host_pages, streaming
 from ...kernels import model_notes, settings
-from . import host_copies, parking, stream_pieces, stream_pins, weight_upload
+from . import host_copies, parking, pin_ahead, stream_pieces, stream_pins, weight_upload
 from .budget import NO_LIMIT, unlimited
 from .int8_ops import site_label
 from .op_coverage import CONTEXT_ONLY
@@ -54,7 +54,6 @@ log = logging.getLogger("comfyui_ideogram4_int8")
 
 WHOLE_BLOCKS = "stream-whole-blocks"  # the experiment that streams whole blocks (A/B measurements)
 PASS_ESTIMATE = "pass-estimate"  # pass-estimate=comfyui: keep ComfyUI's doubled-batch estimate (comparisons)
-PIN_COPY = "pin-copy"  # pin-copy=off: a streamed weight in a file mapping is pinned in place (comparisons)
 NOTE_KIND = "streaming"
 PER_PASS_MARGIN = 64 * 2**20  # bytes: the latent, noise and small tensors allocated between the loads
 # of a pass's estimate, left free too at a first load while CUDA graphs are on (load_together): their pool measures
@@ -213,6 +212,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         return [x for x in loading if x[-3] not in skip]
 
     def load(self, device_to=None, lowvram_model_memory=0, force_patch_weights=False, full_load=False):
+        pin_ahead.adopt(self)  # the weights pinned since the loader, in place of their file pages
         parked = parking.parked_bytes(self)
         parking.unpark(self)
         budget = lowvram_model_memory
@@ -435,9 +435,8 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         )
 
     def _copies_file_pages(self, device) -> bool:
-        """Whether a streamed weight still in its checkpoint's file mapping is copied before it is pinned (pinning is
-        for a GPU's copies; ``pin-copy=off`` pins it in place)."""
-        return torch.device(device).type == "cuda" and settings.experiment(PIN_COPY) != "off"
+        """Whether a streamed weight still in its checkpoint's file mapping is copied before it is pinned."""
+        return stream_pins.copies_file_pages(device)
 
     def _stream_module(self, key: str, m, device, file_maps: host_pages.FileMappings | None = None) -> None:
         """``m``'s weight to pinned host memory (LoRA merged on ``device`` first); its small tensors on ``device``."""

@@ -189,7 +189,7 @@ def check_file_pages():
     cpu = torch.device("cpu")
     patcher_cls = streaming_patcher.Ideogram4ModelPatcher
     real, real_pin, real_max = patcher_cls._copies_file_pages, mm.pin_memory, mm.MAX_PINNED_MEMORY
-    patcher_cls._copies_file_pages = lambda self, device: settings.experiment(streaming_patcher.PIN_COPY) != "off"
+    patcher_cls._copies_file_pages = lambda self, device: settings.experiment(stream_pins.PIN_COPY) != "off"
     pins = {"ok": True, "asked": 0, "threads": set(), "held": []}
 
     def pin_memory(t):
@@ -204,7 +204,7 @@ def check_file_pages():
         for case, spec, ok in (
             ("copy", None, True),
             ("copy_refused", None, False),
-            ("in_place", f"{streaming_patcher.PIN_COPY}=off", True),
+            ("in_place", f"{stream_pins.PIN_COPY}=off", True),
             ("pinning_off", None, None),  # ComfyUI pins nothing (--disable-pinned-memory): no copy is made
         ):
             mm.MAX_PINNED_MEMORY = 0 if ok is None else 2**40  # a CPU-only ComfyUI pins nothing

@@ -14,6 +14,7 @@ import pytest
 from comfy_check_run import CPU_PATHS, INT8_WHOLE_MODEL, check_runner
 from host_copy_checks import assert_host_copies
 from parking_checks import assert_parking
+from pin_ahead_checks import assert_pin_ahead
 from upload_checks import CASES, assert_upload
 
 pytestmark = pytest.mark.comfyui
@@ -436,3 +437,7 @@ def test_a_streamed_weight_in_its_file_mapping_is_copied_before_it_is_pinned(run
 
 def test_a_model_unloaded_whole_takes_back_its_room_from_dynamic_models_pages(run_check):
     assert_parking(run_check("parking"))
+
+
+def test_host_weights_are_pinned_ahead_of_the_first_load_and_taken_by_it(run_check):
+    assert_pin_ahead(run_check("pin_ahead"), gpu=False)

@@ -96,10 +96,11 @@ def test_copies_from_pinned_sources_are_queued_before_the_streams_next_work(wait
     sources = [torch.randint(-128, 128, (4096, 4096), dtype=torch.int8, generator=g).pin_memory() for _ in range(8)]
     sources.append(torch.randn(3, 4608, generator=g).bfloat16().pin_memory())
     out, report = upload.to_device(sources, "cuda", wait=wait)
-    sums = [o.float().sum() for o in out]  # queued on the current stream right after, no synchronize between
+    # byte sums (exact) queued on the current stream right after, no synchronize between
+    sums = [o.reshape(-1).view(torch.uint8).to(torch.int64).sum() for o in out]
     assert report.pinned == len(sources) and report.fills == 0 and report.queued is (not wait)
     assert ("to queue on a copy stream" in report.describe()) is (not wait)
-    assert [s.item() for s in sums] == [t.float().sum().item() for t in sources]
+    assert [s.item() for s in sums] == [_bytes(t).to(torch.int64).sum().item() for t in sources]
     assert all(torch.equal(_bytes(o), _bytes(t)) for o, t in zip(out, sources, strict=True))
 
 

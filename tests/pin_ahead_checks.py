@@ -31,4 +31,7 @@ def assert_pin_ahead(r: dict, gpu: bool) -> None:
     budget = r["budget"]
     assert 1 <= budget["entries"] < every["entries"] and "budget" in budget["summary"], budget
     assert budget["same_output"] is True
+    # ComfyUI's RAM cache on: nothing is pinned ahead (its pins may evict cache entries), the load is as before
+    ram_cache = r["ram_cache"]
+    assert ram_cache["entries"] == 0 and "RAM cache" in ram_cache["summary"] and ram_cache["same_output"], ram_cache
     assert r["pinning_off_started"] is False  # ComfyUI pins nothing

@@ -9,7 +9,8 @@ weights pinned (``streaming_patcher``), and a capped card's later reloads cross 
 
 * Pins ahead stay within ComfyUI's pinned-memory budget less ``RESERVE`` (room for its own pins, a text encoder's)
   and stop while the host has less than the tensor plus ``host_copies.MIN_FREE_RAM`` available: they never push out
-  another pin.
+  another pin. Under ComfyUI's RAM cache (a headroom set) none is made: its pins may evict cache entries, which only
+  the executing thread may do.
 * A weight changed since (a LoRA patch, a move to the card) keeps its own tensor; its copy is unpinned.
 * Every tensor pinned here joins the MODEL's pinned list at once, so it is unpinned when the MODEL is collected.
 * Any of the pack's loads to a card stops the worker: a sampling run's copies do not share the bus with it.
@@ -24,6 +25,7 @@ import logging
 import threading
 import time
 
+import comfy.memory_management
 import comfy.model_management
 import psutil
 import torch
@@ -72,6 +74,8 @@ def no_room(nbytes: int) -> str | None:
     limit = getattr(mm, "MAX_PINNED_MEMORY", 0)
     if limit <= 0:
         return "ComfyUI pins no memory"
+    if getattr(comfy.memory_management, "RAM_CACHE_HEADROOM", 0) > 0:  # its pins may free cache entries: not here
+        return "ComfyUI's RAM cache frees host memory for pins on the executing thread"
     if getattr(mm, "TOTAL_PINNED_MEMORY", 0) + nbytes > limit - RESERVE:
         return f"ComfyUI's pinned-memory budget less {RESERVE / GIB:.0f} GiB reached"
     if psutil.virtual_memory().available < nbytes + host_copies.MIN_FREE_RAM:

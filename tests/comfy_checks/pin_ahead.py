@@ -163,6 +163,15 @@ def check_pin_ahead():
             out["budget"] = _case(fake, mm, pin_ahead, device)
             out["budget"]["same_output"] = torch.equal(out["budget"].pop("output"), out["want"])
             out["budget"]["total_after"] = mm.TOTAL_PINNED_MEMORY
+            import comfy.memory_management as cmm
+
+            mm.MAX_PINNED_MEMORY, mm.TOTAL_PINNED_MEMORY, headroom = 2**40, 0, cmm.RAM_CACHE_HEADROOM
+            cmm.RAM_CACHE_HEADROOM = 2**30  # ComfyUI's RAM cache on: pins from another thread could evict it
+            try:
+                out["ram_cache"] = _case(fake, mm, pin_ahead, device)
+                out["ram_cache"]["same_output"] = torch.equal(out["ram_cache"].pop("output"), out["want"])
+            finally:
+                cmm.RAM_CACHE_HEADROOM = headroom
             mm.MAX_PINNED_MEMORY = 0
             cond, _, _ = load("i4_w8a8.safetensors")
             out["pinning_off_started"] = pin_ahead.start(cond, any_device=True)

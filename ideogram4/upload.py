@@ -12,9 +12,6 @@ overlaps them:
   event; a buffer is filled again only once that event has passed, so at most ``buffers`` fills are in flight;
 * a tensor already in pinned memory is copied straight from it on the same stream.
 
-When every copy came straight from pinned memory the calling thread does not wait for them (``wait=False``): the
-device's current stream waits for the copy stream instead, so the work queued next (a first pass) is launched while
-the bytes cross. Copies out of staging buffers are waited for (the buffers go back to torch's pinned allocator).
 Each source gets a new contiguous tensor on the device with its shape, dtype and bytes; the sources are left alone.
 On a device that is not CUDA every tensor takes ``.to(device)``. ``host_twin`` runs the staged plan with host
 copies on the CPU (the same plan, buffers and order; tests). The staging buffers come from torch's pinned host
@@ -102,7 +99,6 @@ class UploadReport:
     nbytes: int
     seconds: float
     pinned: int = 0  # tensors copied straight from pinned host memory
-    queued: bool = False  # the host did not wait for the copies (``seconds``: the time to queue them)
     fills: int = 0
     buffers: int = 0
     buffer_bytes: int = 0
@@ -114,11 +110,9 @@ class UploadReport:
 
     def describe(self) -> str:
         """One line: what went up, how long it took and how."""
-        head = f"{self.nbytes / GIB:.2f} GiB in {self.tensors} tensors, {self.seconds:.2f} s"
-        if self.queued:
-            head += " to queue on a copy stream that the card's next work waits for"
-        else:
-            head += f" ({self.gib_per_s:.1f} GiB/s)"
+        head = (
+            f"{self.nbytes / GIB:.2f} GiB in {self.tensors} tensors, {self.seconds:.2f} s ({self.gib_per_s:.1f} GiB/s)"
+        )
         if self.path == "to":
             return f"{head}, each tensor's .to ({self.why})"
         kind = "pinned" if self.path == "staged" else "host (the CPU twin)"
@@ -153,12 +147,8 @@ class _CudaCopies:
             if buffer is not None:
                 self.events[buffer].record(self.stream)
 
-    def finish(self, wait: bool = True) -> None:
-        """``wait``: the host waits for the copies; otherwise the device's current stream does."""
-        if wait:
-            self.stream.synchronize()
-        else:
-            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+    def finish(self) -> None:
+        self.stream.synchronize()
 
 
 class _HostCopies:
@@ -178,7 +168,7 @@ class _HostCopies:
         for dst, src in pairs:
             dst.copy_(src)
 
-    def finish(self, wait: bool = True) -> None:
+    def finish(self) -> None:
         pass
 
 
@@ -207,12 +197,10 @@ def to_device(
     workers: int = WORKERS,
     host_twin: bool = False,
     trace: list | None = None,
-    wait: bool = False,
 ) -> tuple[list[torch.Tensor], UploadReport]:
     """``tensors`` on ``device``: (new tensors in order, report). See the module docstring.
 
-    ``wait``: the host waits for the copies from pinned sources too (a caller about to unpin them). ``host_twin``:
-    on a CPU ``device``, run the staged plan with host copies (tests). ``trace``: a list that gets
+    ``host_twin``: on a CPU ``device``, run the staged plan with host copies (tests). ``trace``: a list that gets
     ("fill", k, buffer) when a worker starts fill k and ("sent", k, buffer) once its copies are queued."""
     device = torch.device(device)
     tensors = list(tensors)
@@ -252,7 +240,6 @@ def to_device(
             outputs[i] = torch.empty(tensors[i].shape, dtype=tensors[i].dtype, device=device)
         for i in direct:
             outputs[i] = tensors[i].to(device)
-        waits = wait or bool(fills) or not cuda
         copies.start()
         try:
             copies.send([(outputs[i], tensors[i].detach()) for i in pinned], None)
@@ -260,14 +247,13 @@ def to_device(
                 fills, [sources[i] for i in staged], [_as_bytes(outputs[i]) for i in staged], copies, workers, trace
             )
         finally:
-            copies.finish(wait=waits)
+            copies.finish()
     report = UploadReport(
         "staged" if cuda else "host-twin",
         len(tensors),
         nbytes,
         time.perf_counter() - start,
         pinned=len(pinned),
-        queued=not waits,
         fills=len(fills),
         buffers=used,
         buffer_bytes=size,

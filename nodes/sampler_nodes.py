@@ -28,6 +28,7 @@ from ..ideogram4 import sampling_args as sa
 from ..ideogram4.schedule import DEFAULT_PRESET, PRESETS
 from ..kernels import settings
 from .panel import node_id_of, publish
+from .runtime import pin_ahead
 from .runtime.cuda_graphs import pass_graphs
 from .runtime.native_model import model_labels, require_ideogram4, text_features
 from .runtime.streaming_patcher import load_together, one_pass_per_branch
@@ -238,7 +239,7 @@ def sample(
     callback = latent_preview.prepare_callback(model, plan.steps, {})
     kernels.REGISTRY.begin_run()
     try:
-        with one_pass_per_branch([model, model_negative]), pass_graphs([model, model_negative]):
+        with pin_ahead.during_run(), one_pass_per_branch([model, model_negative]), pass_graphs([model, model_negative]):
             # each MODEL runs its own pass (no doubled batch), replayed as a CUDA graph where it can
             load_together([model, model_negative], latent.shape)  # both branches share the card (low-VRAM streaming)
             samples = guider.sample(

@@ -10,7 +10,7 @@ def assert_pin_ahead(r: dict, gpu: bool) -> None:
     assert not any(every["copies_mapped"]) and all(every["copies_equal"]) and every["in_pinned_list"], every
     # the first load took them all: the weights are the pinned copies, kept as the host copies, bytes unchanged,
     # and the model computes exactly as one loaded without pinning ahead
-    assert every["left_after_load"] is None and all(every["kept_are_copies"]) and every["weights_equal"], every
+    assert every["left_after_load"] == [] and all(every["kept_are_copies"]) and every["weights_equal"], every
     assert every["same_output"] is True
     assert "taken by the first load" in every["note"], every["note"]
     if gpu:
@@ -21,12 +21,21 @@ def assert_pin_ahead(r: dict, gpu: bool) -> None:
     assert every["unpinned_when_collected"] is True
     # a weight that moved since it was pinned keeps its own tensor: its copy is unpinned and leaves the list
     changed = r["changed"]
-    assert changed["changed_unpinned"] is True and changed["changed_left_pinned_list"] is True, changed
-    assert changed["same_output"] is True and "1 changed since (unpinned)" in changed["note"], changed
-    # a load to the card during a pin stops the worker after that pin; what was pinned is taken
+    assert changed["untaken_unpinned"] and changed["untaken_not_weights"] and changed["same_output"], changed
+    assert "1 not taken" in changed["note"] and all(changed["kept_are_copies"]), changed
+    # a load while a pin is under way waits for that pin, stops the worker, and takes what was pinned
     halted = r["halted"]
-    assert halted["entries"] == 2 and "stopped by a load to the card" in halted["summary"], halted
-    assert halted["same_output"] is True and all(halted["kept_are_copies"]), halted
+    assert halted["pin_reached"] and halted["load_waited_for_the_pin"], halted
+    assert halted["entries"] == 2 and "stopped by a sampling run or a load" in halted["summary"], halted
+    assert halted["same_output"] is True and all(halted["kept_are_copies"]) and halted["left_after_load"] == []
+    # a load that keeps no host copies (host memory short) takes none: every copy unpinned, the weights their own
+    declined = r["declined"]
+    assert declined["entries"] == every["entries"] and declined["untaken_unpinned"], declined
+    assert declined["untaken_not_weights"] and declined["same_output"] and declined["weights_equal"], declined
+    # the pack's sampler gives back, at its end, the pins of a MODEL it did not load; the later load takes none
+    released = r["released"]
+    assert released["released_unpinned"] and released["released_list_empty"], released
+    assert released["untaken_not_weights"] and released["same_output"] and released["weights_equal"], released
     # ComfyUI's budget less the reserve: pins stop short of it, never evicting
     budget = r["budget"]
     assert 1 <= budget["entries"] < every["entries"] and "budget" in budget["summary"], budget

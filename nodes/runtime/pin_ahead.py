@@ -4,26 +4,30 @@ Between a loader and the first sampling run a workflow encodes its prompt, and t
 idle. ``start`` queues a loaded MODEL; one worker thread pins its large host weights through ``stream_pins.pin`` (a
 weight in its checkpoint's file mapping: a pinned copy, ``ideogram4/host_pages.py``). The MODEL's first load
 (``adopt``) stops the worker and puts each pinned copy in place of the weight it copies, so the resident weights cross
-straight from pinned memory without the host waiting (``ideogram4/upload.py``), a streaming plan finds its streamed
-weights pinned (``streaming_patcher``), and a capped card's later reloads cross from pinned host copies.
+from pinned memory (no staging), a streaming plan finds its streamed weights pinned (``streaming_patcher``), and a
+capped card's later reloads cross from pinned host copies.
 
-* Pins ahead stay within ComfyUI's pinned-memory budget less ``RESERVE`` (room for its own pins, a text encoder's)
-  and stop while the host has less than the tensor plus ``host_copies.MIN_FREE_RAM`` available: they never push out
-  another pin. Under ComfyUI's RAM cache (a headroom set) none is made: its pins may evict cache entries, which only
-  the executing thread may do.
-* A weight changed since (a LoRA patch, a move to the card) keeps its own tensor; its copy is unpinned.
+* A pin ahead is made only within ComfyUI's pinned-memory budget less ``RESERVE`` (room for its own pins, a text
+  encoder's) and while the host keeps the tensor plus ``host_copies.MIN_FREE_RAM`` available, checked right before
+  each registration: it never makes ComfyUI evict. Under ComfyUI's RAM cache (a headroom set) none is made: its pins
+  may evict cache entries, which only the executing thread may do.
+* A weight changed since (a LoRA patch, a move), or one whose host copy the load would not keep (host memory short),
+  keeps its own tensor; its copy is unpinned.
 * Every tensor pinned here joins the MODEL's pinned list at once, so it is unpinned when the MODEL is collected.
-* Any of the pack's loads to a card stops the worker: a sampling run's copies do not share the bus with it.
+* The pack's sampler (``during_run``) and any of its loads to a card stop the worker; at the sampler's end the pins of
+  a MODEL that run did not load are released (under other samplers they wait for the MODEL's first load).
 * ``pin-ahead=off``: weights are pinned only where a plan streams them (A/B).
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import threading
 import time
+import weakref
 
 import comfy.memory_management
 import comfy.model_management
@@ -63,9 +67,12 @@ class Pinned:
 
 @dataclasses.dataclass(frozen=True)
 class _Work:
-    patcher: object
+    model: weakref.ref  # the MODEL's model: a MODEL dropped meanwhile is not pinned further
     label: str
     jobs: tuple[tuple[stream_pins.Job, str], ...]  # (job, parameter name)
+
+
+_PENDING: weakref.WeakSet = weakref.WeakSet()  # models holding pins made ahead that no load has taken yet
 
 
 def no_room(nbytes: int) -> str | None:
@@ -74,7 +81,7 @@ def no_room(nbytes: int) -> str | None:
     limit = getattr(mm, "MAX_PINNED_MEMORY", 0)
     if limit <= 0:
         return "ComfyUI pins no memory"
-    if getattr(comfy.memory_management, "RAM_CACHE_HEADROOM", 0) > 0:  # its pins may free cache entries: not here
+    if getattr(comfy.memory_management, "RAM_CACHE_HEADROOM", 0) > 0:
         return "ComfyUI's RAM cache frees host memory for pins on the executing thread"
     if getattr(mm, "TOTAL_PINNED_MEMORY", 0) + nbytes > limit - RESERVE:
         return f"ComfyUI's pinned-memory budget less {RESERVE / GIB:.0f} GiB reached"
@@ -124,8 +131,8 @@ class _Worker:
             thread = self._thread
             self._stop.set()
             self._queue.clear()
-        # a caller holding the pin book's lock does not wait: the worker may be waiting for it (the pin under way
-        # then lands in the MODEL's pinned list only, unpinned when the MODEL is collected)
+        # a caller holding the pin book's lock does not wait for a worker that may be waiting for it (its pin under
+        # way then lands in the MODEL's pinned list, unpinned when the MODEL is collected)
         if thread is not None and thread is not threading.current_thread() and not stream_pins.BOOKKEEPING._is_owned():
             thread.join()
 
@@ -153,31 +160,38 @@ _WORKER = _Worker()
 
 
 def _pin_all(work: _Work, stop: threading.Event) -> None:
-    model = work.patcher.model
-    pinned_list, entries = model.ideogram4_pinned, model.ideogram4_pinned_ahead
     started, done, why = time.perf_counter(), 0, "all of them"
     for job, name in work.jobs:
+        model = work.model()  # held through the pin: the MODEL's collection cannot run between pin and record
+        if model is None:
+            why = "the MODEL was dropped"
+            break
         if stop.is_set():
-            why = "stopped by a load to the card"
+            why = "stopped by a sampling run or a load"
             break
         short = no_room(job.data.nbytes)
         if short:
             why = short
             break
-        result = stream_pins.pin(job)
+        result = stream_pins.pin(job, no_room)
         if not result.pinned:
-            why = "ComfyUI refused a pin"
+            why = no_room(job.data.nbytes) or "ComfyUI refused a pin"
             break
         with stream_pins.BOOKKEEPING:
-            pinned_list.append(result.pinning)
-            entries.append(Pinned(job.module, name, job.key, job.data.data_ptr(), result.pinning))
+            model.ideogram4_pinned.append(result.pinning)
+            model.ideogram4_pinned_ahead.append(Pinned(job.module, name, job.key, job.data.data_ptr(), result.pinning))
+            _PENDING.add(model)
         done += result.pinning.nbytes
+        del model
     total = sum(job.data.nbytes for job, _ in work.jobs)
-    model.ideogram4_pin_ahead_summary = (
+    summary = (
         f"{done / GIB:.2f} of {total / GIB:.2f} GiB of host weights pinned ahead of the first load in "
         f"{time.perf_counter() - started:.2f} s ({why})"
     )
-    log.info("ideogram4-int8: %s: %s", work.label, model.ideogram4_pin_ahead_summary)
+    model = work.model()
+    if model is not None:
+        model.ideogram4_pin_ahead_summary = summary
+    log.info("ideogram4-int8: %s: %s", work.label, summary)
 
 
 def start(patcher, *, any_device: bool = False) -> bool:
@@ -196,7 +210,8 @@ def start(patcher, *, any_device: bool = False) -> bool:
         return False
     patcher._pinned()  # made on this thread: the worker only appends to it
     patcher.model.ideogram4_pinned_ahead = []
-    _WORKER.add(_Work(patcher, site_label(patcher.model.diffusion_model) or "model", jobs))
+    label = site_label(patcher.model.diffusion_model) or "model"
+    _WORKER.add(_Work(weakref.ref(patcher.model), label, jobs))
     return True
 
 
@@ -205,11 +220,30 @@ def wait() -> None:
     _WORKER.wait()
 
 
+def _release(model, tensors: list[torch.Tensor]) -> None:
+    """Unpin ``tensors`` (pinned ahead for ``model``) and drop them from its pinned list."""
+    if not tensors:
+        return
+    gone = {id(t) for t in tensors}
+    with stream_pins.BOOKKEEPING:
+        for t in tensors:
+            comfy.model_management.unpin_memory(t)
+        model.ideogram4_pinned[:] = [t for t in model.ideogram4_pinned if id(t) not in gone]
+
+
+def _take(model) -> list[Pinned]:
+    """The model's pins made ahead that no load has taken, now the caller's (the worker has stopped)."""
+    _PENDING.discard(model)
+    entries = model.__dict__.get("ideogram4_pinned_ahead") or []
+    model.ideogram4_pinned_ahead = []  # not None: a second start would pin them again
+    return entries
+
+
 def adopt(patcher) -> int:
     """Stop pinning ahead and put ``patcher``'s pinned copies in place of the weights they copy (module docstring);
     returns the bytes taken."""
     _WORKER.halt()
-    entries = patcher.model.__dict__.pop("ideogram4_pinned_ahead", None)
+    entries = _take(patcher.model)
     if not entries:
         return 0
     taken, dropped = 0, []
@@ -219,16 +253,17 @@ def adopt(patcher) -> int:
         if data is None or data.device.type != "cpu" or data.data_ptr() != e.source_ptr or e.key in patcher.patches:
             dropped.append(e.pinning)
             continue
-        if e.pinning.data_ptr() != e.source_ptr:
-            w = with_host_data(w, e.pinning)
-            e.module._parameters[e.name] = torch.nn.Parameter(w, requires_grad=False)
-        host_copies.remember(patcher, [(e.key, w, e.pinning)])  # kept for every later load, as a streamed pin is
+        new = with_host_data(w, e.pinning) if e.pinning.data_ptr() != e.source_ptr else w
+        if not host_copies.remember(patcher, [(e.key, new, e.pinning)]):  # kept for every later load, or not taken
+            dropped.append(e.pinning)
+            continue
+        if new is not w:
+            e.module._parameters[e.name] = torch.nn.Parameter(new, requires_grad=False)
         taken += e.pinning.nbytes
-    for t in dropped:
-        patcher._unpin(t)
+    _release(patcher.model, dropped)
     summary = getattr(patcher.model, "ideogram4_pin_ahead_summary", "")
     note = f"{summary}; {taken / GIB:.2f} GiB taken by the first load" + (
-        f", {len(dropped)} changed since (unpinned)" if dropped else ""
+        f", {len(dropped)} not taken (changed since, or their host copies not kept): unpinned" if dropped else ""
     )
     label = site_label(patcher.model.diffusion_model)
     if label:
@@ -237,4 +272,41 @@ def adopt(patcher) -> int:
     return taken
 
 
-__all__ = ["EXPERIMENT", "MIN_BYTES", "NOTE_KIND", "RESERVE", "Pinned", "adopt", "enabled", "no_room", "start", "wait"]
+def release_untaken() -> int:
+    """Unpin the pins made ahead that no load has taken (the worker stopped first); returns their bytes."""
+    _WORKER.halt()
+    freed = 0
+    for model in list(_PENDING):
+        entries = _take(model)
+        _release(model, [e.pinning for e in entries])
+        freed += sum(e.pinning.nbytes for e in entries)
+    return freed
+
+
+@contextlib.contextmanager
+def during_run():
+    """Around the pack's sampling run: pinning ahead stops at its start (its copies have the bus), and what it did not
+    load gives its pins back at its end."""
+    _WORKER.halt()
+    try:
+        yield
+    finally:
+        freed = release_untaken()
+        if freed:
+            log.info("ideogram4-int8: %.2f GiB pinned ahead for MODELs this run did not load, unpinned", freed / GIB)
+
+
+__all__ = [
+    "EXPERIMENT",
+    "MIN_BYTES",
+    "NOTE_KIND",
+    "RESERVE",
+    "Pinned",
+    "adopt",
+    "during_run",
+    "enabled",
+    "no_room",
+    "release_untaken",
+    "start",
+    "wait",
+]

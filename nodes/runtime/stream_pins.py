@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 
 import comfy.model_management
 import torch
@@ -53,15 +54,17 @@ def copies_file_pages(device) -> bool:
     return torch.device(device).type == "cuda" and settings.experiment(PIN_COPY) != "off"
 
 
-def pin(job: Job) -> Result:
+def pin(job: Job, room: Callable[[int], str | None] | None = None) -> Result:
     """Copy (a file's pages) and pin through ComfyUI's ``pin_memory``. A copy that did not pin is not kept (the
-    result names the weight's own data)."""
+    result names the weight's own data). ``room``: asked right before the registration (after the copy), with the
+    bytes to pin; a reason it returns refuses the pin."""
     if getattr(comfy.model_management, "MAX_PINNED_MEMORY", 1) <= 0:  # pinning off (--disable-pinned-memory)
         return Result(job.data, False, 0.0)
     started = time.perf_counter()
     pinning = host_pages.own_copy(job.data) if job.mapped else job.data
     with BOOKKEEPING:
-        pinned = bool(pinning.is_contiguous() and comfy.model_management.pin_memory(pinning))
+        refused = room is not None and room(pinning.nbytes) is not None
+        pinned = bool(not refused and pinning.is_contiguous() and comfy.model_management.pin_memory(pinning))
     return Result(pinning if pinned else job.data, pinned, time.perf_counter() - started)
 
 

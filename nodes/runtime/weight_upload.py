@@ -15,8 +15,7 @@ The copies replace the modules' tensors through each module's ``_apply``, the me
 re-wrapping of quantized weights and torch's Parameter handling run as in a ``.to``; ComfyUI's load then finds them
 on the card (its ``.to`` copies nothing) and keeps its bookkeeping as usual. A weight ComfyUI pinned when it
 offloaded it is copied straight from pinned memory and then unpinned, as ComfyUI's own load unpins it, so nothing
-stays pinned and no second copy stays on the card (the host then waits for the copies; copies from the pack's pinned
-host copies are only queued, ``upload.to_device``); ``partially_unload`` and ``unpatch_model`` move the weights back
+stays pinned and no second copy stays on the card; ``partially_unload`` and ``unpatch_model`` move the weights back
 module by module as before.
 
 The experiment ``upload=comfyui`` keeps ComfyUI's own move (A/B). The panel's model note ``upload`` says how the
@@ -97,9 +96,7 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
     if not items:
         return None
     kept = host_copies.remember(patcher, items)  # an unload then drops the card copies (host_copies)
-    # ComfyUI's own pins are dropped right after: the host waits for copies out of them
-    comfy_pinned = any(key in getattr(patcher, "pinned", ()) for key, *_ in items)
-    moved, report = upload.to_device([data for *_, data in items], device, host_twin=host_twin, wait=comfy_pinned)
+    moved, report = upload.to_device([data for *_, data in items], device, host_twin=host_twin)
     with stream_pins.BOOKKEEPING:  # in turn with the pack's other calls into ComfyUI's pin book
         for key, *_ in items:
             patcher.unpin_weight(key)  # a weight ComfyUI pinned when it offloaded it (a no-op for the others)

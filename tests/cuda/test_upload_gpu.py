@@ -88,21 +88,5 @@ def test_a_model_unloaded_whole_on_the_gpu_parks_and_takes_back_its_room(tmp_pat
     assert_parking(run_nodes_check_on_gpu(tmp_path, "parking"))
 
 
-@pytest.mark.parametrize("wait", [False, True])
-def test_copies_from_pinned_sources_are_queued_before_the_streams_next_work(wait):
-    """All sources pinned: the host does not wait (``wait=False``), yet work queued next on the current stream sees
-    every byte (it waits for the copy stream)."""
-    g = torch.Generator().manual_seed(5)
-    sources = [torch.randint(-128, 128, (4096, 4096), dtype=torch.int8, generator=g).pin_memory() for _ in range(8)]
-    sources.append(torch.randn(3, 4608, generator=g).bfloat16().pin_memory())
-    out, report = upload.to_device(sources, "cuda", wait=wait)
-    # byte sums (exact) queued on the current stream right after, no synchronize between
-    sums = [o.reshape(-1).view(torch.uint8).to(torch.int64).sum() for o in out]
-    assert report.pinned == len(sources) and report.fills == 0 and report.queued is (not wait)
-    assert ("to queue on a copy stream" in report.describe()) is (not wait)
-    assert [s.item() for s in sums] == [_bytes(t).to(torch.int64).sum().item() for t in sources]
-    assert all(torch.equal(_bytes(o), _bytes(t)) for o, t in zip(out, sources, strict=True))
-
-
 def test_a_models_host_weights_pinned_ahead_are_taken_by_its_first_load_on_the_gpu(tmp_path):
     assert_pin_ahead(run_nodes_check_on_gpu(tmp_path, "pin_ahead"), gpu=True)

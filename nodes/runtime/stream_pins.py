@@ -1,9 +1,11 @@
-"""Streamed weights' host memory pinned for the card's copies, one weight at a time through ComfyUI.
+"""Weights' host memory pinned for the card's copies, one weight at a time through ComfyUI.
 
-A streaming plan pins each streamed weight's host tensor through ComfyUI's ``pin_memory`` (its budget, its book). A
+A streaming plan pins each streamed weight's host tensor through ComfyUI's ``pin_memory`` (its budget, its book), as
+``pin_ahead`` does on its worker thread for a loaded MODEL's weights before its first load. A
 weight still in its checkpoint's file mapping is copied to fresh memory first and the copy pinned
 (``ideogram4/host_pages.py`` says why). Pinning on several threads, or on one worker thread during the resident
-upload, measured no faster in the first image (docs/performance.md, "Pinning a checkpoint's weights"). ComfyUI's pin
+upload, measured no faster in the first image (docs/performance.md, "Pinning a checkpoint's weights"); pinning
+before the run begins did (docs/performance.md, "The first image"). ComfyUI's pin
 book is unlocked globals; the pack's calls into it take ``BOOKKEEPING``, since a model's unpins at its collection can
 run on any thread.
 """

@@ -12,6 +12,10 @@ overlaps them:
   event; a buffer is filled again only once that event has passed, so at most ``buffers`` fills are in flight;
 * a tensor already in pinned memory is copied straight from it on the same stream.
 
+With ``wait=False`` the calling thread does not wait for the last copies: the device's current stream waits for the
+copy stream instead, so work queued next is launched while the last bytes cross. The staging buffers then go back to
+torch's pinned host allocator with copies in flight; it reuses a block only once the copies recorded on it have run
+(torch records them for a non-blocking copy out of its pinned memory).
 Each source gets a new contiguous tensor on the device with its shape, dtype and bytes; the sources are left alone.
 On a device that is not CUDA every tensor takes ``.to(device)``. ``host_twin`` runs the staged plan with host
 copies on the CPU (the same plan, buffers and order; tests). The staging buffers come from torch's pinned host
@@ -99,6 +103,7 @@ class UploadReport:
     nbytes: int
     seconds: float
     pinned: int = 0  # tensors copied straight from pinned host memory
+    queued: bool = False  # the host did not wait for the copies (``seconds``: the time to queue them)
     fills: int = 0
     buffers: int = 0
     buffer_bytes: int = 0
@@ -110,9 +115,11 @@ class UploadReport:
 
     def describe(self) -> str:
         """One line: what went up, how long it took and how."""
-        head = (
-            f"{self.nbytes / GIB:.2f} GiB in {self.tensors} tensors, {self.seconds:.2f} s ({self.gib_per_s:.1f} GiB/s)"
-        )
+        head = f"{self.nbytes / GIB:.2f} GiB in {self.tensors} tensors, {self.seconds:.2f} s"
+        if self.queued:
+            head += " to queue on a copy stream that the card's next work waits for"
+        else:
+            head += f" ({self.gib_per_s:.1f} GiB/s)"
         if self.path == "to":
             return f"{head}, each tensor's .to ({self.why})"
         kind = "pinned" if self.path == "staged" else "host (the CPU twin)"
@@ -147,8 +154,12 @@ class _CudaCopies:
             if buffer is not None:
                 self.events[buffer].record(self.stream)
 
-    def finish(self) -> None:
-        self.stream.synchronize()
+    def finish(self, wait: bool = True) -> None:
+        """``wait``: the host waits for the copies; otherwise the device's current stream does."""
+        if wait:
+            self.stream.synchronize()
+        else:
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
 
 
 class _HostCopies:
@@ -168,7 +179,7 @@ class _HostCopies:
         for dst, src in pairs:
             dst.copy_(src)
 
-    def finish(self) -> None:
+    def finish(self, wait: bool = True) -> None:
         pass
 
 
@@ -197,10 +208,12 @@ def to_device(
     workers: int = WORKERS,
     host_twin: bool = False,
     trace: list | None = None,
+    wait: bool = True,
 ) -> tuple[list[torch.Tensor], UploadReport]:
     """``tensors`` on ``device``: (new tensors in order, report). See the module docstring.
 
-    ``host_twin``: on a CPU ``device``, run the staged plan with host copies (tests). ``trace``: a list that gets
+    ``wait``: the host waits for every copy (see the module docstring). ``host_twin``: on a CPU ``device``, run the
+    staged plan with host copies (tests). ``trace``: a list that gets
     ("fill", k, buffer) when a worker starts fill k and ("sent", k, buffer) once its copies are queued."""
     device = torch.device(device)
     tensors = list(tensors)
@@ -240,6 +253,7 @@ def to_device(
             outputs[i] = torch.empty(tensors[i].shape, dtype=tensors[i].dtype, device=device)
         for i in direct:
             outputs[i] = tensors[i].to(device)
+        waits = wait or not cuda
         copies.start()
         try:
             copies.send([(outputs[i], tensors[i].detach()) for i in pinned], None)
@@ -247,13 +261,14 @@ def to_device(
                 fills, [sources[i] for i in staged], [_as_bytes(outputs[i]) for i in staged], copies, workers, trace
             )
         finally:
-            copies.finish()
+            copies.finish(wait=waits)
     report = UploadReport(
         "staged" if cuda else "host-twin",
         len(tensors),
         nbytes,
         time.perf_counter() - start,
         pinned=len(pinned),
+        queued=not waits,
         fills=len(fills),
         buffers=used,
         buffer_bytes=size,

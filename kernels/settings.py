@@ -113,8 +113,8 @@ EXPERIMENTS = {
     "stream-whole-blocks": Experiment("low-VRAM streaming of whole blocks through 2 slots instead of pieces"),
     "upload": Experiment(
         "a MODEL's weights to the card as ComfyUI's load moves them, module by module (comfyui), instead of one "
-        "staged bulk copy",
-        ("comfyui",),
+        "staged bulk copy; or that copy queued, neither the host nor ComfyUI's load waiting for it (overlap)",
+        ("comfyui", "overlap"),
     ),
     "host-copies": Experiment(
         "a MODEL's host tensors freed once on the card, as ComfyUI does (off), instead of kept so an unload drops "

@@ -52,3 +52,17 @@ def assert_upload(r: dict, path: str) -> None:
     assert off["comfy_pinned_keys_reloaded"] == 0 and off["pinned_reloaded"] == 0
     if off["comfy_pinned_keys_unloaded"]:  # what ComfyUI pinned when it offloaded went up straight from there
         assert off["reload_report"]["pinned"] > 0, off
+    # upload=overlap: the same weights and output, the host not waiting on a GPU, and ComfyUI's load skipping the
+    # modules the upload moved (no patch call for them, so no synchronize after each); the LoRA module still patched
+    over = r["overlap"]
+    for case in CASES:
+        o, p = over[case], pack[case]
+        assert r["overlap_max_abs_vs_comfyui"][case] == 0.0, (seed, case)
+        assert o["report"]["path"] == path and o["copied_planned"] == o["planned"] == p["planned"], (case, o)
+        assert o["weights_as_loaded"] == p["weights_as_loaded"] and o["on_device"] == p["on_device"], (case, o)
+        assert o["report"]["queued"] is (path == "staged"), (case, o["report"])
+        assert p["report"]["queued"] is False, (case, p["report"])
+    assert over["full"]["patch_calls"] == 0 < pack["full"]["patch_calls"], (over["full"], pack["full"])
+    assert 0 < over["lora"]["patch_calls"] < pack["lora"]["patch_calls"], (over["lora"], pack["lora"])
+    if over["offload"]["comfy_pinned_keys_unloaded"]:  # ComfyUI's pins are dropped after the copies: waited for
+        assert over["offload"]["reload_report"]["queued"] is False, over["offload"]

@@ -36,6 +36,7 @@ PEERS = {  # name: (layout, how it loads)
     "ours-w8a8-no-park": ("w8a8", "loader"),  # unloaded whole counts as unloaded (A/B of the prompt cycle)
     "ours-w8a8-pin-in-place": ("w8a8", "loader"),  # streamed weights pinned in their file mapping (A/B, first image)
     "ours-w8a8-no-pin-ahead": ("w8a8", "loader"),  # weights pinned only where streamed, not after the load (A/B)
+    "ours-w8a8-upload-overlap": ("w8a8", "loader"),  # the upload queued beside the first pass (upload=overlap)
 }
 PEER_COMFY_ARGS = {  # ComfyUI command-line options a peer runs under: read when ComfyUI is imported, so --vram only
     "native-fp8-ck-attention": {"use_ck_attention": True},
@@ -51,6 +52,7 @@ PEER_ENV = {  # the pack's switches a peer runs under (set for it, cleared for t
     "ours-w8a8-no-park": {"IDEOGRAM4_INT8_EXPERIMENTS": "park=off"},
     "ours-w8a8-pin-in-place": {"IDEOGRAM4_INT8_EXPERIMENTS": "pin-copy=off"},
     "ours-w8a8-no-pin-ahead": {"IDEOGRAM4_INT8_EXPERIMENTS": "pin-ahead=off"},
+    "ours-w8a8-upload-overlap": {"IDEOGRAM4_INT8_EXPERIMENTS": "upload=overlap"},
 }
 TEXT_ENCODER = "text-encoder"  # the prompt cycle's text encoder file (--prompts), written like a layout
 VAE = "vae"  # the VAE file each image is decoded with (--decode), written like a layout

@@ -18,7 +18,10 @@ offloaded it is copied straight from pinned memory and then unpinned, as ComfyUI
 stays pinned and no second copy stays on the card; ``partially_unload`` and ``unpatch_model`` move the weights back
 module by module as before.
 
-The experiment ``upload=comfyui`` keeps ComfyUI's own move (A/B). The panel's model note ``upload`` says how the
+The experiment ``upload=comfyui`` keeps ComfyUI's own move (A/B). ``upload=overlap`` (to measure) lets the copies
+run beside what comes next: the host does not wait for them (``upload.to_device``'s ``wait``) and the moved modules
+are marked as ComfyUI marks a module it loaded (``comfy_patched_weights``), so its load neither patches them again
+nor synchronizes the device after each. The panel's model note ``upload`` says how the
 weights went up.
 """
 
@@ -37,6 +40,7 @@ from .int8_ops import site_label
 log = logging.getLogger("comfyui_ideogram4_int8")
 
 EXPERIMENT = "upload"  # upload=comfyui: ComfyUI's module-by-module move (A/B measurements)
+OVERLAP = "overlap"  # upload=overlap: the host does not wait for the copies, ComfyUI's load skips the moved modules
 NOTE_KIND = "upload"
 
 
@@ -96,7 +100,10 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
     if not items:
         return None
     kept = host_copies.remember(patcher, items)  # an unload then drops the card copies (host_copies)
-    moved, report = upload.to_device([data for *_, data in items], device, host_twin=host_twin)
+    overlap = settings.experiment(EXPERIMENT) == OVERLAP
+    # ComfyUI's own pins are dropped right after: the host waits for copies out of them
+    wait = not overlap or any(key in getattr(patcher, "pinned", ()) for key, *_ in items)
+    moved, report = upload.to_device([data for *_, data in items], device, host_twin=host_twin, wait=wait)
     with stream_pins.BOOKKEEPING:  # in turn with the pack's other calls into ComfyUI's pin book
         for key, *_ in items:
             patcher.unpin_weight(key)  # a weight ComfyUI pinned when it offloaded it (a no-op for the others)
@@ -114,6 +121,8 @@ def before_load(patcher, device, whole_model: bool) -> upload.UploadReport | Non
     with torch.no_grad():
         for m in owners:
             m._apply(swap, recurse=False)
+            if overlap:  # no patch applies to it: ComfyUI's load then skips it, and its synchronize after it
+                m.comfy_patched_weights = True
     note = f"weights to the card: {report.describe()}"
     if kept:
         note += f"; their host copies kept ({kept / 2**30:.2f} GiB of RAM): an unload copies nothing back"
@@ -129,4 +138,4 @@ def _publish(patcher, note: str | None) -> str | None:
     return label
 
 
-__all__ = ["EXPERIMENT", "NOTE_KIND", "before_load", "enabled", "planned"]
+__all__ = ["EXPERIMENT", "NOTE_KIND", "OVERLAP", "before_load", "enabled", "planned"]

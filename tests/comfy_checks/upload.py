@@ -32,7 +32,9 @@ def _same_bytes(dm, original):
 def _report(calls):
     """The first upload among ``calls`` ((report, planned keys) per ``before_load``), as JSON."""
     r = next((r for r, _ in calls if r is not None), None)
-    return None if r is None else {"path": r.path, "tensors": r.tensors, "nbytes": r.nbytes, "pinned": r.pinned}
+    if r is None:
+        return None
+    return {"path": r.path, "tensors": r.tensors, "nbytes": r.nbytes, "pinned": r.pinned, "queued": r.queued}
 
 
 def _upload_cases(cond, device, lora_patch, inp, calls):
@@ -59,7 +61,13 @@ def _upload_cases(cond, device, lora_patch, inp, calls):
         calls.clear()
         ptrs = {k: t.data_ptr() for k, t in _tensors(cond.model).items()}
         base, pinned = allocated(), pinned_now()
-        patcher.patch_model(device_to=device, lowvram_model_memory=budget)
+        patches = []  # the keys ComfyUI's load (and streaming) patched on the device
+        real_patch = patcher.patch_weight_to_device
+        patcher.patch_weight_to_device = lambda key, *a, **k: patches.append(key) or real_patch(key, *a, **k)
+        try:
+            patcher.patch_model(device_to=device, lowvram_model_memory=budget)
+        finally:
+            del patcher.patch_weight_to_device
         planned = calls[0][1] if calls else []
         now = _tensors(cond.model)
         case = {
@@ -72,6 +80,7 @@ def _upload_cases(cond, device, lora_patch, inp, calls):
             "tensors": len(original),
             "weights_as_loaded": _same_bytes(dm, original),
             "allocated": allocated() - base,
+            "patch_calls": len(patches),
         }
         with torch.no_grad():
             outs[name] = dm(x, sigma, context=ctx).float().cpu()
@@ -165,11 +174,18 @@ def check_upload():
             cond.model.diffusion_model(*(t.to(device) for t in (x, sigma)), context=ctx.to(device))
         cond.unpatch_model(torch.device("cpu"))
     try:
-        for mode, entries in (("pack", ()), ("comfyui", (f"{weight_upload.EXPERIMENT}=comfyui",))):
+        for mode, entries in (
+            ("pack", ()),
+            ("overlap", (f"{weight_upload.EXPERIMENT}={weight_upload.OVERLAP}",)),
+            ("comfyui", (f"{weight_upload.EXPERIMENT}=comfyui",)),
+        ):
             with experiments(*entries):
                 res[mode], outs[mode] = _upload_cases(cond, device, lora_patch, (x, ctx, sigma), calls)
     finally:
         weight_upload.before_load = spied
     res["max_abs_vs_comfyui"] = {k: (v - outs["comfyui"][k]).abs().max().item() for k, v in outs["pack"].items()}
+    res["overlap_max_abs_vs_comfyui"] = {
+        k: (v - outs["comfyui"][k]).abs().max().item() for k, v in outs["overlap"].items()
+    }
     res["lora_changed_output"] = (outs["pack"]["lora"] - outs["pack"]["full"]).abs().max().item()
     return res

@@ -88,5 +88,25 @@ def test_a_model_unloaded_whole_on_the_gpu_parks_and_takes_back_its_room(tmp_pat
     assert_parking(run_nodes_check_on_gpu(tmp_path, "parking"))
 
 
+@pytest.mark.parametrize("wait", [False, True])
+def test_an_upload_the_host_does_not_wait_for_is_ordered_before_the_streams_next_work(wait):
+    """``wait=False``: the host returns with copies in flight, yet work queued next on the current stream sees every
+    byte (it waits for the copy stream), from pinned sources and through staging buffers the next upload reuses."""
+    g = torch.Generator().manual_seed(5)
+    pinned = [torch.randint(-128, 128, (4096, 4096), dtype=torch.int8, generator=g).pin_memory() for _ in range(8)]
+    pinned.append(torch.randn(3, 4608, generator=g).bfloat16().pin_memory())
+    pageable = [[torch.randint(-128, 128, (2048, 4096), dtype=torch.int8, generator=g) for _ in range(6)] for _ in "ab"]
+    runs = []
+    for sources in (pinned, *pageable):  # back to back: the next call's fills reuse the freed staging memory
+        out, report = upload.to_device(sources, "cuda", buffers=2, buffer_bytes=4 * MIB, wait=wait)
+        # exact byte sums queued on the current stream right after, no synchronize between
+        runs.append((sources, out, report, [o.reshape(-1).view(torch.uint8).to(torch.int64).sum() for o in out]))
+    for sources, out, report, sums in runs:
+        assert report.queued is (not wait)
+        assert ("to queue on a copy stream" in report.describe()) is (not wait)
+        assert [s.item() for s in sums] == [_bytes(t).to(torch.int64).sum().item() for t in sources]
+        assert all(torch.equal(_bytes(o), _bytes(t)) for o, t in zip(out, sources, strict=True))
+
+
 def test_a_models_host_weights_pinned_ahead_are_taken_by_its_first_load_on_the_gpu(tmp_path):
     assert_pin_ahead(run_nodes_check_on_gpu(tmp_path, "pin_ahead"), gpu=True)

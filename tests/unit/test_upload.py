@@ -145,5 +145,9 @@ def test_the_report_says_what_went_up_and_how():
     text = report.describe()
     assert text.startswith("14.00 GiB in 812 tensors, 2.00 s (7.0 GiB/s)"), text
     assert "through 4 x 64 MiB pinned staging buffers" in text and "3 straight from pinned memory" in text
+    queued = upload.UploadReport("staged", 5, upload.GIB, 0.01, pinned=5, queued=True).describe()
+    assert queued == "1.00 GiB in 5 tensors, 0.01 s to queue on a copy stream that the card's next work waits for, " + (
+        "5 straight from pinned memory"
+    )  # no bandwidth from the time to queue
     refused = upload.UploadReport("to", 2, upload.GIB, 0.5, why="pinned staging memory unavailable: no")
     assert refused.describe().endswith("each tensor's .to (pinned staging memory unavailable: no)")

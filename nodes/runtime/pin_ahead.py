@@ -220,17 +220,6 @@ def wait() -> None:
     _WORKER.wait()
 
 
-def _release(model, tensors: list[torch.Tensor]) -> None:
-    """Unpin ``tensors`` (pinned ahead for ``model``) and drop them from its pinned list."""
-    if not tensors:
-        return
-    gone = {id(t) for t in tensors}
-    with stream_pins.BOOKKEEPING:
-        for t in tensors:
-            comfy.model_management.unpin_memory(t)
-        model.ideogram4_pinned[:] = [t for t in model.ideogram4_pinned if id(t) not in gone]
-
-
 def _take(model) -> list[Pinned]:
     """The model's pins made ahead that no load has taken, now the caller's (the worker has stopped)."""
     _PENDING.discard(model)
@@ -260,7 +249,7 @@ def adopt(patcher) -> int:
         if new is not w:
             e.module._parameters[e.name] = torch.nn.Parameter(new, requires_grad=False)
         taken += e.pinning.nbytes
-    _release(patcher.model, dropped)
+    stream_pins.unpin(patcher.model.ideogram4_pinned, dropped)
     summary = getattr(patcher.model, "ideogram4_pin_ahead_summary", "")
     note = f"{summary}; {taken / GIB:.2f} GiB taken by the first load" + (
         f", {len(dropped)} not taken (changed since, or their host copies not kept): unpinned" if dropped else ""
@@ -278,7 +267,7 @@ def release_untaken() -> int:
     freed = 0
     for model in list(_PENDING):
         entries = _take(model)
-        _release(model, [e.pinning for e in entries])
+        stream_pins.unpin(model.ideogram4_pinned, [e.pinning for e in entries])
         freed += sum(e.pinning.nbytes for e in entries)
     return freed
 

@@ -70,4 +70,17 @@ def pin(job: Job, room: Callable[[int], str | None] | None = None) -> Result:
     return Result(pinning if pinned else job.data, pinned, time.perf_counter() - started)
 
 
-__all__ = ["BOOKKEEPING", "PIN_COPY", "Job", "Result", "copies_file_pages", "pin"]
+def unpin(pinned: list, tensors) -> None:
+    """Unpin ``tensors`` through ComfyUI's ``unpin_memory``, in order, and drop them from ``pinned`` (a MODEL's list
+    of the host tensors the pack pinned for it)."""
+    tensors = list(tensors)
+    if not tensors:
+        return
+    gone = {id(t) for t in tensors}
+    with BOOKKEEPING:
+        for t in tensors:
+            comfy.model_management.unpin_memory(t)
+        pinned[:] = [t for t in pinned if id(t) not in gone]
+
+
+__all__ = ["BOOKKEEPING", "PIN_COPY", "Job", "Result", "copies_file_pages", "pin", "unpin"]

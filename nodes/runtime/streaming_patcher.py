@@ -516,10 +516,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
         if release:
             kept = host_copies.kept_data(self)
             pinned = self._pinned()
-            for t in pinned:
-                if t.data_ptr() not in kept:
-                    comfy.model_management.unpin_memory(t)
-            pinned[:] = [t for t in pinned if t.data_ptr() in kept]
+            stream_pins.unpin(pinned, [t for t in pinned if t.data_ptr() not in kept])
             _ON_DEVICE.discard(self)
 
     def _pinned(self) -> list:
@@ -532,11 +529,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 
     def _unpin(self, data: torch.Tensor) -> None:
         pinned = self._pinned()
-        for k, t in enumerate(pinned):
-            if t is data:
-                comfy.model_management.unpin_memory(t)
-                pinned.pop(k)
-                return
+        stream_pins.unpin(pinned, [t for t in pinned if t is data])
 
     def _rebalance(self, device, budget: float) -> float:
         """Shrink the pack's other MODELs on ``device`` to their share of the memory they and this load were given;
@@ -571,10 +564,7 @@ class Ideogram4ModelPatcher(comfy.model_patcher.ModelPatcher):
 def _unpin_all(pinned: list) -> None:
     """A collected model's pinned host tensors go back to pageable memory (in turn with the pack's other calls into
     ComfyUI's pin book: ``stream_pins.BOOKKEEPING``; a collection can run on any thread)."""
-    with stream_pins.BOOKKEEPING:
-        for t in pinned:
-            comfy.model_management.unpin_memory(t)
-    pinned.clear()
+    stream_pins.unpin(pinned, pinned)
 
 
 def _gib(budget: float) -> str:
